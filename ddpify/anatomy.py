@@ -1,0 +1,772 @@
+"""The anatomy of a training script: one analysis of the original module that every rule reads.
+
+It finds the parts a DDP conversion touches -- models and their device moves, optimizers,
+data loaders and which one trains, the batch and epoch loops (following calls between the
+script's own functions and methods), side effects, checkpoint loads and the entry point --
+and records what it could not tell apart instead of guessing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import (
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+from libcst.metadata.base_provider import LazyValue
+
+DATALOADER = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+DISTRIBUTED_MARKERS = (
+    "torch.distributed.init_process_group",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.utils.data.DistributedSampler",
+    "torch.utils.data.distributed.DistributedSampler",
+    "torch.distributed.fsdp",
+)
+DATA_PARALLEL = {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel"}
+OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "horovod")
+LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+ITER_WRAPPERS = {"enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "progress_bar"}
+# Module attributes that behave the same on the DDP wrapper; anything else needs `.module`.
+DDP_TRANSPARENT = {
+    "module", "parameters", "named_parameters", "train", "eval", "zero_grad", "to", "cuda",
+    "cpu", "modules", "named_modules", "children", "named_children", "buffers",
+    "named_buffers", "requires_grad_", "training", "apply", "half", "float", "double",
+    "bfloat16", "forward", "__call__",
+}  # fmt: skip
+CUDA_LITERAL = re.compile(r"""^[rRbBuU]?(['"])cuda(:\d+)?\1$""")
+
+
+def dotted(node: cst.CSTNode | None) -> str | None:
+    """`self.model` for an Attribute chain of Names, `model` for a Name, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def is_cuda_literal(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.SimpleString) and bool(CUDA_LITERAL.match(node.value))
+
+
+def call_arg(call: cst.Call, position: int | None, keyword: str) -> cst.Arg | None:
+    """The argument passed as `keyword=` or at `position` (not counting keywords)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if position is not None and position < len(positional):
+        return positional[position]
+    return None
+
+
+@dataclass
+class Loader:
+    """A `DataLoader(...)` call and what the analysis knows of its role."""
+
+    call: cst.Call
+    statement: cst.CSTNode
+    name: str | None
+    trains: bool = False
+
+
+@dataclass
+class TrainLoop:
+    """The loop over the training batches and the epoch loop around it, if any."""
+
+    batch_loop: cst.For
+    loader: Loader | None
+    epoch_loop: cst.For | cst.While | None = None
+    # The training loader as an expression valid inside the epoch loop, for `set_epoch`.
+    loader_at_epoch: str | None = None
+    epoch_var: str | None = None
+
+
+@dataclass
+class Model:
+    """A model trained by an optimizer, all the names it goes by, and where it is placed."""
+
+    names: set[str]
+    optimizer_call: cst.Call
+    placement: cst.BaseStatement | None = None
+    placed_name: str | None = None
+    data_parallel: list[cst.Call] = field(default_factory=list)
+
+
+@dataclass
+class Entry:
+    """Where the process group is set up, and the statements the cleanup must follow."""
+
+    setup_before: cst.BaseStatement | None  # insert the setup before this statement...
+    setup_after: cst.BaseStatement | None  # ...or after this one (a script: its imports)
+    body: Sequence[cst.BaseStatement] = ()  # the entry statements, run under try/finally
+    at_module_level: bool = True
+
+
+class Anatomy:
+    """Facts about one parsed module, computed once and shared by every rule."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.module = self.wrapper.module
+        self._parents = self.wrapper.resolve(ParentNodeProvider)
+        self._positions = self.wrapper.resolve(PositionProvider)
+        self._qualified = self.wrapper.resolve(QualifiedNameProvider)
+        collector = _Collector()
+        self.module.visit(collector)
+        self.calls = collector.calls
+        self.fors = collector.fors
+        self.functions = collector.functions
+        self.classes = collector.classes
+        self.imports = collector.imports
+        self.with_statements = collector.withs
+
+    # ----- navigation -------------------------------------------------------------------
+    def line(self, node: cst.CSTNode) -> int:
+        return self._positions[node].start.line
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self._parents.get(node)
+        while current is not None:
+            yield current
+            current = self._parents.get(current)
+
+    def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef):
+                return ancestor
+        return None
+
+    def class_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        parent = self.parent(function)
+        grand = self.parent(parent) if parent is not None else None
+        return grand if isinstance(grand, cst.ClassDef) else None
+
+    def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement:
+        """The statement (in a block's body) that contains `node`."""
+        previous = node
+        for ancestor in [node, *self.ancestors(node)]:
+            if isinstance(ancestor, cst.BaseStatement):
+                holder = self.parent(ancestor)
+                if isinstance(holder, cst.IndentedBlock | cst.Module):
+                    return ancestor
+            previous = ancestor
+        raise ValueError(f"no statement holds {previous}")
+
+    def body_of(self, statement: cst.BaseStatement) -> Sequence[cst.BaseStatement]:
+        holder = self.parent(statement)
+        assert isinstance(holder, cst.IndentedBlock | cst.Module)
+        return holder.body
+
+    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+        names = self._qualified.get(node, ())
+        if isinstance(names, LazyValue):
+            names = names()
+        return {name.name for name in names}
+
+    def is_call_to(self, call: cst.Call, names: set[str] | tuple[str, ...]) -> bool:
+        return any(
+            name in names or name.startswith(tuple(f"{n}." for n in names))
+            for name in self.qualified_names(call.func)
+        )
+
+    def precedes(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        a, b = self._positions[first].start, self._positions[second].start
+        return (a.line, a.column) < (b.line, b.column)
+
+    def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        return node is container or any(a is container for a in self.ancestors(node))
+
+    # ----- the script as a whole --------------------------------------------------------
+    @cached_property
+    def module_names(self) -> set[str]:
+        """Names the script binds at module level (its globals)."""
+        scope = self.wrapper.resolve(ScopeProvider).get(self.module)
+        return {assignment.name for assignment in scope.assignments} if scope else set()
+
+    @cached_property
+    def names_used(self) -> set[str]:
+        """Every identifier in the file, for picking a new name that cannot clash."""
+        return {node.value for node in walk(self.module) if isinstance(node, cst.Name)}
+
+    @cached_property
+    def uses_torch(self) -> bool:
+        return any(name == "torch" or name.startswith("torch.") for name in self.imports)
+
+    @cached_property
+    def other_framework(self) -> str | None:
+        for name in self.imports:
+            if name.split(".")[0] in OTHER_FRAMEWORKS:
+                return name.split(".")[0]
+        return None
+
+    @cached_property
+    def distributed_call(self) -> cst.Call | None:
+        """A call showing the script is already distributed (process group, DDP, sampler)."""
+        for call in self.calls:
+            if self.is_call_to(call, DISTRIBUTED_MARKERS):
+                return call
+        return None
+
+    @cached_property
+    def backward_calls(self) -> list[cst.Call]:
+        return [
+            call
+            for call in self.calls
+            if m.matches(call.func, m.Attribute(attr=m.Name("backward")))
+            and not self.other_framework
+        ]
+
+    @cached_property
+    def optimizer_calls(self) -> list[cst.Call]:
+        pattern = re.compile(r"^torch\.optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A-Z]\w*$")
+        return [
+            call
+            for call in self.calls
+            if any(pattern.match(name) for name in self.qualified_names(call.func))
+        ]
+
+    @cached_property
+    def is_training_script(self) -> bool:
+        return self.uses_torch and bool(self.backward_calls) and bool(self.optimizer_calls)
+
+    # ----- call graph -------------------------------------------------------------------
+    def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """Calls in this file that reach `function` (by name; methods through any object)."""
+        name = function.name.value
+        owner = self.class_of(function)
+        sites = []
+        for call in self.calls:
+            func = call.func
+            if owner is None and isinstance(func, cst.Name) and func.value == name:
+                sites.append(call)
+            elif owner is not None and isinstance(func, cst.Attribute) and func.attr.value == name:
+                sites.append(call)
+            elif (
+                owner is not None
+                and name == "__init__"
+                and isinstance(func, cst.Name)
+                and func.value == owner.name.value
+            ):
+                sites.append(call)
+        return [site for site in sites if not self.inside(site, function)]
+
+    def bound_argument(
+        self, call: cst.Call, function: cst.FunctionDef, parameter: str
+    ) -> cst.BaseExpression | None:
+        params = [p.name.value for p in function.params.params]
+        if self.class_of(function) is not None and params and params[0] in {"self", "cls"}:
+            params = params[1:]
+        position = params.index(parameter) if parameter in params else None
+        arg = call_arg(call, position, parameter)
+        return arg.value if arg is not None else None
+
+    def parameters_of(self, function: cst.FunctionDef) -> set[str]:
+        params = function.params
+        every = [*params.posonly_params, *params.params, *params.kwonly_params]
+        return {p.name.value for p in every}
+
+    def loops_around(self, node: cst.CSTNode, depth: int = 0) -> list[tuple[cst.CSTNode, str]]:
+        """Loops enclosing `node`, innermost first, continuing through the call sites of the
+        function it is in. Each loop comes with the name its loader is known by there is
+        left to the caller: this only returns the chain of (loop, via) pairs."""
+        chain: list[tuple[cst.CSTNode, str]] = []
+        previous = node
+        function = None
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.For | cst.While) and previous is ancestor.body:
+                chain.append((ancestor, "loop"))
+            if isinstance(ancestor, cst.FunctionDef):
+                function = ancestor
+                break
+            previous = ancestor
+        if function is not None and depth < 4:
+            sites = self.call_sites(function)
+            if sites:
+                chain.append((sites[0], "call"))
+                chain.extend(self.loops_around(sites[0], depth + 1))
+        return chain
+
+    # ----- resolving names to values ----------------------------------------------------
+    def assignments(self, name: str, scope: cst.CSTNode | None) -> list[cst.BaseExpression]:
+        """Values assigned to `name` (a dotted name) in `scope` (a function, or the module)."""
+        values: list[cst.BaseExpression] = []
+        for node in walk(scope or self.module):
+            if self.function_of(node) is not scope:
+                continue
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    values.extend(_values_for(target.target, node.value, name))
+            elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                values.extend(_values_for(node.target, node.value, name))
+        return values
+
+    def resolve_loader(
+        self, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
+    ) -> cst.Call | None:
+        """The `DataLoader(...)` call that `expr` (in `scope`) evaluates to, if traceable."""
+        if depth > 6:
+            return None
+        expr = strip_iteration(expr)
+        if isinstance(expr, cst.Call):
+            if self.is_call_to(expr, DATALOADER):
+                return expr
+            callee = self.local_function(expr)
+            if callee is not None:
+                for value in self.returned_values(callee):
+                    found = self.resolve_loader(value, callee, depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        name = dotted(expr)
+        if name is None:
+            return None
+        if name.startswith("self.") and scope is not None:
+            owner = self.class_of(scope)
+            if owner is None:
+                return None
+            for method in _methods(owner):
+                for value in self.assignments(name, method):
+                    found = self.resolve_loader(value, method, depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        if scope is not None and name in self.parameters_of(scope):
+            for site in self.call_sites(scope):
+                argument = self.bound_argument(site, scope, name)
+                if argument is not None:
+                    found = self.resolve_loader(argument, self.function_of(site), depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        for where in (scope, None) if scope is not None else (None,):
+            for value in self.assignments(name, where):
+                found = self.resolve_loader(value, where, depth + 1)
+                if found is not None:
+                    return found
+        return None
+
+    def local_function(self, call: cst.Call) -> cst.FunctionDef | None:
+        if isinstance(call.func, cst.Name):
+            candidates = self.functions.get(call.func.value, [])
+            return candidates[0] if len(candidates) == 1 else None
+        return None
+
+    def returned_values(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        values: list[cst.BaseExpression] = []
+        for node in walk(function):
+            if isinstance(node, cst.Return) and node.value is not None:
+                if self.function_of(node) is function:
+                    values.append(node.value)
+        return values
+
+    # ----- the parts of a training script ----------------------------------------------
+    @cached_property
+    def loaders(self) -> list[Loader]:
+        found = []
+        for call in self.calls:
+            if self.is_call_to(call, DATALOADER):
+                statement = self.statement_of(call)
+                name = None
+                parent = self.parent(call)
+                if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                    name = dotted(parent.targets[0].target)
+                found.append(Loader(call, statement, name))
+        return found
+
+    def loader_for(self, call: cst.Call | None) -> Loader | None:
+        return next((loader for loader in self.loaders if loader.call is call), None)
+
+    @cached_property
+    def train_loops(self) -> list[TrainLoop]:
+        """One entry per distinct batch loop that runs a backward pass."""
+        loops: list[TrainLoop] = []
+        seen: set[cst.CSTNode] = set()
+        for backward in self.backward_calls:
+            chain = self.loops_around(backward)
+            batch_index = next(
+                (i for i, (node, kind) in enumerate(chain) if kind == "loop"), None
+            )
+            if batch_index is None:
+                continue
+            batch_loop = chain[batch_index][0]
+            if not isinstance(batch_loop, cst.For) or batch_loop in seen:
+                continue
+            seen.add(batch_loop)
+            scope = self.function_of(batch_loop)
+            loader = self.loader_for(self.resolve_loader(batch_loop.iter, scope))
+            train = TrainLoop(batch_loop, loader)
+            # The epoch loop: the next loop out, and the loader's name as seen from there.
+            expression: str | None = dotted(strip_iteration(batch_loop.iter))
+            function = scope
+            for node, kind in chain[batch_index + 1 :]:
+                if kind == "call":
+                    assert isinstance(node, cst.Call)
+                    expression = self._name_at_call_site(expression, function, node)
+                    function = self.function_of(node)
+                    continue
+                assert isinstance(node, cst.For | cst.While)
+                train.epoch_loop = node
+                train.loader_at_epoch = expression
+                train.epoch_var = self._epoch_variable(node)
+                break
+            loops.append(train)
+        return loops
+
+    def _name_at_call_site(
+        self, name: str | None, function: cst.FunctionDef | None, site: cst.Call
+    ) -> str | None:
+        if name is None or function is None:
+            return name
+        head = name.split(".")[0]
+        if head in self.parameters_of(function) and head != "self":
+            argument = self.bound_argument(site, function, head)
+            base = dotted(argument) if argument is not None else None
+            return base + name[len(head) :] if base else None
+        if head == "self":
+            caller = self.function_of(site)
+            same_class = caller is not None and self.class_of(caller) is self.class_of(function)
+            via_self = m.matches(site.func, m.Attribute(value=m.Name("self")))
+            return name if same_class and via_self else None
+        return name  # a global
+
+    def _epoch_variable(self, loop: cst.For | cst.While) -> str | None:
+        if isinstance(loop, cst.For):
+            return loop.target.value if isinstance(loop.target, cst.Name) else None
+        for node in walk(loop.body):
+            if (
+                isinstance(node, cst.AugAssign)
+                and isinstance(node.operator, cst.AddAssign)
+                and isinstance(node.target, cst.Name)
+                and "epoch" in node.target.value
+            ):
+                return node.target.value
+        return None
+
+    @cached_property
+    def train_loaders(self) -> list[Loader]:
+        """Loaders that feed a backward pass; by name and `shuffle=` when not traceable."""
+        traced = [loop.loader for loop in self.train_loops if loop.loader is not None]
+        if traced:
+            for loader in traced:
+                loader.trains = True
+            return list({id(loader): loader for loader in traced}.values())
+        if len(self.loaders) == 1:
+            self.loaders[0].trains = True
+            return list(self.loaders)
+        guessed = [loader for loader in self.loaders if _looks_like_training(loader)]
+        for loader in guessed:
+            loader.trains = True
+        return guessed
+
+    @cached_property
+    def models(self) -> list[Model]:
+        models: list[Model] = []
+        for optimizer in self.optimizer_calls:
+            params = call_arg(optimizer, 0, "params")
+            if params is None:
+                continue
+            for node in walk(params.value):
+                if m.matches(
+                    node,
+                    m.Call(
+                        func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters"))
+                    ),
+                ):
+                    assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                    name = dotted(node.func.value)
+                    if name is None or any(name in model.names for model in models):
+                        continue
+                    models.append(Model({name}, optimizer))
+        for model in models:
+            self._find_placement(model)
+        return models
+
+    def _find_placement(self, model: Model) -> None:
+        """Grow the model's names through assignments and find where it goes to its device."""
+        moves: list[tuple[cst.BaseStatement, str]] = []
+        for _ in range(3):  # names flow `model` -> `self.model` -> ...: a few rounds suffice
+            for node in walk(self.module):
+                if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                    target = dotted(node.targets[0].target)
+                    source = _moved_value(node.value)
+                    if target is None:
+                        continue
+                    base = dotted(source) if source is not None else None
+                    if base in model.names or (target in model.names and source is not None):
+                        model.names.add(target)
+                        if source is not node.value:
+                            moves.append((self.statement_of(node), target))
+                    if isinstance(node.value, cst.Call) and self.is_call_to(
+                        node.value, DATA_PARALLEL
+                    ):
+                        inner = call_arg(node.value, 0, "module")
+                        if inner is not None and dotted(inner.value) in model.names:
+                            model.names.add(target)
+                elif isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+                    source = _moved_value(node.value)
+                    if source is not node.value and dotted(source) in model.names:
+                        name = dotted(source)
+                        assert name is not None
+                        moves.append((self.statement_of(node), name))
+        for call in self.calls:
+            if self.is_call_to(call, DATA_PARALLEL):
+                inner = call_arg(call, 0, "module")
+                if inner is not None and dotted(inner.value) in model.names:
+                    model.data_parallel.append(call)
+        unique = {id(statement): (statement, name) for statement, name in moves}
+        if unique:
+            statement, name = max(unique.values(), key=lambda item: self.line(item[0]))
+            model.placement, model.placed_name = statement, name
+            return
+        # Never moved (a CPU script): wrap right after it is built, before the optimizer.
+        scope = self.function_of(model.optimizer_call)
+        built = [
+            node
+            for node in walk(scope or self.module)
+            if isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and dotted(node.targets[0].target) in model.names
+            and self.function_of(node) is scope
+            and self.precedes(node, model.optimizer_call)
+        ]
+        if built:
+            last = built[-1]
+            model.placement = self.statement_of(last)
+            model.placed_name = dotted(last.targets[0].target)
+
+    @cached_property
+    def main_guard(self) -> cst.If | None:
+        for statement in self.module.body:
+            if isinstance(statement, cst.If) and m.matches(
+                statement.test,
+                m.Comparison(
+                    left=m.Name("__name__"),
+                    comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString())],
+                ),
+            ):
+                return statement
+        return None
+
+    @cached_property
+    def entry(self) -> Entry | None:
+        """Where to set up the process group: before the statement that starts training."""
+        loops = self.train_loops
+        trains_at_module_level = any(
+            self.function_of(loop.batch_loop) is None
+            or (loop.epoch_loop is not None and self.function_of(loop.epoch_loop) is None)
+            for loop in loops
+        )
+        if trains_at_module_level or (not loops and not self.functions):
+            last_import = None
+            for statement in self.module.body:
+                if m.matches(
+                    statement, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])
+                ):
+                    last_import = statement
+                elif not m.matches(statement, m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
+                    break
+            if last_import is None:
+                return Entry(setup_before=self.module.body[0], setup_after=None)
+            return Entry(setup_before=None, setup_after=last_import)
+        block: Sequence[cst.BaseStatement] = self.module.body
+        if self.main_guard is not None and isinstance(self.main_guard.body, cst.IndentedBlock):
+            block = self.main_guard.body.body
+        local = set(self.functions) | set(self.classes)
+        for index, statement in enumerate(block):
+            if isinstance(statement, cst.FunctionDef | cst.ClassDef | cst.If):
+                continue
+            for node in walk(statement):
+                if (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Name)
+                    and node.func.value in local
+                ):
+                    return Entry(
+                        setup_before=statement,
+                        setup_after=None,
+                        body=block[index:],
+                        at_module_level=block is self.module.body,
+                    )
+        return None
+
+    def after_setup(self, node: cst.CSTNode) -> bool:
+        """Whether `node` runs once the process group exists (functions are called later)."""
+        entry = self.entry
+        if entry is None:
+            return False
+        if self.function_of(node) is not None:
+            return True
+        anchor = entry.setup_after or entry.setup_before
+        assert anchor is not None
+        if entry.setup_after is not None:
+            return self.line(node) > self.line(anchor)
+        return self.line(node) >= self.line(anchor)
+
+    def under_rank_guard(self, node: cst.CSTNode) -> bool:
+        code = cst.Module([]).code_for_node
+        return any(
+            isinstance(ancestor, cst.If) and "rank" in code(ancestor.test)
+            for ancestor in self.ancestors(node)
+        )
+
+    @cached_property
+    def torch_load_calls(self) -> list[cst.Call]:
+        return [call for call in self.calls if self.is_call_to(call, {"torch.load"})]
+
+    def side_effect(self, statement: cst.BaseStatement) -> str | None:
+        """What the statement writes or prints, when that should happen on one rank only."""
+        if isinstance(statement, cst.With):
+            for item in statement.items:
+                if isinstance(item.item, cst.Call) and _opens_for_writing(item.item):
+                    return "file write"
+            return None
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return None
+        expr = statement.body[0]
+        if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+            return None
+        call = expr.value
+        names = self.qualified_names(call.func)
+        if "builtins.print" in names or "print" in names:
+            return "print"
+        if "torch.save" in names:
+            return "checkpoint write"
+        if any(name.startswith("logging.") for name in names):
+            return "logging"
+        func = call.func
+        if isinstance(func, cst.Attribute):
+            base = (dotted(func.value) or "").lower()
+            attr = func.attr.value
+            if attr in LOG_LEVELS and ("log" in base or base == "self.logger"):
+                return "logging"
+            if attr.startswith("add_") and "writer" in base:
+                return "TensorBoard write"
+            if base == "wandb" and attr == "log":
+                return "wandb log"
+            if attr in {"write_text", "write_bytes", "savefig", "to_csv"}:
+                return "file write"
+        if any(name in {"json.dump", "numpy.save", "numpy.savez"} for name in names):
+            return "file write"
+        return None
+
+
+def strip_iteration(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`loader` from `enumerate(loader)`, `tqdm(loader, ...)`, `iter(loader)`."""
+    while (
+        isinstance(expr, cst.Call)
+        and dotted(expr.func) in ITER_WRAPPERS
+        and expr.args
+        and expr.args[0].keyword is None
+    ):
+        expr = expr.args[0].value
+    return expr
+
+
+def _moved_value(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`x` from `x.to(...)` / `x.cuda()`; the value itself when it is not a device move."""
+    if (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in {"to", "cuda"}
+    ):
+        return value.func.value
+    return value
+
+
+def _values_for(
+    target: cst.BaseExpression, value: cst.BaseExpression, name: str
+) -> list[cst.BaseExpression]:
+    if dotted(target) == name:
+        return [value]
+    if isinstance(target, cst.Tuple | cst.List):
+        for index, element in enumerate(target.elements):
+            if dotted(element.value) == name:
+                if isinstance(value, cst.Tuple | cst.List) and index < len(value.elements):
+                    return [value.elements[index].value]
+                return [cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])]
+    return []
+
+
+def _looks_like_training(loader: Loader) -> bool:
+    text = " ".join(
+        filter(None, [loader.name, dotted(loader.call.args[0].value) if loader.call.args else None])
+    ).lower()
+    if any(word in text for word in ("val", "test", "eval", "dev")):
+        return False
+    shuffle = call_arg(loader.call, 2, "shuffle")
+    return "train" in text or (shuffle is not None and m.matches(shuffle.value, m.Name("True")))
+
+
+def _opens_for_writing(call: cst.Call) -> bool:
+    if dotted(call.func) != "open":
+        return False
+    mode = call_arg(call, 1, "mode")
+    return (
+        mode is not None
+        and isinstance(mode.value, cst.SimpleString)
+        and any(flag in mode.value.evaluated_value for flag in "wax")
+    )
+
+
+def _methods(owner: cst.ClassDef) -> list[cst.FunctionDef]:
+    return [node for node in owner.body.body if isinstance(node, cst.FunctionDef)]
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
+
+
+class _Collector(cst.CSTVisitor):
+    """One pass over the tree gathering the nodes the analysis asks about."""
+
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+        self.fors: list[cst.For] = []
+        self.withs: list[cst.With] = []
+        self.functions: dict[str, list[cst.FunctionDef]] = {}
+        self.classes: dict[str, cst.ClassDef] = {}
+        self.imports: set[str] = set()
+        self._depth = 0
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.fors.append(node)
+
+    def visit_With(self, node: cst.With) -> None:
+        self.withs.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.setdefault(node.name.value, []).append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes[node.name.value] = node
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            self.imports.add(cst.Module([]).code_for_node(alias.name))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is not None and not node.relative:
+            self.imports.add(cst.Module([]).code_for_node(node.module))

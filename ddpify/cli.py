@@ -1,0 +1,167 @@
+"""The command line: the only layer that reads arguments, prints, writes files and exits."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ddpify import __version__
+from ddpify.convert import ConvertResult, batch_semantics, convert_source, launch_command
+from ddpify.options import BatchMode, ConvertOptions, Launcher, ScaleLR
+from ddpify.rule import Kind, all_rules
+from ddpify.source import InputError, atomic_write, read_source
+
+SUBCOMMANDS = ("rules", "explain")
+EPILOG = (
+    "Other commands: `ddpify rules` lists the rules, `ddpify explain CODE` documents one. "
+    "Exit codes: 0 done, 1 --check found changes or --strict found something it could not "
+    "convert, 2 bad input or usage."
+)
+
+convert_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+tools_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"ddpify: error: {message}", err=True)
+    return typer.Exit(2)
+
+
+@convert_app.command(epilog=EPILOG)
+def convert(
+    src: Annotated[str, typer.Argument(help="The training script to convert; - for stdin.")],
+    output: Annotated[
+        str | None,
+        typer.Option("-o", "--output", help="Write the converted script here; - for stdout."),
+    ] = None,
+    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff, write nothing.")] = False,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Rewrite SRC itself.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 if the script would change.")
+    ] = False,
+    launcher: Annotated[
+        Launcher, typer.Option(help="How the converted script is launched.")
+    ] = Launcher.TORCHRUN,
+    batch: Annotated[
+        BatchMode,
+        typer.Option(
+            help="per-gpu: each process keeps the batch size (effective batch x N); "
+            "global: the batch size is divided by the world size (effective batch unchanged)."
+        ),
+    ] = BatchMode.PER_GPU,
+    scale_lr: Annotated[
+        ScaleLR, typer.Option(help="Scale the learning rate by the world size (or its root).")
+    ] = ScaleLR.NONE,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when something could not be converted.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report on stderr.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    """Convert a single-GPU PyTorch training script to DistributedDataParallel.
+
+    The converted script runs under `torchrun` (one process per GPU, or several CPU
+    processes with gloo) and still runs as one process with plain `python`.
+    """
+    if version:
+        typer.echo(f"ddpify {__version__}")
+        raise typer.Exit(0)
+    if launcher is Launcher.SPAWN:
+        raise _fail("--launcher spawn is not implemented yet; use torchrun (the default)")
+    if sum((diff, in_place, check, output is not None)) > 1:
+        raise _fail("choose one of -o, --diff, --in-place and --check")
+    if in_place and src == "-":
+        raise _fail("--in-place needs a file, not stdin")
+    source_path = None if src == "-" else Path(src)
+    target = Path(output) if output not in (None, "-") else None
+    if source_path is not None and target is not None and _same_file(source_path, target):
+        raise _fail(f"-o {output} is the input itself: use --in-place to rewrite it")
+    options = ConvertOptions(launcher=launcher, batch=batch, scale_lr=scale_lr)
+    name = src if source_path is None else str(source_path)
+    try:
+        source = sys.stdin.buffer.read() if source_path is None else read_source(source_path)
+        result = convert_source(source, name, options)
+        if target is not None and not target.parent.is_dir():
+            raise InputError(f"{target}: the output folder {target.parent} does not exist")
+    except InputError as error:
+        raise _fail(str(error)) from None
+
+    if not quiet:
+        _report(result, name, options, output or (name if in_place else None))
+    if diff:
+        sys.stdout.write(result.diff(name))
+    elif check:
+        pass
+    elif in_place:
+        assert source_path is not None
+        if result.changed:
+            atomic_write(source_path, result.output)
+    elif target is not None:
+        if not result.refused:
+            atomic_write(target, result.output)
+    else:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(result.output)
+    if result.refused:
+        raise typer.Exit(1)
+    if check and result.changed:
+        raise typer.Exit(1)
+    if strict and result.problems:
+        raise typer.Exit(1)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _report(result: ConvertResult, name: str, options: ConvertOptions, out: str | None) -> None:
+    def say(line: str) -> None:
+        typer.echo(line, err=True)
+
+    if result.skipped:
+        say(f"{name}: unchanged: {result.skipped}")
+        return
+    for note in result.notes:
+        tag = {Kind.CHANGED: "", Kind.CANNOT: "cannot: ", Kind.INFO: "note: "}[note.kind]
+        say(f"{name}:{note.line}: {note.code} {tag}{note.message}")
+    if result.refused:
+        say(f"{name}: not converted: a safe conversion needs the changes above made by hand")
+        return
+    if not result.changed:
+        say(f"{name}: unchanged")
+        return
+    say(f"{name}: {batch_semantics(options)}")
+    if out and out != "-":
+        say(f"launch with: {launch_command(out, options)}")
+
+
+@tools_app.command("rules")
+def list_rules() -> None:
+    """List every rule: code, name and what it does."""
+    for rule in all_rules():
+        typer.echo(f"{rule.code}  {rule.name:<24} {rule.message}")
+
+
+@tools_app.command()
+def explain(code: Annotated[str, typer.Argument(help="A rule code, e.g. DDP004.")]) -> None:
+    """Print one rule's documentation."""
+    rules = {rule.code: rule for rule in all_rules()}
+    rule = rules.get(code.upper())
+    if rule is None:
+        raise _fail(f"no rule {code}; `ddpify rules` lists them")
+    typer.echo(rule.documentation())
+
+
+def main() -> None:
+    """`ddpify SRC ...` converts; `ddpify rules` and `ddpify explain` are subcommands."""
+    args = sys.argv[1:]
+    if args and args[0] in SUBCOMMANDS:
+        tools_app(args=args, prog_name="ddpify")
+    else:
+        convert_app(args=args, prog_name="ddpify")

@@ -1,0 +1,103 @@
+"""The conversion engine: parse once, analyse once, let each rule record edits, apply them."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from libcst.codemod.visitors import AddImportsVisitor
+
+from ddpify.anatomy import Anatomy
+from ddpify.options import BatchMode, ConvertOptions, Launcher
+from ddpify.rule import ConvertContext, Kind, Note, all_rules
+from ddpify.source import parse_source
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """What converting one script gave: the new bytes, and the report of how."""
+
+    source: bytes
+    output: bytes
+    notes: list[Note] = field(default_factory=list)
+    # Why the script was left as it is, when it was (not a training script, already DDP...).
+    skipped: str | None = None
+    # Why no safe conversion exists; `output` is then the unchanged input.
+    refused: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.output != self.source
+
+    @property
+    def problems(self) -> list[Note]:
+        return [note for note in self.notes if note.kind is Kind.CANNOT]
+
+    def diff(self, name: str) -> str:
+        encoding = "utf-8"
+        before = self.source.decode(encoding, errors="replace").splitlines(keepends=True)
+        after = self.output.decode(encoding, errors="replace").splitlines(keepends=True)
+        return "".join(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
+
+
+def launch_command(name: str, options: ConvertOptions) -> str:
+    if options.launcher is Launcher.SPAWN:
+        return f"python {name}"
+    return f"torchrun --standalone --nproc_per_node=gpu {name}"
+
+
+def batch_semantics(options: ConvertOptions) -> str:
+    if options.batch is BatchMode.GLOBAL:
+        return (
+            "--batch global: each process loads batch_size // world_size samples, so the "
+            "effective batch and the learning rate stay as they were"
+        )
+    return (
+        "--batch per-gpu: each process keeps the script's batch size, so the effective batch "
+        "is world_size times larger; consider --scale-lr linear or sqrt"
+    )
+
+
+def convert_source(source: bytes, name: str, options: ConvertOptions) -> ConvertResult:
+    """Convert one script's bytes. Raises `InputError` for input that does not parse."""
+    module = parse_source(source, name)
+    anatomy = Anatomy(module)
+    skipped = _why_left_alone(anatomy)
+    if skipped is not None:
+        return ConvertResult(source, source, skipped=skipped)
+    ctx = ConvertContext(anatomy, options)
+    if anatomy.entry is None:
+        ctx.rule = all_rules()[0]
+        ctx.cannot(
+            anatomy.backward_calls[0],
+            "found no statement that starts training (a module-level call or an "
+            '`if __name__ == "__main__":` block): nowhere to set up the process group',
+        )
+        return ConvertResult(source, source, notes=ctx.notes, refused=True)
+    for rule in all_rules():
+        if options.select is not None and rule.code not in options.select:
+            continue
+        ctx.rule = rule
+        rule().convert(ctx)
+    if any(note.kind is Kind.CANNOT and note.code in CRITICAL for note in ctx.notes):
+        return ConvertResult(source, source, notes=ctx.notes, refused=True)
+    new = ctx.plan.apply(anatomy.module)
+    new = AddImportsVisitor(ctx.codemod).transform_module(new)
+    notes = sorted(ctx.notes, key=lambda note: (note.line, note.code))
+    return ConvertResult(source, new.bytes, notes=notes)
+
+
+# Rules whose failure would leave a script that trains every rank on the same data, or
+# without gradient synchronisation: then nothing is written at all.
+CRITICAL = {"DDP003", "DDP004"}
+
+
+def _why_left_alone(anatomy: Anatomy) -> str | None:
+    if not anatomy.is_training_script:
+        return "not a training script (no optimizer and backward pass found)"
+    if anatomy.other_framework is not None:
+        return f"uses {anatomy.other_framework}, which does its own distribution"
+    marker = anatomy.distributed_call
+    if marker is not None:
+        return f"already distributed (line {anatomy.line(marker)}): see `ddpify check`"
+    return None

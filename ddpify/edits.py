@@ -1,0 +1,161 @@
+"""An edit plan keyed by the original tree's nodes, applied in one pass.
+
+Rules never transform the tree themselves: they read the one analysis of the original
+module and record edits against its nodes. One transformer then applies every edit, so
+edits by different rules compose (an inner expression rewritten, its statement guarded).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+
+NodeFn = Callable[[Any], Any]
+
+
+@dataclass
+class EditPlan:
+    replacements: dict[cst.CSTNode, list[NodeFn]] = field(default_factory=lambda: defaultdict(list))
+    # An entry may be a function, called when the statement is reached: its result can
+    # then include what other edits made of the statement's children.
+    before: dict[cst.CSTNode, list[cst.BaseStatement | Callable[[], cst.BaseStatement]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    after: dict[cst.CSTNode, list[cst.BaseStatement]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    guarded: dict[cst.CSTNode, cst.BaseExpression] = field(default_factory=dict)
+    module_tail: list[cst.BaseStatement] = field(default_factory=list)
+    tails: dict[cst.CSTNode, Callable[[list[cst.BaseStatement]], cst.BaseStatement]] = field(
+        default_factory=dict
+    )
+
+    def replace(self, node: cst.CSTNode, fn: NodeFn) -> None:
+        """Replace `node` by `fn(updated_node)`; later calls compose on the result."""
+        self.replacements[node].append(fn)
+
+    def insert_before(
+        self,
+        statement: cst.CSTNode,
+        new: Sequence[cst.BaseStatement | Callable[[], cst.BaseStatement]],
+    ) -> None:
+        self.before[statement].extend(new)
+
+    def insert_after(self, statement: cst.CSTNode, new: Sequence[cst.BaseStatement]) -> None:
+        self.after[statement].extend(new)
+
+    def guard(self, statement: cst.CSTNode, test: cst.BaseExpression) -> None:
+        """Run `statement` only when `test` holds; neighbours with the same guard share one `if`."""
+        self.guarded[statement] = test
+
+    def wrap_rest_of_block(
+        self,
+        statement: cst.CSTNode,
+        fn: Callable[[list[cst.BaseStatement]], cst.BaseStatement],
+    ) -> None:
+        """Replace `statement` and all that follow it in its block by `fn(those statements)`."""
+        self.tails[statement] = fn
+
+    def append_to_module(self, new: Sequence[cst.BaseStatement]) -> None:
+        self.module_tail.extend(new)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.replacements
+            or self.before
+            or self.after
+            or self.guarded
+            or self.module_tail
+            or self.tails
+        )
+
+    def apply(self, module: cst.Module) -> cst.Module:
+        result = module.visit(_Applier(self))
+        assert isinstance(result, cst.Module)
+        return result
+
+
+def guard_statement(statement: cst.BaseStatement, test: cst.BaseExpression) -> cst.If:
+    """`if test:` around `statement`, the comments and blank lines above it kept above the `if`."""
+    leading = list(statement.leading_lines)
+    inner = statement.with_changes(leading_lines=())
+    return cst.If(test=test, body=cst.IndentedBlock(body=[inner]), leading_lines=leading)
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, plan: EditPlan) -> None:
+        super().__init__()
+        self.plan = plan
+        self.made_guards: dict[cst.If, cst.BaseExpression] = {}
+        self.updated: dict[cst.CSTNode, cst.CSTNode] = {}
+
+    def on_leave(self, original_node: Any, updated_node: Any) -> Any:
+        result = updated_node
+        for fn in self.plan.replacements.get(original_node, ()):
+            result = fn(result)
+            if isinstance(result, cst.RemovalSentinel):
+                return result
+        test = self.plan.guarded.get(original_node)
+        if test is not None and isinstance(result, cst.BaseStatement):
+            result = guard_statement(result, test)
+            self.made_guards[result] = test
+        if original_node in self.plan.tails:
+            self.updated[original_node] = result
+        before = [
+            item if isinstance(item, cst.BaseStatement) else item()
+            for item in self.plan.before.get(original_node, [])
+        ]
+        after = self.plan.after.get(original_node, [])
+        if before or after:
+            parts = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
+            if before and parts:
+                # The new statements go between the comments above a statement and the statement.
+                first = parts[0]
+                before = [
+                    before[0].with_changes(leading_lines=first.leading_lines),
+                    *before[1:],
+                ]
+                parts = [first.with_changes(leading_lines=()), *parts[1:]]
+                if original_node in self.updated:
+                    self.updated[original_node] = parts[0]
+            result = cst.FlattenSentinel([*before, *parts, *after])
+        if isinstance(original_node, cst.IndentedBlock | cst.Module):
+            body = self._merge_guards(result.body)
+            for start, fn in self.plan.tails.items():
+                new_start = self.updated.get(start)
+                index = next((i for i, s in enumerate(body) if s is new_start), None)
+                if index is not None:
+                    body = [*body[:index], fn(body[index:])]
+            result = result.with_changes(body=body)
+        if isinstance(original_node, cst.Module) and self.plan.module_tail:
+            result = result.with_changes(body=[*result.body, *self.plan.module_tail])
+        return result
+
+    def _merge_guards(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        merged: list[cst.BaseStatement] = []
+        for statement in body:
+            previous = merged[-1] if merged else None
+            if (
+                isinstance(previous, cst.If)
+                and isinstance(statement, cst.If)
+                and previous in self.made_guards
+                and statement in self.made_guards
+                and previous.test.deep_equals(statement.test)
+                and not statement.leading_lines
+            ):
+                assert isinstance(previous.body, cst.IndentedBlock)
+                assert isinstance(statement.body, cst.IndentedBlock)
+                joined = previous.with_changes(
+                    body=previous.body.with_changes(
+                        body=[*previous.body.body, *statement.body.body]
+                    )
+                )
+                self.made_guards[joined] = self.made_guards[previous]
+                merged[-1] = joined
+            else:
+                merged.append(statement)
+        return merged

@@ -1,0 +1,31 @@
+"""The conversion's options, gathered once by the CLI and passed down unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Launcher(str, Enum):
+    TORCHRUN = "torchrun"
+    SPAWN = "spawn"
+
+
+class BatchMode(str, Enum):
+    PER_GPU = "per-gpu"
+    GLOBAL = "global"
+
+
+class ScaleLR(str, Enum):
+    NONE = "none"
+    LINEAR = "linear"
+    SQRT = "sqrt"
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    launcher: Launcher = Launcher.TORCHRUN
+    batch: BatchMode = BatchMode.PER_GPU
+    scale_lr: ScaleLR = ScaleLR.NONE
+    # Only these rule codes run (all when None): how each rule's examples are tested alone.
+    select: frozenset[str] | None = None

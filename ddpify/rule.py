@@ -1,0 +1,126 @@
+"""What a rule is: one class carrying its code, message, documentation and examples.
+
+A rule registers itself by being defined. Conversion rules record edits against the
+shared analysis of the script (`Anatomy`) and say what they changed or could not change.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import textwrap
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, ClassVar
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from ddpify.edits import EditPlan
+from ddpify.options import ConvertOptions
+
+if TYPE_CHECKING:
+    from ddpify.anatomy import Anatomy
+
+
+class Kind(str, Enum):
+    CHANGED = "changed"
+    CANNOT = "cannot"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Note:
+    """One line of the report: what a rule did, or could not do, at a line of the input."""
+
+    code: str
+    line: int
+    message: str
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class Example:
+    """A before/after pair; `after=None` means the rule must leave `before` unchanged."""
+
+    before: str
+    after: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "before", textwrap.dedent(self.before).lstrip("\n"))
+        if self.after is not None:
+            object.__setattr__(self, "after", textwrap.dedent(self.after).lstrip("\n"))
+
+
+@dataclass
+class ConvertContext:
+    """What a conversion rule reads (the analysis, the options) and writes (edits, notes)."""
+
+    anatomy: Anatomy
+    options: ConvertOptions
+    plan: EditPlan = field(default_factory=EditPlan)
+    notes: list[Note] = field(default_factory=list)
+    codemod: CodemodContext = field(default_factory=CodemodContext)
+    rule: type[Rule] | None = None
+
+    def _note(self, node: cst.CSTNode | None, message: str, kind: Kind) -> None:
+        assert self.rule is not None
+        line = self.anatomy.line(node) if node is not None else 1
+        self.notes.append(Note(self.rule.code, line, message, kind))
+
+    def changed(self, node: cst.CSTNode | None, message: str) -> None:
+        self._note(node, message, Kind.CHANGED)
+
+    def cannot(self, node: cst.CSTNode | None, message: str) -> None:
+        self._note(node, message, Kind.CANNOT)
+
+    def info(self, node: cst.CSTNode | None, message: str) -> None:
+        self._note(node, message, Kind.INFO)
+
+    def add_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
+        AddImportsVisitor.add_needed_import(self.codemod, module, obj, asname)
+
+
+class Rule:
+    """Base of every rule. The docstring holds *What it does* / *Why* in ruff's style."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    message: ClassVar[str]
+    fix_safety: ClassVar[str] = ""
+    examples: ClassVar[tuple[Example, ...]] = ()
+
+    registry: ClassVar[dict[str, type[Rule]]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.code in Rule.registry and Rule.registry[cls.code] is not cls:
+            raise ValueError(f"rule code {cls.code} is defined twice")
+        Rule.registry[cls.code] = cls
+
+    def convert(self, ctx: ConvertContext) -> None:
+        """Record this rule's edits for the script in `ctx`."""
+        raise NotImplementedError
+
+    @classmethod
+    def documentation(cls) -> str:
+        """The rule's page: its docstring, then its examples as *Example* / *Use instead*."""
+        parts = [f"# {cls.code} {cls.name}", "", cls.message, "", textwrap.dedent(cls.__doc__ or "")]
+        for example in cls.examples:
+            if example.after is None:
+                continue
+            parts += ["## Example", "```python", example.before.rstrip(), "```", ""]
+            parts += ["## Use instead", "```python", example.after.rstrip(), "```", ""]
+        if cls.fix_safety:
+            parts += ["## Fix safety", textwrap.dedent(cls.fix_safety).strip(), ""]
+        return "\n".join(parts).strip() + "\n"
+
+
+def all_rules() -> list[type[Rule]]:
+    """Every rule, in code order (the order conversion applies them)."""
+    import ddpify.rules
+
+    for module in pkgutil.iter_modules(ddpify.rules.__path__):
+        importlib.import_module(f"ddpify.rules.{module.name}")
+    return [Rule.registry[code] for code in sorted(Rule.registry)]

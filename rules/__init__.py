@@ -1,0 +1,1 @@
+"""Rules: each module is one rewrite or check, its own spec."""

@@ -1,0 +1,135 @@
+"""DDP003: wrap each trained model in DDP once it is on its device; raw uses go through .module."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.anatomy import DDP_TRANSPARENT, Anatomy, Model, dotted, walk
+from ddpify.emit import statement
+from ddpify.rule import ConvertContext, Example, Rule
+
+WRAP = "{name} = DDP({name}, device_ids=[local_rank] if torch.cuda.is_available() else None)\n"
+
+
+class WrapModel(Rule):
+    """
+    ## What it does
+    Wraps every model an optimizer trains in `DistributedDataParallel` right after the
+    statement that moves it to its device (`device_ids` only on CUDA), replaces
+    `nn.DataParallel`, and sends the uses that need the bare model -- `state_dict()`,
+    `load_state_dict()`, custom methods and attributes such as `model.generate(...)` or
+    `model.config` -- through `.module`.
+
+    ## Why is this bad?
+    Without the wrapper nothing averages the gradients: every process trains its own
+    model. Through the wrapper, `state_dict()` keys gain a `module.` prefix that the
+    single-GPU code cannot load, and custom attributes raise `AttributeError`.
+    """
+
+    code = "DDP003"
+    name = "wrap-model"
+    message = "wrap the model in DistributedDataParallel; raw uses go through `.module`"
+    fix_safety = """
+        Safe for models the optimizer trains. A model built in a way the analysis does not
+        follow is reported, and then nothing is converted.
+    """
+    examples = (
+        Example(
+            """
+            import torch
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            torch.save(model.state_dict(), "model.pt")
+            """,
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = Net().to(device)
+            model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            torch.save(model.module.state_dict(), "model.pt")
+            """,
+        ),
+    )
+
+    def convert(self, ctx: ConvertContext) -> None:
+        anatomy = ctx.anatomy
+        if not anatomy.models:
+            ctx.cannot(anatomy.optimizer_calls[0], "found no model among the optimizer's arguments")
+            return
+        for model in anatomy.models:
+            if model.placement is None or model.placed_name is None:
+                ctx.cannot(model.optimizer_call, "cannot tell where the model is built")
+                continue
+            ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
+            ctx.plan.insert_after(model.placement, [statement(WRAP.format(name=model.placed_name))])
+            ctx.changed(model.placement, f"`{model.placed_name}` wrapped in DDP")
+            for call in model.data_parallel:
+                _drop_data_parallel(ctx, call)
+            for attribute in _raw_uses(anatomy, model):
+                ctx.plan.replace(attribute.value, _through_module)
+                ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
+
+
+def _through_module(value: cst.BaseExpression) -> cst.BaseExpression:
+    return cst.Attribute(value=value, attr=cst.Name("module"))
+
+
+def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
+    anatomy = ctx.anatomy
+    assignment = anatomy.parent(call)
+    line = anatomy.statement_of(call)
+    holder = anatomy.parent(anatomy.parent(line) or line)
+    if isinstance(assignment, cst.Assign) and dotted(assignment.targets[0].target) == dotted(
+        call.args[0].value
+    ):
+        body = anatomy.body_of(line)
+        if len(body) == 1 and isinstance(holder, cst.If) and holder.orelse is None:
+            ctx.plan.replace(holder, lambda _: cst.RemovalSentinel.REMOVE)
+        else:
+            ctx.plan.replace(line, lambda _: cst.RemovalSentinel.REMOVE)
+    else:
+        inner = call.args[0].value
+        ctx.plan.replace(call, lambda _: inner)
+    ctx.changed(call, "nn.DataParallel replaced: DDP runs one process per GPU instead")
+
+
+def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
+    """`model.x` where `x` is not served by the wrapper, at places that run after the wrap."""
+    assert model.placement is not None
+    wrap_scope = anatomy.function_of(model.placement)
+    uses = []
+    for node in walk(anatomy.module):
+        if not isinstance(node, cst.Attribute) or node.attr.value in DDP_TRANSPARENT:
+            continue
+        name = dotted(node.value)
+        if name not in model.names:
+            continue
+        scope = anatomy.function_of(node)
+        if scope is wrap_scope:
+            if not anatomy.precedes(model.placement, node) or anatomy.inside(node, model.placement):
+                continue
+        elif scope is None or _builds(anatomy, scope, name):
+            continue
+        uses.append(node)
+    return uses
+
+
+def _builds(anatomy: Anatomy, scope: cst.FunctionDef, name: str) -> bool:
+    """Whether `scope` assigns `name` itself: the model it holds there is not wrapped yet."""
+    return any(
+        isinstance(node, cst.Assign)
+        and any(dotted(target.target) == name for target in node.targets)
+        and anatomy.function_of(node) is scope
+        for node in walk(scope)
+    )
