@@ -63,6 +63,7 @@ class ConvertContext:
     notes: list[Note] = field(default_factory=list)
     codemod: CodemodContext = field(default_factory=CodemodContext)
     rule: type[Rule] | None = None
+    _imports: set[tuple[str, str | None, str | None]] = field(default_factory=set)
 
     def _note(self, node: cst.CSTNode | None, message: str, kind: Kind) -> None:
         assert self.rule is not None
@@ -79,7 +80,10 @@ class ConvertContext:
         self._note(node, message, Kind.INFO)
 
     def add_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
-        AddImportsVisitor.add_needed_import(self.codemod, module, obj, asname)
+        # Scheduled once: LibCST repeats an aliased name that is asked for twice.
+        if (module, obj, asname) not in self._imports:
+            self._imports.add((module, obj, asname))
+            AddImportsVisitor.add_needed_import(self.codemod, module, obj, asname)
 
 
 class Rule:
