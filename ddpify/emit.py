@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import libcst as cst
+
+ItemT = TypeVar("ItemT", cst.Arg, cst.ImportAlias)
 
 # Expressions the emitted code shares, so every rule writes them the same way.
 RANK_ZERO = "dist.get_rank() == 0"
@@ -30,25 +34,28 @@ def expression(code: str) -> cst.BaseExpression:
 
 def with_keyword(call: cst.Call, keyword: str, value: cst.BaseExpression) -> cst.Call:
     """`call` with `keyword=value` appended, following the call's own comma style."""
-    args = list(call.args)
-    new = cst.Arg(value=value, keyword=cst.Name(keyword), equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-    ))
-    if not args:
-        return call.with_changes(args=[new])
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):
-        # A trailing comma (often one argument per line): the new one goes last, same layout.
-        args.append(new.with_changes(comma=last.comma))
-        args[-2] = last.with_changes(comma=_comma_like(args[-3] if len(args) > 2 else None, last))
-    else:
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(new)
-    return call.with_changes(args=args)
+    new = cst.Arg(
+        value=value,
+        keyword=cst.Name(keyword),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+    return call.with_changes(args=appended(list(call.args), [new]))
 
 
-def _comma_like(previous: cst.Arg | None, last: cst.Arg) -> cst.Comma:
-    if previous is not None and isinstance(previous.comma, cst.Comma):
-        return previous.comma
-    assert isinstance(last.comma, cst.Comma)
-    return last.comma
+def appended(items: list[ItemT], new: list[ItemT]) -> list[ItemT]:
+    """`items + new` for a comma-separated list, keeping its layout: with a trailing comma
+    (one item per line, say), the new items take the same comma as the last old one."""
+    if not items or not new:
+        return [*items, *new]
+    last = items[-1]
+    if not isinstance(last.comma, cst.Comma):
+        return [*items, *new]
+    between = items[-2].comma if len(items) > 1 else last.comma
+    assert isinstance(between, cst.Comma)
+    ending = last.comma
+    new = [item.with_changes(comma=between) for item in new[:-1]] + [
+        new[-1].with_changes(comma=ending)
+    ]
+    return [*items[:-1], last.with_changes(comma=between), *new]

@@ -1,0 +1,91 @@
+"""Whole scripts: each input converts to its reviewed golden output, and only once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from ddpify.convert import convert_source
+from ddpify.options import BatchMode, ConvertOptions, ScaleLR
+
+INPUTS = sorted([*FIXTURES.glob("scripts/*.py"), *FIXTURES.glob("seeds/*.py")])
+NO_OPS = {"already_ddp.py", "not_training_utils.py"}
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name)
+def test_converts_to_golden_output(path: Path) -> None:
+    result = convert_source(path.read_bytes(), path.name, ConvertOptions())
+    expected = (FIXTURES / "expected" / path.name).read_bytes()
+    assert result.output == expected
+    assert not result.problems and not result.refused
+    assert result.changed == (path.name not in NO_OPS)
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name)
+def test_converting_the_output_again_changes_nothing(path: Path) -> None:
+    converted = (FIXTURES / "expected" / path.name).read_bytes()
+    result = convert_source(converted, path.name, ConvertOptions())
+    assert result.output == converted
+    assert result.skipped is not None
+
+
+def test_already_distributed_is_left_alone_and_says_why() -> None:
+    path = FIXTURES / "scripts" / "already_ddp.py"
+    result = convert_source(path.read_bytes(), path.name, ConvertOptions())
+    assert result.skipped is not None and result.skipped.startswith("already distributed")
+
+
+def test_a_module_that_does_not_train_is_left_alone() -> None:
+    path = FIXTURES / "scripts" / "not_training_utils.py"
+    result = convert_source(path.read_bytes(), path.name, ConvertOptions())
+    assert result.skipped is not None and "not a training script" in result.skipped
+
+
+def test_crlf_two_space_indent_and_encoding_cookie_are_kept() -> None:
+    source = (FIXTURES / "seeds" / "seed000_single_gpu.py").read_text()
+    source = "# -*- coding: latin-1 -*-\n# caf\xe9\n" + source.replace("    ", "  ")
+    data = source.replace("\n", "\r\n").encode("latin-1")
+    output = convert_source(data, "x.py", ConvertOptions()).output
+    assert b"\n" not in output.replace(b"\r\n", b"")
+    assert output.startswith(b"# -*- coding: latin-1 -*-\r\n# caf\xe9\r\n")
+    text = output.decode("latin-1")
+    assert "\r\n  dist.init_process_group(" in text  # the script's own two-space indent
+    assert "\r\n  loader.sampler.set_epoch(epoch)\r\n" in text
+
+
+def test_global_batch_and_linear_lr_scaling() -> None:
+    path = FIXTURES / "seeds" / "seed000_single_gpu.py"
+    options = ConvertOptions(batch=BatchMode.GLOBAL, scale_lr=ScaleLR.LINEAR)
+    text = convert_source(path.read_bytes(), path.name, options).output.decode()
+    assert "batch_size=64 // dist.get_world_size()" in text
+    assert "lr=1e-3 * dist.get_world_size()" in text
+
+
+def test_a_training_loop_without_a_dataloader_is_refused() -> None:
+    source = b"""\
+import torch
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 2)
+for epoch in range(3):
+    for i in range(0, 64, 8):
+        loss = model(x[i : i + 8]).sum()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "manual.py", ConvertOptions())
+    assert result.refused and result.output == source
+    assert [(note.code, note.line) for note in result.problems] == [("DDP004", 9)]
+
+
+def test_a_collective_inside_a_print_is_not_guarded() -> None:
+    source = (FIXTURES / "seeds" / "seed000_single_gpu.py").read_text().replace(
+        'print(f"Epoch {epoch}: loss={total_loss/len(loader):.4f}")',
+        "print(model(batch_x).sum())",
+    )
+    result = convert_source(source.encode(), "x.py", ConvertOptions())
+    assert "    print(model(batch_x).sum())\n" in result.output.decode()
+    assert [note.code for note in result.problems] == ["DDP005"]
