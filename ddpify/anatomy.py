@@ -22,7 +22,7 @@ from libcst.metadata import (
     QualifiedNameProvider,
     ScopeProvider,
 )
-from libcst.metadata.base_provider import LazyValue
+from libcst.metadata.base_provider import LazyValue  # type: ignore[attr-defined]
 
 DATALOADER = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 DISTRIBUTED_MARKERS = (
@@ -253,15 +253,19 @@ class Anatomy:
         sites = []
         for call in self.calls:
             func = call.func
-            if owner is None and isinstance(func, cst.Name) and func.value == name:
-                sites.append(call)
-            elif owner is not None and isinstance(func, cst.Attribute) and func.attr.value == name:
-                sites.append(call)
-            elif (
-                owner is not None
-                and name == "__init__"
-                and isinstance(func, cst.Name)
-                and func.value == owner.name.value
+            if (
+                (owner is None and isinstance(func, cst.Name) and func.value == name)
+                or (
+                    owner is not None
+                    and isinstance(func, cst.Attribute)
+                    and func.attr.value == name
+                )
+                or (
+                    owner is not None
+                    and name == "__init__"
+                    and isinstance(func, cst.Name)
+                    and func.value == owner.name.value
+                )
             ):
                 sites.append(call)
         return [site for site in sites if not self.inside(site, function)]
@@ -370,9 +374,12 @@ class Anatomy:
     def returned_values(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
         values: list[cst.BaseExpression] = []
         for node in walk(function):
-            if isinstance(node, cst.Return) and node.value is not None:
-                if self.function_of(node) is function:
-                    values.append(node.value)
+            if (
+                isinstance(node, cst.Return)
+                and node.value is not None
+                and self.function_of(node) is function
+            ):
+                values.append(node.value)
         return values
 
     # ----- the parts of a training script ----------------------------------------------
@@ -399,9 +406,7 @@ class Anatomy:
         seen: set[cst.CSTNode] = set()
         for backward in self.backward_calls:
             chain = self.loops_around(backward)
-            batch_index = next(
-                (i for i, (node, kind) in enumerate(chain) if kind == "loop"), None
-            )
+            batch_index = next((i for i, (node, kind) in enumerate(chain) if kind == "loop"), None)
             if batch_index is None:
                 continue
             batch_loop = chain[batch_index][0]
@@ -575,11 +580,11 @@ class Anatomy:
         if trains_at_module_level or (not loops and not self.functions):
             last_import = None
             for statement in self.module.body:
-                if m.matches(
-                    statement, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])
-                ):
+                if m.matches(statement, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
                     last_import = statement
-                elif not m.matches(statement, m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
+                elif not m.matches(
+                    statement, m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])
+                ):
                     break
             if last_import is None:
                 return Entry(setup_before=self.module.body[0], setup_after=None)
@@ -588,17 +593,17 @@ class Anatomy:
         if self.main_guard is not None and isinstance(self.main_guard.body, cst.IndentedBlock):
             block = self.main_guard.body.body
         local = set(self.functions) | set(self.classes)
-        for index, statement in enumerate(block):
-            if isinstance(statement, cst.FunctionDef | cst.ClassDef | cst.If):
+        for index, candidate in enumerate(block):
+            if isinstance(candidate, cst.FunctionDef | cst.ClassDef | cst.If):
                 continue
-            for node in walk(statement):
+            for node in walk(candidate):
                 if (
                     isinstance(node, cst.Call)
                     and isinstance(node.func, cst.Name)
                     and node.func.value in local
                 ):
                     return Entry(
-                        setup_before=statement,
+                        setup_before=candidate,
                         setup_after=None,
                         body=block[index:],
                         at_module_level=block is self.module.body,
@@ -699,7 +704,9 @@ def _values_for(
             if dotted(element.value) == name:
                 if isinstance(value, cst.Tuple | cst.List) and index < len(value.elements):
                     return [value.elements[index].value]
-                return [cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])]
+                return [
+                    cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])
+                ]
     return []
 
 

@@ -37,7 +37,9 @@ def convert(
         str | None,
         typer.Option("-o", "--output", help="Write the converted script here; - for stdout."),
     ] = None,
-    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff, write nothing.")] = False,
+    diff: Annotated[
+        bool, typer.Option("--diff", help="Print a unified diff, write nothing.")
+    ] = False,
     in_place: Annotated[bool, typer.Option("--in-place", help="Rewrite SRC itself.")] = False,
     check: Annotated[
         bool, typer.Option("--check", help="Write nothing; exit 1 if the script would change.")

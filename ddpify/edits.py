@@ -79,7 +79,9 @@ class EditPlan:
         return result
 
 
-def guard_statement(statement: cst.BaseStatement, test: cst.BaseExpression) -> cst.If:
+def guard_statement(
+    statement: cst.SimpleStatementLine | cst.BaseCompoundStatement, test: cst.BaseExpression
+) -> cst.If:
     """`if test:` around `statement`, the comments and blank lines above it kept above the `if`."""
     leading = list(statement.leading_lines)
     inner = statement.with_changes(leading_lines=())
@@ -100,7 +102,9 @@ class _Applier(cst.CSTTransformer):
             if isinstance(result, cst.RemovalSentinel):
                 return result
         test = self.plan.guarded.get(original_node)
-        if test is not None and isinstance(result, cst.BaseStatement):
+        if test is not None and isinstance(
+            result, cst.SimpleStatementLine | cst.BaseCompoundStatement
+        ):
             result = guard_statement(result, test)
             self.made_guards[result] = test
         if original_node in self.plan.tails:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import libcst as cst
 
-ItemT = TypeVar("ItemT", cst.Arg, cst.ImportAlias)
+ItemT = TypeVar("ItemT", bound=cst.Arg | cst.ImportAlias)
 
 # Expressions the emitted code shares, so every rule writes them the same way.
 RANK_ZERO = "dist.get_rank() == 0"
@@ -55,7 +55,6 @@ def appended(items: list[ItemT], new: list[ItemT]) -> list[ItemT]:
     between = items[-2].comma if len(items) > 1 else last.comma
     assert isinstance(between, cst.Comma)
     ending = last.comma
-    new = [item.with_changes(comma=between) for item in new[:-1]] + [
-        new[-1].with_changes(comma=ending)
-    ]
-    return [*items[:-1], last.with_changes(comma=between), *new]
+    restyled = [cast(ItemT, item.with_changes(comma=between)) for item in new[:-1]]
+    restyled.append(cast(ItemT, new[-1].with_changes(comma=ending)))
+    return [*items[:-1], cast(ItemT, last.with_changes(comma=between)), *restyled]

@@ -110,7 +110,13 @@ class Rule:
     @classmethod
     def documentation(cls) -> str:
         """The rule's page: its docstring, then its examples as *Example* / *Use instead*."""
-        parts = [f"# {cls.code} {cls.name}", "", cls.message, "", textwrap.dedent(cls.__doc__ or "")]
+        parts = [
+            f"# {cls.code} {cls.name}",
+            "",
+            cls.message,
+            "",
+            textwrap.dedent(cls.__doc__ or ""),
+        ]
         for example in cls.examples:
             if example.after is None:
                 continue
@@ -123,8 +129,7 @@ class Rule:
 
 def all_rules() -> list[type[Rule]]:
     """Every rule, in code order (the order conversion applies them)."""
-    import ddpify.rules
-
-    for module in pkgutil.iter_modules(ddpify.rules.__path__):
+    package = importlib.import_module("ddpify.rules")
+    for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"ddpify.rules.{module.name}")
     return [Rule.registry[code] for code in sorted(Rule.registry)]

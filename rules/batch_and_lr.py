@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import libcst as cst
 
 from ddpify.anatomy import call_arg
@@ -57,16 +59,22 @@ class BatchAndLearningRate(Rule):
                 ctx.changed(size, "batch size divided by the world size (--batch global)")
         if options.scale_lr is not ScaleLR.NONE:
             factor = WORLD_SIZE if options.scale_lr is ScaleLR.LINEAR else f"{WORLD_SIZE} ** 0.5"
-            for optimizer in {id(model.optimizer_call): model.optimizer_call for model in anatomy.models}.values():
+            for optimizer in {
+                id(model.optimizer_call): model.optimizer_call for model in anatomy.models
+            }.values():
                 lr = call_arg(optimizer, 1, "lr")
                 if lr is None:
                     ctx.cannot(optimizer, "no lr= to scale: the optimizer's default stays")
                     continue
-                ctx.plan.replace(lr.value, lambda v, f=factor: _scaled(v, f"* {f}"))
-                ctx.changed(lr, f"learning rate scaled by {factor} (--scale-lr {options.scale_lr.value})")
+                ctx.plan.replace(lr.value, partial(_scaled, operation=f"* {factor}"))
+                ctx.changed(
+                    lr, f"learning rate scaled by {factor} (--scale-lr {options.scale_lr.value})"
+                )
 
 
 def _scaled(value: cst.BaseExpression, operation: str) -> cst.BaseExpression:
     code = cst.Module([]).code_for_node(value)
-    simple = isinstance(value, cst.Name | cst.Attribute | cst.Integer | cst.Float | cst.Call | cst.Subscript)
+    simple = isinstance(
+        value, cst.Name | cst.Attribute | cst.Integer | cst.Float | cst.Call | cst.Subscript
+    )
     return expression(f"{code if simple else f'({code})'} {operation}")

@@ -34,7 +34,7 @@ class CheckpointLoad(Rule):
 
             def main():
                 model = Net().to(device)
-                model.load_state_dict(torch.load("model.pt"))
+                state = torch.load("model.pt")
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                 for x, y in loader:
                     loss = model(x).sum()
@@ -48,7 +48,7 @@ class CheckpointLoad(Rule):
 
             def main():
                 model = Net().to(device)
-                model.load_state_dict(torch.load("model.pt", map_location=device, weights_only=True))
+                state = torch.load("model.pt", map_location=device, weights_only=True)
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                 for x, y in loader:
                     loss = model(x).sum()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -90,43 +92,45 @@ class Device(Rule):
                 if dotted(func.value) == "torch":
                     continue
                 target = device_for(call)
-                ctx.plan.replace(call, lambda c, t=target: _cuda_to_to(c, t))
+                ctx.plan.replace(call, partial(_cuda_to_to, device=target))
                 ctx.changed(call, "`.cuda()` moves to the process's device")
             elif anatomy.is_call_to(call, {"torch.device"}) and call.args:
                 first = call.args[0].value
                 if is_cuda_literal(first):
                     target = device_for(call)
-                    ctx.plan.replace(call, lambda _, t=target: t)
-                    ctx.changed(call, "`torch.device(\"cuda...\")` is the process's device")
+                    ctx.plan.replace(call, partial(_constant, target))
+                    ctx.changed(call, '`torch.device("cuda...")` is the process\'s device')
             elif m.matches(func, m.Attribute(attr=m.Name("to"))) or _is_torch_load(anatomy, call):
                 for arg in call.args:
                     wanted = arg.keyword is None or arg.keyword.value in {"device", "map_location"}
                     if wanted and is_cuda_literal(arg.value):
                         target = device_for(call)
-                        ctx.plan.replace(arg.value, lambda _, t=target: t)
+                        ctx.plan.replace(arg.value, partial(_constant, target))
                         ctx.changed(arg, "hard-coded CUDA device is the process's device")
         for node in _assignments(anatomy):
-            target = dotted(node.targets[0].target) or ""
-            if not any(word in target.lower() for word in DEVICE_NAMES):
+            name = dotted(node.targets[0].target) or ""
+            if not any(word in name.lower() for word in DEVICE_NAMES):
                 continue
             value = node.value
             if isinstance(value, cst.Integer) or is_cuda_literal(value):
                 ctx.plan.replace(value, lambda _: expression(FALLBACK_DEVICE))
                 ctx.add_import("torch")
-                ctx.changed(node, f"`{target}` is the process's device, not a fixed GPU")
+                ctx.changed(node, f"`{name}` is the process's device, not a fixed GPU")
             elif isinstance(value, cst.IfExp) and is_cuda_literal(value.body):
                 body = value.body
                 assert isinstance(body, cst.SimpleString)
                 if ":" in body.value:  # "cuda:1" if ... else "cpu": the index goes
                     quote = body.value[-1]
-                    ctx.plan.replace(body, lambda b, q=quote: b.with_changes(value=f"{q}cuda{q}"))
-                    ctx.changed(node, f"`{target}` drops its fixed GPU index")
+                    plain = cst.SimpleString(f"{quote}cuda{quote}")
+                    ctx.plan.replace(body, partial(_constant, plain))
+                    ctx.changed(node, f"`{name}` drops its fixed GPU index")
 
 
 def _assigns_device(anatomy: Anatomy, node: cst.CSTNode) -> bool:
     statement = anatomy.statement_of(node)
     return m.matches(
-        statement, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name("device"))])])
+        statement,
+        m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name("device"))])]),
     )
 
 
@@ -142,13 +146,15 @@ def _assignments(anatomy: Anatomy) -> list[cst.Assign]:
     ]
 
 
+def _constant(value: cst.BaseExpression, _: cst.CSTNode) -> cst.BaseExpression:
+    return value
+
+
 def _cuda_to_to(call: cst.Call, device: cst.BaseExpression) -> cst.Call:
     assert isinstance(call.func, cst.Attribute)
     keywords = [arg for arg in call.args if arg.keyword is not None]
     args = [cst.Arg(device), *keywords]
     if len(args) > 1:
-        args[0] = args[0].with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        )
+        args[0] = args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=args)

@@ -105,7 +105,9 @@ class ProcessGroup(Rule):
         ctx.add_import("torch.distributed", asname="dist")
         if entry.setup_after is not None:
             anchor: cst.CSTNode = entry.setup_after
-            ctx.plan.insert_after(anchor, [new[0].with_changes(leading_lines=[cst.EmptyLine()]), *new[1:]])
+            ctx.plan.insert_after(
+                anchor, [new[0].with_changes(leading_lines=[cst.EmptyLine()]), *new[1:]]
+            )
         else:
             assert entry.setup_before is not None
             anchor = entry.setup_before
@@ -132,6 +134,7 @@ class ProcessGroup(Rule):
 
 def _try_finally(body: list[cst.BaseStatement], cleanup: cst.BaseStatement) -> cst.Try:
     first = body[0]
+    assert isinstance(first, cst.SimpleStatementLine | cst.BaseCompoundStatement)
     return cst.Try(
         body=cst.IndentedBlock([first.with_changes(leading_lines=()), *body[1:]]),
         finalbody=cst.Finally(cst.IndentedBlock([cleanup])),

@@ -37,7 +37,7 @@ class DistributedSamplerRule(Rule):
             import torch
             from torch.utils.data import DataLoader
 
-            loader = DataLoader(dataset, batch_size=64, shuffle=True)
+            loader = DataLoader(dataset, shuffle=True)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             for epoch in range(10):
                 for x, y in loader:
@@ -49,7 +49,7 @@ class DistributedSamplerRule(Rule):
             import torch
             from torch.utils.data import DataLoader, DistributedSampler
 
-            loader = DataLoader(dataset, batch_size=64, sampler=DistributedSampler(dataset, shuffle=True))
+            loader = DataLoader(dataset, sampler=DistributedSampler(dataset, shuffle=True))
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             for epoch in range(10):
                 loader.sampler.set_epoch(epoch)
@@ -150,10 +150,11 @@ class DistributedSamplerRule(Rule):
         ctx.changed(call, "training DataLoader sharded with DistributedSampler")
 
 
-
 def _free_name(ctx: ConvertContext, candidates: tuple[str, ...]) -> str:
     taken = ctx.anatomy.names_used
     for name in candidates:
         if name not in taken:
             return name
-    return next(f"{candidates[0]}_{n}" for n in range(2, 100) if f"{candidates[0]}_{n}" not in taken)
+    return next(
+        f"{candidates[0]}_{n}" for n in range(2, 100) if f"{candidates[0]}_{n}" not in taken
+    )

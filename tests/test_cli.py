@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, ddpify, run
 
 SEED = FIXTURES / "seeds" / "seed000_single_gpu.py"
@@ -23,7 +22,9 @@ def script(tmp_path: Path) -> Path:
 def test_convert_writes_output_and_reports(script: Path, tmp_path: Path) -> None:
     result = ddpify(str(script), "-o", "train_ddp.py", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "train_ddp.py").read_bytes() == (FIXTURES / "expected" / SEED.name).read_bytes()
+    assert (tmp_path / "train_ddp.py").read_bytes() == (
+        FIXTURES / "expected" / SEED.name
+    ).read_bytes()
     assert script.read_bytes() == SEED.read_bytes()
     report = result.stderr.decode()
     assert f"{script}:16: DDP004 training DataLoader sharded with DistributedSampler" in report

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, run
 
 torch = pytest.importorskip("torch")
@@ -68,8 +67,7 @@ def test_the_two_ranks_train_on_disjoint_halves(tmp_path: Path) -> None:
     """The sampler really shards: each rank reports the indices it saw; no overlap."""
     source = (EXPECTED / "module_level.py").read_text()
     probe = (
-        "\nimport json\n"
-        "json.dump(list(loader.sampler), open(f'seen{dist.get_rank()}.json', 'w'))\n"
+        "\nimport json\njson.dump(list(loader.sampler), open(f'seen{dist.get_rank()}.json', 'w'))\n"
     )
     marker = "del model"
     (tmp_path / "probe.py").write_text(source.replace(marker, probe + marker, 1))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
+
 from ddpify.convert import convert_source
 from ddpify.options import BatchMode, ConvertOptions, ScaleLR
 
@@ -82,9 +82,13 @@ for epoch in range(3):
 
 
 def test_a_collective_inside_a_print_is_not_guarded() -> None:
-    source = (FIXTURES / "seeds" / "seed000_single_gpu.py").read_text().replace(
-        'print(f"Epoch {epoch}: loss={total_loss/len(loader):.4f}")',
-        "print(model(batch_x).sum())",
+    source = (
+        (FIXTURES / "seeds" / "seed000_single_gpu.py")
+        .read_text()
+        .replace(
+            'print(f"Epoch {epoch}: loss={total_loss/len(loader):.4f}")',
+            "print(model(batch_x).sum())",
+        )
     )
     result = convert_source(source.encode(), "x.py", ConvertOptions())
     assert "    print(model(batch_x).sum())\n" in result.output.decode()

@@ -42,7 +42,7 @@ def test_codes_and_names_are_unique() -> None:
 def test_a_second_rule_with_a_taken_code_is_refused() -> None:
     with pytest.raises(ValueError, match="defined twice"):
 
-        class Clash(Rule):  # noqa: F841
+        class Clash(Rule):
             code = all_rules()[0].code
             name = "clash"
             message = "clash"
