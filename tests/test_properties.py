@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import ast
 
+from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES
 from ddpify.convert import convert_source
 from ddpify.options import ConvertOptions
 
