@@ -204,6 +204,14 @@ class Anatomy:
         """Every identifier in the file, for picking a new name that cannot clash."""
         return {node.value for node in walk(self.module) if isinstance(node, cst.Name)}
 
+    def free_name(self, candidates: Sequence[str]) -> str:
+        """The first candidate the file never uses, else the last one numbered."""
+        for name in candidates:
+            if name not in self.names_used:
+                return name
+        numbered = (f"{candidates[-1]}_{n}" for n in range(2, 1000))
+        return next(name for name in numbered if name not in self.names_used)
+
     @cached_property
     def uses_torch(self) -> bool:
         return any(name == "torch" or name.startswith("torch.") for name in self.imports)
@@ -569,15 +577,19 @@ class Anatomy:
         return None
 
     @cached_property
-    def entry(self) -> Entry | None:
-        """Where to set up the process group: before the statement that starts training."""
+    def trains_at_module_level(self) -> bool:
+        """A tutorial-style script: the training loop is module-level code."""
         loops = self.train_loops
-        trains_at_module_level = any(
+        return any(
             self.function_of(loop.batch_loop) is None
             or (loop.epoch_loop is not None and self.function_of(loop.epoch_loop) is None)
             for loop in loops
-        )
-        if trains_at_module_level or (not loops and not self.functions):
+        ) or (not loops and not self.functions)
+
+    @cached_property
+    def entry(self) -> Entry | None:
+        """Where to set up the process group: before the statement that starts training."""
+        if self.trains_at_module_level:
             last_import = None
             for statement in self.module.body:
                 if m.matches(statement, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):

@@ -71,8 +71,6 @@ def convert(
     if version:
         typer.echo(f"ddpify {__version__}")
         raise typer.Exit(0)
-    if launcher is Launcher.SPAWN:
-        raise _fail("--launcher spawn is not implemented yet; use torchrun (the default)")
     if sum((diff, in_place, check, output is not None)) > 1:
         raise _fail("choose one of -o, --diff, --in-place and --check")
     if in_place and src == "-":

@@ -89,9 +89,9 @@ def convert_source(source: bytes, name: str, options: ConvertOptions) -> Convert
     return ConvertResult(source, new.bytes, notes=notes)
 
 
-# Rules whose failure would leave a script that trains every rank on the same data, or
-# without gradient synchronisation: then nothing is written at all.
-CRITICAL = {"DDP003", "DDP004"}
+# Rules whose failure would leave a script that trains every rank on the same data, runs
+# without gradient synchronisation, or cannot start: then nothing is written at all.
+CRITICAL = {"DDP003", "DDP004", "DDP008"}
 
 
 def _why_left_alone(anatomy: Anatomy) -> str | None:

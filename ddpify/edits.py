@@ -29,8 +29,12 @@ class EditPlan:
         default_factory=lambda: defaultdict(list)
     )
     guarded: dict[cst.CSTNode, cst.BaseExpression] = field(default_factory=dict)
-    module_tail: list[cst.BaseStatement] = field(default_factory=list)
-    tails: dict[cst.CSTNode, Callable[[list[cst.BaseStatement]], cst.BaseStatement]] = field(
+    module_tail: list[cst.BaseStatement | Callable[[], cst.BaseStatement]] = field(
+        default_factory=list
+    )
+    moves: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    above_comments: set[cst.CSTNode] = field(default_factory=set)
+    tails: dict[cst.CSTNode, Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]]] = field(
         default_factory=dict
     )
 
@@ -42,7 +46,13 @@ class EditPlan:
         self,
         statement: cst.CSTNode,
         new: Sequence[cst.BaseStatement | Callable[[], cst.BaseStatement]],
+        *,
+        above_comments: bool = False,
     ) -> None:
+        """Insert `new` before `statement`: below the comments and blank lines above it, or
+        with `above_comments`, above them (new definitions that bring their own spacing)."""
+        if above_comments:
+            self.above_comments.add(statement)
         self.before[statement].extend(new)
 
     def insert_after(self, statement: cst.CSTNode, new: Sequence[cst.BaseStatement]) -> None:
@@ -52,15 +62,22 @@ class EditPlan:
         """Run `statement` only when `test` holds; neighbours with the same guard share one `if`."""
         self.guarded[statement] = test
 
+    def move(self, statement: cst.CSTNode, into: list[cst.BaseStatement]) -> None:
+        """Take `statement` out of its block, fully edited, and append it to `into` (which
+        another edit, built later in the same pass, places elsewhere)."""
+        self.moves[statement] = into
+
     def wrap_rest_of_block(
         self,
         statement: cst.CSTNode,
-        fn: Callable[[list[cst.BaseStatement]], cst.BaseStatement],
+        fn: Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]],
     ) -> None:
         """Replace `statement` and all that follow it in its block by `fn(those statements)`."""
         self.tails[statement] = fn
 
-    def append_to_module(self, new: Sequence[cst.BaseStatement]) -> None:
+    def append_to_module(
+        self, new: Sequence[cst.BaseStatement | Callable[[], cst.BaseStatement]]
+    ) -> None:
         self.module_tail.extend(new)
 
     def __bool__(self) -> bool:
@@ -71,6 +88,7 @@ class EditPlan:
             or self.guarded
             or self.module_tail
             or self.tails
+            or self.moves
         )
 
     def apply(self, module: cst.Module) -> cst.Module:
@@ -116,7 +134,7 @@ class _Applier(cst.CSTTransformer):
         after = self.plan.after.get(original_node, [])
         if before or after:
             parts = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
-            if before and parts:
+            if before and parts and original_node not in self.plan.above_comments:
                 # The new statements go between the comments above a statement and the statement.
                 first = parts[0]
                 before = [
@@ -127,16 +145,27 @@ class _Applier(cst.CSTTransformer):
                 if original_node in self.updated:
                     self.updated[original_node] = parts[0]
             result = cst.FlattenSentinel([*before, *parts, *after])
+        if original_node in self.plan.moves:
+            moved = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
+            self.plan.moves[original_node].extend(moved)
+            return cst.RemovalSentinel.REMOVE
         if isinstance(original_node, cst.IndentedBlock | cst.Module):
             body = self._merge_guards(result.body)
             for start, fn in self.plan.tails.items():
                 new_start = self.updated.get(start)
                 index = next((i for i, s in enumerate(body) if s is new_start), None)
                 if index is not None:
-                    body = [*body[:index], fn(body[index:])]
+                    body = [*body[:index], *fn(body[index:])]
             result = result.with_changes(body=body)
+        if isinstance(original_node, cst.Module):
+            for moved in {id(into): into for into in self.plan.moves.values()}.values():
+                moved[:] = self._merge_guards(moved)
         if isinstance(original_node, cst.Module) and self.plan.module_tail:
-            result = result.with_changes(body=[*result.body, *self.plan.module_tail])
+            tail = [
+                item if isinstance(item, cst.BaseStatement) else item()
+                for item in self.plan.module_tail
+            ]
+            result = result.with_changes(body=[*result.body, *tail])
         return result
 
     def _merge_guards(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:

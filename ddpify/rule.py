@@ -14,11 +14,13 @@ from enum import Enum
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from ddpify.edits import EditPlan
-from ddpify.options import ConvertOptions
+from ddpify.emit import FALLBACK_DEVICE
+from ddpify.options import ConvertOptions, Launcher
 
 if TYPE_CHECKING:
     from ddpify.anatomy import Anatomy
@@ -46,6 +48,8 @@ class Example:
 
     before: str
     after: str | None = None
+    # The options the example is converted with; its rule alone is selected.
+    options: ConvertOptions = field(default_factory=ConvertOptions)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "before", textwrap.dedent(self.before).lstrip("\n"))
@@ -78,6 +82,34 @@ class ConvertContext:
 
     def info(self, node: cst.CSTNode | None, message: str) -> None:
         self._note(node, message, Kind.INFO)
+
+    def device(self, node: cst.CSTNode) -> cst.BaseExpression:
+        """The process's device as seen from `node`: the `device` the setup defines where that
+        is visible, else an expression that works anywhere once `set_device` has run."""
+        assignment = m.SimpleStatementLine(
+            body=[m.Assign(targets=[m.AssignTarget(m.Name("device"))])]
+        )
+        visible = (
+            self.in_setup_scope(node)
+            and self.anatomy.after_setup(node)
+            and not m.matches(self.anatomy.statement_of(node), assignment)
+        )
+        if visible:
+            return cst.Name("device")
+        self.add_import("torch")
+        return cst.parse_expression(FALLBACK_DEVICE)
+
+    def in_setup_scope(self, node: cst.CSTNode) -> bool:
+        """Whether the names the setup defines (`local_rank`, `device`) are visible at `node`:
+        torchrun's setup defines globals; a spawned worker's are its own locals, seen only
+        by the module-level code that moved into it."""
+        if self.options.launcher is Launcher.TORCHRUN:
+            return True
+        return self.anatomy.trains_at_module_level and self.anatomy.function_of(node) is None
+
+    def local_rank(self, node: cst.CSTNode) -> str:
+        """The local rank as code at `node` can spell it."""
+        return "local_rank" if self.in_setup_scope(node) else "torch.cuda.current_device()"
 
     def add_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
         # Scheduled once: LibCST repeats an aliased name that is asked for twice.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddpify.anatomy import call_arg
-from ddpify.emit import FALLBACK_DEVICE, expression, with_keyword
+from ddpify.emit import expression, with_keyword
 from ddpify.rule import ConvertContext, Example, Rule
 
 
@@ -65,8 +65,7 @@ class CheckpointLoad(Rule):
         for call in anatomy.torch_load_calls:
             added = []
             if call_arg(call, 1, "map_location") is None:
-                device = "device" if anatomy.after_setup(call) else FALLBACK_DEVICE
-                added.append(("map_location", expression(device)))
+                added.append(("map_location", ctx.device(call)))
             if call_arg(call, None, "weights_only") is None:
                 added.append(("weights_only", expression("True")))
             if not added:

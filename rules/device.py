@@ -77,12 +77,6 @@ class Device(Rule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
 
-        def device_for(node: cst.CSTNode) -> cst.BaseExpression:
-            if anatomy.after_setup(node) and not _assigns_device(anatomy, node):
-                return cst.Name("device")
-            ctx.add_import("torch")
-            return expression(FALLBACK_DEVICE)
-
         for call in anatomy.calls:
             func = call.func
             if m.matches(func, m.Attribute(attr=m.Name("cuda"))) and not any(
@@ -91,20 +85,20 @@ class Device(Rule):
                 assert isinstance(func, cst.Attribute)
                 if dotted(func.value) == "torch":
                     continue
-                target = device_for(call)
+                target = ctx.device(call)
                 ctx.plan.replace(call, partial(_cuda_to_to, device=target))
                 ctx.changed(call, "`.cuda()` moves to the process's device")
             elif anatomy.is_call_to(call, {"torch.device"}) and call.args:
                 first = call.args[0].value
                 if is_cuda_literal(first):
-                    target = device_for(call)
+                    target = ctx.device(call)
                     ctx.plan.replace(call, partial(_constant, target))
                     ctx.changed(call, '`torch.device("cuda...")` is the process\'s device')
             elif m.matches(func, m.Attribute(attr=m.Name("to"))) or _is_torch_load(anatomy, call):
                 for arg in call.args:
                     wanted = arg.keyword is None or arg.keyword.value in {"device", "map_location"}
                     if wanted and is_cuda_literal(arg.value):
-                        target = device_for(call)
+                        target = ctx.device(call)
                         ctx.plan.replace(arg.value, partial(_constant, target))
                         ctx.changed(arg, "hard-coded CUDA device is the process's device")
         for node in _assignments(anatomy):
@@ -124,14 +118,6 @@ class Device(Rule):
                     plain = cst.SimpleString(f"{quote}cuda{quote}")
                     ctx.plan.replace(body, partial(_constant, plain))
                     ctx.changed(node, f"`{name}` drops its fixed GPU index")
-
-
-def _assigns_device(anatomy: Anatomy, node: cst.CSTNode) -> bool:
-    statement = anatomy.statement_of(node)
-    return m.matches(
-        statement,
-        m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name("device"))])]),
-    )
 
 
 def _is_torch_load(anatomy: Anatomy, call: cst.Call) -> bool:

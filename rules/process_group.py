@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.emit import statement, statements
+from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, Example, Rule
 
 SETUP = """\
@@ -95,6 +96,8 @@ class ProcessGroup(Rule):
     )
 
     def convert(self, ctx: ConvertContext) -> None:
+        if ctx.options.launcher is not Launcher.TORCHRUN:
+            return  # DDP008 sets up spawned workers
         anatomy = ctx.anatomy
         entry = anatomy.entry
         assert entry is not None  # the engine refuses scripts without one
@@ -115,7 +118,7 @@ class ProcessGroup(Rule):
         ctx.changed(anchor, "process group set up from the environment torchrun provides")
         destroy = statement("dist.destroy_process_group()\n")
         if entry.body:
-            ctx.plan.wrap_rest_of_block(entry.body[0], lambda body: _try_finally(body, destroy))
+            ctx.plan.wrap_rest_of_block(entry.body[0], lambda body: [_try_finally(body, destroy)])
         else:
             released = [
                 model.placed_name

@@ -116,7 +116,7 @@ class DistributedSamplerRule(Rule):
         dataset_code = code(dataset.value)
         if not isinstance(dataset.value, cst.Name | cst.Attribute):
             # Built inline: the loader and the sampler must share one dataset, so name it.
-            dataset_code = _free_name(ctx, ("dataset", "train_dataset", "train_set"))
+            dataset_code = ctx.anatomy.free_name(("dataset", "train_dataset", "train_set"))
             built: list[cst.BaseExpression] = []
 
             def hoist(value: cst.BaseExpression) -> cst.BaseExpression:
@@ -148,13 +148,3 @@ class DistributedSamplerRule(Rule):
 
         ctx.plan.replace(call, shard)
         ctx.changed(call, "training DataLoader sharded with DistributedSampler")
-
-
-def _free_name(ctx: ConvertContext, candidates: tuple[str, ...]) -> str:
-    taken = ctx.anatomy.names_used
-    for name in candidates:
-        if name not in taken:
-            return name
-    return next(
-        f"{candidates[0]}_{n}" for n in range(2, 100) if f"{candidates[0]}_{n}" not in taken
-    )

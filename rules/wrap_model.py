@@ -8,7 +8,7 @@ from ddpify.anatomy import DDP_TRANSPARENT, Anatomy, Model, dotted, walk
 from ddpify.emit import statement
 from ddpify.rule import ConvertContext, Example, Rule
 
-WRAP = "{name} = DDP({name}, device_ids=[local_rank] if torch.cuda.is_available() else None)\n"
+WRAP = "{name} = DDP({name}, device_ids=[{rank}] if torch.cuda.is_available() else None)\n"
 
 
 class WrapModel(Rule):
@@ -72,7 +72,14 @@ class WrapModel(Rule):
                 ctx.cannot(model.optimizer_call, "cannot tell where the model is built")
                 continue
             ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
-            ctx.plan.insert_after(model.placement, [statement(WRAP.format(name=model.placed_name))])
+            ctx.plan.insert_after(
+                model.placement,
+                [
+                    statement(
+                        WRAP.format(name=model.placed_name, rank=ctx.local_rank(model.placement))
+                    )
+                ],
+            )
             ctx.changed(model.placement, f"`{model.placed_name}` wrapped in DDP")
             for call in model.data_parallel:
                 _drop_data_parallel(ctx, call)

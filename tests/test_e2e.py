@@ -63,6 +63,17 @@ def test_runs_as_one_plain_process(tmp_path: Path, name: str) -> None:
     assert len(progress_lines(result.stdout)) == (6 if name.startswith("seed004") else 3)
 
 
+@pytest.mark.parametrize("name", ["seed004_single_gpu.py", "module_level.py"])
+def test_spawn_launcher_output_runs_with_plain_python(tmp_path: Path, name: str) -> None:
+    """One process per GPU: on this CPU-only machine, mp.spawn starts one."""
+    shutil.copy(FIXTURES / "expected_spawn" / name, tmp_path / name)
+    args = ["3", "1"] if name.startswith("seed004") else []
+    result = run([sys.executable, name, *args], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert len(progress_lines(result.stdout)) == (6 if name.startswith("seed004") else 3)
+    assert len(list(tmp_path.glob("*.pt"))) == 1
+
+
 def test_the_two_ranks_train_on_disjoint_halves(tmp_path: Path) -> None:
     """The sampler really shards: each rank reports the indices it saw; no overlap."""
     source = (EXPECTED / "module_level.py").read_text()

@@ -8,7 +8,7 @@ import pytest
 from conftest import FIXTURES
 
 from ddpify.convert import convert_source
-from ddpify.options import BatchMode, ConvertOptions, ScaleLR
+from ddpify.options import BatchMode, ConvertOptions, Launcher, ScaleLR
 
 INPUTS = sorted([*FIXTURES.glob("scripts/*.py"), *FIXTURES.glob("seeds/*.py")])
 NO_OPS = {"already_ddp.py", "not_training_utils.py"}
@@ -29,6 +29,45 @@ def test_converting_the_output_again_changes_nothing(path: Path) -> None:
     result = convert_source(converted, path.name, ConvertOptions())
     assert result.output == converted
     assert result.skipped is not None
+
+
+SPAWNED = sorted(FIXTURES.glob("expected_spawn/*.py"))
+
+
+@pytest.mark.parametrize("expected", SPAWNED, ids=lambda p: p.name)
+def test_spawn_launcher_golden_output(expected: Path) -> None:
+    source = next(path for path in INPUTS if path.name == expected.name)
+    options = ConvertOptions(launcher=Launcher.SPAWN)
+    result = convert_source(source.read_bytes(), source.name, options)
+    assert result.output == expected.read_bytes()
+    again = convert_source(result.output, source.name, options)
+    assert again.output == result.output
+
+
+def test_spawn_refuses_a_function_reading_a_global_only_main_sets() -> None:
+    source = b"""\
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(dataset, shuffle=True)
+    model = Net().to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    args = parse()
+    main()
+"""
+    options = ConvertOptions(launcher=Launcher.SPAWN)
+    result = convert_source(source, "train.py", options)
+    assert result.refused and result.output == source
+    assert [(note.code, note.line) for note in result.problems] == [("DDP008", 8)]
 
 
 def test_already_distributed_is_left_alone_and_says_why() -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ddpify.convert import convert_source
-from ddpify.options import ConvertOptions
 from ddpify.rule import Example, Rule, all_rules
 
 CASES = [
@@ -17,7 +18,7 @@ CASES = [
 
 @pytest.mark.parametrize(("rule", "example"), CASES)
 def test_rule_example(rule: type[Rule], example: Example) -> None:
-    options = ConvertOptions(select=frozenset({rule.code}))
+    options = replace(example.options, select=frozenset({rule.code}))
     result = convert_source(example.before.encode(), "example.py", options)
     expected = example.before if example.after is None else example.after
     assert result.output.decode() == expected
