@@ -335,6 +335,21 @@ class Anatomy:
         if depth > 6:
             return None
         expr = strip_iteration(expr)
+        if (
+            isinstance(expr, cst.Subscript)
+            and isinstance(expr.value, cst.Call)
+            and len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Index)
+            and isinstance(expr.slice[0].slice.value, cst.Integer)
+        ):
+            callee = self.local_function(expr.value)
+            index = int(expr.slice[0].slice.value.value)
+            for value in self.returned_values(callee) if callee is not None else []:
+                if isinstance(value, cst.Tuple) and index < len(value.elements):
+                    found = self.resolve_loader(value.elements[index].value, callee, depth + 1)
+                    if found is not None:
+                        return found
+            return None
         if isinstance(expr, cst.Call):
             if self.is_call_to(expr, DATALOADER):
                 return expr
@@ -502,13 +517,33 @@ class Anatomy:
                     ),
                 ):
                     assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-                    name = dotted(node.func.value)
+                    name = self._model_root(dotted(node.func.value))
                     if name is None or any(name in model.names for model in models):
                         continue
                     models.append(Model({name}, optimizer))
         for model in models:
             self._find_placement(model)
         return models
+
+    @cached_property
+    def assigned_names(self) -> set[str]:
+        """Every dotted name the file assigns to (`model`, `self.model`, `args`...)."""
+        names = set()
+        for node in walk(self.module):
+            if isinstance(node, cst.AssignTarget | cst.AnnAssign):
+                for target in walk(node.target):
+                    name = dotted(target) if isinstance(target, cst.BaseExpression) else None
+                    if name:
+                        names.add(name)
+            elif isinstance(node, cst.Param):
+                names.add(node.name.value)
+        return names
+
+    def _model_root(self, name: str | None) -> str | None:
+        """`model` for `model.backbone` (param groups): the part the script assigns."""
+        while name and "." in name and name not in self.assigned_names:
+            name = name.rsplit(".", 1)[0]
+        return name
 
     def _find_placement(self, model: Model) -> None:
         """Grow the model's names through assignments and find where it goes to its device."""
@@ -676,6 +711,8 @@ class Anatomy:
                 return "TensorBoard write"
             if base == "wandb" and attr == "log":
                 return "wandb log"
+            if attr in {"save_pretrained", "save_model", "save_checkpoint"}:
+                return "checkpoint write"
             if attr in {"write_text", "write_bytes", "savefig", "to_csv"}:
                 return "file write"
         if any(name in {"json.dump", "numpy.save", "numpy.savez"} for name in names):

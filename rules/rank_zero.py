@@ -88,6 +88,10 @@ def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[s
             continue
         if dotted(node.func) in models:
             return "a forward pass"
+        if any(dotted(arg.value) in models for arg in node.args) and not anatomy.is_call_to(
+            node, {"torch.save"}
+        ):
+            return "a call that uses the model (it may run a forward pass)"
         names = anatomy.qualified_names(node.func)
         if any(name.rsplit(".", 1)[-1] in COLLECTIVES and "distributed" in name for name in names):
             return "a collective"

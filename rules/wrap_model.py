@@ -86,6 +86,9 @@ class WrapModel(Rule):
             for attribute in _raw_uses(anatomy, model):
                 ctx.plan.replace(attribute.value, _through_module)
                 ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
+            for saved in _whole_model_saves(anatomy, model):
+                ctx.plan.replace(saved, _through_module)
+                ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
 
 
 def _through_module(value: cst.BaseExpression) -> cst.BaseExpression:
@@ -130,6 +133,28 @@ def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
             continue
         uses.append(node)
     return uses
+
+
+def _whole_model_saves(anatomy: Anatomy, model: Model) -> list[cst.BaseExpression]:
+    """`torch.save(model, ...)` after the wrap: it would pickle the wrapper."""
+    assert model.placement is not None
+    saves = []
+    for call in anatomy.calls:
+        if not anatomy.is_call_to(call, {"torch.save"}) or not call.args:
+            continue
+        first = call.args[0].value
+        if dotted(first) in model.names and _after_wrap(anatomy, model, call):
+            saves.append(first)
+    return saves
+
+
+def _after_wrap(anatomy: Anatomy, model: Model, node: cst.CSTNode) -> bool:
+    assert model.placement is not None
+    scope = anatomy.function_of(node)
+    if scope is anatomy.function_of(model.placement):
+        return anatomy.precedes(model.placement, node) and not anatomy.inside(node, model.placement)
+    name = dotted(node) if isinstance(node, cst.BaseExpression) else None
+    return scope is not None and not (name and _builds(anatomy, scope, name))
 
 
 def _builds(anatomy: Anatomy, scope: cst.FunctionDef, name: str) -> bool:
