@@ -162,6 +162,9 @@ def convert_one(name: str, path: str) -> Record:
         outcome, detail = "skipped", skip_category(result.skipped)
     elif result.refused:
         outcome = "refused"
+        if result.problems:
+            first = result.problems[0]
+            detail = f"{first.code} line {first.line}: {first.message}"
     else:
         outcome = "changed" if changed else "unchanged"
     bad_output = compile_error(result.output, name) if changed else ""
@@ -198,10 +201,9 @@ def run(files: list[tuple[str, str]], workers: int, chunk_size: int) -> Summary:
                     for name, _ in futures[future]
                 )
             done += 1
-            if sys.stderr.isatty():
-                print(f"\r{done}/{len(futures)} chunks", end="", file=sys.stderr, flush=True)
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
+            if done % max(1, len(futures) // 10) == 0 or done == len(futures):
+                files_done = sum(len(futures[future]) for future in futures if future.done())
+                print(f"progress: {files_done}/{len(files)} files", file=sys.stderr, flush=True)
     summary.records.sort(key=lambda record: record.name)
     return summary
 
@@ -271,6 +273,11 @@ def report(summary: Summary, seconds: float, workers: int, show_crashes: bool) -
     if show_crashes:
         for record in crashes:
             print(f"\n--- {record.name}\n{record.trace.rstrip()}")
+    show_list(
+        "refused (first problem)",
+        [f"{record.name}: {record.detail}" for record in summary.with_outcome("refused")],
+        everything=True,
+    )
     show_list(
         "changed outputs that fail to compile",
         [f"{record.name}: {record.bad_output}" for record in summary.bad_outputs],

@@ -9,13 +9,14 @@ and records what it could not tell apart instead of guessing.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import (
+    CodeRange,
     MetadataWrapper,
     ParentNodeProvider,
     PositionProvider,
@@ -121,9 +122,6 @@ class Anatomy:
     def __init__(self, module: cst.Module) -> None:
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.module = self.wrapper.module
-        self._parents = self.wrapper.resolve(ParentNodeProvider)
-        self._positions = self.wrapper.resolve(PositionProvider)
-        self._qualified = self.wrapper.resolve(QualifiedNameProvider)
         collector = _Collector()
         self.module.visit(collector)
         self.calls = collector.calls
@@ -132,6 +130,19 @@ class Anatomy:
         self.classes = collector.classes
         self.imports = collector.imports
         self.with_statements = collector.withs
+
+    # Metadata is resolved on first use: most files are dismissed before they need any.
+    @cached_property
+    def _parents(self) -> Mapping[cst.CSTNode, cst.CSTNode]:
+        return self.wrapper.resolve(ParentNodeProvider)
+
+    @cached_property
+    def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        return self.wrapper.resolve(PositionProvider)
+
+    @cached_property
+    def _qualified(self) -> Mapping[cst.CSTNode, object]:
+        return self.wrapper.resolve(QualifiedNameProvider)
 
     # ----- navigation -------------------------------------------------------------------
     def line(self, node: cst.CSTNode) -> int:
@@ -177,6 +188,7 @@ class Anatomy:
         names = self._qualified.get(node, ())
         if isinstance(names, LazyValue):
             names = names()
+        assert isinstance(names, set | frozenset | tuple)
         return {name.name for name in names}
 
     def is_call_to(self, call: cst.Call, names: set[str] | tuple[str, ...]) -> bool:
@@ -251,7 +263,13 @@ class Anatomy:
 
     @cached_property
     def is_training_script(self) -> bool:
-        return self.uses_torch and bool(self.backward_calls) and bool(self.optimizer_calls)
+        # Cheapest first: the optimizer check is the only one that needs name resolution.
+        return (
+            bool(self.backward_calls)
+            and self.uses_torch
+            and any(_passes_parameters(call) for call in self.calls)
+            and bool(self.optimizer_calls)
+        )
 
     # ----- call graph -------------------------------------------------------------------
     def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
@@ -510,12 +528,7 @@ class Anatomy:
             if params is None:
                 continue
             for node in walk(params.value):
-                if m.matches(
-                    node,
-                    m.Call(
-                        func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters"))
-                    ),
-                ):
+                if m.matches(node, PARAMETERS):
                     assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
                     name = self._model_root(dotted(node.func.value))
                     if name is None or any(name in model.names for model in models):
@@ -718,6 +731,14 @@ class Anatomy:
         if any(name in {"json.dump", "numpy.save", "numpy.savez"} for name in names):
             return "file write"
         return None
+
+
+PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
+
+
+def _passes_parameters(call: cst.Call) -> bool:
+    """`f(model.parameters(), ...)` or `f([{"params": m.parameters()}])`: an optimizer's shape."""
+    return any(m.findall(arg.value, PARAMETERS) for arg in call.args[:1])
 
 
 def strip_iteration(expr: cst.BaseExpression) -> cst.BaseExpression:

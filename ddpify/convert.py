@@ -12,7 +12,7 @@ from ddpify.anatomy import Anatomy
 from ddpify.emit import appended
 from ddpify.options import BatchMode, ConvertOptions, Launcher
 from ddpify.rule import ConvertContext, Kind, Note, all_rules
-from ddpify.source import parse_source
+from ddpify.source import check_syntax, parse_source
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,9 @@ def batch_semantics(options: ConvertOptions) -> str:
 
 def convert_source(source: bytes, name: str, options: ConvertOptions) -> ConvertResult:
     """Convert one script's bytes. Raises `InputError` for input that does not parse."""
+    if not could_train(source):
+        check_syntax(source, name)
+        return ConvertResult(source, source, skipped=NOT_TRAINING)
     module = parse_source(source, name)
     anatomy = Anatomy(module)
     skipped = _why_left_alone(anatomy)
@@ -94,9 +97,18 @@ def convert_source(source: bytes, name: str, options: ConvertOptions) -> Convert
 CRITICAL = {"DDP003", "DDP004", "DDP008"}
 
 
+NOT_TRAINING = "not a training script (no optimizer and backward pass found)"
+
+
+def could_train(source: bytes) -> bool:
+    """A text prefilter: a file that never says `backward` or `optim` trains nothing, and
+    is dismissed without building a syntax tree."""
+    return b"backward" in source and b"optim" in source
+
+
 def _why_left_alone(anatomy: Anatomy) -> str | None:
     if not anatomy.is_training_script:
-        return "not a training script (no optimizer and backward pass found)"
+        return NOT_TRAINING
     if anatomy.other_framework is not None:
         return f"uses {anatomy.other_framework}, which does its own distribution"
     marker = anatomy.distributed_call

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import io
 import os
 import tempfile
+import tokenize
 from pathlib import Path
 
 import libcst as cst
@@ -28,6 +30,7 @@ def read_source(path: Path) -> bytes:
 
 def parse_source(source: bytes, name: str) -> cst.Module:
     """Parse bytes as LibCST does (honouring an encoding cookie), with one-line errors."""
+    decode(source, name)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
@@ -45,6 +48,26 @@ def parse_source(source: bytes, name: str) -> cst.Module:
         ) from None
     except (UnicodeDecodeError, LookupError, SyntaxError) as error:
         raise InputError(f"{name}: cannot decode: {error}") from None
+
+
+def decode(source: bytes, name: str) -> str:
+    """The text, decoded as Python would (encoding cookie, BOM, else UTF-8)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        return source.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as error:
+        reason = error.msg if isinstance(error, SyntaxError) else str(error)
+        raise InputError(f"{name}: cannot decode: {reason}") from None
+
+
+def check_syntax(source: bytes, name: str) -> None:
+    """Python's own (fast) parser only: for files nothing will be done to."""
+    try:
+        ast.parse(decode(source, name), filename=name)
+    except SyntaxError as error:
+        raise InputError(
+            f"{name}:{error.lineno}:{error.offset}: syntax error: {error.msg}"
+        ) from None
 
 
 def atomic_write(path: Path, data: bytes) -> None:
