@@ -41,15 +41,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ddpify
-from ddpify import rules
 from ddpify.convert import convert_source
 from ddpify.options import ConvertOptions
 from ddpify.source import InputError
 
 LISTED = 20  # how many files each problem list shows unless asked for all
 # Where the engine and its rules live, to point at the innermost ddpify frame of a crash.
+# (ddpify.rules is installed from the top-level rules/ folder, hence the second entry.)
 DDPIFY_FOLDERS = tuple(
-    str(Path(module.__file__ or "").parent) + os.sep for module in (ddpify, rules)
+    str(Path(module.__file__ or "").parent) + os.sep
+    for module in (ddpify, importlib.import_module("ddpify.rules"))
 )
 
 
