@@ -161,7 +161,13 @@ class Rule:
 
 def all_rules() -> list[type[Rule]]:
     """Every rule, in code order (the order conversion applies them)."""
-    package = importlib.import_module("ddpify.rules")
+    try:
+        package = importlib.import_module("ddpify.rules")
+    except ModuleNotFoundError as error:  # a source checkout's ddpify/ shadowing the install
+        raise RuntimeError(
+            "ddpify.rules is missing: in a source checkout install with `pip install -e .` "
+            "(the rules/ folder installs as ddpify.rules)"
+        ) from error
     for module in pkgutil.iter_modules(package.__path__):
         importlib.import_module(f"ddpify.rules.{module.name}")
     return [Rule.registry[code] for code in sorted(Rule.registry)]
