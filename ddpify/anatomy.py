@@ -148,6 +148,11 @@ class Anatomy:
     def line(self, node: cst.CSTNode) -> int:
         return self._positions[node].start.line
 
+    def position(self, node: cst.CSTNode) -> tuple[int, int]:
+        """Line and column of `node`'s start, both counted from 1."""
+        start = self._positions[node].start
+        return start.line, start.column + 1
+
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self._parents.get(node)
 

@@ -80,6 +80,8 @@ def convert_source(source: bytes, name: str, options: ConvertOptions) -> Convert
         )
         return ConvertResult(source, source, notes=ctx.notes, refused=True)
     for rule in all_rules():
+        if not rule.converts():
+            continue
         if options.select is not None and rule.code not in options.select:
             continue
         ctx.rule = rule

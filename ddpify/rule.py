@@ -24,6 +24,7 @@ from ddpify.options import ConvertOptions, Launcher
 
 if TYPE_CHECKING:
     from ddpify.anatomy import Anatomy
+    from ddpify.lint import CheckContext
 
 
 class Kind(str, Enum):
@@ -135,9 +136,26 @@ class Rule:
             raise ValueError(f"rule code {cls.code} is defined twice")
         Rule.registry[cls.code] = cls
 
+    # A check rule's examples: code it must not flag, and code it flags (with the fixed
+    # code as `after` when it has a fix).
+    valid: ClassVar[tuple[str, ...]] = ()
+    invalid: ClassVar[tuple[Example, ...]] = ()
+
     def convert(self, ctx: ConvertContext) -> None:
         """Record this rule's edits for the script in `ctx`."""
         raise NotImplementedError
+
+    def check(self, ctx: CheckContext) -> None:
+        """Report this rule's findings (with fixes where it has them) through `ctx`."""
+        raise NotImplementedError
+
+    @classmethod
+    def converts(cls) -> bool:
+        return cls.convert is not Rule.convert
+
+    @classmethod
+    def checks(cls) -> bool:
+        return cls.check is not Rule.check
 
     @classmethod
     def documentation(cls) -> str:
@@ -149,7 +167,7 @@ class Rule:
             "",
             textwrap.dedent(cls.__doc__ or ""),
         ]
-        for example in cls.examples:
+        for example in (*cls.examples, *cls.invalid):
             if example.after is None:
                 continue
             parts += ["## Example", "```python", example.before.rstrip(), "```", ""]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import libcst as cst
-
-from ddpify.anatomy import Loader, call_arg
-from ddpify.emit import statement, with_keyword
+from ddpify.anatomy import Loader
+from ddpify.fixes import insert_set_epoch, shard_loader
 from ddpify.rule import ConvertContext, Example, Rule
 
 
@@ -84,67 +82,15 @@ class DistributedSamplerRule(Rule):
             if loop.epoch_loop is None:
                 ctx.info(loop.batch_loop, "one pass over the data: no set_epoch needed")
                 continue
-            if loop.loader_at_epoch is None or loop.epoch_var is None:
-                ctx.cannot(
-                    loop.epoch_loop,
-                    "no epoch counter or loader name in the epoch loop: "
-                    "call `sampler.set_epoch(epoch)` there by hand",
-                )
-                continue
-            body = loop.epoch_loop.body
-            if not isinstance(body, cst.IndentedBlock):
-                ctx.cannot(loop.epoch_loop, "one-line epoch loop: add set_epoch by hand")
-                continue
-            call = statement(f"{loop.loader_at_epoch}.sampler.set_epoch({loop.epoch_var})\n")
-            ctx.plan.insert_before(body.body[0], [call])
-            ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
+            problem = insert_set_epoch(ctx.plan, loop)
+            if problem:
+                ctx.cannot(loop.epoch_loop, problem)
+            else:
+                ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
 
     def _shard(self, ctx: ConvertContext, loader: Loader) -> None:
-        call = loader.call
-        dataset = call_arg(call, 0, "dataset")
-        if call_arg(call, None, "sampler") or call_arg(call, None, "batch_sampler"):
-            ctx.cannot(call, "the training DataLoader has its own sampler: shard it by hand")
-            return
-        if dataset is None:
-            ctx.cannot(call, "the training DataLoader has no dataset argument")
-            return
-        shuffle = call_arg(call, 2, "shuffle")
-        if shuffle is not None and shuffle.keyword is None:
-            ctx.cannot(call, "`shuffle` passed by position: pass it by keyword first")
-            return
-        code = cst.Module([]).code_for_node
-        dataset_code = code(dataset.value)
-        if not isinstance(dataset.value, cst.Name | cst.Attribute):
-            # Built inline: the loader and the sampler must share one dataset, so name it.
-            dataset_code = ctx.anatomy.free_name(("dataset", "train_dataset", "train_set"))
-            built: list[cst.BaseExpression] = []
-
-            def hoist(value: cst.BaseExpression) -> cst.BaseExpression:
-                built.append(value)
-                return cst.Name(dataset_code)
-
-            ctx.plan.replace(dataset.value, hoist)
-            ctx.plan.insert_before(
-                loader.statement,
-                [lambda: statement(f"{dataset_code} = {code(built[-1])}\n")],
-            )
-        shuffle_code = code(shuffle.value) if shuffle is not None else "False"
-        sampler = cst.parse_expression(
-            f"DistributedSampler({dataset_code}, shuffle={shuffle_code})"
-        )
-        ctx.add_import("torch.utils.data", "DistributedSampler")
-
-        def shard(updated: cst.Call) -> cst.Call:
-            if shuffle is None:
-                return with_keyword(updated, "sampler", sampler)
-            # `sampler=` takes `shuffle=`'s place in the argument list.
-            args = [
-                arg.with_changes(keyword=cst.Name("sampler"), value=sampler)
-                if arg.keyword is not None and arg.keyword.value == "shuffle"
-                else arg
-                for arg in updated.args
-            ]
-            return updated.with_changes(args=args)
-
-        ctx.plan.replace(call, shard)
-        ctx.changed(call, "training DataLoader sharded with DistributedSampler")
+        problem = shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
+        if problem:
+            ctx.cannot(loader.call, problem)
+        else:
+            ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")

@@ -1,0 +1,82 @@
+"""Edits shared by the converter's rules and the checker's fixes: one implementation each."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import libcst as cst
+
+from ddpify.anatomy import Anatomy, Loader, TrainLoop, call_arg
+from ddpify.edits import EditPlan
+from ddpify.emit import statement, with_keyword
+
+
+class Importer(Protocol):
+    def add_import(
+        self, module: str, obj: str | None = None, asname: str | None = None
+    ) -> None: ...
+
+
+def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> str | None:
+    """`<loader>.<via>.set_epoch(<epoch>)` as the epoch loop's first statement.
+
+    Returns why it cannot be done, or None when the edit is recorded."""
+    if loop.epoch_loop is None:
+        return "one pass over the data: no epoch loop to call set_epoch in"
+    if loop.loader_at_epoch is None or loop.epoch_var is None:
+        return "no epoch counter or loader name in the epoch loop: call set_epoch there by hand"
+    body = loop.epoch_loop.body
+    if not isinstance(body, cst.IndentedBlock):
+        return "one-line epoch loop: add set_epoch by hand"
+    call = statement(f"{loop.loader_at_epoch}.{via}.set_epoch({loop.epoch_var})\n")
+    plan.insert_before(body.body[0], [call])
+    return None
+
+
+def shard_loader(
+    plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Importer
+) -> str | None:
+    """`sampler=DistributedSampler(dataset, shuffle=<the loader's shuffle>)` in place of
+    `shuffle=`. Returns why it cannot be done, or None when the edit is recorded."""
+    call = loader.call
+    dataset = call_arg(call, 0, "dataset")
+    if call_arg(call, None, "sampler") or call_arg(call, None, "batch_sampler"):
+        return "the training DataLoader has its own sampler: shard it by hand"
+    if dataset is None:
+        return "the training DataLoader has no dataset argument"
+    shuffle = call_arg(call, 2, "shuffle")
+    if shuffle is not None and shuffle.keyword is None:
+        return "`shuffle` passed by position: pass it by keyword first"
+    code = cst.Module([]).code_for_node
+    dataset_code = code(dataset.value)
+    if not isinstance(dataset.value, cst.Name | cst.Attribute):
+        # Built inline: the loader and the sampler must share one dataset, so name it.
+        dataset_code = anatomy.free_name(("dataset", "train_dataset", "train_set"))
+        built: list[cst.BaseExpression] = []
+
+        def hoist(value: cst.BaseExpression) -> cst.BaseExpression:
+            built.append(value)
+            return cst.Name(dataset_code)
+
+        plan.replace(dataset.value, hoist)
+        plan.insert_before(
+            loader.statement, [lambda: statement(f"{dataset_code} = {code(built[-1])}\n")]
+        )
+    shuffle_code = code(shuffle.value) if shuffle is not None else "False"
+    sampler = cst.parse_expression(f"DistributedSampler({dataset_code}, shuffle={shuffle_code})")
+    importer.add_import("torch.utils.data", "DistributedSampler")
+
+    def shard(updated: cst.Call) -> cst.Call:
+        if shuffle is None:
+            return with_keyword(updated, "sampler", sampler)
+        # `sampler=` takes `shuffle=`'s place in the argument list.
+        args = [
+            arg.with_changes(keyword=cst.Name("sampler"), value=sampler)
+            if arg.keyword is not None and arg.keyword.value == "shuffle"
+            else arg
+            for arg in updated.args
+        ]
+        return updated.with_changes(args=args)
+
+    plan.replace(call, shard)
+    return None
