@@ -35,6 +35,19 @@ DISTRIBUTED_MARKERS = (
     "torch.distributed.fsdp",
 )
 DATA_PARALLEL = {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel"}
+DDP_WRAPPER = {
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+}
+SAMPLER = {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
+COLLECTIVES = {
+    "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter",
+    "reduce_scatter", "all_to_all", "all_gather_object", "broadcast_object_list",
+    "all_gather_into_tensor", "reduce_scatter_tensor", "gather_object", "scatter_object_list",
+    "monitored_barrier",
+}  # fmt: skip
+GLOBAL_RANK_WORDS = ("rank", "global_rank", "world_rank", "rank_id")
+LOCAL_RANK_WORDS = ("local_rank", "gpu_id", "gpu", "device_id", "local_process_index")
 OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "horovod")
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 ITER_WRAPPERS = {"enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "progress_bar"}
@@ -694,6 +707,101 @@ class Anatomy:
             isinstance(ancestor, cst.If) and "rank" in code(ancestor.test)
             for ancestor in self.ancestors(node)
         )
+
+    # ----- distributed code (for the checks) ---------------------------------------------
+    @cached_property
+    def initialises_process_group(self) -> list[cst.Call]:
+        return [
+            c for c in self.calls if self.is_call_to(c, {"torch.distributed.init_process_group"})
+        ]
+
+    @cached_property
+    def is_distributed(self) -> bool:
+        """The script sets up a process group or wraps a model in DDP."""
+        return bool(self.initialises_process_group or self.ddp_wraps)
+
+    @cached_property
+    def ddp_wraps(self) -> dict[str, cst.Call]:
+        """Names that hold a DDP-wrapped model, and the wrapping call."""
+        wraps = {}
+        for call in self.calls:
+            if self.is_call_to(call, DDP_WRAPPER):
+                holder = self.parent(call)
+                while isinstance(holder, cst.Arg | cst.Call):  # torch.compile(DDP(model))
+                    holder = self.parent(holder)
+                if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+                    name = dotted(holder.targets[0].target)
+                    if name:
+                        wraps[name] = call
+        return wraps
+
+    def is_collective(self, call: cst.Call) -> bool:
+        return any(
+            name.startswith("torch.distributed.") and name.rsplit(".", 1)[-1] in COLLECTIVES
+            for name in self.qualified_names(call.func)
+        )
+
+    def rank_test(self, test: cst.BaseExpression) -> tuple[str, cst.Comparison] | None:
+        """`("global" | "local", comparison)` for a test that singles out rank 0."""
+        for node in walk(test):
+            if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+                continue
+            target = node.comparisons[0]
+            if not isinstance(target.operator, cst.Equal):
+                continue
+            sides = [node.left, target.comparator]
+            if not any(m.matches(side, m.Integer("0")) for side in sides):
+                continue
+            for side in sides:
+                kind = self._rank_kind(side)
+                if kind:
+                    return kind, node
+        return None
+
+    def _rank_kind(self, expr: cst.BaseExpression) -> str | None:
+        if isinstance(expr, cst.Call):
+            if self.is_call_to(expr, {"torch.distributed.get_rank"}):
+                return "global"
+            if dotted(expr.func) == "int" and expr.args:
+                return self._rank_kind(expr.args[0].value)
+            return None
+        if isinstance(expr, cst.Subscript) and expr.slice:  # os.environ["LOCAL_RANK"]
+            index = expr.slice[0].slice
+            if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+                key = index.value.evaluated_value
+                if isinstance(key, str):
+                    return (
+                        "local"
+                        if key.upper() == "LOCAL_RANK"
+                        else ("global" if key.upper() == "RANK" else None)
+                    )
+        name = (dotted(expr) or "").rsplit(".", 1)[-1].lower()
+        if name in LOCAL_RANK_WORDS:
+            return "local"
+        if name in GLOBAL_RANK_WORDS:
+            return "global"
+        return None
+
+    def rank_guard(self, node: cst.CSTNode, depth: int = 0) -> cst.If | None:
+        """The `if` that runs `node` on rank 0 only: around it, or around every call of the
+        function it is in."""
+        previous = node
+        for ancestor in self.ancestors(node):
+            if (
+                isinstance(ancestor, cst.If)
+                and previous is ancestor.body
+                and self.rank_test(ancestor.test)
+            ):
+                return ancestor
+            if isinstance(ancestor, cst.FunctionDef):
+                sites = self.call_sites(ancestor)
+                if sites and depth < 3:
+                    guards = [self.rank_guard(site, depth + 1) for site in sites]
+                    if all(guards):
+                        return guards[0]
+                return None
+            previous = ancestor
+        return None
 
     @cached_property
     def torch_load_calls(self) -> list[cst.Call]:

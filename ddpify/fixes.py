@@ -17,20 +17,24 @@ class Importer(Protocol):
     ) -> None: ...
 
 
-def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> str | None:
-    """`<loader>.<via>.set_epoch(<epoch>)` as the epoch loop's first statement.
-
-    Returns why it cannot be done, or None when the edit is recorded."""
+def set_epoch_problem(loop: TrainLoop) -> str | None:
+    """Why `set_epoch` cannot be inserted into this loop automatically, if it cannot."""
     if loop.epoch_loop is None:
         return "one pass over the data: no epoch loop to call set_epoch in"
     if loop.loader_at_epoch is None or loop.epoch_var is None:
         return "no epoch counter or loader name in the epoch loop: call set_epoch there by hand"
-    body = loop.epoch_loop.body
-    if not isinstance(body, cst.IndentedBlock):
+    if not isinstance(loop.epoch_loop.body, cst.IndentedBlock):
         return "one-line epoch loop: add set_epoch by hand"
+    return None
+
+
+def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> None:
+    """`<loader>.<via>.set_epoch(<epoch>)` as the epoch loop's first statement."""
+    assert set_epoch_problem(loop) is None and loop.epoch_loop is not None
+    body = loop.epoch_loop.body
+    assert isinstance(body, cst.IndentedBlock)
     call = statement(f"{loop.loader_at_epoch}.{via}.set_epoch({loop.epoch_var})\n")
     plan.insert_before(body.body[0], [call])
-    return None
 
 
 def shard_loader(

@@ -8,11 +8,6 @@ from ddpify.anatomy import Anatomy, dotted, walk
 from ddpify.emit import RANK_ZERO, expression
 from ddpify.rule import ConvertContext, Example, Rule
 
-COLLECTIVES = {
-    "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter",
-    "reduce_scatter", "all_to_all", "all_gather_object", "broadcast_object_list",
-}  # fmt: skip
-
 
 class RankZero(Rule):
     """
@@ -92,7 +87,6 @@ def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[s
             node, {"torch.save"}
         ):
             return "a call that uses the model (it may run a forward pass)"
-        names = anatomy.qualified_names(node.func)
-        if any(name.rsplit(".", 1)[-1] in COLLECTIVES and "distributed" in name for name in names):
+        if anatomy.is_collective(node):
             return "a collective"
     return ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddpify.anatomy import Loader
-from ddpify.fixes import insert_set_epoch, shard_loader
+from ddpify.fixes import insert_set_epoch, set_epoch_problem, shard_loader
 from ddpify.rule import ConvertContext, Example, Rule
 
 
@@ -82,11 +82,12 @@ class DistributedSamplerRule(Rule):
             if loop.epoch_loop is None:
                 ctx.info(loop.batch_loop, "one pass over the data: no set_epoch needed")
                 continue
-            problem = insert_set_epoch(ctx.plan, loop)
+            problem = set_epoch_problem(loop)
             if problem:
                 ctx.cannot(loop.epoch_loop, problem)
-            else:
-                ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
+                continue
+            insert_set_epoch(ctx.plan, loop)
+            ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
 
     def _shard(self, ctx: ConvertContext, loader: Loader) -> None:
         problem = shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
