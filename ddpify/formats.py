@@ -1,0 +1,187 @@
+"""Rendering a `CheckReport` as text, JSON, SARIF 2.1.0 or GitHub Actions annotations.
+
+Each renderer returns the whole output as a string; the CLI prints it. Files that could not
+be checked are not part of it: the CLI reports them on stderr (SARIF also records them as
+tool execution notifications, so a code-scanning upload shows the run was incomplete).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from ddpify import __version__
+from ddpify.checker import CheckReport
+from ddpify.rule import all_rules
+
+SARIF_SCHEMA = (
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
+SARIF_VERSION = "2.1.0"
+FALLBACK_INFORMATION_URI = "https://pypi.org/project/ddpify/"
+
+
+class OutputFormat(str, Enum):
+    TEXT = "text"
+    JSON = "json"
+    SARIF = "sarif"
+    GITHUB = "github"
+
+
+def render(report: CheckReport, output_format: OutputFormat) -> str:
+    renderer = {
+        OutputFormat.TEXT: render_text,
+        OutputFormat.JSON: render_json,
+        OutputFormat.SARIF: render_sarif,
+        OutputFormat.GITHUB: render_github,
+    }[output_format]
+    return renderer(report)
+
+
+def render_text(report: CheckReport) -> str:
+    """`path:line:col: CODE message`, ` [*]` when `--fix` can fix it, then a summary."""
+    lines = [
+        f"{path}:{finding.line}:{finding.column}: {finding.code} {finding.message}"
+        + (" [*]" if finding.fixable else "")
+        for path, finding in report.findings
+    ]
+    lines.append(summary(report))
+    return "\n".join(lines) + "\n"
+
+
+def summary(report: CheckReport) -> str:
+    remaining = len(report.findings)
+    if report.fixed:
+        total = _errors(report.fixed + remaining)
+        return f"Found {total} ({report.fixed} fixed, {remaining} remaining)."
+    if not remaining:
+        return "All checks passed!"
+    fixable = f" ({report.fixable} fixable with --fix)" if report.fixable else ""
+    return f"Found {_errors(remaining)}{fixable}."
+
+
+def _errors(count: int) -> str:
+    return f"{count} error" if count == 1 else f"{count} errors"
+
+
+def render_json(report: CheckReport) -> str:
+    entries = [
+        {
+            "filename": path,
+            "line": finding.line,
+            "column": finding.column,
+            "code": finding.code,
+            "message": finding.message,
+            "fixable": finding.fixable,
+        }
+        for path, finding in report.findings
+    ]
+    return json.dumps(entries, indent=2) + "\n"
+
+
+def render_github(report: CheckReport) -> str:
+    """GitHub Actions workflow commands: each finding annotates its line in the PR."""
+    lines = [
+        f"::error file={_property(path)},line={finding.line},col={finding.column},"
+        f"title={_property(finding.code)}::{_data(finding.message)}"
+        for path, finding in report.findings
+    ]
+    return "".join(line + "\n" for line in lines)
+
+
+def _data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(text: str) -> str:
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_sarif(report: CheckReport) -> str:
+    """One SARIF 2.1.0 run: the rules in force, one result per finding."""
+    rules = list(report.rules)
+    # Every finding's rule is listed, whatever the report was built with.
+    found = {finding.code for _, finding in report.findings}
+    listed = {rule.code for rule in rules}
+    rules += [rule for rule in all_rules() if rule.code in found - listed]
+    index = {rule.code: position for position, rule in enumerate(rules)}
+    driver: dict[str, Any] = {
+        "name": "ddpify",
+        "version": __version__,
+        "semanticVersion": __version__,
+        "informationUri": information_uri(),
+        "rules": [
+            {
+                "id": rule.code,
+                "name": rule.name,
+                "shortDescription": {"text": rule.message},
+                "fullDescription": {"text": rule.documentation()},
+                "help": {"text": rule.documentation(), "markdown": rule.documentation()},
+                "defaultConfiguration": {"level": "error"},
+            }
+            for rule in rules
+        ],
+    }
+    results = [
+        {
+            "ruleId": finding.code,
+            "ruleIndex": index[finding.code],
+            "level": "error",
+            "message": {"text": finding.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": artifact_uri(path)},
+                        "region": {"startLine": finding.line, "startColumn": finding.column},
+                    }
+                }
+            ],
+        }
+        for path, finding in report.findings
+    ]
+    invocation: dict[str, Any] = {"executionSuccessful": not report.errors}
+    if report.errors:
+        invocation["toolExecutionNotifications"] = [
+            {"level": "error", "message": {"text": error}} for error in report.errors
+        ]
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": SARIF_VERSION,
+        "runs": [
+            {
+                "tool": {"driver": driver},
+                "invocations": [invocation],
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(log, indent=2) + "\n"
+
+
+def artifact_uri(path: str) -> str:
+    """The file as SARIF names it: a relative POSIX path (relative to the current folder),
+    or a `file:` URI for a file outside it."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return absolute.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return absolute.as_uri()
+
+
+def information_uri() -> str:
+    """The project's home page from the installed package's metadata, if it names one."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        urls: list[str] = metadata("ddpify").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return FALLBACK_INFORMATION_URI
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in {"homepage", "home", "documentation", "repository"}:
+            return url.strip()
+    return FALLBACK_INFORMATION_URI
