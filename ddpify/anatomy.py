@@ -708,6 +708,23 @@ class Anatomy:
             for ancestor in self.ancestors(node)
         )
 
+    def runs_after(self, anchor: cst.CSTNode, node: cst.CSTNode, name: str) -> bool:
+        """Whether `node`, a use of `name`, runs after `anchor` (where `name` was rebound):
+        later in the same function, or in another function that does not bind `name` itself
+        (that one holds the object from before)."""
+        scope = self.function_of(node)
+        if scope is self.function_of(anchor):
+            return self.precedes(anchor, node) and not self.inside(node, anchor)
+        return scope is not None and not self.binds(scope, name)
+
+    def binds(self, scope: cst.FunctionDef, name: str) -> bool:
+        return any(
+            isinstance(node, cst.Assign)
+            and any(dotted(target.target) == name for target in node.targets)
+            and self.function_of(node) is scope
+            for node in walk(scope)
+        )
+
     # ----- distributed code (for the checks) ---------------------------------------------
     @cached_property
     def initialises_process_group(self) -> list[cst.Call]:

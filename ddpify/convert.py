@@ -5,11 +5,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
-import libcst as cst
-from libcst.codemod.visitors import AddImportsVisitor
-
 from ddpify.anatomy import Anatomy
-from ddpify.emit import appended
+from ddpify.edits import add_imports
 from ddpify.options import BatchMode, ConvertOptions, Launcher
 from ddpify.rule import ConvertContext, Kind, Note, all_rules
 from ddpify.source import check_syntax, parse_source
@@ -89,7 +86,7 @@ def convert_source(source: bytes, name: str, options: ConvertOptions) -> Convert
     if any(note.kind is Kind.CANNOT and note.code in CRITICAL for note in ctx.notes):
         return ConvertResult(source, source, notes=ctx.notes, refused=True)
     new = ctx.plan.apply(anatomy.module)
-    new = _AddImportsAtTheEnd(ctx.codemod).transform_module(new)
+    new = add_imports(new, sorted(ctx.imports, key=str))
     notes = sorted(ctx.notes, key=lambda note: (note.line, note.code))
     return ConvertResult(source, new.bytes, notes=notes)
 
@@ -117,21 +114,3 @@ def _why_left_alone(anatomy: Anatomy) -> str | None:
     if marker is not None:
         return f"already distributed (line {anatomy.line(marker)}): see `ddpify check`"
     return None
-
-
-class _AddImportsAtTheEnd(AddImportsVisitor):
-    """LibCST's import adder, but a name merged into `from m import a, b` goes last."""
-
-    def leave_ImportFrom(
-        self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
-    ) -> cst.ImportFrom:
-        result = super().leave_ImportFrom(original_node, updated_node)
-        if isinstance(result.names, cst.ImportStar) or isinstance(
-            updated_node.names, cst.ImportStar
-        ):
-            return result
-        old = list(updated_node.names)
-        new = [alias for alias in result.names if alias not in old]
-        if not new:
-            return result
-        return result.with_changes(names=appended(old, new))

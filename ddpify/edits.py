@@ -14,6 +14,8 @@ from typing import Any
 
 import libcst as cst
 
+from ddpify.emit import appended
+
 NodeFn = Callable[[Any], Any]
 
 
@@ -192,3 +194,32 @@ class _Applier(cst.CSTTransformer):
             else:
                 merged.append(statement)
         return merged
+
+
+def add_imports(
+    module: cst.Module, imports: Sequence[tuple[str, str | None, str | None]]
+) -> cst.Module:
+    """Add `(module, name, alias)` imports with LibCST's `AddImportsVisitor`: merged into an
+    existing `from module import ...` (at its end), else added after the last import."""
+    if not imports:
+        return module
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
+    class AddImportsAtTheEnd(AddImportsVisitor):
+        def leave_ImportFrom(
+            self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom
+        ) -> cst.ImportFrom:
+            result = super().leave_ImportFrom(original_node, updated_node)
+            if isinstance(result.names, cst.ImportStar) or isinstance(
+                updated_node.names, cst.ImportStar
+            ):
+                return result
+            old = list(updated_node.names)
+            new = [alias for alias in result.names if alias not in old]
+            return result.with_changes(names=appended(old, new)) if new else result
+
+    context = CodemodContext()
+    for name, obj, alias in imports:
+        AddImportsVisitor.add_needed_import(context, name, obj, alias)
+    return AddImportsAtTheEnd(context).transform_module(module)

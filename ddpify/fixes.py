@@ -37,20 +37,27 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
     plan.insert_before(body.body[0], [call])
 
 
-def shard_loader(
-    plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Importer
-) -> str | None:
-    """`sampler=DistributedSampler(dataset, shuffle=<the loader's shuffle>)` in place of
-    `shuffle=`. Returns why it cannot be done, or None when the edit is recorded."""
+def shard_problem(loader: Loader) -> str | None:
+    """Why the loader cannot be given a DistributedSampler automatically, if it cannot."""
     call = loader.call
-    dataset = call_arg(call, 0, "dataset")
     if call_arg(call, None, "sampler") or call_arg(call, None, "batch_sampler"):
         return "the training DataLoader has its own sampler: shard it by hand"
-    if dataset is None:
+    if call_arg(call, 0, "dataset") is None:
         return "the training DataLoader has no dataset argument"
     shuffle = call_arg(call, 2, "shuffle")
     if shuffle is not None and shuffle.keyword is None:
         return "`shuffle` passed by position: pass it by keyword first"
+    return None
+
+
+def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Importer) -> None:
+    """`sampler=DistributedSampler(dataset, shuffle=<the loader's shuffle>)` in place of
+    `shuffle=` (the two are mutually exclusive)."""
+    assert shard_problem(loader) is None
+    call = loader.call
+    dataset = call_arg(call, 0, "dataset")
+    shuffle = call_arg(call, 2, "shuffle")
+    assert dataset is not None
     code = cst.Module([]).code_for_node
     dataset_code = code(dataset.value)
     if not isinstance(dataset.value, cst.Name | cst.Attribute):
@@ -83,4 +90,13 @@ def shard_loader(
         return updated.with_changes(args=args)
 
     plan.replace(call, shard)
-    return None
+
+
+def without_keyword(call: cst.Call, keyword: str) -> cst.Call:
+    """`call` without its `keyword=` argument; the comma before a dropped last one goes too."""
+    args = [arg for arg in call.args if not (arg.keyword and arg.keyword.value == keyword)]
+    if len(args) == len(call.args) or not args:
+        return call.with_changes(args=args)
+    if call.args[-1].keyword is not None and call.args[-1].keyword.value == keyword:
+        args[-1] = args[-1].with_changes(comma=call.args[-1].comma)
+    return call.with_changes(args=args)

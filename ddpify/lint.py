@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from ddpify.anatomy import Anatomy
-from ddpify.edits import EditPlan
+from ddpify.edits import EditPlan, add_imports
 from ddpify.rule import Rule, all_rules
 from ddpify.source import check_syntax, parse_source
 
@@ -67,9 +67,8 @@ class CheckContext:
 
 def could_contain_finding(source: bytes) -> bool:
     """A text prefilter: every check looks at distributed training code or DataParallel."""
-    return b"torch" in source and (
-        b"distributed" in source or b"DataParallel" in source or b"DDP" in source
-    )
+    distributed = b"istributed" in source or b"DataParallel" in source or b"DDP" in source
+    return (b"torch" in source and distributed) or b"MASTER_PORT" in source
 
 
 def check_rules(
@@ -131,15 +130,7 @@ def _apply_fixes(
         for finding, fixer in ctx.found:
             if fixer is not None and finding in wanted:
                 fixer(ctx)
-    module = ctx.plan.apply(anatomy.module)
-    if ctx.imports:
-        from libcst.codemod import CodemodContext
-        from libcst.codemod.visitors import AddImportsVisitor
-
-        codemod = CodemodContext()
-        for module_name, obj, asname in sorted(ctx.imports, key=str):
-            AddImportsVisitor.add_needed_import(codemod, module_name, obj, asname)
-        module = AddImportsVisitor(codemod).transform_module(module)
+    module = add_imports(ctx.plan.apply(anatomy.module), sorted(ctx.imports, key=str))
     return module.bytes
 
 

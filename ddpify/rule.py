@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
 from ddpify.edits import EditPlan
 from ddpify.emit import FALLBACK_DEVICE
@@ -66,9 +64,8 @@ class ConvertContext:
     options: ConvertOptions
     plan: EditPlan = field(default_factory=EditPlan)
     notes: list[Note] = field(default_factory=list)
-    codemod: CodemodContext = field(default_factory=CodemodContext)
     rule: type[Rule] | None = None
-    _imports: set[tuple[str, str | None, str | None]] = field(default_factory=set)
+    imports: set[tuple[str, str | None, str | None]] = field(default_factory=set)
 
     def _note(self, node: cst.CSTNode | None, message: str, kind: Kind) -> None:
         assert self.rule is not None
@@ -113,10 +110,8 @@ class ConvertContext:
         return "local_rank" if self.in_setup_scope(node) else "torch.cuda.current_device()"
 
     def add_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
-        # Scheduled once: LibCST repeats an aliased name that is asked for twice.
-        if (module, obj, asname) not in self._imports:
-            self._imports.add((module, obj, asname))
-            AddImportsVisitor.add_needed_import(self.codemod, module, obj, asname)
+        # A set: LibCST repeats an aliased name that is asked for twice.
+        self.imports.add((module, obj, asname))
 
 
 class Rule:

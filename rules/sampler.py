@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddpify.anatomy import Loader
-from ddpify.fixes import insert_set_epoch, set_epoch_problem, shard_loader
+from ddpify.fixes import insert_set_epoch, set_epoch_problem, shard_loader, shard_problem
 from ddpify.rule import ConvertContext, Example, Rule
 
 
@@ -90,8 +90,9 @@ class DistributedSamplerRule(Rule):
             ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
 
     def _shard(self, ctx: ConvertContext, loader: Loader) -> None:
-        problem = shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
+        problem = shard_problem(loader)
         if problem:
             ctx.cannot(loader.call, problem)
-        else:
-            ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
+            return
+        shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
+        ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")

@@ -37,10 +37,8 @@ class SamplerSetEpoch(Rule):
     )
     valid = (
         """
-        import torch.distributed as dist
         from torch.utils.data import DataLoader, DistributedSampler
 
-        dist.init_process_group("gloo")
         loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
         for epoch in range(start, epochs):
             loader.sampler.set_epoch(epoch)
@@ -53,10 +51,8 @@ class SamplerSetEpoch(Rule):
     invalid = (
         Example(
             """
-            import torch.distributed as dist
             from torch.utils.data import DataLoader, DistributedSampler
 
-            dist.init_process_group("gloo")
             loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
             for epoch in range(epochs):
                 for x, y in loader:
@@ -65,10 +61,8 @@ class SamplerSetEpoch(Rule):
                     optimizer.step()
             """,
             """
-            import torch.distributed as dist
             from torch.utils.data import DataLoader, DistributedSampler
 
-            dist.init_process_group("gloo")
             loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
             for epoch in range(epochs):
                 loader.sampler.set_epoch(epoch)

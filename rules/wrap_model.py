@@ -117,22 +117,14 @@ def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
 def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
     """`model.x` where `x` is not served by the wrapper, at places that run after the wrap."""
     assert model.placement is not None
-    wrap_scope = anatomy.function_of(model.placement)
-    uses = []
-    for node in walk(anatomy.module):
-        if not isinstance(node, cst.Attribute) or node.attr.value in DDP_TRANSPARENT:
-            continue
-        name = dotted(node.value)
-        if name not in model.names:
-            continue
-        scope = anatomy.function_of(node)
-        if scope is wrap_scope:
-            if not anatomy.precedes(model.placement, node) or anatomy.inside(node, model.placement):
-                continue
-        elif scope is None or _builds(anatomy, scope, name):
-            continue
-        uses.append(node)
-    return uses
+    return [
+        node
+        for node in walk(anatomy.module)
+        if isinstance(node, cst.Attribute)
+        and node.attr.value not in DDP_TRANSPARENT
+        and dotted(node.value) in model.names
+        and anatomy.runs_after(model.placement, node, dotted(node.value) or "")
+    ]
 
 
 def _whole_model_saves(anatomy: Anatomy, model: Model) -> list[cst.BaseExpression]:
@@ -143,25 +135,7 @@ def _whole_model_saves(anatomy: Anatomy, model: Model) -> list[cst.BaseExpressio
         if not anatomy.is_call_to(call, {"torch.save"}) or not call.args:
             continue
         first = call.args[0].value
-        if dotted(first) in model.names and _after_wrap(anatomy, model, call):
+        name = dotted(first)
+        if name in model.names and anatomy.runs_after(model.placement, call, name or ""):
             saves.append(first)
     return saves
-
-
-def _after_wrap(anatomy: Anatomy, model: Model, node: cst.CSTNode) -> bool:
-    assert model.placement is not None
-    scope = anatomy.function_of(node)
-    if scope is anatomy.function_of(model.placement):
-        return anatomy.precedes(model.placement, node) and not anatomy.inside(node, model.placement)
-    name = dotted(node) if isinstance(node, cst.BaseExpression) else None
-    return scope is not None and not (name and _builds(anatomy, scope, name))
-
-
-def _builds(anatomy: Anatomy, scope: cst.FunctionDef, name: str) -> bool:
-    """Whether `scope` assigns `name` itself: the model it holds there is not wrapped yet."""
-    return any(
-        isinstance(node, cst.Assign)
-        and any(dotted(target.target) == name for target in node.targets)
-        and anatomy.function_of(node) is scope
-        for node in walk(scope)
-    )

@@ -1,0 +1,53 @@
+"""DDP111: a process group that is never destroyed."""
+
+from __future__ import annotations
+
+from ddpify.lint import CheckContext
+from ddpify.rule import Example, Rule
+
+
+class NoDestroyProcessGroup(Rule):
+    """
+    ## What it does
+    Finds scripts that call `init_process_group` but never `destroy_process_group`.
+
+    ## Why is this bad?
+    Exiting with the group alive leaks NCCL resources, prints warnings at exit, and can
+    abort the interpreter while its communicator threads still run. Destroy it when
+    training ends (in a `finally:`), after the DDP model is released.
+    """
+
+    code = "DDP111"
+    name = "no-destroy-process-group"
+    message = "init_process_group without destroy_process_group when training ends"
+    valid = (
+        """
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        try:
+            train()
+        finally:
+            dist.destroy_process_group()
+        """,
+    )
+    invalid = (
+        Example(
+            """
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo")
+            train()
+            """
+        ),
+    )
+
+    def check(self, ctx: CheckContext) -> None:
+        anatomy = ctx.anatomy
+        destroys = [
+            c
+            for c in anatomy.calls
+            if anatomy.is_call_to(c, {"torch.distributed.destroy_process_group"})
+        ]
+        if anatomy.initialises_process_group and not destroys:
+            ctx.report(anatomy.initialises_process_group[0])

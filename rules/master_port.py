@@ -1,0 +1,74 @@
+"""DDP110: a hard-coded MASTER_PORT (or tcp:// port)."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import libcst.matchers as m
+
+from ddpify.anatomy import call_arg, walk
+from ddpify.lint import CheckContext
+from ddpify.rule import Example, Rule
+
+PORT_IN_URL = re.compile(r"^tcp://[^/]*:\d+")
+
+
+class HardCodedMasterPort(Rule):
+    """
+    ## What it does
+    Finds `os.environ["MASTER_PORT"] = "12355"` and `init_method="tcp://host:12355"`.
+
+    ## Why is this bad?
+    A second job on the same machine, or a run that has not released the port yet, fails to
+    bind it. Launch with torchrun (its rendezvous picks the port: `--standalone`, or
+    `--rdzv-endpoint`), or choose a free port at run time.
+    """
+
+    code = "DDP110"
+    name = "hard-coded-master-port"
+    message = "hard-coded MASTER_PORT: two jobs on one machine collide; let torchrun choose"
+    valid = (
+        """
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl")
+        """,
+    )
+    invalid = (
+        Example(
+            """
+            import os
+
+            os.environ["MASTER_ADDR"] = "localhost"
+            os.environ["MASTER_PORT"] = "12355"
+            """
+        ),
+    )
+
+    def check(self, ctx: CheckContext) -> None:
+        anatomy = ctx.anatomy
+        port_key = m.Subscript(
+            value=m.Attribute(value=m.Name("os"), attr=m.Name("environ")),
+            slice=[m.SubscriptElement(m.Index(m.SimpleString()))],
+        )
+        for node in walk(anatomy.module):
+            if isinstance(node, cst.Assign) and isinstance(
+                node.value, cst.SimpleString | cst.Integer
+            ):
+                for target in node.targets:
+                    if m.matches(target.target, port_key) and _names_port(target.target):
+                        ctx.report(node)
+        for init in anatomy.initialises_process_group:
+            method = call_arg(init, None, "init_method")
+            if method is not None and isinstance(method.value, cst.SimpleString):
+                value = method.value.evaluated_value
+                if isinstance(value, str) and PORT_IN_URL.match(value):
+                    ctx.report(method)
+
+
+def _names_port(subscript: cst.BaseExpression) -> bool:
+    assert isinstance(subscript, cst.Subscript)
+    index = subscript.slice[0].slice
+    assert isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)
+    return index.value.evaluated_value == "MASTER_PORT"
