@@ -799,6 +799,25 @@ class Anatomy:
             return "global"
         return None
 
+    def writes_files(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether `node` writes a checkpoint or file, itself or in the script's own
+        functions and methods that it calls (two calls deep)."""
+        for inner in walk(node):
+            if isinstance(inner, cst.SimpleStatementLine | cst.With) and self.side_effect(
+                inner
+            ) in {"checkpoint write", "file write"}:
+                return True
+            if isinstance(inner, cst.Call) and depth < 2:
+                name = (
+                    inner.func.attr.value
+                    if isinstance(inner.func, cst.Attribute)
+                    else (inner.func.value if isinstance(inner.func, cst.Name) else None)
+                )
+                for function in self.functions.get(name or "", []):
+                    if self.writes_files(function.body, depth + 1):
+                        return True
+        return False
+
     def rank_guard(self, node: cst.CSTNode, depth: int = 0) -> cst.If | None:
         """The `if` that runs `node` on rank 0 only: around it, or around every call of the
         function it is in."""

@@ -27,6 +27,9 @@ SUPPRESSION = re.compile(
 )
 
 
+MAX_FIX_ROUNDS = 3
+
+
 @dataclass(frozen=True)
 class Finding:
     """A mistake at a place in a file: `line` and `column` count from 1."""
@@ -99,9 +102,14 @@ def check_source(
     found = _run(source, name, rules)
     if not fix or not any(fixer for _, fixer in found):
         return CheckResult([finding for finding, _ in found])
-    fixed = _apply_fixes(source, name, rules, found)
-    remaining = _run(fixed, name, rules)
-    return CheckResult([finding for finding, _ in remaining], fixed if fixed != source else None)
+    # A fix can expose the next one (a new sampler then needs set_epoch): a few rounds.
+    fixed = source
+    for _ in range(MAX_FIX_ROUNDS):
+        fixed = _apply_fixes(fixed, name, rules, found)
+        found = _run(fixed, name, rules)
+        if not any(fixer for _, fixer in found):
+            break
+    return CheckResult([finding for finding, _ in found], fixed if fixed != source else None)
 
 
 def _run(source: bytes, name: str, rules: list[type[Rule]]) -> list[tuple[Finding, Fix | None]]:

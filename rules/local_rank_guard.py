@@ -11,14 +11,12 @@ from ddpify.emit import RANK_ZERO, expression
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
 
-WRITES = {"checkpoint write", "file write"}
-
 
 class LocalRankGuard(Rule):
     """
     ## What it does
     Finds `if local_rank == 0:` (also `gpu_id`, `LOCAL_RANK`, ...) around checkpoint or file
-    writes.
+    writes, made there or in the script's own functions it calls.
 
     ## Why is this bad?
     The local rank is the process's index on its own machine: on a run over several nodes
@@ -65,12 +63,7 @@ class LocalRankGuard(Rule):
             test = anatomy.rank_test(node.test)
             if test is None or test[0] != "local":
                 continue
-            writes = any(
-                isinstance(inner, cst.SimpleStatementLine | cst.With)
-                and anatomy.side_effect(inner) in WRITES
-                for inner in walk(node.body)
-            )
-            if writes:
+            if anatomy.writes_files(node.body):
                 comparison = test[1]
                 ctx.report(comparison, fix=partial(_fix, comparison=comparison))
 
