@@ -49,6 +49,7 @@ COLLECTIVES = {
 GLOBAL_RANK_WORDS = ("rank", "global_rank", "world_rank", "rank_id")
 LOCAL_RANK_WORDS = ("local_rank", "gpu_id", "gpu", "device_id", "local_process_index")
 OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "horovod")
+LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarnings"}
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 ITER_WRAPPERS = {"enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "progress_bar"}
 # Module attributes that behave the same on the DDP wrapper; anything else needs `.module`.
@@ -611,7 +612,7 @@ class Anatomy:
         unique = {id(statement): (statement, name) for statement, name in moves}
         if unique:
             statement, name = max(unique.values(), key=lambda item: self.line(item[0]))
-            model.placement, model.placed_name = statement, name
+            model.placement, model.placed_name = self._unconditional(statement), name
             return
         # Never moved (a CPU script): wrap right after it is built, before the optimizer.
         scope = self.function_of(model.optimizer_call)
@@ -628,6 +629,17 @@ class Anatomy:
             last = built[-1]
             model.placement = self.statement_of(last)
             model.placed_name = dotted(last.targets[0].target)
+
+    def _unconditional(self, statement: cst.BaseStatement) -> cst.BaseStatement:
+        """The statement itself, or the `if`/`with`/`try` it sits in (the outermost below its
+        function or loop), so that what is inserted after it runs on every path."""
+        anchor = statement
+        for ancestor in self.ancestors(statement):
+            if isinstance(ancestor, cst.FunctionDef | cst.For | cst.While | cst.Module):
+                break
+            if isinstance(ancestor, cst.If | cst.With | cst.Try):
+                anchor = ancestor
+        return anchor
 
     @cached_property
     def main_guard(self) -> cst.If | None:
@@ -861,7 +873,7 @@ class Anatomy:
             return "print"
         if "torch.save" in names:
             return "checkpoint write"
-        if any(name.startswith("logging.") for name in names):
+        if any(name.startswith("logging.") for name in names) and not names & LOG_SETUP:
             return "logging"
         func = call.func
         if isinstance(func, cst.Attribute):

@@ -74,6 +74,7 @@ def convert_source(source: bytes, name: str, options: ConvertOptions) -> Convert
             anatomy.backward_calls[0],
             "found no statement that starts training (a module-level call or an "
             '`if __name__ == "__main__":` block): nowhere to set up the process group',
+            blocking=True,
         )
         return ConvertResult(source, source, notes=ctx.notes, refused=True)
     for rule in all_rules():
@@ -83,17 +84,12 @@ def convert_source(source: bytes, name: str, options: ConvertOptions) -> Convert
             continue
         ctx.rule = rule
         rule().convert(ctx)
-    if any(note.kind is Kind.CANNOT and note.code in CRITICAL for note in ctx.notes):
+    if any(note.blocking for note in ctx.notes):
         return ConvertResult(source, source, notes=ctx.notes, refused=True)
     new = ctx.plan.apply(anatomy.module)
     new = add_imports(new, sorted(ctx.imports, key=str))
     notes = sorted(ctx.notes, key=lambda note: (note.line, note.code))
     return ConvertResult(source, new.bytes, notes=notes)
-
-
-# Rules whose failure would leave a script that trains every rank on the same data, runs
-# without gradient synchronisation, or cannot start: then nothing is written at all.
-CRITICAL = {"DDP003", "DDP004", "DDP008"}
 
 
 NOT_TRAINING = "not a training script (no optimizer and backward pass found)"

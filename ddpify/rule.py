@@ -39,6 +39,9 @@ class Note:
     line: int
     message: str
     kind: Kind
+    # A problem that leaves no safe conversion (every rank would train on the same data,
+    # or without gradient synchronisation): then nothing is written at all.
+    blocking: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,16 +70,19 @@ class ConvertContext:
     rule: type[Rule] | None = None
     imports: set[tuple[str, str | None, str | None]] = field(default_factory=set)
 
-    def _note(self, node: cst.CSTNode | None, message: str, kind: Kind) -> None:
+    def _note(
+        self, node: cst.CSTNode | None, message: str, kind: Kind, blocking: bool = False
+    ) -> None:
         assert self.rule is not None
         line = self.anatomy.line(node) if node is not None else 1
-        self.notes.append(Note(self.rule.code, line, message, kind))
+        self.notes.append(Note(self.rule.code, line, message, kind, blocking))
 
     def changed(self, node: cst.CSTNode | None, message: str) -> None:
         self._note(node, message, Kind.CHANGED)
 
-    def cannot(self, node: cst.CSTNode | None, message: str) -> None:
-        self._note(node, message, Kind.CANNOT)
+    def cannot(self, node: cst.CSTNode | None, message: str, *, blocking: bool = False) -> None:
+        """Report what could not be done; `blocking` when the script would be unsafe without it."""
+        self._note(node, message, Kind.CANNOT, blocking)
 
     def info(self, node: cst.CSTNode | None, message: str) -> None:
         self._note(node, message, Kind.INFO)

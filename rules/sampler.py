@@ -69,13 +69,23 @@ class DistributedSamplerRule(Rule):
                 if anatomy.loaders
                 else "found no DataLoader to shard"
             )
-            ctx.cannot(where, f"{reason}: every process would train on the same data")
+            ctx.cannot(
+                where, f"{reason}: every process would train on the same data", blocking=True
+            )
             return
         for loader in loaders:
             self._shard(ctx, loader)
         for loader in anatomy.loaders:
             if not loader.trains:
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
+        looped = {id(loop.loader) for loop in anatomy.train_loops if loop.loader is not None}
+        for loader in loaders:
+            if id(loader) not in looped:
+                ctx.cannot(
+                    loader.call,
+                    "no `for` loop over this loader found: call `sampler.set_epoch(epoch)` "
+                    "before each pass over it by hand",
+                )
         for loop in anatomy.train_loops:
             if loop.loader is None or not loop.loader.trains:
                 continue
@@ -92,7 +102,7 @@ class DistributedSamplerRule(Rule):
     def _shard(self, ctx: ConvertContext, loader: Loader) -> None:
         problem = shard_problem(loader)
         if problem:
-            ctx.cannot(loader.call, problem)
+            ctx.cannot(loader.call, problem, blocking=True)
             return
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")

@@ -154,7 +154,9 @@ class SpawnEntry(Rule):
         entry = anatomy.entry
         assert entry is not None
         if anatomy.main_guard is not None:
-            ctx.cannot(anatomy.main_guard, "module-level training beside a __main__ block")
+            ctx.cannot(
+                anatomy.main_guard, "module-level training beside a __main__ block", blocking=True
+            )
             return
         anchor = entry.setup_after
         moved = [
@@ -310,6 +312,7 @@ def _read_by_functions(
                         name,
                         f"`{node.name.value}` reads the global `{name.value}`, which the "
                         "spawned processes would not have: use torchrun, or pass it in",
+                        blocking=True,
                     )
                     return True
     return False

@@ -65,11 +65,17 @@ class WrapModel(Rule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         if not anatomy.models:
-            ctx.cannot(anatomy.optimizer_calls[0], "found no model among the optimizer's arguments")
+            ctx.cannot(
+                anatomy.optimizer_calls[0],
+                "found no model among the optimizer's arguments",
+                blocking=True,
+            )
             return
         for model in anatomy.models:
             if model.placement is None or model.placed_name is None:
-                ctx.cannot(model.optimizer_call, "cannot tell where the model is built")
+                ctx.cannot(
+                    model.optimizer_call, "cannot tell where the model is built", blocking=True
+                )
                 continue
             ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
             ctx.plan.insert_after(
