@@ -10,7 +10,6 @@ import fnmatch
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -317,6 +316,8 @@ def run_check(paths: Sequence[str], options: CheckOptions) -> CheckReport:
     ]
     workers = os.cpu_count() or 1
     if len(jobs) > PARALLEL_THRESHOLD and workers > 1:
+        from concurrent.futures import ProcessPoolExecutor  # only paid for when used
+
         chunk = max(1, min(64, len(jobs) // (workers * 4)))
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_check_one, jobs, chunksize=chunk))

@@ -10,15 +10,24 @@ import typer
 
 from ddpify import __version__
 from ddpify.convert import ConvertResult, batch_semantics, convert_source, launch_command
+from ddpify.formats import OutputFormat
 from ddpify.options import BatchMode, ConvertOptions, Launcher, ScaleLR
 from ddpify.rule import Kind, all_rules
 from ddpify.source import InputError, atomic_write, read_source
 
-SUBCOMMANDS = ("rules", "explain")
+SUBCOMMANDS = ("check", "rules", "explain")
 EPILOG = (
-    "Other commands: `ddpify rules` lists the rules, `ddpify explain CODE` documents one. "
+    "Other commands: `ddpify check` finds mistakes in scripts already distributed, "
+    "`ddpify rules` lists the rules, `ddpify explain CODE` documents one. "
     "Exit codes: 0 done, 1 --check found changes or --strict found something it could not "
     "convert, 2 bad input or usage."
+)
+CHECK_EPILOG = (
+    "Settings come from \\[tool.ddpify] in the nearest pyproject.toml (select, ignore, "
+    "per-file-ignores, exclude, force-exclude); --select replaces its select and ignore, "
+    "--ignore adds to its ignore. `# noqa: DDP101` silences a line. "
+    "Exit codes: 0 no findings, 1 findings remain (also after --fix), 2 a file could not "
+    "be read or parsed, or bad usage."
 )
 
 convert_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -139,6 +148,58 @@ def _report(result: ConvertResult, name: str, options: ConvertOptions, out: str 
     say(f"{name}: {batch_semantics(options)}")
     if out and out != "-":
         say(f"launch with: {launch_command(out, options)}")
+
+
+@tools_app.command(epilog=CHECK_EPILOG)
+def check(
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="PATHS",
+            help="Files and folders to check \\[default: .]",
+            show_default=False,
+        ),
+    ] = None,
+    fix: Annotated[
+        bool, typer.Option("--fix", help="Apply the fixes, then report what remains.")
+    ] = False,
+    select: Annotated[
+        str | None,
+        typer.Option(metavar="CODES", help="Check only these codes or prefixes: DDP101,DDP11."),
+    ] = None,
+    ignore: Annotated[
+        str | None, typer.Option(metavar="CODES", help="Skip these codes or prefixes.")
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", help="How findings are printed.")
+    ] = OutputFormat.TEXT,
+) -> None:
+    """Find DDP mistakes in training scripts that are already distributed."""
+    from ddpify.checker import ConfigError, load_options, parse_codes, run_check
+    from ddpify.formats import render
+
+    targets = paths or ["."]
+    try:
+        options = load_options(
+            targets,
+            select=parse_codes(select) if select is not None else None,
+            ignore=parse_codes(ignore) if ignore is not None else None,
+            fix=fix,
+        )
+    except ConfigError as error:
+        raise _fail(str(error)) from None
+    report = run_check(targets, options)
+    for message in report.errors:
+        typer.echo(f"ddpify: error: {message}", err=True)
+    if not report.files:
+        typer.echo("No Python files to check.", err=True)
+        if output_format is OutputFormat.TEXT:
+            raise typer.Exit(0)
+    typer.echo(render(report, output_format), nl=False)
+    if report.errors:
+        raise typer.Exit(2)
+    if report.findings:
+        raise typer.Exit(1)
 
 
 @tools_app.command("rules")

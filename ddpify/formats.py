@@ -55,16 +55,22 @@ def render_text(report: CheckReport) -> str:
 def summary(report: CheckReport) -> str:
     remaining = len(report.findings)
     if report.fixed:
-        total = _errors(report.fixed + remaining)
-        return f"Found {total} ({report.fixed} fixed, {remaining} remaining)."
-    if not remaining:
+        total = _count(report.fixed + remaining, "error")
+        line = f"Found {total} ({report.fixed} fixed, {remaining} remaining)."
+    elif remaining:
+        fixable = f" ({report.fixable} fixable with --fix)" if report.fixable else ""
+        line = f"Found {_count(remaining, 'error')}{fixable}."
+    elif report.errors:
+        line = "No errors in the files checked."
+    else:
         return "All checks passed!"
-    fixable = f" ({report.fixable} fixable with --fix)" if report.fixable else ""
-    return f"Found {_errors(remaining)}{fixable}."
+    if report.errors:
+        line += f" {_count(len(report.errors), 'file')} could not be checked."
+    return line
 
 
-def _errors(count: int) -> str:
-    return f"{count} error" if count == 1 else f"{count} errors"
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def render_json(report: CheckReport) -> str:
