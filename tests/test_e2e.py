@@ -23,6 +23,7 @@ CASES = [
     ("custom_methods.py", [], 3, "char_model.pt"),
     ("resume.py", [], 3, "ckpt.pt"),
     ("while_steps.py", [], 6, "final.pt"),
+    ("trainer_owns_loader.py", [], 3, "out/last.pt"),
 ]
 PROGRESS = re.compile(r"^\[?(epoch|step|GPU)", re.IGNORECASE)
 
@@ -43,12 +44,13 @@ def test_runs_under_torchrun_with_two_processes(
     tmp_path: Path, name: str, args: list[str], lines: int, checkpoint: str | None
 ) -> None:
     shutil.copy(EXPECTED / name, tmp_path / name)
+    shutil.copy(FIXTURES / "scripts" / "tqdm_stub.py", tmp_path)
     result = run([*TORCHRUN, name, *args], cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     printed = progress_lines(result.stdout)
     assert len(printed) == lines, printed  # once per epoch, not once per process
     assert b"terminate called" not in result.stderr
-    written = sorted(p.name for p in tmp_path.glob("*.pt"))
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.pt"))
     assert written == ([checkpoint] if checkpoint else [])
     if checkpoint:
         assert_checkpoint_is_plain(tmp_path / checkpoint)
