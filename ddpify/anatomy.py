@@ -139,11 +139,9 @@ class Anatomy:
         collector = _Collector()
         self.module.visit(collector)
         self.calls = collector.calls
-        self.fors = collector.fors
         self.functions = collector.functions
         self.classes = collector.classes
         self.imports = collector.imports
-        self.with_statements = collector.withs
 
     # Metadata is resolved on first use: most files are dismissed before they need any.
     @cached_property
@@ -713,13 +711,6 @@ class Anatomy:
             return self.line(node) > self.line(anchor)
         return self.line(node) >= self.line(anchor)
 
-    def under_rank_guard(self, node: cst.CSTNode) -> bool:
-        code = cst.Module([]).code_for_node
-        return any(
-            isinstance(ancestor, cst.If) and "rank" in code(ancestor.test)
-            for ancestor in self.ancestors(node)
-        )
-
     def runs_after(self, anchor: cst.CSTNode, node: cst.CSTNode, name: str) -> bool:
         """Whether `node`, a use of `name`, runs after `anchor` (where `name` was rebound):
         later in the same function, or in another function that does not bind `name` itself
@@ -979,8 +970,6 @@ class _Collector(cst.CSTVisitor):
 
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
-        self.fors: list[cst.For] = []
-        self.withs: list[cst.With] = []
         self.functions: dict[str, list[cst.FunctionDef]] = {}
         self.classes: dict[str, cst.ClassDef] = {}
         self.imports: set[str] = set()
@@ -988,12 +977,6 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
-
-    def visit_For(self, node: cst.For) -> None:
-        self.fors.append(node)
-
-    def visit_With(self, node: cst.With) -> None:
-        self.withs.append(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.setdefault(node.name.value, []).append(node)

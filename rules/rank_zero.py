@@ -67,7 +67,11 @@ class RankZero(Rule):
             if not isinstance(node, cst.SimpleStatementLine | cst.With):
                 continue
             kind = anatomy.side_effect(node)
-            if kind is None or not anatomy.after_setup(node) or anatomy.under_rank_guard(node):
+            if (
+                kind is None
+                or not anatomy.after_setup(node)
+                or anatomy.rank_guard(node) is not None
+            ):
                 continue
             blocker = _must_run_everywhere(anatomy, node, model_names)
             if blocker:
