@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from ddpify.anatomy import DDP_TRANSPARENT, Anatomy, Model, dotted, walk
 from ddpify.emit import statement
@@ -95,6 +96,12 @@ class WrapModel(Rule):
             for saved in _whole_model_saves(anatomy, model):
                 ctx.plan.replace(saved, _through_module)
                 ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
+        for loop in _accumulating_loops(anatomy):
+            ctx.info(
+                loop,
+                "gradient accumulation: every backward all-reduces; `with model.no_sync():` "
+                "around the micro-batches that do not step saves that traffic",
+            )
 
 
 def _through_module(value: cst.BaseExpression) -> cst.BaseExpression:
@@ -131,6 +138,28 @@ def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
         and dotted(node.value) in model.names
         and anatomy.runs_after(model.placement, node, dotted(node.value) or "")
     ]
+
+
+def _accumulating_loops(anatomy: Anatomy) -> list[cst.For]:
+    """Batch loops whose optimizer step is conditional: gradients accumulate over batches."""
+    found = []
+    for loop in anatomy.train_loops:
+        for node in walk(loop.batch_loop.body):
+            if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("step")))) and any(
+                isinstance(a, cst.If) for a in _between(anatomy, node, loop.batch_loop)
+            ):
+                found.append(loop.batch_loop)
+                break
+    return found
+
+
+def _between(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> list[cst.CSTNode]:
+    chain = []
+    for ancestor in anatomy.ancestors(node):
+        if ancestor is top:
+            break
+        chain.append(ancestor)
+    return chain
 
 
 def _whole_model_saves(anatomy: Anatomy, model: Model) -> list[cst.BaseExpression]:
