@@ -17,6 +17,7 @@ if "RANK" in os.environ:  # launched by torchrun
 else:  # plain `python`: a process group of one
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 """
+RELEASE_COMMENT = "# release DDP before its process group"
 DEVICE = 'device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")\n'
 
 
@@ -120,16 +121,17 @@ class ProcessGroup(Rule):
         if entry.body:
             ctx.plan.wrap_rest_of_block(entry.body[0], lambda body: [_try_finally(body, destroy)])
         else:
-            released = [
-                model.placed_name
-                for model in anatomy.models
-                if model.placed_name and "." not in model.placed_name
-            ]
+            released = sorted(
+                {
+                    model.placed_name
+                    for model in anatomy.models
+                    if model.placed_name and "." not in model.placed_name
+                }
+            )
             tail = [destroy]
             if released:
-                tail.insert(
-                    0, statement(f"del {', '.join(sorted(set(released)))}  # DDP goes first\n")
-                )
+                names = ", ".join(released)
+                tail.insert(0, statement(f"del {names}  {RELEASE_COMMENT}\n"))
             tail[0] = tail[0].with_changes(leading_lines=[cst.EmptyLine()])
             ctx.plan.append_to_module(tail)
         ctx.changed(anchor, "destroy_process_group() when training ends")
