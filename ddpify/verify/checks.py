@@ -1,0 +1,677 @@
+"""Judge a verification: the five named checks, each pass, fail, not exercised or could not
+check, from what the processes recorded and what the original's process measured.
+
+Tolerance. The converted ranks average float32 gradients computed over N slices of the
+batch; the original sums the whole batch at once. The two agree to the last bits, not
+bitwise, so parameters are compared elementwise with |converted - original| <= atol +
+rtol * |original| (rtol 1e-5, atol 1e-6). Adaptive optimizers (Adam and its family) divide
+each element's step by its own gradient scale: where a gradient nearly cancels to zero a
+last-bit difference in it becomes a step difference of up to about lr. For them, and only
+for them, a few elements (at most ADAPTIVE_SHARE of the elements) may exceed the tolerance
+if each stays within 2 x lr per step taken; the report counts and names them. With one
+process nothing is averaged and the parameters must be identical.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ddpify.verify.records import ProcessRecord, StepRecord
+from ddpify.verify.runner import ProcessRun, Run, Verification
+
+ADAPTIVE_OPTIMIZERS = frozenset(
+    {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "SparseAdam", "Adagrad", "Adadelta",
+     "RMSprop", "Adafactor", "Rprop"}
+)  # fmt: skip
+ADAPTIVE_SHARE = 1e-3
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+CHECK_NAMES = ("runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once")
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_EXERCISED = "not exercised"
+    UNCHECKED = "could not check"
+
+
+@dataclass
+class Check:
+    name: str
+    status: Status
+    summary: str
+    details: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    checks: list[Check]
+    exit_code: int  # 0 equivalent, 1 not equivalent, 2 could not run or establish
+    verdict: str
+    setup: list[str]  # how the runs were made: processes, device, batch, tolerance
+    changes: list[str]  # exactly what the harness changed to make the check possible
+
+
+def judge(verification: Verification) -> Outcome:
+    judge_ = _Judge(verification)
+    checks = [
+        judge_.runs(),
+        judge_.replicas(),
+        judge_.equivalence(),
+        judge_.sharding(),
+        judge_.side_effects(),
+    ]
+    if not judge_.original_ran:
+        exit_code, verdict = 2, "could not run the original script"
+    elif any(check.status is Status.FAIL for check in checks):
+        exit_code, verdict = 1, "not equivalent"
+    elif any(check.status is Status.UNCHECKED for check in checks):
+        exit_code, verdict = 2, "could not establish equivalence"
+    else:
+        exit_code, verdict = 0, "equivalent"
+    return Outcome(checks, exit_code, verdict, judge_.setup(), judge_.changes())
+
+
+def fmt(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2g}" if value else "0"
+
+
+def shown(indices: Iterable[int], limit: int = 8) -> str:
+    items = sorted(indices)
+    text = ", ".join(map(str, items[:limit]))
+    return f"[{text}{', ...' if len(items) > limit else ''}]"
+
+
+def tail(text: str, lines: int = 12) -> list[str]:
+    return [f"    {line}" for line in text.rstrip().splitlines()[-lines:]]
+
+
+def stack_lines(process: ProcessRun, script_name: str) -> list[str]:
+    if not process.stack:
+        return [f"rank {process.rank}: no stack (the process ended before the dump)"]
+    innermost = process.stack[0]
+    own = next((f for f in process.stack if f.source or f.file.endswith("/" + script_name)), None)
+    where = f"{innermost.file.rsplit('/', 1)[-1]}:{innermost.line} in {innermost.function}"
+    if own is None:
+        return [f"rank {process.rank}: stuck in {where}"]
+    text = f"rank {process.rank}: stuck at {script_name}:{own.line} in {own.function}"
+    text += f": {own.source}" if own.source else ""
+    if own is not innermost:
+        text += f"  (innermost: {where})"
+    return [text]
+
+
+class _Judge:
+    def __init__(self, verification: Verification):
+        self.v = verification
+        self.options = verification.options
+        self.n = verification.options.nproc
+        self.original: Run | None = verification.original
+        self.converted: Run | None = verification.converted
+        self.comparison = verification.comparison
+        first = self.original.processes[0] if self.original else None
+        self.orig_record = first.record if first else ProcessRecord()
+        self.ranks = [p.record for p in self.converted.processes] if self.converted else []
+        self.original_ran = bool(
+            self.original and self.original.succeeded and self.orig_record.primary_steps
+        )
+        self.converted_ran = bool(
+            self.converted
+            and self.converted.succeeded
+            and len({len(r.primary_steps) for r in self.ranks}) == 1
+            and self.ranks[0].primary_steps
+        )
+
+    # -- what both runs covered ---------------------------------------------------------
+
+    @property
+    def expected_steps(self) -> int:
+        """The steps both runs should have recorded (fewer than --steps if a script ends)."""
+        counts = [len(r.primary_steps) for r in [self.orig_record, *self.ranks]]
+        return min(counts) if counts else 0
+
+    def _complete(self) -> bool:
+        return self.original_ran and self.converted_ran
+
+    # -- 1. runs ------------------------------------------------------------------------
+
+    def runs(self) -> Check:
+        details: list[str] = []
+        status = Status.PASS
+        original, converted = self.original, self.converted
+        if original is None or converted is None:
+            return Check("runs", Status.UNCHECKED, "the runs did not take place")
+        process = original.processes[0]
+        steps = len(self.orig_record.primary_steps)
+        if original.timed_out:
+            status = Status.FAIL
+            details += [f"original: timed out after {self.options.timeout:g} s"]
+            details += stack_lines(process, original.script.name)
+        elif not process.succeeded:
+            status = Status.FAIL
+            details += [f"original: exit code {process.returncode}", *tail(process.stderr)]
+        elif not steps:
+            status = Status.FAIL
+            details.append("original: it took no optimizer step (does it train?)")
+        original_text = f"original: 1 process, {steps} steps in {original.duration:.1f} s"
+
+        conv_steps = [len(r.primary_steps) for r in self.ranks]
+        if converted.timed_out:
+            status = Status.FAIL
+            details.append(
+                f"converted: hung: timed out after {self.options.timeout:g} s; all "
+                f"{self.n} processes killed; where each rank was:"
+            )
+            for proc in converted.processes:
+                details += ["  " + line for line in stack_lines(proc, converted.script.name)]
+        elif not converted.succeeded:
+            status = Status.FAIL
+            failed = [p for p in converted.processes if p.returncode not in (0, None)]
+            first = next((p for p in failed if not p.killed), failed[0] if failed else None)
+            for proc in converted.processes:
+                state = "killed after a peer failed" if proc.killed else f"exit {proc.returncode}"
+                details.append(f"converted rank {proc.rank}: {state}")
+            if first is not None:
+                details += [f"rank {first.rank}'s stderr ends:", *tail(first.stderr)]
+            for proc in converted.processes:
+                if proc.killed:
+                    details += ["  " + line for line in stack_lines(proc, converted.script.name)]
+        else:
+            sizes = {r.world_size for r in self.ranks}
+            if sizes != {self.n}:
+                status = Status.FAIL
+                details.append(
+                    f"converted: its processes did not form one process group of {self.n} "
+                    f"(world sizes seen: {sorted(map(str, sizes))})"
+                )
+            if len(set(conv_steps)) > 1:
+                status = Status.FAIL
+                details.append(f"converted: the ranks took different numbers of steps {conv_steps}")
+            if not any(conv_steps):
+                status = Status.FAIL
+                details.append("converted: it took no optimizer step")
+        backend = self.ranks[0].backend if self.ranks else None
+        device = "CPU" if not (self.ranks and self.ranks[0].cuda) else "GPU"
+        converted_text = (
+            f"converted: {self.n} processes ({backend or 'no process group'}, {device}), "
+            f"{min(conv_steps, default=0)} steps each in {converted.duration:.1f} s"
+        )
+        if status is Status.PASS and steps < self.options.steps:
+            details.append(f"the scripts ended after {self.expected_steps} steps")
+        return Check(
+            "runs",
+            status,
+            f"{original_text}; {converted_text}",
+            details,
+            {
+                "original_seconds": round(original.duration, 2),
+                "converted_seconds": round(converted.duration, 2),
+                "timed_out": converted.timed_out or original.timed_out,
+                "steps": {"original": steps, "converted": conv_steps},
+                "stacks": {
+                    f"{p.role}{p.rank}": [f"{f.file}:{f.line} in {f.function}" for f in p.stack]
+                    for p in [*converted.processes, process]
+                    if p.stack and (p.timed_out or p.killed)
+                },
+            },
+        )
+
+    # -- 2. replicas-in-sync --------------------------------------------------------------
+
+    def replicas(self) -> Check:
+        name = "replicas-in-sync"
+        if self.n == 1:
+            return Check(name, Status.NOT_EXERCISED, "one process: no replicas to compare")
+        if self.comparison is None or "error" in self.comparison:
+            return Check(name, Status.UNCHECKED, self._why_no_comparison())
+        rows = sorted(self.comparison["replicas"], key=lambda r: (r["step"], r["rank"]))
+        for row in rows:
+            if not row["exact"]:
+                first = row["first_outside"] or {}
+                return Check(
+                    name,
+                    Status.FAIL,
+                    f"after step {row['step']} rank {row['rank']} differs from rank 0: "
+                    f"{first.get('name', row['worst'])} by up to {fmt(row['max_abs'])}",
+                    [
+                        "the ranks' models drift apart: is the model wrapped in DDP (and are "
+                        "the initial parameters the same on every rank)?"
+                    ],
+                    {"step": row["step"], "rank": row["rank"], "max_abs": row["max_abs"]},
+                )
+        steps = sorted({row["step"] for row in rows})
+        wanted = min((len(r.primary_steps) for r in self.ranks), default=0)
+        if not self.converted_ran or len(steps) < wanted or not steps:
+            return Check(
+                name, Status.UNCHECKED,
+                f"identical after steps {steps or 'none'}, but the converted run did not finish",
+            )  # fmt: skip
+        return Check(
+            name,
+            Status.PASS,
+            f"all {self.n} ranks hold bit-identical parameters after each of steps "
+            f"{steps[0]}-{steps[-1]}",
+            data={"steps": steps},
+        )
+
+    def _why_no_comparison(self) -> str:
+        if self.comparison is not None and "error" in self.comparison:
+            return f"measuring the tensors failed: {self.comparison['error']}"
+        if not self.original_ran:
+            return "the original did not run"
+        return "the converted run left no parameters to compare"
+
+    # -- 3. equivalence ---------------------------------------------------------------------
+
+    def batch_semantics(self) -> tuple[str | None, str]:
+        """("per-gpu" | "global" | None, explanation)."""
+        if self.v.train_loader is None or self.v.train_batch is None:
+            return None, "the converted script's training batches do not come from a DataLoader"
+        per_rank = self.v.train_batch // self.n
+        loader = self.orig_record.loader(self.v.train_loader)
+        if loader is None or loader.declared_batch_size is None:
+            return None, "the original has no matching DataLoader to compare batches with"
+        declared = loader.declared_batch_size
+        if loader.batch_size != self.v.train_batch:
+            return None, (
+                f"could not give the original's DataLoader #{loader.ordinal} a batch of "
+                f"{self.v.train_batch} (a custom batch_sampler?)"
+            )
+        if per_rank == declared:
+            kind = "per-gpu" if self.n > 1 else "per-gpu (= global with one process)"
+            return "per-gpu", (
+                f"batch {kind}: {per_rank} per rank, {self.v.train_batch} in all; the original "
+                f"ran at {self.v.train_batch} (its script says {declared})"
+            )
+        if per_rank * self.n == declared:
+            return "global", (
+                f"batch global: {per_rank} per rank x {self.n} = the original's {declared}"
+            )
+        return "neither", (
+            f"the converted script's per-rank batch {per_rank} is neither the original's "
+            f"{declared} (per-gpu) nor {declared}/{self.n} (global)"
+        )
+
+    def _lr(self, record: ProcessRecord, optimizer: int, step: int) -> StepRecord | None:
+        return next((s for s in record.steps if s.optimizer == optimizer and s.step == step), None)
+
+    def _allowance(self, row: dict[str, Any]) -> tuple[bool, str]:
+        """Whether an adaptive optimizer's few amplified elements explain `row`."""
+        step = self._lr(self.orig_record, row["optimizer"], row["step"])
+        if step is None or step.kind not in ADAPTIVE_OPTIMIZERS or not step.lr:
+            return False, ""
+        bound = 2 * max(step.lr) * row["step"]
+        share = row["outside"] / max(1, row["elements"])
+        if share <= ADAPTIVE_SHARE and row["max_abs"] <= bound:
+            return True, (
+                f"{row['outside']} of {row['elements']:,} elements above the tolerance, by up "
+                f"to {fmt(row['max_abs'])} <= 2 x lr x step = {fmt(bound)}: {step.kind} "
+                "amplifies last-bit gradient differences where a gradient nearly cancels"
+            )
+        return False, ""
+
+    def equivalence(self) -> Check:
+        name = "equivalence"
+        tolerance = f"rtol {self.options.rtol:g}, atol {self.options.atol:g}"
+        if self.comparison is None or "error" in self.comparison:
+            return Check(name, Status.UNCHECKED, self._why_no_comparison())
+        semantics, batch_text = self.batch_semantics()
+        if semantics is None:
+            return Check(name, Status.UNCHECKED, batch_text)
+        rows = sorted(self.comparison["equivalence"], key=lambda r: (r["step"], r["optimizer"]))
+        details = [batch_text]
+        if semantics == "neither":
+            return Check(name, Status.FAIL, batch_text, [])
+        notes = []
+        if self.n > 1 and any(c.kind == "batchnorm" for r in self.ranks for c in r.changes):
+            notes.append(
+                "BatchNorm in training mode: each rank normalises its own batch with per-rank "
+                "statistics, the original the whole batch: not expected to match (SyncBatchNorm "
+                "would); no tolerance widened for it"
+            )
+        exact_needed = self.n == 1
+        worst_abs = max((row["max_abs"] for row in rows), default=0.0)
+        worst_rel = max((row["max_rel"] for row in rows), default=0.0)
+        allowances = []
+        for row in rows:
+            label = f"step {row['step']}"
+            if row["optimizer"]:
+                label += f" (optimizer {row['optimizer']})"
+            line = (
+                f"{label}: max abs {fmt(row['max_abs'])}, max rel {fmt(row['max_rel'])}, "
+                f"{row['outside']} of {row['elements']:,} elements outside ({tolerance})"
+            )
+            if row["missing"] or row["extra"]:
+                return Check(
+                    name, Status.FAIL,
+                    f"the parameters do not correspond: missing {row['missing'][:5]}, "
+                    f"extra {row['extra'][:5]}",
+                    details + notes,
+                )  # fmt: skip
+            allowed, why = (False, "")
+            if not row["within"]:
+                allowed, why = self._allowance(row)
+            if not row["within"] and not allowed:
+                first = row["first_outside"] or {}
+                summary = (
+                    f"diverged at step {row['step']}: {first.get('name')} differs by up to "
+                    f"{fmt(first.get('max_abs', math.inf))} (max rel "
+                    f"{fmt(first.get('max_rel', math.inf))}; {first.get('outside', '?')} of "
+                    f"{first.get('elements', '?')} elements outside {tolerance})"
+                )
+                details.append(line)
+                mine = self._lr(self.orig_record, row["optimizer"], row["step"])
+                theirs = self._lr(self.ranks[0], row["optimizer"], row["step"])
+                if mine and theirs and mine.lr != theirs.lr:
+                    ratio = theirs.lr[0] / mine.lr[0] if mine.lr and mine.lr[0] else math.nan
+                    details.append(
+                        f"learning rate: {list(theirs.lr)} in the converted run, "
+                        f"{list(mine.lr)} in the original (x{ratio:g})"
+                    )
+                return Check(
+                    name, Status.FAIL, summary, details + notes,
+                    {"step": row["step"], "parameter": first.get("name"),
+                     "max_abs": first.get("max_abs"), "max_rel": first.get("max_rel"),
+                     "rows": rows},
+                )  # fmt: skip
+            if why:
+                allowances.append(f"step {row['step']}: {why}")
+            details.append(line)
+        steps = sorted({row["step"] for row in rows})
+        if not self._complete() or not steps or len(steps) < self.expected_steps:
+            return Check(
+                name, Status.UNCHECKED,
+                f"steps {steps or 'none'} agree, but a run did not finish",
+                details + notes,
+            )  # fmt: skip
+        data = {
+            "steps": steps, "max_abs": worst_abs, "max_rel": worst_rel,
+            "rtol": self.options.rtol, "atol": self.options.atol, "batch": semantics,
+            "rows": rows,
+        }  # fmt: skip
+        summary = (
+            f"steps {steps[0]}-{steps[-1]} match: max abs {fmt(worst_abs)}, "
+            f"max rel {fmt(worst_rel)} ({tolerance})"
+        )
+        if exact_needed:
+            if all(row["exact"] for row in rows):
+                summary = f"steps {steps[0]}-{steps[-1]}: bit-identical (one process)"
+            else:
+                details.append(
+                    f"not bit-identical with one process: it needs the tolerance {tolerance} "
+                    "(max abs above); a single rank still goes through DDP's gradient buckets "
+                    "and the division by the world size"
+                )
+        if allowances:
+            summary += "; a few elements within the adaptive-optimizer allowance"
+            details += allowances
+        return Check(name, Status.PASS, summary, details + notes, data)
+
+    # -- 4. data-sharding ---------------------------------------------------------------
+
+    def sharding(self) -> Check:
+        name = "data-sharding"
+        if not self.ranks or not self.orig_record.primary_steps:
+            return Check(name, Status.UNCHECKED, "no steps to compare")
+        steps = self.expected_steps
+        for k in range(steps):
+            original = self.orig_record.primary_steps[k].indices
+            per_rank = [r.primary_steps[k].indices for r in self.ranks]
+            if original is None or any(indices is None for indices in per_rank):
+                return Check(
+                    name, Status.UNCHECKED,
+                    "the batches' sample indices could not be read (not a DataLoader with a "
+                    "sampler)",
+                )  # fmt: skip
+            shards = [list(i) for i in per_rank if i is not None]
+            for a in range(len(shards)):
+                for b in range(a + 1, len(shards)):
+                    shared = set(shards[a]) & set(shards[b])
+                    if shared:
+                        return Check(
+                            name, Status.FAIL,
+                            f"step {k + 1}: ranks {a} and {b} both trained on samples "
+                            f"{shown(shared)} ({len(shared)} of {len(shards[a])} shared)",
+                            ["each rank trains on the same data: is the training DataLoader "
+                             "missing a DistributedSampler?"]
+                            if len(shared) == len(shards[a]) else [],
+                            {"step": k + 1, "ranks": [a, b], "shared": len(shared)},
+                        )  # fmt: skip
+            together = sorted(i for shard in shards for i in shard)
+            if together != sorted(original):
+                missing = set(original) - set(together)
+                extra = set(together) - set(original)
+                return Check(
+                    name, Status.FAIL,
+                    f"step {k + 1}: the ranks' samples together are not the original's batch: "
+                    f"missing {shown(missing)}, extra {shown(extra)}",
+                    [f"original batch {k + 1}: {len(original)} samples; ranks: "
+                     f"{[len(s) for s in shards]}"],
+                    {"step": k + 1},
+                )  # fmt: skip
+        if not self._complete() or steps == 0:
+            return Check(
+                name, Status.UNCHECKED,
+                f"steps 1-{steps} were sharded, but a run did not finish" if steps
+                else "no step completed on every rank",
+            )  # fmt: skip
+        sizes = [len(r.primary_steps[0].indices or ()) for r in self.ranks]
+        total = len(self.orig_record.primary_steps[0].indices or ())
+        return Check(
+            name,
+            Status.PASS,
+            f"steps 1-{steps}: {self.n} ranks x {sizes[0] if len(set(sizes)) == 1 else sizes} "
+            f"disjoint samples = the original's batch of {total}",
+            data={"steps": steps, "per_rank": sizes, "original": total},
+        )
+
+    # -- 5. side-effects-once -------------------------------------------------------------
+
+    def side_effects(self) -> Check:
+        name = "side-effects-once"
+        if not self._complete():
+            return Check(name, Status.UNCHECKED, "a run did not finish: outputs not comparable")
+        assert self.original is not None and self.converted is not None
+        parts = [self._prints(), self._files(), self._checkpoints()]
+        statuses = [status for status, _, _ in parts]
+        if Status.FAIL in statuses:
+            status = Status.FAIL
+        elif Status.UNCHECKED in statuses:
+            status = Status.UNCHECKED
+        elif Status.PASS in statuses:
+            status = Status.PASS
+        else:
+            status = Status.NOT_EXERCISED
+        failing = [f"{label}: {text}" for s, label, text in parts if s is Status.FAIL]
+        summary = (
+            "; ".join(failing)
+            if failing
+            else "; ".join(f"{label} {s.value}" for s, label, _ in parts)
+        )
+        details = [f"{label} [{s.value}]: {text}" for s, label, text in parts]
+        return Check(
+            name, status, summary, details,
+            {label: {"status": s.value, "detail": text} for s, label, text in parts},
+        )  # fmt: skip
+
+    def _prints(self) -> tuple[Status, str, str]:
+        assert self.original is not None and self.converted is not None
+        label = "prints"
+        original = Counter(mask(self.original.processes[0].stdout))
+        if not original:
+            return Status.NOT_EXERCISED, label, "the original printed nothing within the run"
+        printed = [Counter(mask(p.stdout)) for p in self.converted.processes]
+        for line, count in original.items():
+            others = [r for r, counts in enumerate(printed) if r and counts[line]]
+            if others:
+                total = sum(printed[r][line] for r in range(self.n))
+                return (
+                    Status.FAIL,
+                    label,
+                    (
+                        f"{line!r} printed {total} times, also by rank(s) "
+                        f"{', '.join(map(str, others))} (once per line the original prints, by "
+                        "rank 0 only, expected)"
+                    ),
+                )
+            if printed[0][line] != count:
+                return (
+                    Status.FAIL,
+                    label,
+                    (
+                        f"{line!r} printed {printed[0][line]} times by rank 0, "
+                        f"{count} by the original"
+                    ),
+                )
+        lines = sum(original.values())
+        return Status.PASS, label, f"the original's {lines} lines printed once each, by rank 0"
+
+    def _files(self) -> tuple[Status, str, str]:
+        assert self.converted is not None
+        label = "files"
+        written = Counter(w.path for w in self.orig_record.writes if w.inside)
+        if not written:
+            return Status.NOT_EXERCISED, label, "the original wrote no file within the run"
+        by_rank = [Counter(w.path for w in r.writes if w.inside) for r in self.ranks]
+        for path, count in written.items():
+            writers = [rank for rank in range(self.n) if by_rank[rank][path]]
+            if [w for w in writers if w != 0]:
+                times = sum(by_rank[rank][path] for rank in writers)
+                return (
+                    Status.FAIL,
+                    label,
+                    (
+                        f"{path} written by ranks {', '.join(map(str, writers))} ({times} writes; "
+                        f"the original wrote it {count} times): write it on rank 0 only"
+                    ),
+                )
+            if by_rank[0][path] != count:
+                return (
+                    Status.FAIL,
+                    label,
+                    (f"{path} written {by_rank[0][path]} times by rank 0, {count} by the original"),
+                )
+        names = ", ".join(sorted(written))
+        return Status.PASS, label, f"{names}: written by rank 0 only, as often as the original"
+
+    def _checkpoints(self) -> tuple[Status, str, str]:
+        label = "checkpoints"
+        saves = self.orig_record.saves
+        if not saves:
+            return Status.NOT_EXERCISED, label, "the original saved no checkpoint within the run"
+        compared = {(row["path"], row["occurrence"]): row for row in (self.comparison or {}).get(
+            "checkpoints", [])}  # fmt: skip
+        seen: Counter[str] = Counter()
+        for save in saves:
+            occurrence = seen[save.path]
+            seen[save.path] += 1
+            theirs = [s for s in self.ranks[0].saves if s.path == save.path]
+            if len(theirs) <= occurrence:
+                return Status.FAIL, label, f"rank 0 never saved {save.path} (save {occurrence + 1})"
+            keys, other = set(save.keys), set(theirs[occurrence].keys)
+            if keys != other:
+                prefixed = sorted(k for k in other - keys if "module." in k)
+                if prefixed and {k.replace("module.", "", 1) for k in prefixed} <= keys:
+                    return (
+                        Status.FAIL,
+                        label,
+                        (
+                            f"{save.path}: keys carry DDP's `module.` prefix "
+                            f"({', '.join(prefixed[:3])}...): save model.module.state_dict()"
+                        ),
+                    )
+                return (
+                    Status.FAIL,
+                    label,
+                    (
+                        f"{save.path}: keys differ: missing {sorted(keys - other)[:5]}, "
+                        f"extra {sorted(other - keys)[:5]}"
+                    ),
+                )
+            row = compared.get((save.path, occurrence))
+            if row is None:
+                return Status.UNCHECKED, label, f"{save.path}: the tensors were not compared"
+            if row["values_differ"]:
+                return (
+                    Status.FAIL,
+                    label,
+                    (f"{save.path}: values differ for {', '.join(row['values_differ'][:5])}"),
+                )
+            if not row["within"]:
+                step = theirs[occurrence].step
+                allowed, _ = self._allowance({**row, "optimizer": 0, "step": max(step, 1)})
+                if not allowed:
+                    first = row["first_outside"] or {}
+                    return (
+                        Status.FAIL,
+                        label,
+                        (
+                            f"{save.path}: {first.get('name')} differs by up to "
+                            f"{fmt(first.get('max_abs', math.inf))}"
+                        ),
+                    )
+        paths = ", ".join(sorted(seen))
+        return (
+            Status.PASS,
+            label,
+            (
+                f"{paths}: {sum(seen.values())} save(s), same keys (no `module.` prefix) and the "
+                "same tensors as the original's"
+            ),
+        )
+
+    # -- what was done ------------------------------------------------------------------
+
+    def setup(self) -> list[str]:
+        lines = []
+        if self.ranks:
+            backend = self.ranks[0].backend or "?"
+            device = "GPU" if self.ranks[0].cuda else "CPU"
+            lines.append(
+                f"{self.n} processes ({backend}, {device}) against 1; "
+                f"{self.options.steps} optimizer steps each"
+            )
+        semantics, text = self.batch_semantics()
+        if semantics:
+            lines.append(text)
+        lines.append(
+            f"tolerance: |converted - original| <= {self.options.atol:g} + "
+            f"{self.options.rtol:g} x |original| elementwise"
+            + (" (bit-identical required with one process)" if self.n == 1 else "")
+        )
+        return lines
+
+    def changes(self) -> list[str]:
+        lines = [
+            "every process seeded (torch, random, numpy: 0), one intra-op thread each",
+        ]
+        by_kind: dict[tuple[str, str], list[str]] = {}
+        for role, records in (("original", [self.orig_record]), ("converted", self.ranks)):
+            for record in records:
+                for change in record.changes:
+                    roles = by_kind.setdefault((change.kind, change.detail), [])
+                    if role not in roles:
+                        roles.append(role)
+        titles = {
+            "cuda": "no GPU here: CUDA runs on the CPU",
+            "shuffle": "shuffling made deterministic",
+            "batch": "the original's training batch",
+            "dropout": "dropout neutralised",
+            "batchnorm": "noticed, not changed",
+        }
+        for (kind, detail), roles in sorted(by_kind.items()):
+            lines.append(f"{titles.get(kind, kind)}: {detail} ({' and '.join(roles)})")
+        return lines
+
+
+def mask(stdout: str) -> list[str]:
+    """Printed lines with their numbers masked: losses differ in the last digits, batch
+    sizes differ between the runs; the line itself is what must appear once."""
+    return [NUMBER.sub("#", line.rstrip()) for line in stdout.splitlines() if line.strip()]

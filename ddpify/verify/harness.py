@@ -1,0 +1,152 @@
+"""Runs a training script inside one process of a verify run, under observation.
+
+    python -m ddpify.verify.harness --role original|converted --out DIR --workdir DIR
+        --steps K [--dump-at T] [--train-loader I --train-batch G]
+        [--compare-with DIR --nproc N --rtol R --atol A] SCRIPT [ARGS...]
+
+Before `runpy.run_path(SCRIPT, run_name="__main__")` it seeds every generator the same way,
+maps CUDA to the CPU when there is no GPU, makes sampling sequential, makes dropout the
+identity, resizes the original's training batch, and hooks every optimizer step. After K
+steps it stops the script (StopTraining), records, and exits with os._exit so no teardown of
+the script's can hang. The original's process then measures the converted run's tensors
+against its own (ddpify.verify.compare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from ddpify.verify.records import STACK
+
+SEED = 0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ddpify.verify.harness")
+    parser.add_argument("--role", choices=["original", "converted"], required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--dump-at", type=float, default=None)
+    parser.add_argument("--source-dir", type=Path, default=None)
+    parser.add_argument("--train-loader", type=int, default=None)
+    parser.add_argument("--train-batch", type=int, default=None)
+    parser.add_argument("--compare-with", type=Path, default=None)
+    parser.add_argument("--nproc", type=int, default=1)
+    parser.add_argument("--rtol", type=float, default=1e-5)
+    parser.add_argument("--atol", type=float, default=1e-6)
+    parser.add_argument("script", type=Path)
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    return parser.parse_args(argv)
+
+
+def watch_for_hangs(out: Path, dump_at: float | None) -> IO[str]:
+    """Each process dumps its Python stack shortly before the parent's timeout kills it, and
+    on SIGUSR1 (sent when a peer rank died and this one is still waiting)."""
+    stack = open(out / STACK, "w")  # noqa: SIM115 - open until the process ends
+    faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    if dump_at is not None:
+        faulthandler.dump_traceback_later(max(0.1, dump_at - time.time()), file=stack)
+    return stack
+
+
+def main(argv: list[str]) -> int:
+    options = parse_args(argv)
+    stack = watch_for_hangs(options.out, options.dump_at)
+
+    import random
+
+    import torch
+    import torch.distributed as dist
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from ddpify.verify import patches
+    from ddpify.verify.recorder import Recorder, StopTraining
+
+    real_open = open
+    recorder = Recorder(options.out, options.workdir, options.steps, real_open, torch.save)
+    cuda = torch.cuda.is_available()
+    recorder.event("start", role=options.role, pid=os.getpid(), cuda=cuda)
+
+    random.seed(SEED)
+    torch.manual_seed(SEED)
+    try:
+        import numpy
+
+        numpy.random.seed(SEED)
+    except ImportError:
+        pass
+    # One intra-op thread in every process: the same reduction order in both runs.
+    torch.set_num_threads(1)
+    if cuda:
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    else:
+        patches.patch_cuda(recorder)
+    patches.patch_process_group(recorder, map_cuda=not cuda)
+    patches.patch_data(recorder, options.train_loader, options.train_batch)
+    patches.patch_writes(recorder)
+    register_optimizer_step_post_hook(recorder.after_step)
+
+    script = str(options.script)
+    sys.argv = [script, *options.args]
+    sys.path[0] = str(options.workdir)
+    if options.source_dir is not None:
+        sys.path.insert(1, str(options.source_dir))
+    mode = patches.CheckMode(recorder, map_cuda=not cuda)
+
+    import runpy
+
+    code = 0
+    reason, detail = "finished", ""
+    mode.__enter__()  # type: ignore[no-untyped-call]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except StopTraining:
+        reason = "steps"
+    except SystemExit as stop:
+        reason = "exit"
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        detail = f"SystemExit({stop.code!r})"
+    except BaseException as error:  # the script's own failure: report it, as Python would
+        import traceback
+
+        traceback.print_exc()
+        reason, detail, code = "error", f"{type(error).__name__}: {error}", 1
+    finally:
+        mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+    if recorder.stopping and reason != "steps":  # it caught StopTraining, then ended
+        reason, code = "steps", 0
+
+    recorder.suppress_writes += 1
+    if options.compare_with is not None and code == 0:
+        from ddpify.verify.compare import compare_runs, write_comparison
+
+        try:
+            comparison: dict[str, Any] = compare_runs(
+                options.out, options.compare_with, options.nproc, options.rtol, options.atol
+            )
+        except Exception as error:  # reported, not raised
+            comparison = {"error": f"{type(error).__name__}: {error}"}
+        write_comparison(options.out, comparison)
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):  # best effort: the process exits next
+            dist.destroy_process_group()
+    recorder.end(reason, detail)
+    faulthandler.cancel_dump_traceback_later()
+    stack.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    os._exit(main(sys.argv[1:]))

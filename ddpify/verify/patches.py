@@ -1,0 +1,321 @@
+"""Inside a verify child process: what the harness changes in torch before the script runs.
+
+Every change is recorded (Recorder.changed) so the report can say exactly what was done:
+CUDA mapped to the CPU when there is no GPU, shuffling made sequential, dropout made the
+identity, the original's training batch resized. BatchNorm in training mode is noticed and
+left alone.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import io
+import os
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SubsetRandomSampler
+from torch.utils.data import dataloader as dataloader_module
+
+from ddpify.verify.recorder import Recorder
+
+DROPOUTS: dict[Callable[..., Any], str] = {
+    F.dropout: "F.dropout",
+    F.dropout1d: "F.dropout1d",
+    F.dropout2d: "F.dropout2d",
+    F.dropout3d: "F.dropout3d",
+    F.alpha_dropout: "F.alpha_dropout",
+    F.feature_alpha_dropout: "F.feature_alpha_dropout",
+    torch.dropout: "torch.dropout",
+    torch.alpha_dropout: "torch.alpha_dropout",
+    torch.feature_dropout: "torch.feature_dropout",
+    torch.feature_alpha_dropout: "torch.feature_alpha_dropout",
+}
+
+
+def is_cuda(device: object) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    return isinstance(device, str) and device.strip().lower().startswith("cuda")
+
+
+class CheckMode(TorchFunctionMode):
+    """Sees every torch call of the script: maps CUDA to the CPU, makes dropout the identity
+    and notes BatchNorm in training mode."""
+
+    def __init__(self, recorder: Recorder, map_cuda: bool):
+        super().__init__()
+        self.recorder = recorder
+        self.map_cuda = map_cuda
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = dict(kwargs or {})
+        if func in DROPOUTS:
+            return self._dropout(func, args, kwargs)
+        if func is F.scaled_dot_product_attention and (
+            kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0) or 0.0
+        ):
+            self.recorder.changed("dropout", "F.scaled_dot_product_attention: dropout_p set to 0")
+            args, kwargs = args[:4], {**kwargs, "dropout_p": 0.0}
+        if func is F.batch_norm and kwargs.get("training", args[5] if len(args) > 5 else False):
+            self.recorder.changed("batchnorm", "BatchNorm in training mode (left unchanged)")
+        if self.map_cuda:
+            if func is torch.Tensor.cuda:
+                self.recorder.changed("cuda", "Tensor.cuda() / Module.cuda() stay on the CPU")
+                return args[0]
+            args, kwargs = self._to_cpu(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _dropout(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        name = DROPOUTS[func]
+        if name.startswith("F."):
+            p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+            training = kwargs.get("training", args[2] if len(args) > 2 else True)
+        else:  # torch.dropout(input, p, train)
+            p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+            training = kwargs.get("train", args[2] if len(args) > 2 else True)
+        if training and p:
+            self.recorder.changed("dropout", f"{name} (p={p}) made the identity")
+        return args[0] if args else kwargs["input"]
+
+    def _to_cpu(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        name = getattr(func, "__name__", "")
+        if name in ("to", "_parse_to"):
+            # .to("cuda"), .to(torch.device("cuda:1")), .to(0): a bare int is a CUDA index
+            mapped = []
+            for arg in args:
+                if is_cuda(arg) or (type(arg) is int and name == "_parse_to"):
+                    self.recorder.changed("cuda", f".to({arg!r}) runs on the CPU")
+                    arg = "cpu"
+                mapped.append(arg)
+            if name == "to" and len(mapped) > 1 and type(mapped[1]) is int:
+                self.recorder.changed("cuda", f".to({mapped[1]!r}) runs on the CPU")
+                mapped[1] = "cpu"
+            args = tuple(mapped)
+        device = kwargs.get("device")
+        if is_cuda(device) or (name in ("to", "_parse_to") and type(device) is int):
+            self.recorder.changed("cuda", f"device={device!r} is the CPU")
+            kwargs["device"] = "cpu"
+        return args, kwargs
+
+
+def patch_cuda(recorder: Recorder) -> None:
+    """No GPU here: the CUDA calls a single-GPU script makes become CPU equivalents."""
+
+    def no_op(name: str, result: object = None) -> Callable[..., Any]:
+        def call(*args: object, **kwargs: object) -> object:
+            recorder.changed("cuda", f"torch.cuda.{name}() is a no-op")
+            return result
+
+        return call
+
+    for name, result in (
+        ("set_device", None),
+        ("synchronize", None),
+        ("empty_cache", None),
+        ("current_device", 0),
+        ("get_device_name", "cpu"),
+        ("memory_allocated", 0),
+        ("max_memory_allocated", 0),
+        ("memory_reserved", 0),
+        ("reset_peak_memory_stats", None),
+    ):
+        setattr(torch.cuda, name, no_op(name, result))
+
+    real_load = torch.load
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        location = kwargs.get("map_location")
+        if location is None or is_cuda(location) or isinstance(location, int):
+            if location is not None:
+                recorder.changed("cuda", f"torch.load(map_location={location!r}) loads to the CPU")
+            kwargs["map_location"] = "cpu"
+        return real_load(*args, **kwargs)
+
+    torch.load = load
+
+    real_ddp_init = nn.parallel.DistributedDataParallel.__init__
+
+    def ddp_init(self: nn.parallel.DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
+        params = inspect.signature(real_ddp_init).bind(self, *args, **kwargs).arguments
+        for name in ("device_ids", "output_device"):
+            if params.get(name) is not None:
+                recorder.changed("cuda", f"DistributedDataParallel({name}=...) dropped: CPU model")
+                params[name] = None
+        params.pop("self")
+        extra = params.pop("kwargs", {})
+        real_ddp_init(self, **params, **extra)
+
+    nn.parallel.DistributedDataParallel.__init__ = ddp_init  # type: ignore[method-assign]
+
+
+def patch_process_group(recorder: Recorder, map_cuda: bool) -> None:
+    """Record the process group the script joins; nccl becomes gloo when there is no GPU."""
+    real_init = dist.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        if map_cuda:
+            backend = kwargs.get("backend", args[0] if args else None)
+            if isinstance(backend, str) and "nccl" in backend:
+                recorder.changed("cuda", f"init_process_group({backend!r}) uses gloo")
+                kwargs["backend"] = "gloo"
+                args = args[1:]
+            if is_cuda(kwargs.get("device_id")):
+                kwargs.pop("device_id")
+        real_init(*args, **kwargs)
+        recorder.event(
+            "dist",
+            backend=str(dist.get_backend()),
+            world_size=dist.get_world_size(),
+            rank=dist.get_rank(),
+        )
+
+    dist.init_process_group = init_process_group
+    torch.distributed.distributed_c10d.init_process_group = init_process_group
+
+
+def as_indices(index: object) -> list[int] | None:
+    if isinstance(index, int):
+        return [index]
+    try:
+        return [int(i) for i in index]  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return None
+
+
+def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | None) -> None:
+    """Number the DataLoaders, resize the original's training batch, make sampling
+    sequential, and record the sample indices of every batch."""
+    real_init = DataLoader.__init__
+    signature = inspect.signature(real_init)
+
+    def loader_init(self: DataLoader[Any], *args: Any, **kwargs: Any) -> None:
+        ordinal = recorder.next_loader()
+        bound = signature.bind(self, *args, **kwargs)
+        declared = bound.arguments.get("batch_size", 1)
+        if (
+            ordinal == train_loader
+            and train_batch is not None
+            and declared is not None
+            and bound.arguments.get("batch_sampler") is None
+            and declared != train_batch
+        ):
+            bound.arguments["batch_size"] = train_batch
+            recorder.changed(
+                "batch", f"DataLoader #{ordinal}: batch_size {declared} -> {train_batch}"
+            )
+        real_init(*bound.args, **bound.kwargs)
+        self._ddpify_ordinal = ordinal
+        try:
+            dataset_len: int | None = len(self.dataset)  # type: ignore[arg-type]
+        except TypeError:
+            dataset_len = None
+        recorder.event(
+            "loader",
+            ordinal=ordinal,
+            batch_size=self.batch_size,
+            declared_batch_size=declared,
+            sampler=type(self.sampler).__name__,
+            dataset_len=dataset_len,
+        )
+
+    DataLoader.__init__ = loader_init  # type: ignore[method-assign]
+
+    def random_iter(self: RandomSampler) -> Iterator[int]:
+        recorder.changed("shuffle", "RandomSampler (shuffle=True) yields 0, 1, 2, ... in order")
+        size = len(self.data_source)
+        for i in range(self.num_samples):
+            yield i % size
+
+    RandomSampler.__iter__ = random_iter  # type: ignore[method-assign]
+
+    def subset_iter(self: SubsetRandomSampler) -> Iterator[int]:
+        recorder.changed("shuffle", "SubsetRandomSampler yields its indices in order")
+        yield from (int(i) for i in self.indices)
+
+    SubsetRandomSampler.__iter__ = subset_iter  # type: ignore[method-assign]
+
+    real_sampler_init = DistributedSampler.__init__
+
+    def sampler_init(self: DistributedSampler[Any], *args: Any, **kwargs: Any) -> None:
+        real_sampler_init(self, *args, **kwargs)
+        if self.shuffle:
+            recorder.changed("shuffle", "DistributedSampler(shuffle=True) runs with shuffle=False")
+            self.shuffle = False
+
+    DistributedSampler.__init__ = sampler_init  # type: ignore[method-assign]
+
+    base = dataloader_module._BaseDataLoaderIter
+    real_iter_init = base.__init__
+    real_next_index: Callable[[Any], Any] = base._next_index
+    real_next = base.__next__
+
+    def iter_init(self: Any, loader: DataLoader[Any]) -> None:
+        real_iter_init(self, loader)
+        self._ddpify_loader = getattr(loader, "_ddpify_ordinal", None)
+        pending: deque[list[int] | None] = deque()
+        self._ddpify_pending = pending
+
+    def next_index(self: Any) -> Any:
+        index = real_next_index(self)
+        pending = getattr(self, "_ddpify_pending", None)
+        if pending is not None:
+            pending.append(as_indices(index))
+        return index
+
+    def next_batch(self: Any) -> Any:
+        batch = real_next(self)
+        # Workers prefetch indices ahead; batches still come back in order.
+        pending = getattr(self, "_ddpify_pending", None)
+        indices = pending.popleft() if pending else None
+        recorder.batch_fetched(id(self), getattr(self, "_ddpify_loader", None), indices)
+        return batch
+
+    base.__init__ = iter_init  # type: ignore[method-assign]
+    base._next_index = next_index  # type: ignore[method-assign]
+    base.__next__ = next_batch  # type: ignore[method-assign]
+
+
+def patch_writes(recorder: Recorder) -> None:
+    """Record files opened for writing and every torch.save (which still happens)."""
+    real_open = builtins.open
+    real_save = torch.save
+
+    def open_for_check(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if (
+            not recorder.suppress_writes
+            and isinstance(file, (str, bytes, os.PathLike))
+            and any(flag in mode for flag in "wax+")
+        ):
+            recorder.wrote(file, mode)
+        return real_open(file, mode, *args, **kwargs)
+
+    def save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
+        recorder.saved(obj, f)
+        recorder.suppress_writes += 1
+        try:
+            real_save(obj, f, *args, **kwargs)
+        finally:
+            recorder.suppress_writes -= 1
+
+    builtins.open = open_for_check
+    io.open = open_for_check
+    torch.save = save
+    torch.serialization.save = save

@@ -1,0 +1,229 @@
+"""Inside a verify child process: record steps, batches, writes and saves as they happen."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+from torch import nn
+
+from ddpify.verify.records import EVENTS, save_copy_name, snapshot_name
+
+# DDP, DataParallel and torch.compile wrap a model; their parameter names gain a prefix.
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+class StopTraining(BaseException):
+    """Raised from the optimizer hook after the last step the check needs.
+
+    A BaseException, so a script's `except Exception:` does not swallow it, while its
+    `finally:` blocks (destroy_process_group) still run; every rank raises it after the
+    same step, so no rank is left waiting in a collective.
+    """
+
+
+Opener = Callable[..., IO[Any]]
+Saver = Callable[..., None]
+
+
+class Recorder:
+    """Writes one process's events (see ddpify.verify.records) and parameter snapshots."""
+
+    def __init__(self, out: Path, workdir: Path, steps: int, real_open: Opener, real_save: Saver):
+        self.out = out
+        self.workdir = str(workdir.resolve())
+        self.steps_wanted = steps
+        self.real_open = real_open
+        self.real_save = real_save
+        self.pid = os.getpid()
+        self.step = 0  # steps of the primary optimizer so far
+        self.stopping = False
+        self.suppress_writes = 0
+        self._events = real_open(out / EVENTS, "w", encoding="utf-8", buffering=1)
+        self._optimizers: dict[int, int] = {}
+        self._alive: list[torch.optim.Optimizer] = []  # so that ids stay unique
+        self._optimizer_steps: dict[int, int] = {}
+        self._names: dict[int, list[tuple[str, torch.Tensor]]] = {}
+        self._fetched: list[tuple[int, int | None, list[int] | None]] = []
+        self._changes: set[tuple[str, str]] = set()
+        self._loaders = 0
+        self._saves = 0
+
+    def event(self, name: str, **fields: Any) -> None:
+        if os.getpid() != self.pid:  # a forked DataLoader worker: not this process's doing
+            return
+        self._events.write(json.dumps({"event": name, **fields}, default=str) + "\n")
+
+    def changed(self, kind: str, detail: str) -> None:
+        """Note a change made for the check, once per distinct change."""
+        if (kind, detail) not in self._changes:
+            self._changes.add((kind, detail))
+            self.event("changed", kind=kind, detail=detail)
+
+    def next_loader(self) -> int:
+        self._loaders += 1
+        return self._loaders - 1
+
+    def batch_fetched(self, iterator: int, loader: int | None, indices: list[int] | None) -> None:
+        self._fetched.append((iterator, loader, indices))
+
+    def place(self, target: object) -> tuple[str, bool]:
+        """A written path as the checks compare it: relative inside the working directory."""
+        if isinstance(target, (str, bytes, os.PathLike)):
+            path = os.path.abspath(os.fsdecode(target))
+        else:
+            name = getattr(target, "name", None)
+            if not isinstance(name, str):
+                return "<stream>", False
+            path = os.path.abspath(name)
+        if path == self.workdir or path.startswith(self.workdir + os.sep):
+            return os.path.relpath(path, self.workdir), True
+        return path, False
+
+    def wrote(self, target: object, mode: str, via: str = "open") -> None:
+        path, inside = self.place(target)
+        if path.startswith("/dev/"):
+            return
+        self.event("write", path=path, inside=inside, mode=mode, via=via, step=self.step)
+
+    def saved(self, obj: object, target: object) -> None:
+        """Record a torch.save: its keys, and a flattened copy for comparing values later."""
+        index = self._saves
+        self._saves += 1
+        flat = dict(flatten(obj))
+        self.keep(flat, save_copy_name(index))
+        path, _ = self.place(target)
+        self.event("save", path=path, index=index, keys=list(flat), step=self.step)
+        self.wrote(target, "wb", via="torch.save")
+
+    def keep(self, obj: object, name: str) -> None:
+        """Save into this process's record folder, unrecorded."""
+        self.suppress_writes += 1
+        try:
+            self.real_save(obj, self.out / name)
+        finally:
+            self.suppress_writes -= 1
+
+    def after_step(self, optimizer: torch.optim.Optimizer, *_: object) -> None:
+        """The global optimizer-step post-hook: snapshot, record the batch, stop after K."""
+        if self.stopping:  # the script caught StopTraining and went on: stop it again
+            raise StopTraining
+        key = id(optimizer)
+        if key not in self._optimizers:
+            self._optimizers[key] = len(self._optimizers)
+            self._alive.append(optimizer)
+            self._names[key] = named_parameters_of(optimizer)
+        ordinal = self._optimizers[key]
+        count = self._optimizer_steps[key] = self._optimizer_steps.get(key, 0) + 1
+        primary = ordinal == 0
+        loader, indices = (None, None)
+        if primary:
+            self.step = count
+            loader, indices = self._take_batches()
+        with torch.no_grad():
+            snapshot = {name: p.detach().cpu().clone() for name, p in self._names[key]}
+        self.keep(snapshot, snapshot_name(ordinal, count))
+        lrs = [float(group.get("lr", float("nan"))) for group in optimizer.param_groups]
+        self.event(
+            "step",
+            optimizer=ordinal,
+            kind=type(optimizer).__name__,
+            step=count,
+            primary=primary,
+            loader=loader,
+            indices=indices,
+            lr=lrs,
+        )
+        if primary and count >= self.steps_wanted:
+            self.stopping = True
+            raise StopTraining
+
+    def _take_batches(self) -> tuple[int | None, list[int] | None]:
+        """The batches this step trained on: those fetched since the last step from the
+        iterator that produced the latest one (a peek with next(iter(loader)) is not one)."""
+        if not self._fetched:
+            return None, None
+        iterator, loader, _ = self._fetched[-1]
+        batches = [item for item in self._fetched if item[0] == iterator]
+        self._fetched.clear()
+        indices: list[int] = []
+        for _, _, batch in batches:
+            if batch is None:
+                return loader, None
+            indices.extend(batch)
+        return loader, indices
+
+    def end(self, reason: str, detail: str = "") -> None:
+        self.event("end", reason=reason, detail=detail, steps=self.step)
+        self._events.flush()
+
+
+def named_parameters_of(optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
+    """The optimizer's parameters named as in the model that holds them (its wrapper's
+    `module.` prefix removed); by group and position when no model holds them."""
+    wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    best: nn.Module | None = None
+    best_key = (0, 0, 0)
+    with warnings.catch_warnings():  # isinstance on torch's deprecated aliases warns
+        warnings.simplefilter("ignore")
+        modules = [obj for obj in gc.get_objects() if isinstance(obj, nn.Module)]
+    for obj in modules:
+        owned = [id(p) for p in obj.parameters()]
+        covered = sum(1 for ident in owned if ident in wanted)
+        # most of the optimizer's parameters, then the unwrapped model, then the smallest
+        key = (covered, 0 if is_wrapper(obj) else 1, -len(owned))
+        if covered and key > best_key:
+            best, best_key = obj, key
+    names: dict[int, str] = {}
+    if best is not None:
+        for name, p in best.named_parameters():
+            names.setdefault(id(p), strip_wrapper_prefix(name))
+    return [
+        (names.get(id(p), f"param_groups.{g}.{i}"), p)
+        for g, group in enumerate(optimizer.param_groups)
+        for i, p in enumerate(group["params"])
+    ]
+
+
+def is_wrapper(module: nn.Module) -> bool:
+    return isinstance(module, (nn.DataParallel, nn.parallel.DistributedDataParallel)) or hasattr(
+        module, "_orig_mod"
+    )
+
+
+def strip_wrapper_prefix(name: str) -> str:
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in WRAPPER_PREFIXES:
+            if name.startswith(prefix):
+                name, stripped = name[len(prefix) :], True
+    return name
+
+
+def flatten(obj: object, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """A saved object as (dotted key, leaf): tensors, and plain values for the rest.
+
+    A module saved whole counts as its state_dict; a DDP wrapper's keys keep `module.`,
+    which is exactly what the checkpoint check looks for.
+    """
+    if isinstance(obj, nn.Module):
+        obj = obj.state_dict()
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj.detach().cpu().clone()
+    elif isinstance(obj, Mapping):
+        for key, value in obj.items():
+            yield from flatten(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from flatten(value, f"{prefix}.{i}" if prefix else str(i))
+    elif obj is None or isinstance(obj, (bool, int, float, str)):
+        yield prefix, obj
+    else:
+        yield prefix, repr(obj)[:200]

@@ -1,0 +1,181 @@
+"""What one process of a verify run recorded: the harness writes it, the checks read it.
+
+The harness appends one JSON object per line to `events.jsonl` as things happen (and
+flushes), so a process that is killed still leaves everything up to that moment. Nothing
+here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EVENTS = "events.jsonl"
+STACK = "stack.txt"
+STDOUT = "stdout.txt"
+STDERR = "stderr.txt"
+COMPARISON = "comparison.json"
+
+
+def snapshot_name(optimizer: int, step: int) -> str:
+    """The file holding an optimizer's parameters after one of its steps."""
+    return f"opt{optimizer}_step{step}.pt"
+
+
+def save_copy_name(index: int) -> str:
+    """The file holding a flattened copy of the process's index-th torch.save."""
+    return f"save{index}.pt"
+
+
+@dataclass(frozen=True)
+class LoaderRecord:
+    """A DataLoader the script created, numbered in creation order."""
+
+    ordinal: int
+    batch_size: int | None
+    declared_batch_size: int | None  # what the script asked for, before --train-batch
+    sampler: str
+    dataset_len: int | None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One optimizer step, with the sample indices of the batches it trained on."""
+
+    optimizer: int  # in the order optimizers first stepped
+    kind: str  # the optimizer's class: Adam, SGD, ...
+    step: int  # that optimizer's own count, from 1
+    primary: bool  # the first optimizer to step: its steps are the ones counted
+    loader: int | None
+    indices: tuple[int, ...] | None
+    lr: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class WriteRecord:
+    """A file opened for writing (or a torch.save to a path)."""
+
+    path: str  # relative to the working directory when inside it, else absolute
+    inside: bool  # inside the run's working directory
+    mode: str
+    via: str  # "open" or "torch.save"
+    step: int  # primary steps taken before the write
+
+
+@dataclass(frozen=True)
+class SaveRecord:
+    """A torch.save: where to, the flattened keys of what was saved, and its copy's index."""
+
+    path: str
+    index: int
+    keys: tuple[str, ...]
+    step: int
+
+
+@dataclass(frozen=True)
+class Change:
+    """Something the harness changed (or noticed and left alone) to make the check possible."""
+
+    kind: str
+    detail: str
+
+
+@dataclass
+class ProcessRecord:
+    """Everything one process recorded, in order."""
+
+    loaders: list[LoaderRecord] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    writes: list[WriteRecord] = field(default_factory=list)
+    saves: list[SaveRecord] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    started: bool = False
+    cuda: bool = False
+    backend: str | None = None
+    world_size: int | None = None
+    dist_rank: int | None = None
+    end_reason: str | None = None  # "steps", "finished", "exit", "error"; None: never ended
+    end_detail: str = ""
+    stop_step: int | None = None
+
+    @property
+    def primary_steps(self) -> list[StepRecord]:
+        return [step for step in self.steps if step.primary]
+
+    def loader(self, ordinal: int | None) -> LoaderRecord | None:
+        return next((item for item in self.loaders if item.ordinal == ordinal), None)
+
+    @classmethod
+    def read(cls, folder: Path) -> ProcessRecord:
+        record = cls()
+        path = folder / EVENTS
+        if not path.exists():
+            return record
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:  # the last line of a process killed mid-write
+                continue
+            if isinstance(event, dict):
+                record._add(event)
+        return record
+
+    def _add(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "start":
+            self.started = True
+            self.cuda = bool(event.get("cuda"))
+        elif kind == "loader":
+            self.loaders.append(
+                LoaderRecord(
+                    ordinal=int(event["ordinal"]),
+                    batch_size=event.get("batch_size"),
+                    declared_batch_size=event.get("declared_batch_size"),
+                    sampler=str(event.get("sampler")),
+                    dataset_len=event.get("dataset_len"),
+                )
+            )
+        elif kind == "step":
+            indices = event.get("indices")
+            self.steps.append(
+                StepRecord(
+                    optimizer=int(event["optimizer"]),
+                    kind=str(event.get("kind", "")),
+                    step=int(event["step"]),
+                    primary=bool(event["primary"]),
+                    loader=event.get("loader"),
+                    indices=None if indices is None else tuple(int(i) for i in indices),
+                    lr=tuple(float(lr) for lr in event.get("lr", ())),
+                )
+            )
+        elif kind == "write":
+            self.writes.append(
+                WriteRecord(
+                    path=str(event["path"]),
+                    inside=bool(event["inside"]),
+                    mode=str(event["mode"]),
+                    via=str(event["via"]),
+                    step=int(event["step"]),
+                )
+            )
+        elif kind == "save":
+            self.saves.append(
+                SaveRecord(
+                    path=str(event["path"]),
+                    index=int(event["index"]),
+                    keys=tuple(str(key) for key in event["keys"]),
+                    step=int(event["step"]),
+                )
+            )
+        elif kind == "changed":
+            self.changes.append(Change(str(event["kind"]), str(event["detail"])))
+        elif kind == "dist":
+            self.backend = event.get("backend")
+            self.world_size = event.get("world_size")
+            self.dist_rank = event.get("rank")
+        elif kind == "end":
+            self.end_reason = str(event["reason"])
+            self.end_detail = str(event.get("detail", ""))
+            self.stop_step = event.get("steps")

@@ -1,0 +1,377 @@
+"""Run the converted script as N processes and the original as one, each under the harness
+in a fresh working directory, with a timeout that kills every process of the run.
+
+Each process gets its own session (so its own process group: a DataLoader worker it forks
+dies with it) and its own stdout/stderr files, so what each rank printed is known apart.
+The converted run goes first: the batch size its ranks train with decides the batch the
+original trains with (N x B for a per-gpu conversion, unchanged for a global one); the
+original's process then measures both runs' tensors. This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ddpify
+from ddpify.source import InputError
+from ddpify.verify.records import COMPARISON, STACK, STDERR, STDOUT, ProcessRecord
+
+# What torchrun sets; none of it may leak from the caller into the runs.
+LAUNCHER_VARIABLES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+)  # fmt: skip
+# A rank that died leaves its peers blocked in a collective: how long they get to notice.
+PEER_GRACE = 5.0
+POLL = 0.05
+FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<function>.*)$')
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    original: Path
+    converted: Path
+    script_args: tuple[str, ...] = ()
+    nproc: int = 2
+    steps: int = 3
+    timeout: float = 120.0
+    keep: bool = False
+    # float32 gradients averaged over ranks differ from the single-process ones in the last
+    # bits: the elementwise tolerance on parameters (see ddpify.verify.checks).
+    rtol: float = 1e-5
+    atol: float = 1e-6
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+    source: str = ""  # the line's text, when the file is the script
+
+
+@dataclass
+class ProcessRun:
+    """One process of a run: how it ended and what it left."""
+
+    role: str
+    rank: int
+    pid: int
+    pgid: int
+    returncode: int | None = None
+    timed_out: bool = False
+    killed: bool = False  # by the runner, after a peer rank failed
+    duration: float = 0.0
+    stdout: str = ""
+    stderr: str = ""
+    stack: list[Frame] = field(default_factory=list)  # innermost first; empty if not dumped
+    record: ProcessRecord = field(default_factory=ProcessRecord)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.killed
+
+
+@dataclass
+class Run:
+    """The original (one process) or the converted script (N processes)."""
+
+    role: str
+    script: Path  # the copy in the working directory
+    workdir: Path
+    processes: list[ProcessRun]
+    duration: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        return all(process.succeeded for process in self.processes)
+
+
+@dataclass
+class Verification:
+    """Everything the checks need, gathered before the temporary folder is removed."""
+
+    options: VerifyOptions
+    temp_dir: Path
+    converted: Run | None = None
+    original: Run | None = None
+    comparison: dict[str, Any] | None = None
+    train_loader: int | None = None
+    train_batch: int | None = None
+    kept: bool = False
+    pgids: list[int] = field(default_factory=list)  # every process group the runner started
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the OS picks it): never a fixed one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def validate(options: VerifyOptions) -> None:
+    for path in (options.original, options.converted):
+        if path.is_dir():
+            raise InputError(f"{path}: is a directory, not a Python file")
+        if not path.is_file():
+            raise InputError(f"{path}: no such file")
+    if options.nproc < 1:
+        raise InputError(f"--nproc must be at least 1, not {options.nproc}")
+    if options.steps < 1:
+        raise InputError(f"--steps must be at least 1, not {options.steps}")
+    if options.timeout <= 0:
+        raise InputError(f"--timeout must be positive, not {options.timeout}")
+
+
+def base_environment() -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in LAUNCHER_VARIABLES}
+    package_root = str(Path(ddpify.__file__).resolve().parent.parent)
+    paths = [package_root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env.update(
+        PYTHONUNBUFFERED="1",  # a killed rank's prints are still in its file
+        PYTHONHASHSEED="0",
+        OMP_NUM_THREADS="1",  # what torchrun sets too; the harness also sets 1 thread
+        PYTHONPATH=os.pathsep.join(paths),
+    )
+    return env
+
+
+def parse_stack(text: str, script: Path) -> list[Frame]:
+    """The last faulthandler dump's thread that runs the script, innermost frame first."""
+    threads: list[list[Frame]] = []
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append([])
+        elif threads and (match := FRAME.match(line)):
+            threads[-1].append(Frame(match["file"], int(match["line"]), match["function"]))
+    if not threads:
+        return []
+    # a later dump (SIGUSR1 after the timeout dump) lists the same threads again
+    script_path = str(script.resolve())
+    running = [frames for frames in threads if any(f.file == script_path for f in frames)]
+    frames = (running or threads)[-1]
+    try:
+        lines = script.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    return [
+        Frame(f.file, f.line, f.function, lines[f.line - 1].strip())
+        if f.file == script_path and 0 < f.line <= len(lines)
+        else f
+        for f in frames
+    ]
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class Launcher:
+    """Starts the runs' processes and makes sure none outlives the verification."""
+
+    def __init__(self, verification: Verification, progress: Progress):
+        self.verification = verification
+        self.options = verification.options
+        self.progress = progress
+        self.env = base_environment()
+        self.running: list[subprocess.Popen[bytes]] = []
+
+    def kill_all(self) -> None:
+        for pgid in self.verification.pgids:
+            signal_group(pgid, signal.SIGKILL)
+        for process in self.running:
+            with contextlib.suppress(Exception):
+                process.wait(timeout=5)
+        self.running.clear()
+
+    def run(self, role: str, source: Path, nproc: int, extra: list[str]) -> Run:
+        folder = self.verification.temp_dir / role
+        workdir = folder / "work"
+        workdir.mkdir(parents=True)
+        script = workdir / source.name
+        shutil.copy2(source, script)
+        started = time.monotonic()
+        deadline = started + self.options.timeout
+        dump_at = time.time() + self.options.timeout - min(3.0, self.options.timeout / 4)
+        port = free_port() if role == "converted" else None
+        processes: list[tuple[subprocess.Popen[bytes], ProcessRun]] = []
+        for rank in range(nproc):
+            out = folder / f"rank{rank}"
+            out.mkdir()
+            env = dict(self.env)
+            if role == "converted":
+                env.update(
+                    RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
+                    LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK="0", ROLE_RANK=str(rank),
+                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                )  # fmt: skip
+            command = [
+                sys.executable, "-m", "ddpify.verify.harness", "--role", role,
+                "--out", str(out), "--workdir", str(workdir), "--steps", str(self.options.steps),
+                "--dump-at", repr(dump_at), "--source-dir", str(source.resolve().parent),
+                "--nproc", str(self.options.nproc), "--rtol", repr(self.options.rtol),
+                "--atol", repr(self.options.atol), *extra, str(script), *self.options.script_args,
+            ]  # fmt: skip
+            with open(out / STDOUT, "wb") as stdout, open(out / STDERR, "wb") as stderr:
+                popen = subprocess.Popen(
+                    command,
+                    cwd=workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    start_new_session=True,
+                )
+            self.running.append(popen)
+            self.verification.pgids.append(popen.pid)  # a new session: its pgid is its pid
+            processes.append((popen, ProcessRun(role, rank, popen.pid, popen.pid)))
+        timed_out = self._wait(processes, started, deadline)
+        run = Run(role, script, workdir, [p for _, p in processes], time.monotonic() - started)
+        run.timed_out = timed_out
+        for rank, (_, process) in enumerate(processes):
+            out = folder / f"rank{rank}"
+            process.stdout = read_text(out / STDOUT)
+            process.stderr = read_text(out / STDERR)
+            process.stack = parse_stack(read_text(out / STACK), script)
+            process.record = ProcessRecord.read(out)
+        return run
+
+    def _wait(
+        self,
+        processes: list[tuple[subprocess.Popen[bytes], ProcessRun]],
+        started: float,
+        deadline: float,
+    ) -> bool:
+        """Wait for every process; kill them all at the deadline, or a little after one
+        failed. True when the timeout struck."""
+        grace_until: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                pending = []
+                for popen, process in processes:
+                    code = popen.poll()
+                    if code is None:
+                        pending.append((popen, process))
+                    elif process.returncode is None:
+                        process.returncode, process.duration = code, now - started
+                        if code != 0 and grace_until is None:
+                            grace_until = now + PEER_GRACE
+                if not pending:
+                    return False
+                timed_out = now >= deadline
+                if timed_out or (grace_until is not None and now >= grace_until):
+                    if not timed_out:  # the timeout's dump has not happened: ask for one
+                        for popen, _ in pending:
+                            signal_group(popen.pid, signal.SIGUSR1)
+                        time.sleep(0.5)
+                    for popen, process in pending:
+                        signal_group(popen.pid, signal.SIGKILL)
+                        process.returncode = popen.wait()
+                        process.duration = time.monotonic() - started
+                        process.timed_out, process.killed = timed_out, not timed_out
+                    return timed_out
+                time.sleep(POLL)
+        finally:
+            # Also on Ctrl-C; and a group may hold a forked worker its leader left behind.
+            for popen, _ in processes:
+                signal_group(popen.pid, signal.SIGKILL)
+                with contextlib.suppress(Exception):
+                    popen.wait(timeout=5)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def training_batch(run: Run, nproc: int) -> tuple[int | None, int | None]:
+    """The DataLoader the converted rank 0 trained from, and N x its batch size: the batch
+    the original must train with so that its step k sees what the N ranks saw together."""
+    record = run.processes[0].record
+    first = next(iter(record.primary_steps), None)
+    if first is None or first.loader is None:
+        return None, None
+    loader = record.loader(first.loader)
+    if loader is None or loader.batch_size is None:
+        return first.loader, None
+    return first.loader, loader.batch_size * nproc
+
+
+def run_verification(options: VerifyOptions, progress: Progress | None = None) -> Verification:
+    """Run both scripts and collect their records; InputError for unusable arguments."""
+    validate(options)
+    say = progress or (lambda _: None)
+    temp_dir = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
+    verification = Verification(options=options, temp_dir=temp_dir, kept=options.keep)
+    launcher = Launcher(verification, say)
+    try:
+        say(f"converted: {options.converted} as {options.nproc} processes")
+        converted = launcher.run("converted", options.converted, options.nproc, [])
+        verification.converted = converted
+        say(describe(converted, options))
+        loader, batch = training_batch(converted, options.nproc)
+        verification.train_loader, verification.train_batch = loader, batch
+        extra = ["--compare-with", str(temp_dir / "converted")]
+        if loader is not None and batch is not None:
+            extra += ["--train-loader", str(loader), "--train-batch", str(batch)]
+        say(f"original: {options.original} as 1 process")
+        original = launcher.run("original", options.original, 1, extra)
+        verification.original = original
+        say(describe(original, options))
+        comparison_file = temp_dir / "original" / "rank0" / COMPARISON
+        if comparison_file.exists():
+            verification.comparison = json.loads(comparison_file.read_text(encoding="utf-8"))
+    finally:
+        launcher.kill_all()
+        if options.keep:
+            say(f"kept: {temp_dir}")
+        else:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    return verification
+
+
+def describe(run: Run, options: VerifyOptions) -> str:
+    steps = [p.record.stop_step or 0 for p in run.processes]
+    if run.timed_out:
+        return f"{run.role}: timed out after {options.timeout:g} s; killed all its processes"
+    failed = [p.rank for p in run.processes if not p.succeeded]
+    if failed:
+        return f"{run.role}: failed (rank {', '.join(map(str, failed))}) after {run.duration:.1f} s"
+    return f"{run.role}: {min(steps, default=0)} steps in {run.duration:.1f} s"
+
+
+def processes_left(verification: Verification) -> Iterator[int]:
+    """Pids of any process still in one of the run's process groups (there should be none)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            pgid = os.getpgid(int(entry.name))
+        except (ProcessLookupError, PermissionError):
+            continue
+        if pgid in verification.pgids:
+            yield int(entry.name)
