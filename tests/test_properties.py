@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpify.convert import convert_source
-from ddpify.options import ConvertOptions
+from ddpify.options import ConvertOptions, Launcher
 
 LINES = (FIXTURES / "seeds" / "seed000_single_gpu.py").read_text().splitlines()
 COMMENT = st.text(alphabet="abcdefghij XYZ_-:#!é", min_size=1, max_size=20)
@@ -32,3 +33,30 @@ def test_comments_are_kept_and_output_converts_once(inserts: list[tuple[int, str
         assert f"# {text}" in output
     again = convert_source(result.output, "train.py", ConvertOptions())
     assert again.output == result.output
+
+
+SCRIPTS = sorted([*FIXTURES.glob("scripts/*.py"), *FIXTURES.glob("seeds/*.py")])
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.sampled_from(SCRIPTS),
+    st.lists(st.integers(0, 200), min_size=1, max_size=3),
+    st.sampled_from(list(Launcher)),
+)
+def test_scripts_with_lines_missing_never_crash_the_converter(
+    path: Path, deleted: list[int], launcher: Launcher
+) -> None:
+    """Real scripts are messier than fixtures: with lines gone, the converter still either
+    converts to code that parses, leaves the file alone, or refuses; it never crashes."""
+    lines = path.read_text().splitlines(keepends=True)
+    for index in sorted({i % len(lines) for i in deleted}, reverse=True):
+        del lines[index]
+    source = "".join(lines)
+    try:
+        ast.parse(source)
+    except SyntaxError:
+        return
+    result = convert_source(source.encode(), path.name, ConvertOptions(launcher=launcher))
+    ast.parse(result.output)
+    assert result.changed or result.output == source.encode()
