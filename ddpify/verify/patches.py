@@ -225,8 +225,9 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
         self._ddpify_ordinal = ordinal
         try:
             dataset_len: int | None = len(self.dataset)  # type: ignore[arg-type]
+            length: int | None = len(self)
         except TypeError:
-            dataset_len = None
+            dataset_len = length = None
         recorder.event(
             "loader",
             ordinal=ordinal,
@@ -234,6 +235,7 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
             declared_batch_size=declared,
             sampler=type(self.sampler).__name__,
             dataset_len=dataset_len,
+            length=length,
         )
 
     DataLoader.__init__ = loader_init  # type: ignore[method-assign]

@@ -38,6 +38,7 @@ class LoaderRecord:
     declared_batch_size: int | None  # what the script asked for, before --train-batch
     sampler: str
     dataset_len: int | None
+    length: int | None  # batches per epoch: len(loader)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class ProcessRecord:
                     declared_batch_size=event.get("declared_batch_size"),
                     sampler=str(event.get("sampler")),
                     dataset_len=event.get("dataset_len"),
+                    length=event.get("length"),
                 )
             )
         elif kind == "step":
