@@ -316,15 +316,31 @@ def run_check(paths: Sequence[str], options: CheckOptions) -> CheckReport:
     ]
     workers = os.cpu_count() or 1
     if len(jobs) > PARALLEL_THRESHOLD and workers > 1:
-        from concurrent.futures import ProcessPoolExecutor  # only paid for when used
-
-        chunk = max(1, min(64, len(jobs) // (workers * 4)))
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_check_one, jobs, chunksize=chunk))
+        results = _in_parallel(jobs, workers)
     else:
         results = [_check_one(job) for job in jobs]
     results += [FileResult(path, error=f"{path}: no such file or folder") for path in missing]
     return CheckReport(tuple(results), tuple(check_rules(options.select, options.ignore)))
+
+
+def _in_parallel(jobs: list[_Job], workers: int) -> list[FileResult]:
+    """Check the files in a pool of processes; the results in the order of `jobs`."""
+    from concurrent.futures import ProcessPoolExecutor  # only paid for when used
+
+    # Largest first, one file at a time: a few big files take most of the time, and no
+    # worker must be left alone with several of them at the end.
+    order = sorted(range(len(jobs)), key=lambda index: -_size(jobs[index].path))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        done = pool.map(_check_one, [jobs[index] for index in order])
+        by_index = dict(zip(order, done, strict=True))
+    return [by_index[index] for index in range(len(jobs))]
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _ignored_in(path: str, options: CheckOptions) -> frozenset[str]:

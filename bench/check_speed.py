@@ -1,0 +1,192 @@
+"""How fast `ddpify check` is: on one script (the pre-commit case) and on the torch package.
+
+What it measures:
+
+* ``one script``: the wall time of ``python -m ddpify check SCRIPT`` in a fresh process,
+  against ``python -c "import libcst"`` (the floor any LibCST-based tool pays) and
+  ``python -c "import ddpify.checker"`` (interpreter, LibCST, the engine and its rules, no
+  checking). The three alternate after one warm-up round; the figure of merit is
+  median(check) / median(import libcst), with a target of at most 1.5x.
+* ``torch corpus``: ``ddpify check`` over every ``.py`` file of the installed torch package
+  (found with ``importlib.util.find_spec``, without importing torch), in files per second.
+  Then, on a fixed subset of ``--limit`` files spread evenly over the sorted list, the same
+  for ddpify, TorchFix and Fixit (each with its default rules and its own parallelism), when
+  they are installed in ``--baseline-venv``; ``--install-baselines`` creates that venv and
+  pip-installs them there, never into this project's environment.
+
+Nothing is asserted; the figures are printed for a human to judge. Exit codes of the tools
+are shown, not checked: each one finds things in torch and says so with a non-zero code.
+
+    python bench/check_speed.py                       # both parts
+    python bench/check_speed.py --runs 15 --skip-corpus
+    python bench/check_speed.py --limit 300 --install-baselines
+    python bench/check_speed.py --skip-full-corpus    # baselines' subset only
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SCRIPT = REPO_ROOT / "fixtures" / "scripts" / "already_ddp.py"
+DEFAULT_BASELINE_VENV = Path("/tmp/benchvenv")
+MIN_RUNS = 7
+TARGET_RATIO = 1.5
+
+
+def time_command(command: Sequence[str], ok_codes: Sequence[int] = (0,)) -> tuple[float, int]:
+    """Seconds of wall time for one run of `command`, and its exit code."""
+    start = time.perf_counter()
+    completed = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - start
+    if ok_codes and completed.returncode not in ok_codes:
+        message = completed.stderr.decode(errors="replace").strip()[-2000:]
+        raise SystemExit(
+            f"exit code {completed.returncode}: {' '.join(command[:6])} ...\n{message}"
+        )
+    return elapsed, completed.returncode
+
+
+def milliseconds(seconds: float) -> str:
+    return f"{seconds * 1000:8.1f} ms"
+
+
+def one_script(script: Path, runs: int) -> None:
+    commands = {
+        "import libcst": [sys.executable, "-c", "import libcst"],
+        "ddpify check": [sys.executable, "-m", "ddpify", "check", str(script)],
+        "import ddpify.checker": [sys.executable, "-c", "import ddpify.checker"],
+    }
+    # The check may find something in a script given on the command line: 1 is fine too.
+    ok = {"ddpify check": (0, 1)}
+    for label, command in commands.items():
+        time_command(command, ok.get(label, (0,)))
+    samples: dict[str, list[float]] = {label: [] for label in commands}
+    for _ in range(runs):
+        for label, command in commands.items():
+            samples[label].append(time_command(command, ok.get(label, (0,)))[0])
+
+    print(f"one script: {script} ({script.stat().st_size} bytes)")
+    print(f"  {runs} runs of each command, alternated, after 1 warm-up round; wall time:")
+    for label, values in samples.items():
+        print(
+            f"  {label:<22} median {milliseconds(statistics.median(values))}"
+            f"   (min {milliseconds(min(values)).strip()}, max {milliseconds(max(values)).strip()})"
+        )
+    baseline = statistics.median(samples["import libcst"])
+    check = statistics.median(samples["ddpify check"])
+    imports = statistics.median(samples["import ddpify.checker"])
+    ratio = check / baseline
+    verdict = "within" if ratio <= TARGET_RATIO else "over"
+    print(
+        f"  ratio median(ddpify check) / median(import libcst) = {ratio:.2f}x "
+        f"(target: at most {TARGET_RATIO}x; {verdict} target)"
+    )
+    print(
+        f"  of which: importing the engine and rules beyond libcst "
+        f"{milliseconds(imports - baseline)}"
+    )
+    print(
+        f"            CLI, reading and checking the script          {milliseconds(check - imports)}"
+    )
+    print()
+
+
+def torch_files() -> tuple[Path, list[Path]]:
+    spec = importlib.util.find_spec("torch")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("torch is not installed in this interpreter")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    return root, sorted(root.rglob("*.py"))
+
+
+def evenly(files: list[Path], limit: int) -> list[Path]:
+    """`limit` files spread evenly over the sorted list: the same subset every run."""
+    if limit >= len(files):
+        return files
+    return [files[index * len(files) // limit] for index in range(limit)]
+
+
+def measure(label: str, command: list[str], count: int) -> float:
+    seconds, code = time_command(command, ok_codes=())
+    print(
+        f"  {label:<10} {count:5} files  {seconds:8.1f} s  {count / seconds:8.1f} files/s"
+        f"  (exit {code})"
+    )
+    return seconds
+
+
+def corpus(limit: int, baseline_venv: Path, install: bool, full: bool) -> None:
+    root, files = torch_files()
+    from ddpify.lint import could_contain_finding
+
+    candidates = sum(could_contain_finding(path.read_bytes()) for path in files)
+    print(f"torch corpus: {len(files)} .py files under {root}")
+    print(f"  {candidates} of them pass the engine's text prefilter and are parsed and analysed")
+    print(f"  {os.cpu_count()} CPUs; each tool uses its own parallelism")
+    ddpify = [sys.executable, "-m", "ddpify", "check"]
+    if full:
+        measure("ddpify", [*ddpify, *map(str, files)], len(files))
+
+    subset = [str(path) for path in evenly(files, limit)]
+    if install and not (baseline_venv / "bin" / "torchfix").exists():
+        print(f"  installing torchfix and fixit into {baseline_venv} ...")
+        subprocess.run([sys.executable, "-m", "venv", str(baseline_venv)], check=True)
+        pip = [str(baseline_venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, "torchfix", "fixit"], check=True)
+    print(f"subset: {len(subset)} files spread evenly over the sorted list (--limit {limit})")
+    seconds = {"ddpify": measure("ddpify", [*ddpify, *subset], len(subset))}
+    for tool, command in {
+        "torchfix": [str(baseline_venv / "bin" / "torchfix")],
+        "fixit": [str(baseline_venv / "bin" / "fixit"), "lint"],
+    }.items():
+        if not Path(command[0]).exists():
+            print(
+                f"  {tool:<10} not installed in {baseline_venv} (--install-baselines installs it)"
+            )
+            continue
+        seconds[tool] = measure(tool, [*command, *subset], len(subset))
+    for tool, value in seconds.items():
+        if tool != "ddpify":
+            print(f"  ddpify is {value / seconds['ddpify']:.2f}x as fast as {tool} on the subset")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("script", nargs="?", type=Path, default=DEFAULT_SCRIPT)
+    parser.add_argument("--runs", type=int, default=9, help=f"at least {MIN_RUNS} (default 9)")
+    parser.add_argument(
+        "--limit", type=int, default=300, help="files in the baselines' subset (default 300)"
+    )
+    parser.add_argument("--baseline-venv", type=Path, default=DEFAULT_BASELINE_VENV)
+    parser.add_argument("--install-baselines", action="store_true")
+    parser.add_argument("--skip-corpus", action="store_true", help="the one-script part only")
+    parser.add_argument(
+        "--skip-full-corpus", action="store_true", help="not the whole of torch, the subset only"
+    )
+    arguments = parser.parse_args(argv)
+    if arguments.runs < MIN_RUNS:
+        parser.error(f"--runs must be at least {MIN_RUNS}")
+    print(f"python: {sys.executable} ({sys.version.split()[0]})")
+    print()
+    one_script(arguments.script.resolve(), arguments.runs)
+    if not arguments.skip_corpus:
+        corpus(
+            arguments.limit,
+            arguments.baseline_venv,
+            arguments.install_baselines,
+            full=not arguments.skip_full_corpus,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
