@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import io
+import itertools
 import os
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -269,9 +270,13 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
     real_next_index: Callable[[Any], Any] = base._next_index
     real_next = base.__next__
 
+    serials = itertools.count()
+
     def iter_init(self: Any, loader: DataLoader[Any]) -> None:
         real_iter_init(self, loader)
         self._ddpify_loader = getattr(loader, "_ddpify_ordinal", None)
+        # not id(self): a peek's iterator is freed and the loop's may reuse its address
+        self._ddpify_serial = next(serials)
         pending: deque[list[int] | None] = deque()
         self._ddpify_pending = pending
 
@@ -287,7 +292,8 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
         # Workers prefetch indices ahead; batches still come back in order.
         pending = getattr(self, "_ddpify_pending", None)
         indices = pending.popleft() if pending else None
-        recorder.batch_fetched(id(self), getattr(self, "_ddpify_loader", None), indices)
+        serial = getattr(self, "_ddpify_serial", -1)
+        recorder.batch_fetched(serial, getattr(self, "_ddpify_loader", None), indices)
         return batch
 
     base.__init__ = iter_init  # type: ignore[method-assign]
