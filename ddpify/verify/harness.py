@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import faulthandler
+import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +38,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--dump-at", type=float, default=None)
+    parser.add_argument("--wait-for", type=Path, default=None)
+    parser.add_argument("--parent", type=int, default=None)
     parser.add_argument("--source-dir", type=Path, default=None)
     parser.add_argument("--train-loader", type=int, default=None)
     parser.add_argument("--train-batch", type=int, default=None)
@@ -48,19 +52,50 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def watch_for_hangs(out: Path, dump_at: float | None) -> IO[str]:
-    """Each process dumps its Python stack shortly before the parent's timeout kills it, and
-    on SIGUSR1 (sent when a peer rank died and this one is still waiting)."""
+def watch_for_hangs(out: Path) -> IO[str]:
+    """Each process dumps its Python stack on SIGUSR1 (sent when a peer rank died and this
+    one is still waiting) and, see dump_before_timeout, shortly before the timeout."""
     stack = open(out / STACK, "w")  # noqa: SIM115 - open until the process ends
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    return stack
+
+
+def end_with_parent(parent: int | None) -> None:
+    """Should the verifier itself be killed, its runs must not outlive it: end this process
+    and its group (a DataLoader's workers) once the parent is gone. The parent's pid comes
+    from the command line: it may be gone before this line runs."""
+    if parent is None:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="ddpify-verify-parent-watch", daemon=True).start()
+
+
+def dump_before_timeout(stack: IO[str], dump_at: float | None) -> None:
     if dump_at is not None:
         faulthandler.dump_traceback_later(max(0.1, dump_at - time.time()), file=stack)
-    return stack
+
+
+def wait_for_go(options: argparse.Namespace) -> None:
+    """The original starts (and imports torch) while the converted run trains; the runner
+    then writes the batch to train with and the deadline into this file."""
+    go: Path = options.wait_for
+    while not go.exists():
+        time.sleep(0.02)
+    settings = json.loads(go.read_text(encoding="utf-8"))
+    options.train_loader = settings.get("train_loader")
+    options.train_batch = settings.get("train_batch")
+    options.dump_at = settings.get("dump_at")
 
 
 def main(argv: list[str]) -> int:
     options = parse_args(argv)
-    stack = watch_for_hangs(options.out, options.dump_at)
+    stack = watch_for_hangs(options.out)
+    end_with_parent(options.parent)
 
     import random
 
@@ -71,6 +106,9 @@ def main(argv: list[str]) -> int:
     from ddpify.verify import patches
     from ddpify.verify.recorder import Recorder, StopTraining
 
+    if options.wait_for is not None:
+        wait_for_go(options)
+    dump_before_timeout(stack, options.dump_at)
     real_open = open
     recorder = Recorder(options.out, options.workdir, options.steps, real_open, torch.save)
     cuda = torch.cuda.is_available()

@@ -187,6 +187,14 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+@dataclass
+class Started:
+    role: str
+    folder: Path
+    script: Path
+    processes: list[tuple[subprocess.Popen[bytes], ProcessRun]]
+
+
 class Launcher:
     """Starts the runs' processes and makes sure none outlives the verification."""
 
@@ -205,15 +213,17 @@ class Launcher:
                 process.wait(timeout=5)
         self.running.clear()
 
-    def run(self, role: str, source: Path, nproc: int, extra: list[str]) -> Run:
+    def dump_at(self) -> float:
+        """When a process dumps its stack: a little before the timeout kills it."""
+        return time.time() + self.options.timeout - min(3.0, self.options.timeout / 4)
+
+    def start(self, role: str, source: Path, nproc: int, extra: list[str]) -> Started:
+        """Start a run's processes; with `--wait-for` in `extra` they wait to be released."""
         folder = self.verification.temp_dir / role
         workdir = folder / "work"
         workdir.mkdir(parents=True)
         script = workdir / source.name
         shutil.copy2(source, script)
-        started = time.monotonic()
-        deadline = started + self.options.timeout
-        dump_at = time.time() + self.options.timeout - min(3.0, self.options.timeout / 4)
         port = free_port() if role == "converted" else None
         processes: list[tuple[subprocess.Popen[bytes], ProcessRun]] = []
         for rank in range(nproc):
@@ -229,7 +239,8 @@ class Launcher:
             command = [
                 sys.executable, "-m", "ddpify.verify.harness", "--role", role,
                 "--out", str(out), "--workdir", str(workdir), "--steps", str(self.options.steps),
-                "--dump-at", repr(dump_at), "--source-dir", str(source.resolve().parent),
+                "--dump-at", repr(self.dump_at()), "--source-dir", str(source.resolve().parent),
+                "--parent", str(os.getpid()),
                 "--nproc", str(self.options.nproc), "--rtol", repr(self.options.rtol),
                 "--atol", repr(self.options.atol), *extra, str(script), *self.options.script_args,
             ]  # fmt: skip
@@ -246,8 +257,16 @@ class Launcher:
             self.running.append(popen)
             self.verification.pgids.append(popen.pid)  # a new session: its pgid is its pid
             processes.append((popen, ProcessRun(role, rank, popen.pid, popen.pid)))
-        timed_out = self._wait(processes, started, deadline)
-        run = Run(role, script, workdir, [p for _, p in processes], time.monotonic() - started)
+        return Started(role, folder, script, processes)
+
+    def finish(self, started: Started) -> Run:
+        """Wait for a started run (the timeout counts from now) and collect its records."""
+        begun = time.monotonic()
+        processes, folder, script = started.processes, started.folder, started.script
+        timed_out = self._wait(processes, begun, begun + self.options.timeout)
+        run = Run(
+            started.role, script, script.parent, [p for _, p in processes], time.monotonic() - begun
+        )
         run.timed_out = timed_out
         for rank, (_, process) in enumerate(processes):
             out = folder / f"rank{rank}"
@@ -328,18 +347,23 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
     temp_dir = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
     verification = Verification(options=options, temp_dir=temp_dir, kept=options.keep)
     launcher = Launcher(verification, say)
+    go = temp_dir / "go.json"
     try:
         say(f"converted: {options.converted} as {options.nproc} processes")
-        converted = launcher.run("converted", options.converted, options.nproc, [])
+        first = launcher.start("converted", options.converted, options.nproc, [])
+        # The original imports torch meanwhile, then waits for the batch it must train with.
+        extra = ["--compare-with", str(temp_dir / "converted"), "--wait-for", str(go)]
+        second = launcher.start("original", options.original, 1, extra)
+        converted = launcher.finish(first)
         verification.converted = converted
         say(describe(converted, options))
         loader, batch = training_batch(converted, options.nproc)
         verification.train_loader, verification.train_batch = loader, batch
-        extra = ["--compare-with", str(temp_dir / "converted")]
-        if loader is not None and batch is not None:
-            extra += ["--train-loader", str(loader), "--train-batch", str(batch)]
+        settings = {"train_loader": loader, "train_batch": batch, "dump_at": launcher.dump_at()}
+        go.with_suffix(".tmp").write_text(json.dumps(settings), encoding="utf-8")
+        go.with_suffix(".tmp").replace(go)  # whole, at once
         say(f"original: {options.original} as 1 process")
-        original = launcher.run("original", options.original, 1, extra)
+        original = launcher.finish(second)
         verification.original = original
         say(describe(original, options))
         comparison_file = temp_dir / "original" / "rank0" / COMPARISON
