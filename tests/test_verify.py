@@ -43,13 +43,13 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def assert_nothing_left(pgids: list[int], temp_dir: Path) -> None:
+def assert_nothing_left(pgids: list[int], temp_dir: Path, kept: bool = False) -> None:
     assert pgids, "the runner started no process"
     for pgid in pgids:
         with pytest.raises(ProcessLookupError):
             os.killpg(pgid, 0)  # no member of the group is alive
     assert processes_mentioning(str(temp_dir)) == []
-    assert not temp_dir.exists()
+    assert temp_dir.exists() == kept
 
 
 def verify(
@@ -59,6 +59,7 @@ def verify(
     nproc: int = 2,
     steps: int = 2,
     timeout: float = 120,
+    keep: bool = False,
 ) -> tuple[Verification, Outcome]:
     options = VerifyOptions(
         original=original,
@@ -67,9 +68,10 @@ def verify(
         nproc=nproc,
         steps=steps,
         timeout=timeout,
+        keep=keep,
     )
     verification = run_verification(options)
-    assert_nothing_left(verification.pgids, verification.temp_dir)
+    assert_nothing_left(verification.pgids, verification.temp_dir, kept=keep)
     return verification, judge(verification)
 
 
@@ -154,8 +156,15 @@ def test_hand_written_ddp_script_passes_every_check() -> None:
     assert "verdict: equivalent (exit 0)" in table
 
 
-def test_one_process_is_bit_identical() -> None:
-    _, outcome = verify(TRAIN, VERIFY / "ddp_correct.py", nproc=1)
+def test_one_process_is_bit_identical_and_keep_keeps_the_records() -> None:
+    verification, outcome = verify(TRAIN, VERIFY / "ddp_correct.py", nproc=1, keep=True)
+    try:
+        kept = verification.temp_dir
+        assert (kept / "converted" / "work" / "ddp_correct.py").is_file()
+        assert (kept / "original" / "rank0" / "comparison.json").is_file()
+        assert f"kept: {kept}" in render_table(verification, outcome)
+    finally:
+        shutil.rmtree(verification.temp_dir)
     assert outcome.exit_code == 0
     assert statuses(outcome)["replicas-in-sync"] is Status.NOT_EXERCISED
     equivalence = next(c for c in outcome.checks if c.name == "equivalence")
@@ -232,6 +241,37 @@ def test_collective_inside_rank_zero_guard_hangs_until_the_timeout() -> None:
     assert "in barrier)" in text
     assert "rank 1: stuck at ddp_hang.py:36 in main: loss.backward()" in text
     assert elapsed < 20 + 60  # the timeout, then the original's run
+
+
+def test_batchnorm_is_per_rank_statistics_and_the_report_says_so(tmp_path: Path) -> None:
+    original, converted = tmp_path / "train_bn.py", tmp_path / "ddp_bn.py"
+    original.write_text(TRAIN.read_text().replace("nn.Dropout(0.1)", "nn.BatchNorm1d(16)"))
+    converted.write_text(
+        (VERIFY / "ddp_correct.py").read_text().replace("nn.Dropout(0.1)", "nn.BatchNorm1d(16)")
+    )
+    _, outcome = verify(original, converted)
+    assert statuses(outcome)["equivalence"] is Status.FAIL  # no tolerance widened for it
+    assert "per-rank statistics" in check(outcome, "equivalence")
+    assert any("BatchNorm in training mode (left unchanged)" in c for c in outcome.changes)
+    assert statuses(outcome)["data-sharding"] is Status.PASS
+
+
+def test_a_rank_that_crashes_fails_runs_with_its_error(tmp_path: Path) -> None:
+    crash = tmp_path / "ddp_crash.py"
+    crash.write_text(
+        (VERIFY / "ddp_correct.py")
+        .read_text()
+        .replace(
+            "            optimizer.step()\n",
+            "            optimizer.step()\n"
+            "            if rank == 1:\n"
+            "                raise RuntimeError('rank 1 breaks')\n",
+        )
+    )
+    _, outcome = verify(TRAIN, crash)
+    assert outcome.exit_code == 1
+    text = check(outcome, "runs")
+    assert "rank 1's stderr ends:" in text and "RuntimeError: rank 1 breaks" in text
 
 
 # -- could not run ------------------------------------------------------------------------

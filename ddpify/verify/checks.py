@@ -96,6 +96,14 @@ def tail(text: str, lines: int = 12) -> list[str]:
     return [f"    {line}" for line in text.rstrip().splitlines()[-lines:]]
 
 
+def follows_a_peer(stderr: str) -> bool:
+    """A rank's error only says a peer went away (gloo's, NCCL's wording)."""
+    return any(
+        words in stderr
+        for words in ("Connection closed by peer", "Connection reset by peer", "remote worker")
+    )
+
+
 def stack_lines(process: ProcessRun, script_name: str) -> list[str]:
     if not process.stack:
         return [f"rank {process.rank}: no stack (the process ended before the dump)"]
@@ -163,7 +171,7 @@ class _Judge:
         elif not steps:
             status = Status.FAIL
             details.append("original: it took no optimizer step (does it train?)")
-        original_text = f"original: 1 process, {steps} steps in {original.duration:.1f} s"
+        original_text = f"original: 1 process, {steps} step(s) in {original.duration:.1f} s"
 
         conv_steps = [len(r.primary_steps) for r in self.ranks]
         if converted.timed_out:
@@ -176,10 +184,15 @@ class _Judge:
                 details += ["  " + line for line in stack_lines(proc, converted.script.name)]
         elif not converted.succeeded:
             status = Status.FAIL
-            failed = [p for p in converted.processes if p.returncode not in (0, None)]
-            first = next((p for p in failed if not p.killed), failed[0] if failed else None)
+            crashed = [p for p in converted.processes if p.returncode and not p.killed]
+            # the rank that failed first is the cause; its peers' errors usually follow from it
+            first = min(crashed, key=lambda p: (follows_a_peer(p.stderr), p.duration), default=None)
             for proc in converted.processes:
-                state = "killed after a peer failed" if proc.killed else f"exit {proc.returncode}"
+                if proc.killed:
+                    state = "killed after a peer failed"
+                else:
+                    last = proc.stderr.strip().splitlines()[-1:] or [""]
+                    state = f"exit {proc.returncode} after {proc.duration:.1f} s: {last[0][:160]}"
                 details.append(f"converted rank {proc.rank}: {state}")
             if first is not None:
                 details += [f"rank {first.rank}'s stderr ends:", *tail(first.stderr)]
@@ -204,7 +217,7 @@ class _Judge:
         device = "CPU" if not (self.ranks and self.ranks[0].cuda) else "GPU"
         converted_text = (
             f"converted: {self.n} processes ({backend or 'no process group'}, {device}), "
-            f"{min(conv_steps, default=0)} steps each in {converted.duration:.1f} s"
+            f"{min(conv_steps, default=0)} step(s) each in {converted.duration:.1f} s"
         )
         if status is Status.PASS and steps < self.options.steps:
             details.append(f"the scripts ended after {self.expected_steps} steps")

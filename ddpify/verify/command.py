@@ -28,10 +28,6 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def verify(
     original: Annotated[Path, typer.Argument(help="The single-GPU training script.")],
     converted: Annotated[Path, typer.Argument(help="Its DDP version.")],
-    script_args: Annotated[
-        list[str] | None,
-        typer.Argument(help="Arguments for both scripts, after --.", show_default=False),
-    ] = None,
     nproc: Annotated[
         int, typer.Option("--nproc", min=1, help="Processes for the converted script.")
     ] = 2,
@@ -43,6 +39,10 @@ def verify(
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the temporary working folders and records.")
     ] = False,
+    script_args: Annotated[
+        list[str] | None,
+        typer.Argument(help="Arguments for both scripts, after --.", show_default=False),
+    ] = None,
 ) -> None:
     """Run ORIGINAL as one process and CONVERTED as --nproc processes for --steps optimizer
     steps, and check they train the same: runs, replicas-in-sync, equivalence,
