@@ -256,6 +256,19 @@ def test_batchnorm_is_per_rank_statistics_and_the_report_says_so(tmp_path: Path)
     assert statuses(outcome)["data-sharding"] is Status.PASS
 
 
+def test_noise_drawn_while_training_is_named_as_the_cause() -> None:
+    """A GAN's torch.randn: every rank draws the same noise, the original fresh noise for the
+    whole batch. Two optimizers: the one that diverged is named."""
+    _, outcome = verify(
+        FIXTURES / "scripts" / "gan_two_models.py", FIXTURES / "expected" / "gan_two_models.py"
+    )
+    equivalence = next(c for c in outcome.checks if c.name == "equivalence")
+    assert equivalence.status is Status.FAIL
+    assert equivalence.summary.startswith("diverged at step 1 (optimizer 1, Adam): net.0.weight")
+    assert "random numbers drawn while training (randn)" in check(outcome, "equivalence")
+    assert statuses(outcome)["data-sharding"] is Status.PASS
+
+
 def test_a_rank_that_crashes_fails_runs_with_its_error(tmp_path: Path) -> None:
     crash = tmp_path / "ddp_crash.py"
     crash.write_text(

@@ -348,6 +348,16 @@ class _Judge:
                 "statistics, the original the whole batch: not expected to match (SyncBatchNorm "
                 "would); no tolerance widened for it"
             )
+        drawn = sorted(
+            {c.detail.split()[0] for r in self.ranks for c in r.changes if c.kind == "random"}
+        )
+        if drawn:
+            notes.append(
+                f"random numbers drawn while training ({', '.join(drawn)}): every process "
+                "starts from the same seed, so each rank draws what the others draw where the "
+                "original drew fresh numbers for its whole batch; not expected to match (and "
+                "identical draws on every rank may be a bug of its own: seed each rank apart)"
+            )
         exact_needed = self.n == 1
         worst_abs = max((row["max_abs"] for row in rows), default=0.0)
         worst_rel = max((row["max_rel"] for row in rows), default=0.0)
@@ -373,14 +383,16 @@ class _Judge:
                 line += f": {why}" if allowed else ""
             if not row["within"] and not allowed:
                 first = row["first_outside"] or {}
+                mine = self._lr(self.orig_record, row["optimizer"], row["step"])
+                kind = f", {mine.kind}" if mine else ""
+                which = f" (optimizer {row['optimizer']}{kind})" if row["optimizer"] else ""
                 summary = (
-                    f"diverged at step {row['step']}: {first.get('name')} differs by up to "
+                    f"diverged at step {row['step']}{which}: {first.get('name')} differs by up to "
                     f"{fmt(first.get('max_abs', math.inf))} (max rel "
                     f"{fmt(first.get('max_rel', math.inf))}; {first.get('outside', '?')} of "
                     f"{first.get('elements', '?')} elements outside {tolerance})"
                 )
                 details.append(line)
-                mine = self._lr(self.orig_record, row["optimizer"], row["step"])
                 theirs = self._lr(self.ranks[0], row["optimizer"], row["step"])
                 if mine and theirs and mine.lr != theirs.lr:
                     ratio = theirs.lr[0] / mine.lr[0] if mine.lr and mine.lr[0] else math.nan
@@ -720,6 +732,7 @@ class _Judge:
             "batch": "the original's training batch",
             "dropout": "dropout neutralised",
             "batchnorm": "noticed, not changed",
+            "random": "noticed, not changed",
         }
         for (kind, detail), roles in sorted(by_kind.items()):
             lines.append(f"{titles.get(kind, kind)}: {detail} ({' and '.join(roles)})")

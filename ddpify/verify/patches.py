@@ -41,6 +41,14 @@ DROPOUTS: dict[Callable[..., Any], str] = {
 }
 
 
+# Sampling functions: drawn while training, each rank draws its own numbers (noticed only).
+RANDOM = frozenset(
+    {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
+     "normal", "bernoulli", "multinomial", "poisson", "random_", "uniform_", "normal_",
+     "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_"}
+)  # fmt: skip
+
+
 def is_cuda(device: object) -> bool:
     if isinstance(device, torch.device):
         return device.type == "cuda"
@@ -71,6 +79,10 @@ class CheckMode(TorchFunctionMode):
         ):
             self.recorder.changed("dropout", "F.scaled_dot_product_attention: dropout_p set to 0")
             args, kwargs = args[:4], {**kwargs, "dropout_p": 0.0}
+        if self.recorder.training and not self.recorder.in_loader_setup:
+            name = getattr(func, "__name__", "")
+            if name in RANDOM:
+                self.recorder.changed("random", f"{name} drawn while training")
         if func is F.batch_norm and kwargs.get("training", args[5] if len(args) > 5 else False):
             self.recorder.changed("batchnorm", "BatchNorm in training mode (left unchanged)")
         if self.map_cuda:
@@ -273,7 +285,11 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
     serials = itertools.count()
 
     def iter_init(self: Any, loader: DataLoader[Any]) -> None:
-        real_iter_init(self, loader)
+        recorder.in_loader_setup += 1  # its seed for workers is not the script's randomness
+        try:
+            real_iter_init(self, loader)
+        finally:
+            recorder.in_loader_setup -= 1
         self._ddpify_loader = getattr(loader, "_ddpify_ordinal", None)
         # not id(self): a peek's iterator is freed and the loop's may reuse its address
         self._ddpify_serial = next(serials)

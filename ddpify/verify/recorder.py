@@ -45,6 +45,8 @@ class Recorder:
         self.step = 0  # steps of the primary optimizer so far
         self.stopping = False
         self.suppress_writes = 0
+        self.training = False  # from the first batch on
+        self.in_loader_setup = 0
         self._events = real_open(out / EVENTS, "w", encoding="utf-8", buffering=1)
         self._optimizers: dict[int, int] = {}
         self._alive: list[torch.optim.Optimizer] = []  # so that ids stay unique
@@ -71,6 +73,7 @@ class Recorder:
         return self._loaders - 1
 
     def batch_fetched(self, iterator: int, loader: int | None, indices: list[int] | None) -> None:
+        self.training = True
         self._fetched.append((iterator, loader, indices))
 
     def place(self, target: object) -> tuple[str, bool]:
