@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -386,16 +386,3 @@ def describe(run: Run, options: VerifyOptions) -> str:
     if failed:
         return f"{run.role}: failed (rank {', '.join(map(str, failed))}) after {run.duration:.1f} s"
     return f"{run.role}: {min(steps, default=0)} steps in {run.duration:.1f} s"
-
-
-def processes_left(verification: Verification) -> Iterator[int]:
-    """Pids of any process still in one of the run's process groups (there should be none)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            pgid = os.getpgid(int(entry.name))
-        except (ProcessLookupError, PermissionError):
-            continue
-        if pgid in verification.pgids:
-            yield int(entry.name)
