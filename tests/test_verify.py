@@ -256,6 +256,7 @@ def test_batchnorm_is_per_rank_statistics_and_the_report_says_so(tmp_path: Path)
     assert statuses(outcome)["data-sharding"] is Status.PASS
 
 
+@pytest.mark.slow  # beyond the default run's time budget: `python -m pytest -m slow`
 def test_noise_drawn_while_training_is_named_as_the_cause() -> None:
     """A GAN's torch.randn: every rank draws the same noise, the original fresh noise for the
     whole batch. Two optimizers: the one that diverged is named."""
