@@ -14,10 +14,12 @@ from ddpify.formats import OutputFormat
 from ddpify.options import BatchMode, ConvertOptions, Launcher, ScaleLR
 from ddpify.rule import Kind, all_rules
 from ddpify.source import InputError, atomic_write, read_source
+from ddpify.verify import command as verify_command
 
-SUBCOMMANDS = ("check", "rules", "explain")
+SUBCOMMANDS = ("check", "verify", "rules", "explain")
 EPILOG = (
     "Other commands: `ddpify check` finds mistakes in scripts already distributed, "
+    "`ddpify verify ORIGINAL CONVERTED` proves a conversion trains the same, "
     "`ddpify rules` lists the rules, `ddpify explain CODE` documents one. "
     "Exit codes: 0 done, 1 --check found changes or --strict found something it could not "
     "convert, 2 bad input or usage."
@@ -200,6 +202,10 @@ def check(
         raise typer.Exit(2)
     if report.findings:
         raise typer.Exit(1)
+
+
+# The verifier imports torch only in the processes it starts; its command module does not.
+tools_app.command("verify", epilog=verify_command.EPILOG)(verify_command.verify)
 
 
 @tools_app.command("rules")

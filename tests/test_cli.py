@@ -121,7 +121,9 @@ def test_rules_and_explain(tmp_path: Path) -> None:
     assert ddpify("explain", "DDP999", cwd=tmp_path).returncode == 2
 
 
-@pytest.mark.parametrize("args", [["--help"], ["{seed}", "-o", "out.py"], ["rules"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["{seed}", "-o", "out.py"], ["rules"], ["verify", "--help"]]
+)
 def test_converting_never_imports_torch(tmp_path: Path, args: list[str]) -> None:
     args = [arg.format(seed=SEED) for arg in args]
     code = (
