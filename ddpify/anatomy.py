@@ -142,6 +142,11 @@ class Anatomy:
         self.functions = collector.functions
         self.classes = collector.classes
         self.imports = collector.imports
+        self.import_aliases = collector.aliases
+        # Gathered in the same pass, so that rules need not walk the whole tree again.
+        self.ifs = collector.ifs
+        self.assigns = collector.assigns
+        self.simple_statements = collector.simple_statements
 
     # Metadata is resolved on first use: most files are dismissed before they need any.
     @cached_property
@@ -209,10 +214,21 @@ class Anatomy:
         return {name.name for name in names}
 
     def is_call_to(self, call: cst.Call, names: set[str] | tuple[str, ...]) -> bool:
+        """Whether `call` calls one of `names` (or something inside one of them)."""
+        if isinstance(names, set) and not self._may_name(
+            call, {n.rsplit(".", 1)[-1] for n in names}
+        ):
+            return False  # cheap: name resolution is the costliest analysis of a file
         return any(
             name in names or name.startswith(tuple(f"{n}." for n in names))
             for name in self.qualified_names(call.func)
         )
+
+    def _may_name(self, call: cst.Call, last_parts: set[str]) -> bool:
+        """Whether the called name, or what it was imported as, can end in `last_parts`."""
+        func = call.func
+        spelled = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+        return spelled in last_parts or self.import_aliases.get(spelled) in last_parts
 
     def precedes(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         a, b = self._positions[first].start, self._positions[second].start
@@ -756,6 +772,8 @@ class Anatomy:
         return wraps
 
     def is_collective(self, call: cst.Call) -> bool:
+        if not self._may_name(call, COLLECTIVES):
+            return False
         return any(
             name.startswith("torch.distributed.") and name.rsplit(".", 1)[-1] in COLLECTIVES
             for name in self.qualified_names(call.func)
@@ -973,10 +991,26 @@ class _Collector(cst.CSTVisitor):
         self.functions: dict[str, list[cst.FunctionDef]] = {}
         self.classes: dict[str, cst.ClassDef] = {}
         self.imports: set[str] = set()
+        self.aliases: dict[str, str] = {}
+        self.ifs: list[cst.If] = []
+        self.assigns: list[cst.Assign] = []
+        self.simple_statements: list[cst.SimpleStatementLine | cst.With] = []
         self._depth = 0
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self.ifs.append(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.assigns.append(node)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.simple_statements.append(node)
+
+    def visit_With(self, node: cst.With) -> None:
+        self.simple_statements.append(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.setdefault(node.name.value, []).append(node)
@@ -987,7 +1021,17 @@ class _Collector(cst.CSTVisitor):
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
             self.imports.add(cst.Module([]).code_for_node(alias.name))
+            self._alias(alias)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.module is not None and not node.relative:
             self.imports.add(cst.Module([]).code_for_node(node.module))
+        if not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                self._alias(alias)
+
+    def _alias(self, alias: cst.ImportAlias) -> None:
+        """`DDP` -> `DistributedDataParallel` for `... import DistributedDataParallel as DDP`."""
+        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            imported = cst.Module([]).code_for_node(alias.name).rsplit(".", 1)[-1]
+            self.aliases[alias.asname.name.value] = imported

@@ -6,7 +6,6 @@ from functools import partial
 
 import libcst as cst
 
-from ddpify.anatomy import walk
 from ddpify.emit import RANK_ZERO, expression
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
@@ -57,9 +56,7 @@ class LocalRankGuard(Rule):
 
     def check(self, ctx: CheckContext) -> None:
         anatomy = ctx.anatomy
-        for node in walk(anatomy.module):
-            if not isinstance(node, cst.If):
-                continue
+        for node in anatomy.ifs:
             test = anatomy.rank_test(node.test)
             if test is None or test[0] != "local":
                 continue

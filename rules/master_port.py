@@ -7,7 +7,7 @@ import re
 import libcst as cst
 import libcst.matchers as m
 
-from ddpify.anatomy import call_arg, walk
+from ddpify.anatomy import call_arg
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
 
@@ -52,10 +52,8 @@ class HardCodedMasterPort(Rule):
             value=m.Attribute(value=m.Name("os"), attr=m.Name("environ")),
             slice=[m.SubscriptElement(m.Index(m.SimpleString()))],
         )
-        for node in walk(anatomy.module):
-            if isinstance(node, cst.Assign) and isinstance(
-                node.value, cst.SimpleString | cst.Integer
-            ):
+        for node in anatomy.assigns:
+            if isinstance(node.value, cst.SimpleString | cst.Integer):
                 for target in node.targets:
                     if m.matches(target.target, port_key) and _names_port(target.target):
                         ctx.report(node)

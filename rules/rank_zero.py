@@ -63,9 +63,7 @@ class RankZero(Rule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         model_names = set().union(*(model.names for model in anatomy.models))
-        for node in walk(anatomy.module):
-            if not isinstance(node, cst.SimpleStatementLine | cst.With):
-                continue
+        for node in anatomy.simple_statements:
             kind = anatomy.side_effect(node)
             if (
                 kind is None

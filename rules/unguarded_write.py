@@ -6,7 +6,6 @@ from functools import partial
 
 import libcst as cst
 
-from ddpify.anatomy import walk
 from ddpify.emit import RANK_ZERO, expression
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
@@ -79,9 +78,7 @@ class UnguardedWrite(Rule):
             return
         init = anatomy.initialises_process_group[0]
         code = cst.Module([]).code_for_node
-        for node in walk(anatomy.module):
-            if not isinstance(node, cst.SimpleStatementLine | cst.With):
-                continue
+        for node in anatomy.simple_statements:
             if anatomy.side_effect(node) not in WRITES or "rank" in code(node):
                 continue
             function = anatomy.function_of(node)
