@@ -212,7 +212,7 @@ tools_app.command("verify", epilog=verify_command.EPILOG)(verify_command.verify)
 def list_rules() -> None:
     """List every rule: code, name and what it does."""
     for rule in all_rules():
-        typer.echo(f"{rule.code}  {rule.name:<24} {rule.message}")
+        typer.echo(f"{rule.code}  {rule.name:<28} {rule.message}")
 
 
 @tools_app.command()
