@@ -12,7 +12,6 @@ ItemT = TypeVar("ItemT", bound=cst.Arg | cst.ImportAlias)
 RANK_ZERO = "dist.get_rank() == 0"
 WORLD_SIZE = "dist.get_world_size()"
 FALLBACK_DEVICE = 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
-FALLBACK_DEVICE_STRING = '"cuda" if torch.cuda.is_available() else "cpu"'
 
 
 def statements(code: str) -> list[cst.BaseStatement]:

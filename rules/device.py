@@ -7,10 +7,11 @@ from functools import partial
 import libcst as cst
 import libcst.matchers as m
 
-from ddpify.anatomy import Anatomy, dotted, is_cuda_literal, walk
+from ddpify.anatomy import dotted, is_cuda_literal
 from ddpify.emit import FALLBACK_DEVICE, expression
 from ddpify.rule import ConvertContext, Example, Rule
 
+TO = m.Attribute(attr=m.Name("to"))
 DEVICE_NAMES = ("device", "gpu")
 
 
@@ -94,14 +95,14 @@ class Device(Rule):
                     target = ctx.device(call)
                     ctx.plan.replace(call, partial(_constant, target))
                     ctx.changed(call, '`torch.device("cuda...")` is the process\'s device')
-            elif m.matches(func, m.Attribute(attr=m.Name("to"))) or _is_torch_load(anatomy, call):
+            elif m.matches(func, TO) or anatomy.is_call_to(call, {"torch.load"}):
                 for arg in call.args:
                     wanted = arg.keyword is None or arg.keyword.value in {"device", "map_location"}
                     if wanted and is_cuda_literal(arg.value):
                         target = ctx.device(call)
                         ctx.plan.replace(arg.value, partial(_constant, target))
                         ctx.changed(arg, "hard-coded CUDA device is the process's device")
-        for node in _assignments(anatomy):
+        for node in (a for a in anatomy.assigns if len(a.targets) == 1):
             name = dotted(node.targets[0].target) or ""
             if not any(word in name.lower() for word in DEVICE_NAMES):
                 continue
@@ -118,18 +119,6 @@ class Device(Rule):
                     plain = cst.SimpleString(f"{quote}cuda{quote}")
                     ctx.plan.replace(body, partial(_constant, plain))
                     ctx.changed(node, f"`{name}` drops its fixed GPU index")
-
-
-def _is_torch_load(anatomy: Anatomy, call: cst.Call) -> bool:
-    return anatomy.is_call_to(call, {"torch.load"})
-
-
-def _assignments(anatomy: Anatomy) -> list[cst.Assign]:
-    return [
-        node
-        for node in walk(anatomy.module)
-        if isinstance(node, cst.Assign) and len(node.targets) == 1
-    ]
 
 
 def _constant(value: cst.BaseExpression, _: cst.CSTNode) -> cst.BaseExpression:
