@@ -126,9 +126,10 @@ def measure(label: str, command: list[str], count: int) -> float:
 
 def corpus(limit: int, baseline_venv: Path, install: bool, full: bool) -> None:
     root, files = torch_files()
-    from ddpify.lint import could_contain_finding
+    from ddpify.lint import applicable, check_rules
 
-    candidates = sum(could_contain_finding(path.read_bytes()) for path in files)
+    rules = check_rules()
+    candidates = sum(bool(applicable(rules, path.read_bytes())) for path in files)
     print(f"torch corpus: {len(files)} .py files under {root}")
     print(f"  {candidates} of them pass the engine's text prefilter and are parsed and analysed")
     print(f"  {os.cpu_count()} CPUs; each tool uses its own parallelism")

@@ -9,21 +9,25 @@ and records what it could not tell apart instead of guessing.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import (
     CodeRange,
     MetadataWrapper,
-    ParentNodeProvider,
     PositionProvider,
     QualifiedNameProvider,
     ScopeProvider,
 )
 from libcst.metadata.base_provider import LazyValue  # type: ignore[attr-defined]
+
+from ddpify import tree
+from ddpify.names import ImportResolver
+from ddpify.tree import walk
 
 DATALOADER = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 DISTRIBUTED_MARKERS = (
@@ -48,9 +52,46 @@ COLLECTIVES = {
 }  # fmt: skip
 GLOBAL_RANK_WORDS = ("rank", "global_rank", "world_rank", "rank_id")
 LOCAL_RANK_WORDS = ("local_rank", "gpu_id", "gpu", "device_id", "local_process_index")
+# Text that the names above leave in a file, for the check rules' prefilters (`requires`):
+# a process group or a DDP wrap; torch.distributed; a collective; a rank test.
+DISTRIBUTED_TEXT = r"init_process_group|DistributedDataParallel"
+TORCH_DISTRIBUTED_TEXT = "istributed"
+COLLECTIVE_TEXT = "|".join(sorted(COLLECTIVES))
+
+
+def _rank_test_text(words: Sequence[str]) -> Callable[[bytes], bool]:
+    """A prefilter for `rank_test`: a comparison with 0 that names one of `words` on its
+    other side (`rank == 0`, `dist.get_rank() == 0`, `0 == int(os.environ["RANK"])`)."""
+    names = "|".join(words)
+    before = re.compile(rf"(?i:{names})[\"'\]()\s]*$".encode())
+    after = re.compile(rf"[^:]{{0,200}}?(?i:{names})".encode())
+    zero = re.compile(rb"\s*0(?![\w.])")
+    zero_before = re.compile(rb"(?<![\w.])0\s*$")
+
+    def may_test_rank(source: bytes) -> bool:
+        position = source.find(b"==")
+        while position != -1:
+            end = position + 2
+            if zero.match(source, end):  # ... == 0
+                if before.search(source, max(0, position - 40), position):
+                    return True
+            elif zero_before.search(source, max(0, position - 20), position) and after.match(
+                source, end
+            ):  # 0 == ...
+                return True
+            position = source.find(b"==", end)
+        return False
+
+    return may_test_rank
+
+
+RANK_ZERO_TEXT = _rank_test_text(("rank", "rank_id", *LOCAL_RANK_WORDS))
+LOCAL_RANK_ZERO_TEXT = _rank_test_text(LOCAL_RANK_WORDS)
 OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "horovod")
 LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarnings"}
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+# The last parts of the names `side_effect` resolves (print, torch.save, logging.*, ...).
+SIDE_EFFECT_NAMES = {"print", "save", "dump", "savez", *LOG_LEVELS}
 ITER_WRAPPERS = {"enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "progress_bar"}
 # Module attributes that behave the same on the DDP wrapper; anything else needs `.module`.
 DDP_TRANSPARENT = {
@@ -136,8 +177,11 @@ class Anatomy:
     def __init__(self, module: cst.Module) -> None:
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.module = self.wrapper.module
+        # One read of the tree: parents, source order, and the nodes the rules ask about.
+        self._parents, self._order = tree.index(self.module)
         collector = _Collector()
-        self.module.visit(collector)
+        collector.collect(self._order)
+        self._imports = ImportResolver(collector.names, self._parents)
         self.calls = collector.calls
         self.functions = collector.functions
         self.classes = collector.classes
@@ -148,11 +192,8 @@ class Anatomy:
         self.assigns = collector.assigns
         self.simple_statements = collector.simple_statements
 
-    # Metadata is resolved on first use: most files are dismissed before they need any.
-    @cached_property
-    def _parents(self) -> Mapping[cst.CSTNode, cst.CSTNode]:
-        return self.wrapper.resolve(ParentNodeProvider)
-
+    # LibCST's metadata is resolved on first use: most files never need any. Positions are
+    # for reports; name resolution only for calls whose name could match (`_may_name`).
     @cached_property
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         return self.wrapper.resolve(PositionProvider)
@@ -207,6 +248,16 @@ class Anatomy:
         return holder.body
 
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
+        """What `node` names, as LibCST's QualifiedNameProvider says; settled by the imports
+        alone when they can (ddpify/names.py), which spares the module's scope analysis."""
+        spelled = dotted(node)
+        if spelled is not None:
+            resolved = self._imports.resolve(spelled)
+            if resolved is not None:
+                return resolved
+        return self.provider_qualified_names(node)
+
+    def provider_qualified_names(self, node: cst.CSTNode) -> set[str]:
         names = self._qualified.get(node, ())
         if isinstance(names, LazyValue):
             names = names()
@@ -219,10 +270,16 @@ class Anatomy:
             call, {n.rsplit(".", 1)[-1] for n in names}
         ):
             return False  # cheap: name resolution is the costliest analysis of a file
+        if self._imports.cannot_name(call.func, names, self._scope_names):
+            return False
         return any(
             name in names or name.startswith(tuple(f"{n}." for n in names))
             for name in self.qualified_names(call.func)
         )
+
+    @cached_property
+    def _scope_names(self) -> set[str]:
+        return set(self.functions) | set(self.classes)
 
     def _may_name(self, call: cst.Call, last_parts: set[str]) -> bool:
         """Whether the called name, or what it was imported as, can end in `last_parts`."""
@@ -231,8 +288,7 @@ class Anatomy:
         return spelled in last_parts or self.import_aliases.get(spelled) in last_parts
 
     def precedes(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        a, b = self._positions[first].start, self._positions[second].start
-        return (a.line, a.column) < (b.line, b.column)
+        return self._order[first] < self._order[second]
 
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return node is container or any(a is container for a in self.ancestors(node))
@@ -771,8 +827,14 @@ class Anatomy:
                         wraps[name] = call
         return wraps
 
+    def may_be_collective(self, call: cst.Call) -> bool:
+        """Whether `call` is named like a collective (cheap; `is_collective` resolves it)."""
+        return self._may_name(call, COLLECTIVES)
+
     def is_collective(self, call: cst.Call) -> bool:
-        if not self._may_name(call, COLLECTIVES):
+        if not self.may_be_collective(call):
+            return False
+        if self._imports.cannot_name(call.func, ("torch.distributed",), self._scope_names):
             return False
         return any(
             name.startswith("torch.distributed.") and name.rsplit(".", 1)[-1] in COLLECTIVES
@@ -877,14 +939,8 @@ class Anatomy:
         if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
             return None
         call = expr.value
-        names = self.qualified_names(call.func)
-        if "builtins.print" in names or "print" in names:
-            return "print"
-        if "torch.save" in names:
-            return "checkpoint write"
-        if any(name.startswith("logging.") for name in names) and not names & LOG_SETUP:
-            return "logging"
         func = call.func
+        # What the call's spelling shows first: names are resolved only when it shows nothing.
         if isinstance(func, cst.Attribute):
             base = (dotted(func.value) or "").lower()
             attr = func.attr.value
@@ -898,6 +954,15 @@ class Anatomy:
                 return "checkpoint write"
             if attr in {"write_text", "write_bytes", "savefig", "to_csv"}:
                 return "file write"
+        if not self._may_name(call, SIDE_EFFECT_NAMES):
+            return None
+        names = self.qualified_names(func)
+        if "builtins.print" in names or "print" in names:
+            return "print"
+        if "torch.save" in names:
+            return "checkpoint write"
+        if any(name.startswith("logging.") for name in names) and not names & LOG_SETUP:
+            return "logging"
         if any(name in {"json.dump", "numpy.save", "numpy.savez"} for name in names):
             return "file write"
         return None
@@ -975,16 +1040,8 @@ def _methods(owner: cst.ClassDef) -> list[cst.FunctionDef]:
     return [node for node in owner.body.body if isinstance(node, cst.FunctionDef)]
 
 
-def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
-
-
-class _Collector(cst.CSTVisitor):
-    """One pass over the tree gathering the nodes the analysis asks about."""
+class _Collector:
+    """Gathers, from the nodes in source order, the ones the analysis asks about."""
 
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
@@ -995,40 +1052,36 @@ class _Collector(cst.CSTVisitor):
         self.ifs: list[cst.If] = []
         self.assigns: list[cst.Assign] = []
         self.simple_statements: list[cst.SimpleStatementLine | cst.With] = []
-        self._depth = 0
+        self.names: dict[str, list[cst.Name]] = {}
 
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-    def visit_If(self, node: cst.If) -> None:
-        self.ifs.append(node)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        self.assigns.append(node)
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self.simple_statements.append(node)
-
-    def visit_With(self, node: cst.With) -> None:
-        self.simple_statements.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.functions.setdefault(node.name.value, []).append(node)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.classes[node.name.value] = node
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            self.imports.add(cst.Module([]).code_for_node(alias.name))
-            self._alias(alias)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.module is not None and not node.relative:
-            self.imports.add(cst.Module([]).code_for_node(node.module))
-        if not isinstance(node.names, cst.ImportStar):
-            for alias in node.names:
-                self._alias(alias)
+    def collect(self, nodes: Iterable[cst.CSTNode]) -> None:
+        for node in nodes:
+            kind = type(node)
+            if kind is cst.Name:
+                name = cast(cst.Name, node)
+                self.names.setdefault(name.value, []).append(name)
+            elif kind is cst.Call:
+                self.calls.append(cast(cst.Call, node))
+            elif kind is cst.SimpleStatementLine or kind is cst.With:
+                self.simple_statements.append(cast(cst.SimpleStatementLine | cst.With, node))
+            elif kind is cst.Assign:
+                self.assigns.append(cast(cst.Assign, node))
+            elif kind is cst.If:
+                self.ifs.append(cast(cst.If, node))
+            elif isinstance(node, cst.FunctionDef):
+                self.functions.setdefault(node.name.value, []).append(node)
+            elif isinstance(node, cst.ClassDef):
+                self.classes[node.name.value] = node
+            elif isinstance(node, cst.Import):
+                for alias in node.names:
+                    self.imports.add(cst.Module([]).code_for_node(alias.name))
+                    self._alias(alias)
+            elif isinstance(node, cst.ImportFrom):
+                if node.module is not None and not node.relative:
+                    self.imports.add(cst.Module([]).code_for_node(node.module))
+                if not isinstance(node.names, cst.ImportStar):
+                    for alias in node.names:
+                        self._alias(alias)
 
     def _alias(self, alias: cst.ImportAlias) -> None:
         """`DDP` -> `DistributedDataParallel` for `... import DistributedDataParallel as DDP`."""

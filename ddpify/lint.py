@@ -16,7 +16,7 @@ import libcst as cst
 from ddpify.anatomy import Anatomy
 from ddpify.edits import EditPlan, add_imports
 from ddpify.rule import Rule, all_rules
-from ddpify.source import check_syntax, parse_source
+from ddpify.source import decode, parse_source
 
 # A fix records its edits into the plan, and may schedule imports through the context.
 Fix = Callable[["CheckContext"], None]
@@ -68,12 +68,6 @@ class CheckContext:
         self.imports.add((module, obj, asname))
 
 
-def could_contain_finding(source: bytes) -> bool:
-    """A text prefilter: every check looks at distributed training code or DataParallel."""
-    distributed = b"istributed" in source or b"DataParallel" in source or b"DDP" in source
-    return (b"torch" in source and distributed) or b"MASTER_PORT" in source
-
-
 def check_rules(
     select: frozenset[str] | None = None, ignore: frozenset[str] = frozenset()
 ) -> list[type[Rule]]:
@@ -94,11 +88,17 @@ def check_source(
     ignore: frozenset[str] = frozenset(),
     fix: bool = False,
 ) -> CheckResult:
-    """Check one file's bytes. Raises `InputError` for input that does not parse."""
-    if not could_contain_finding(source):
-        check_syntax(source, name)
+    """Check one file's bytes. Raises `InputError` for input that does not parse.
+
+    Only the rules whose text prefilter (`Rule.requires`) the file passes run; a file that
+    passes none is decoded but not parsed (its syntax errors are not reported: it cannot
+    hold a DDP finding).
+    """
+    selected = check_rules(select, ignore)
+    rules = applicable(selected, source)
+    if not rules:
+        decode(source, name)
         return CheckResult([])
-    rules = check_rules(select, ignore)
     found = _run(source, name, rules)
     if not fix or not any(fixer for _, fixer in found):
         return CheckResult([finding for finding, _ in found])
@@ -106,10 +106,17 @@ def check_source(
     fixed = source
     for _ in range(MAX_FIX_ROUNDS):
         fixed = _apply_fixes(fixed, name, rules, found)
+        rules = applicable(selected, fixed)
         found = _run(fixed, name, rules)
         if not any(fixer for _, fixer in found):
             break
     return CheckResult([finding for finding, _ in found], fixed if fixed != source else None)
+
+
+def applicable(rules: list[type[Rule]], source: bytes) -> list[type[Rule]]:
+    """The rules whose text prefilter `source` passes: the only ones that can find anything."""
+    lowered = source.lower()
+    return [rule for rule in rules if rule.may_apply(source, lowered)]
 
 
 def _run(source: bytes, name: str, rules: list[type[Rule]]) -> list[tuple[Finding, Fix | None]]:

@@ -6,9 +6,12 @@ shared analysis of the script (`Anatomy`) and say what they changed or could not
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
+import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, ClassVar
@@ -141,6 +144,12 @@ class Rule:
     # code as `after` when it has a fix).
     valid: ClassVar[tuple[str, ...]] = ()
     invalid: ClassVar[tuple[Example, ...]] = ()
+    # A check rule's text prefilter: regular expressions (or functions of the file's bytes)
+    # that must each match somewhere in a file for the rule to find anything in it. They
+    # spell the names the rule resolves (an aliased import still spells the name it
+    # imports), so a file none of the selected rules can apply to is never parsed. Every
+    # invalid example must satisfy them (tested).
+    requires: ClassVar[tuple[str | Callable[[bytes], bool], ...]] = ()
 
     def convert(self, ctx: ConvertContext) -> None:
         """Record this rule's edits for the script in `ctx`."""
@@ -157,6 +166,30 @@ class Rule:
     @classmethod
     def checks(cls) -> bool:
         return cls.check is not Rule.check
+
+    @classmethod
+    def may_apply(cls, source: bytes, lowered: bytes | None = None) -> bool:
+        """Whether `source` passes this rule's text prefilter (`requires`). `lowered` is
+        `source.lower()`, when the caller has it already."""
+        for text in cls.requires:
+            if callable(text):
+                if not text(source):
+                    return False
+                continue
+            words = _words(text)
+            if words is None:
+                if not _pattern(text).search(source):
+                    return False
+                continue
+            if text.startswith(IGNORE_CASE):
+                if lowered is None:
+                    lowered = source.lower()
+                haystack = lowered
+            else:
+                haystack = source
+            if not any(word in haystack for word in words):
+                return False
+        return True
 
     @classmethod
     def documentation(cls) -> str:
@@ -176,6 +209,26 @@ class Rule:
         if cls.fix_safety:
             parts += ["## Fix safety", textwrap.dedent(cls.fix_safety).strip(), ""]
         return "\n".join(parts).strip() + "\n"
+
+
+IGNORE_CASE = "(?i)"
+
+
+@functools.cache
+def _pattern(text: str) -> re.Pattern[bytes]:
+    return re.compile(text.encode())
+
+
+@functools.cache
+def _words(text: str) -> tuple[bytes, ...] | None:
+    """`a|b|c` of plain words (lower case after `(?i)`), searched with `in`: many times
+    faster than a regular expression. None for anything else."""
+    words = text.removeprefix(IGNORE_CASE).split("|")
+    if all(re.escape(word) == word for word in words):
+        if text.startswith(IGNORE_CASE) and any(word != word.lower() for word in words):
+            return None
+        return tuple(word.encode() for word in words)
+    return None
 
 
 def all_rules() -> list[type[Rule]]:

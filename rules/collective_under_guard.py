@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from ddpify.anatomy import dotted
+from ddpify.anatomy import (
+    COLLECTIVE_TEXT,
+    RANK_ZERO_TEXT,
+    TORCH_DISTRIBUTED_TEXT,
+    dotted,
+)
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
 
@@ -22,6 +27,11 @@ class CollectiveUnderRankGuard(Rule):
     code = "DDP106"
     name = "collective-under-rank-guard"
     message = "collective on rank 0 only: the other ranks never join it and the job hangs"
+    requires = (
+        TORCH_DISTRIBUTED_TEXT,
+        COLLECTIVE_TEXT + "|DistributedDataParallel",
+        RANK_ZERO_TEXT,
+    )
     valid = (
         """
         import torch.distributed as dist
@@ -47,9 +57,12 @@ class CollectiveUnderRankGuard(Rule):
         wrapped = set(anatomy.ddp_wraps)
         for call in anatomy.calls:
             forward = dotted(call.func) in wrapped
-            if not (forward or anatomy.is_collective(call)):
+            if not (forward or anatomy.may_be_collective(call)):
                 continue
+            # The guard first: resolving names is the costliest question to ask.
             if anatomy.rank_guard(call) is None:
+                continue
+            if not (forward or anatomy.is_collective(call)):
                 continue
             if forward:
                 ctx.report(call, "forward through the DDP model on rank 0 only: it can hang")

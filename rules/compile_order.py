@@ -25,6 +25,7 @@ class CompileBeforeDDP(Rule):
     code = "DDP113"
     name = "compile-before-ddp"
     message = "torch.compile before the DDP wrap: compile the DDP-wrapped model instead"
+    requires = ("DistributedDataParallel", "compile")
     valid = (
         """
         import torch

@@ -22,6 +22,7 @@ class DataParallelUsed(Rule):
     code = "DDP114"
     name = "data-parallel"
     message = "nn.DataParallel: use DistributedDataParallel (`ddpify` converts the script)"
+    requires = ("DataParallel", r"(?<!Distributed)DataParallel")
     valid = (
         """
         from torch.nn.parallel import DistributedDataParallel as DDP

@@ -20,6 +20,7 @@ class NoDestroyProcessGroup(Rule):
     code = "DDP111"
     name = "no-destroy-process-group"
     message = "init_process_group without destroy_process_group when training ends"
+    requires = ("init_process_group",)
     valid = (
         """
         import torch.distributed as dist

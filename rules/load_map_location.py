@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpify.anatomy import call_arg
+from ddpify.anatomy import DISTRIBUTED_TEXT, call_arg
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
 
@@ -21,6 +21,7 @@ class LoadWithoutMapLocation(Rule):
     code = "DDP108"
     name = "load-without-map-location"
     message = "torch.load without map_location: every rank loads onto the GPU it was saved from"
+    requires = (DISTRIBUTED_TEXT, "load")
     valid = (
         """
         import torch

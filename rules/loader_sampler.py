@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ddpify.anatomy import Loader, call_arg
+from ddpify.anatomy import DISTRIBUTED_TEXT, Loader, call_arg
 from ddpify.fixes import shard_loader, shard_problem
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
@@ -25,6 +25,7 @@ class LoaderWithoutSampler(Rule):
     code = "DDP102"
     name = "loader-without-sampler"
     message = "training DataLoader without DistributedSampler: every rank trains on the same data"
+    requires = ("DataLoader", "backward", DISTRIBUTED_TEXT)
     fix_safety = """
         Safe: `sampler=DistributedSampler(dataset, shuffle=...)` takes over the loader's
         `shuffle`. The epoch loop then needs `set_epoch` (DDP101 fixes that next).

@@ -6,6 +6,7 @@ from functools import partial
 
 import libcst as cst
 
+from ddpify.anatomy import LOCAL_RANK_ZERO_TEXT, TORCH_DISTRIBUTED_TEXT
 from ddpify.emit import RANK_ZERO, expression
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
@@ -25,6 +26,7 @@ class LocalRankGuard(Rule):
     code = "DDP107"
     name = "local-rank-guard"
     message = "local rank picks the writer: on several nodes each node writes; use the global rank"
+    requires = (TORCH_DISTRIBUTED_TEXT, LOCAL_RANK_ZERO_TEXT)
     fix_safety = "Safe: on one node the global and the local rank 0 are the same process."
     valid = (
         """

@@ -28,6 +28,7 @@ class HardCodedMasterPort(Rule):
     code = "DDP110"
     name = "hard-coded-master-port"
     message = "hard-coded MASTER_PORT: two jobs on one machine collide; let torchrun choose"
+    requires = ("MASTER_PORT|init_process_group",)
     valid = (
         """
         import torch.distributed as dist

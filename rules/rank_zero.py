@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.anatomy import Anatomy, dotted, walk
+from ddpify.anatomy import Anatomy, dotted
 from ddpify.emit import RANK_ZERO, expression
 from ddpify.rule import ConvertContext, Example, Rule
+from ddpify.tree import walk
 
 
 class RankZero(Rule):

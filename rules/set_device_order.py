@@ -24,6 +24,7 @@ class SetDeviceOrder(Rule):
     code = "DDP109"
     name = "set-device-order"
     message = "call torch.cuda.set_device(local_rank) before init_process_group"
+    requires = ("init_process_group",)
     valid = (
         """
         import os

@@ -32,6 +32,7 @@ class SamplerSetEpoch(Rule):
     code = "DDP101"
     name = "sampler-set-epoch"
     message = "DistributedSampler without set_epoch(epoch) at the start of each epoch"
+    requires = ("DistributedSampler", "backward")
     fix_safety = (
         "Safe: the fix inserts `<loader>.sampler.set_epoch(epoch)` as the epoch's first statement."
     )

@@ -26,6 +26,7 @@ class ShuffleWithSampler(Rule):
     code = "DDP103"
     name = "shuffle-with-sampler"
     message = "shuffle=True with sampler=: DataLoader raises; the sampler does the shuffling"
+    requires = ("DataLoader", r"shuffle\s*=\s*True", "sampler")
     fix_safety = "Safe: the loader could not be built before; `shuffle=True` is dropped."
     valid = (
         """

@@ -7,10 +7,11 @@ from typing import TypeVar, cast
 
 import libcst as cst
 
-from ddpify.anatomy import Anatomy, walk
+from ddpify.anatomy import Anatomy
 from ddpify.emit import statement, statements
 from ddpify.options import ConvertOptions, Launcher
 from ddpify.rule import ConvertContext, Example, Rule
+from ddpify.tree import walk
 
 StatementT = TypeVar("StatementT", bound=cst.SimpleStatementLine | cst.BaseCompoundStatement)
 

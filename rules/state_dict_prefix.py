@@ -25,6 +25,7 @@ class StateDictPrefix(Rule):
     code = "DDP105"
     name = "state-dict-prefix"
     message = "state_dict() of the DDP wrapper: keys get a `module.` prefix; use model.module"
+    requires = ("DistributedDataParallel", "state_dict")
     fix_safety = "Safe: `model.module.state_dict()` holds the same tensors under plain keys."
     valid = (
         """

@@ -24,6 +24,7 @@ class BatchNormWithoutSync(Rule):
     code = "DDP112"
     name = "batchnorm-without-sync"
     message = "BatchNorm in a DDP model: statistics are per process; consider SyncBatchNorm"
+    requires = ("DistributedDataParallel", "BatchNorm")
     valid = (
         """
         from torch import nn

@@ -28,6 +28,7 @@ class UnguardedWrite(Rule):
     code = "DDP104"
     name = "unguarded-write"
     message = "file written by every rank: guard it with `if dist.get_rank() == 0:`"
+    requires = ("init_process_group",)
     fix_safety = """
         Safe when the statement runs no collective (DDP106 reports those); the fix guards
         it with the global rank.

@@ -5,9 +5,10 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ddpify.anatomy import DDP_TRANSPARENT, Anatomy, Model, dotted, walk
+from ddpify.anatomy import DDP_TRANSPARENT, Anatomy, Model, dotted
 from ddpify.emit import statement
 from ddpify.rule import ConvertContext, Example, Rule
+from ddpify.tree import walk
 
 WRAP = "{name} = DDP({name}, device_ids=[{rank}] if torch.cuda.is_available() else None)\n"
 

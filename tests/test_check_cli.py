@@ -153,13 +153,22 @@ def test_no_python_files_is_exit_0(tmp_path: Path) -> None:
 def test_a_syntax_error_is_one_line_and_exit_2_and_other_files_are_still_checked(
     tmp_path: Path,
 ) -> None:
-    write(tmp_path / "bad.py", "def f(:\n    pass\n")
+    write(tmp_path / "bad.py", "import torch.distributed as dist\ndist.init_process_group(:\n")
     write(tmp_path / "train.py")
     code, out, err = check_in_a_process(".", cwd=tmp_path)
     assert code == 2
-    assert err == ["ddpify: error: bad.py:1:7: syntax error: invalid syntax"]
+    assert err == ["ddpify: error: bad.py:2:25: syntax error: invalid syntax"]
     assert flagged(out) == ["train.py"]
     assert out[-1] == "Found 1 error (1 fixable with --fix). 1 file could not be checked."
+
+
+def test_a_file_no_rule_can_apply_to_is_not_parsed(check: Check, tmp_path: Path) -> None:
+    # The text prefilter dismisses it before parsing: its syntax error is not ddpify's to
+    # report (it cannot hold a DDP finding), as with any other file without DDP code.
+    write(tmp_path / "notes.py", "def f(:\n    pass\n")
+    code, out, err = check("notes.py", cwd=tmp_path)
+    assert (code, err) == (0, [])
+    assert out == ["All checks passed!"]
 
 
 def test_undecodable_and_missing_files_are_exit_2(check: Check, tmp_path: Path) -> None:
@@ -369,7 +378,7 @@ def test_fix_exits_1_when_findings_remain(check: Check, tmp_path: Path) -> None:
     write(tmp_path / "a.py")
     silenced = MISSING_SET_EPOCH.replace(EPOCH_LOOP, EPOCH_LOOP[:-1] + "  # noqa\n")
     write(tmp_path / "b.py", silenced)
-    write(tmp_path / "bad.py", "def f(:\n")
+    write(tmp_path / "bad.py", "import torch.distributed as dist\ndist.init_process_group(:\n")
     code, out, err = check("--fix", ".", cwd=tmp_path)
     assert code == 2 and len(err) == 1
     assert (tmp_path / "a.py").read_text() == FIXED

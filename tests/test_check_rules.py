@@ -4,12 +4,14 @@ flagged with exactly the rule's code, and its fix gives the example's `after`.""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from ddpify.lint import check_rules, check_source
 from ddpify.rule import Example, Rule
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RULES = check_rules()
 VALID = [
     pytest.param(rule, textwrap.dedent(code).lstrip("\n"), id=f"{rule.code}-valid-{index}")
@@ -51,3 +53,38 @@ def test_every_check_rule_has_valid_and_invalid_examples() -> None:
         assert rule.valid and rule.invalid, rule.code
         page = rule.documentation()
         assert "## What it does" in page and "## Why is this bad?" in page
+
+
+# The text prefilter (`Rule.requires`) only ever skips work: it never changes a result.
+
+PREFILTER_CASES = sorted(
+    path
+    for folder in ("check", "scripts", "expected", "expected_spawn", "seeds", "verify")
+    for path in (FIXTURES / folder).rglob("*.py")
+)
+
+
+def every_example() -> list[str]:
+    return [textwrap.dedent(code).lstrip("\n") for rule in RULES for code in rule.valid] + [
+        example.before for rule in RULES for example in rule.invalid
+    ]
+
+
+def test_every_check_rule_has_a_text_prefilter() -> None:
+    for rule in RULES:
+        assert rule.requires, rule.code
+        for example in rule.invalid:
+            assert rule.may_apply(example.before.encode()), rule.code
+
+
+def test_the_prefilter_never_changes_findings(monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = [path.read_bytes() for path in PREFILTER_CASES]
+    sources += [code.encode() for code in every_example()]
+    filtered = [check_source(source, "x.py").findings for source in sources]
+    # It does skip: most rules have nothing to look at in most of these files.
+    skipped = sum(not rule.may_apply(source) for source in sources for rule in RULES)
+    assert skipped > len(sources) * len(RULES) // 2
+    monkeypatch.setattr(Rule, "may_apply", classmethod(lambda cls, source, lowered=None: True))
+    unfiltered = [check_source(source, "x.py").findings for source in sources]
+    assert sum(map(len, unfiltered)) > 10
+    assert filtered == unfiltered

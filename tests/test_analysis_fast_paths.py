@@ -1,0 +1,148 @@
+"""The analysis's fast paths agree with the LibCST machinery they stand in for.
+
+`ddpify.tree` walks nodes by their fields instead of LibCST's visitors, `ddpify.names`
+settles names by imports before LibCST's QualifiedNameProvider, and the rank-test text
+prefilter runs before any parse: each is checked here against what LibCST (or the
+analysis itself) says, on every fixture and every rule example.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ddpify.anatomy import LOCAL_RANK_ZERO_TEXT, RANK_ZERO_TEXT, Anatomy, dotted
+from ddpify.rule import all_rules
+from ddpify.tree import child_nodes, index, walk
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SOURCES = sorted(FIXTURES.rglob("*.py")) + sorted(
+    (Path(__file__).resolve().parent.parent / "ddpify").rglob("*.py")
+)
+EXAMPLES = [example.before for rule in all_rules() for example in (*rule.examples, *rule.invalid)]
+EXAMPLES += [textwrap.dedent(code).lstrip("\n") for rule in all_rules() for code in rule.valid]
+FORMATTING = (
+    cst.BaseParenthesizableWhitespace,
+    cst.Comma,
+    cst.Dot,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.Semicolon,
+    cst.TrailingWhitespace,
+    cst.EmptyLine,
+    cst.AssignEqual,
+    cst.Colon,
+    cst.Newline,
+    cst.Comment,
+)
+
+
+def modules(paths: list[Path] = SOURCES) -> list[tuple[str, str]]:
+    found = [(path.name, path.read_text()) for path in paths]
+    return found + [(f"example-{n}", code) for n, code in enumerate(EXAMPLES)]
+
+
+def test_the_walk_is_in_source_order_and_skips_only_formatting() -> None:
+    checked = 0
+    for name, code in modules():
+        wrapper = MetadataWrapper(cst.parse_module(code), unsafe_skip_copy=True)
+        positions = wrapper.resolve(PositionProvider)
+        parents, order = index(wrapper.module)
+        assert list(order) == list(walk(wrapper.module))
+        for node in order:
+            children = child_nodes(node)
+            starts = [(positions[c].start.line, positions[c].start.column) for c in children]
+            assert starts == sorted(starts), (name, type(node).__name__)
+            kept = {id(child) for child in children}
+            skipped = [c for c in node.children if id(c) not in kept]
+            assert all(isinstance(c, FORMATTING) for c in skipped), (name, skipped)
+            assert all(parents[child] is node for child in children)
+            checked += 1
+    assert checked > 10_000
+
+
+def test_names_settled_by_imports_are_what_libcst_says() -> None:
+    settled = unsettled = 0
+    for name, code in modules(sorted(FIXTURES.rglob("*.py"))):
+        anatomy = Anatomy(cst.parse_module(code))
+        for call in anatomy.calls:
+            spelled = dotted(call.func)
+            fast = anatomy._imports.resolve(spelled) if spelled else None
+            if fast is None:
+                unsettled += 1
+                continue
+            assert fast == anatomy.provider_qualified_names(call.func), (name, spelled)
+            settled += 1
+    assert settled > 1000 and unsettled > 100
+
+
+@pytest.mark.parametrize(
+    ("code", "names"),
+    [
+        ("import torch.distributed as dist\ndist.barrier()", {"torch.distributed.barrier"}),
+        ("import torch\nimport torch.distributed\ntorch.distributed.barrier()", None),
+        ("from torch import distributed as dist\ndist.barrier()", {"torch.distributed.barrier"}),
+        ("from torch.nn.parallel import DistributedDataParallel as DDP\nDDP(m)", None),
+        ("print('x')", {"builtins.print"}),
+        ("import torch.distributed as dist\ndef f(dist):\n    dist.barrier()", None),
+        ("import torch.distributed as dist\nfor dist in x:\n    dist.barrier()", None),
+        ("import torch.distributed as dist\nwith a as dist:\n    dist.barrier()", None),
+        ("import torch.distributed as dist\nglobal dist\ndist.barrier()", None),
+        ("from . import dist\ndist.barrier()", None),
+        ("import os as dist\nimport torch.distributed as dist\ndist.barrier()", None),
+    ],
+)
+def test_import_resolution_declines_what_imports_do_not_settle(
+    code: str, names: set[str] | None
+) -> None:
+    anatomy = Anatomy(cst.parse_module(code + "\n"))
+    call = anatomy.calls[-1]
+    fast = anatomy._imports.resolve(dotted(call.func) or "")
+    if names is None and fast is not None:
+        # Settled after all: then it must be what LibCST says.
+        assert fast == anatomy.provider_qualified_names(call.func)
+    else:
+        assert fast == names
+    # Either way the analysis answers as LibCST does.
+    assert anatomy.qualified_names(call.func) == anatomy.provider_qualified_names(call.func)
+
+
+RANK_TESTS = [
+    ("rank == 0", "global"),
+    ("0 == rank", "global"),
+    ("dist.get_rank() == 0", "global"),
+    ("dist.get_rank()==0", "global"),
+    ("self.global_rank == 0", "global"),
+    ('int(os.environ["RANK"]) == 0', "global"),
+    ('0 == int(\n    os.environ["RANK"]\n)', "global"),
+    ("args.local_rank == 0", "local"),
+    ('int(os.environ["LOCAL_RANK"]) == 0', "local"),
+    ("(self.gpu_id) == 0", "local"),
+    ("Local_Rank == 0", "local"),
+]
+
+
+@pytest.mark.parametrize(("test", "kind"), RANK_TESTS)
+def test_every_rank_test_passes_the_rank_prefilter(test: str, kind: str) -> None:
+    code = f"import os\nimport torch.distributed as dist\nif {test}:\n    pass\n"
+    anatomy = Anatomy(cst.parse_module(code))
+    found = anatomy.rank_test(anatomy.ifs[0].test)
+    assert found is not None and found[0] == kind
+    assert RANK_ZERO_TEXT(code.encode())
+    assert LOCAL_RANK_ZERO_TEXT(code.encode()) == (kind == "local")
+
+
+@pytest.mark.parametrize(
+    "test", ["x == 0", "rank == 0.5", "rank == 10", "rank >= 0", "n_gpu_layers[0] == 1"]
+)
+def test_other_comparisons_do_not_pass_the_rank_prefilter(test: str) -> None:
+    code = f"if {test}:\n    pass\n"
+    assert not RANK_ZERO_TEXT(code.encode())
