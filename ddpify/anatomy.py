@@ -12,22 +12,16 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.metadata import (
-    CodeRange,
-    MetadataWrapper,
-    PositionProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
-from libcst.metadata.base_provider import LazyValue  # type: ignore[attr-defined]
 
 from ddpify import tree
 from ddpify.names import ImportResolver
-from ddpify.tree import walk
+
+if TYPE_CHECKING:
+    from libcst.metadata import CodeRange, MetadataWrapper
+from ddpify.tree import is_attribute, is_lone, is_method_call, is_name, walk
 
 DATALOADER = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 DISTRIBUTED_MARKERS = (
@@ -175,8 +169,7 @@ class Anatomy:
     """Facts about one parsed module, computed once and shared by every rule."""
 
     def __init__(self, module: cst.Module) -> None:
-        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        self.module = self.wrapper.module
+        self.module = module
         # One read of the tree: parents, source order, and the nodes the rules ask about.
         self._parents, self._order = tree.index(self.module)
         collector = _Collector()
@@ -191,15 +184,28 @@ class Anatomy:
         self.ifs = collector.ifs
         self.assigns = collector.assigns
         self.simple_statements = collector.simple_statements
+        self._annotated_assigns = collector.annotated_assigns
 
     # LibCST's metadata is resolved on first use: most files never need any. Positions are
     # for reports; name resolution only for calls whose name could match (`_may_name`).
     @cached_property
+    def wrapper(self) -> MetadataWrapper:
+        # Made when first needed: a file without findings whose names the imports settle
+        # never needs LibCST's metadata.
+        from libcst.metadata import MetadataWrapper
+
+        return MetadataWrapper(self.module, unsafe_skip_copy=True)
+
+    @cached_property
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        from libcst.metadata import PositionProvider
+
         return self.wrapper.resolve(PositionProvider)
 
     @cached_property
     def _qualified(self) -> Mapping[cst.CSTNode, object]:
+        from libcst.metadata import QualifiedNameProvider
+
         return self.wrapper.resolve(QualifiedNameProvider)
 
     # ----- navigation -------------------------------------------------------------------
@@ -259,6 +265,8 @@ class Anatomy:
 
     def provider_qualified_names(self, node: cst.CSTNode) -> set[str]:
         names = self._qualified.get(node, ())
+        from libcst.metadata.base_provider import LazyValue  # type: ignore[attr-defined]
+
         if isinstance(names, LazyValue):
             names = names()
         assert isinstance(names, set | frozenset | tuple)
@@ -297,6 +305,8 @@ class Anatomy:
     @cached_property
     def module_names(self) -> set[str]:
         """Names the script binds at module level (its globals)."""
+        from libcst.metadata import ScopeProvider
+
         scope = self.wrapper.resolve(ScopeProvider).get(self.module)
         return {assignment.name for assignment in scope.assignments} if scope else set()
 
@@ -337,8 +347,7 @@ class Anatomy:
         return [
             call
             for call in self.calls
-            if m.matches(call.func, m.Attribute(attr=m.Name("backward")))
-            and not self.other_framework
+            if is_attribute(call.func, "backward") and not self.other_framework
         ]
 
     @cached_property
@@ -425,15 +434,24 @@ class Anatomy:
     def assignments(self, name: str, scope: cst.CSTNode | None) -> list[cst.BaseExpression]:
         """Values assigned to `name` (a dotted name) in `scope` (a function, or the module)."""
         values: list[cst.BaseExpression] = []
-        for node in walk(scope or self.module):
-            if self.function_of(node) is not scope:
-                continue
+        for node in self._assignments_by_scope.get(scope, ()):
             if isinstance(node, cst.Assign):
                 for target in node.targets:
                     values.extend(_values_for(target.target, node.value, name))
             elif isinstance(node, cst.AnnAssign) and node.value is not None:
                 values.extend(_values_for(node.target, node.value, name))
         return values
+
+    @cached_property
+    def _assignments_by_scope(
+        self,
+    ) -> dict[cst.CSTNode | None, list[cst.Assign | cst.AnnAssign]]:
+        """Assignments (plain and annotated) by the function they are in, in source order."""
+        by_scope: dict[cst.CSTNode | None, list[cst.Assign | cst.AnnAssign]] = {}
+        nodes: list[cst.Assign | cst.AnnAssign] = [*self.assigns, *self._annotated_assigns]
+        for node in sorted(nodes, key=self._order.__getitem__):
+            by_scope.setdefault(self.function_of(node), []).append(node)
+        return by_scope
 
     def resolve_loader(
         self, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
@@ -576,7 +594,7 @@ class Anatomy:
         if head == "self":
             caller = self.function_of(site)
             same_class = caller is not None and self.class_of(caller) is self.class_of(function)
-            via_self = m.matches(site.func, m.Attribute(value=m.Name("self")))
+            via_self = isinstance(site.func, cst.Attribute) and is_name(site.func.value, "self")
             return name if same_class and via_self else None
         return name  # a global
 
@@ -617,7 +635,7 @@ class Anatomy:
             if params is None:
                 continue
             for node in walk(params.value):
-                if m.matches(node, PARAMETERS):
+                if is_method_call(node, *PARAMETERS):
                     assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
                     name = self._model_root(dotted(node.func.value))
                     if name is None or any(name in model.names for model in models):
@@ -714,13 +732,15 @@ class Anatomy:
     @cached_property
     def main_guard(self) -> cst.If | None:
         for statement in self.module.body:
-            if isinstance(statement, cst.If) and m.matches(
-                statement.test,
-                m.Comparison(
-                    left=m.Name("__name__"),
-                    comparisons=[m.ComparisonTarget(m.Equal(), m.SimpleString())],
-                ),
+            test = statement.test if isinstance(statement, cst.If) else None
+            if (
+                isinstance(test, cst.Comparison)
+                and is_name(test.left, "__name__")
+                and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.Equal)
+                and isinstance(test.comparisons[0].comparator, cst.SimpleString)
             ):
+                assert isinstance(statement, cst.If)
                 return statement
         return None
 
@@ -740,11 +760,9 @@ class Anatomy:
         if self.trains_at_module_level:
             last_import = None
             for statement in self.module.body:
-                if m.matches(statement, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
+                if is_lone(statement, (cst.Import, cst.ImportFrom)):
                     last_import = statement
-                elif not m.matches(
-                    statement, m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])
-                ):
+                elif not _is_docstring(statement):
                     break
             if last_import is None:
                 return Entry(setup_before=self.module.body[0], setup_after=None)
@@ -850,7 +868,7 @@ class Anatomy:
             if not isinstance(target.operator, cst.Equal):
                 continue
             sides = [node.left, target.comparator]
-            if not any(m.matches(side, m.Integer("0")) for side in sides):
+            if not any(isinstance(side, cst.Integer) and side.value == "0" for side in sides):
                 continue
             for side in sides:
                 kind = self._rank_kind(side)
@@ -968,12 +986,14 @@ class Anatomy:
         return None
 
 
-PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
+PARAMETERS = ("parameters", "named_parameters")
 
 
 def _passes_parameters(call: cst.Call) -> bool:
     """`f(model.parameters(), ...)` or `f([{"params": m.parameters()}])`: an optimizer's shape."""
-    return any(m.findall(arg.value, PARAMETERS) for arg in call.args[:1])
+    return any(
+        is_method_call(node, *PARAMETERS) for arg in call.args[:1] for node in walk(arg.value)
+    )
 
 
 def strip_iteration(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -1022,7 +1042,14 @@ def _looks_like_training(loader: Loader) -> bool:
     if any(word in text for word in ("val", "test", "eval", "dev")):
         return False
     shuffle = call_arg(loader.call, 2, "shuffle")
-    return "train" in text or (shuffle is not None and m.matches(shuffle.value, m.Name("True")))
+    return "train" in text or (shuffle is not None and is_name(shuffle.value, "True"))
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    if not is_lone(statement, cst.Expr):
+        return False
+    assert isinstance(statement, cst.SimpleStatementLine)
+    return isinstance(cast(cst.Expr, statement.body[0]).value, cst.SimpleString)
 
 
 def _opens_for_writing(call: cst.Call) -> bool:
@@ -1053,6 +1080,7 @@ class _Collector:
         self.assigns: list[cst.Assign] = []
         self.simple_statements: list[cst.SimpleStatementLine | cst.With] = []
         self.names: dict[str, list[cst.Name]] = {}
+        self.annotated_assigns: list[cst.AnnAssign] = []
 
     def collect(self, nodes: Iterable[cst.CSTNode]) -> None:
         for node in nodes:
@@ -1068,6 +1096,8 @@ class _Collector:
                 self.assigns.append(cast(cst.Assign, node))
             elif kind is cst.If:
                 self.ifs.append(cast(cst.If, node))
+            elif kind is cst.AnnAssign:
+                self.annotated_assigns.append(cast(cst.AnnAssign, node))
             elif isinstance(node, cst.FunctionDef):
                 self.functions.setdefault(node.name.value, []).append(node)
             elif isinstance(node, cst.ClassDef):

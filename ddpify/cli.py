@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ddpify import __version__
-from ddpify.convert import ConvertResult, batch_semantics, convert_source, launch_command
-from ddpify.formats import OutputFormat
-from ddpify.options import BatchMode, ConvertOptions, Launcher, ScaleLR
-from ddpify.rule import Kind, all_rules
-from ddpify.source import InputError, atomic_write, read_source
+from ddpify.options import BatchMode, ConvertOptions, Launcher, OutputFormat, ScaleLR
 from ddpify.verify import command as verify_command
+
+# Each command imports what it runs when it runs: `ddpify check one_file.py` in a pre-commit
+# hook pays for the checker alone, not for the converter, its edits or the verifier.
+if TYPE_CHECKING:
+    from ddpify.convert import ConvertResult
 
 SUBCOMMANDS = ("check", "verify", "rules", "explain")
 EPILOG = (
@@ -90,6 +91,9 @@ def convert(
     target = Path(output) if output not in (None, "-") else None
     if source_path is not None and target is not None and _same_file(source_path, target):
         raise _fail(f"-o {output} is the input itself: use --in-place to rewrite it")
+    from ddpify.convert import convert_source
+    from ddpify.source import InputError, atomic_write, read_source
+
     options = ConvertOptions(launcher=launcher, batch=batch, scale_lr=scale_lr)
     name = src if source_path is None else str(source_path)
     try:
@@ -132,6 +136,9 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def _report(result: ConvertResult, name: str, options: ConvertOptions, out: str | None) -> None:
+    from ddpify.convert import batch_semantics, launch_command
+    from ddpify.rule import Kind
+
     def say(line: str) -> None:
         typer.echo(line, err=True)
 
@@ -211,6 +218,8 @@ tools_app.command("verify", epilog=verify_command.EPILOG)(verify_command.verify)
 @tools_app.command("rules")
 def list_rules() -> None:
     """List every rule: code, name and what it does."""
+    from ddpify.rule import all_rules
+
     for rule in all_rules():
         typer.echo(f"{rule.code}  {rule.name:<28} {rule.message}")
 
@@ -218,6 +227,8 @@ def list_rules() -> None:
 @tools_app.command()
 def explain(code: Annotated[str, typer.Argument(help="A rule code, e.g. DDP004.")]) -> None:
     """Print one rule's documentation."""
+    from ddpify.rule import all_rules
+
     rules = {rule.code: rule for rule in all_rules()}
     rule = rules.get(code.upper())
     if rule is None:

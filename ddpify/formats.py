@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from ddpify import __version__
 from ddpify.checker import CheckReport
+from ddpify.options import OutputFormat as OutputFormat
 from ddpify.rule import all_rules
 
 SARIF_SCHEMA = (
@@ -22,13 +22,6 @@ SARIF_SCHEMA = (
 )
 SARIF_VERSION = "2.1.0"
 FALLBACK_INFORMATION_URI = "https://pypi.org/project/ddpify/"
-
-
-class OutputFormat(str, Enum):
-    TEXT = "text"
-    JSON = "json"
-    SARIF = "sarif"
-    GITHUB = "github"
 
 
 def render(report: CheckReport, output_format: OutputFormat) -> str:

@@ -1,4 +1,5 @@
-"""The conversion's options, gathered once by the CLI and passed down unchanged."""
+"""Options gathered once by the CLI and passed down unchanged: the conversion's, and the
+check's output format."""
 
 from __future__ import annotations
 
@@ -29,3 +30,10 @@ class ConvertOptions:
     scale_lr: ScaleLR = ScaleLR.NONE
     # Only these rule codes run (all when None): how each rule's examples are tested alone.
     select: frozenset[str] | None = None
+
+
+class OutputFormat(str, Enum):
+    TEXT = "text"
+    JSON = "json"
+    SARIF = "sarif"
+    GITHUB = "github"

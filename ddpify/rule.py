@@ -14,14 +14,14 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import libcst as cst
-import libcst.matchers as m
 
 from ddpify.edits import EditPlan
 from ddpify.emit import FALLBACK_DEVICE
 from ddpify.options import ConvertOptions, Launcher
+from ddpify.tree import is_lone, is_name
 
 if TYPE_CHECKING:
     from ddpify.anatomy import Anatomy
@@ -93,13 +93,10 @@ class ConvertContext:
     def device(self, node: cst.CSTNode) -> cst.BaseExpression:
         """The process's device as seen from `node`: the `device` the setup defines where that
         is visible, else an expression that works anywhere once `set_device` has run."""
-        assignment = m.SimpleStatementLine(
-            body=[m.Assign(targets=[m.AssignTarget(m.Name("device"))])]
-        )
         visible = (
             self.in_setup_scope(node)
             and self.anatomy.after_setup(node)
-            and not m.matches(self.anatomy.statement_of(node), assignment)
+            and not _assigns_device(self.anatomy.statement_of(node))
         )
         if visible:
             return cst.Name("device")
@@ -121,6 +118,15 @@ class ConvertContext:
     def add_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
         # A set: LibCST repeats an aliased name that is asked for twice.
         self.imports.add((module, obj, asname))
+
+
+def _assigns_device(statement: cst.CSTNode) -> bool:
+    """`device = ...`"""
+    if not is_lone(statement, cst.Assign):
+        return False
+    assert isinstance(statement, cst.SimpleStatementLine)
+    targets = cast(cst.Assign, statement.body[0]).targets
+    return len(targets) == 1 and is_name(targets[0].target, "device")
 
 
 class Rule:

@@ -84,3 +84,32 @@ def index(module: cst.Module) -> tuple[dict[cst.CSTNode, cst.CSTNode], dict[cst.
             parents[child] = current
         stack.extend(reversed(children))
     return parents, order
+
+
+# Shapes the analysis looks for, matched on the nodes' fields. (LibCST's matchers say the
+# same, but importing `libcst.matchers` alone costs as much as importing LibCST, which a
+# pre-commit hook that checks one file pays on every commit.)
+def is_name(node: cst.CSTNode | None, *values: str) -> bool:
+    """`node` is one of the names `values`: `True`, `self`, ..."""
+    return isinstance(node, cst.Name) and node.value in values
+
+
+def is_attribute(node: cst.CSTNode | None, *attrs: str) -> bool:
+    """`node` is `<anything>.<attr>` for one of `attrs`."""
+    return isinstance(node, cst.Attribute) and node.attr.value in attrs
+
+
+def is_method_call(node: cst.CSTNode | None, *attrs: str) -> bool:
+    """`node` is `<anything>.<attr>(...)` for one of `attrs`."""
+    return isinstance(node, cst.Call) and is_attribute(node.func, *attrs)
+
+
+def is_lone(
+    statement: cst.CSTNode, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]
+) -> bool:
+    """`statement` is a line holding one small statement of `kind` (and nothing else)."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], kind)
+    )

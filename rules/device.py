@@ -5,13 +5,12 @@ from __future__ import annotations
 from functools import partial
 
 import libcst as cst
-import libcst.matchers as m
 
 from ddpify.anatomy import dotted, is_cuda_literal
 from ddpify.emit import FALLBACK_DEVICE, expression
 from ddpify.rule import ConvertContext, Example, Rule
+from ddpify.tree import is_attribute
 
-TO = m.Attribute(attr=m.Name("to"))
 DEVICE_NAMES = ("device", "gpu")
 
 
@@ -80,7 +79,7 @@ class Device(Rule):
 
         for call in anatomy.calls:
             func = call.func
-            if m.matches(func, m.Attribute(attr=m.Name("cuda"))) and not any(
+            if is_attribute(func, "cuda") and not any(
                 name.startswith("torch.cuda") for name in anatomy.qualified_names(func)
             ):
                 assert isinstance(func, cst.Attribute)
@@ -95,7 +94,7 @@ class Device(Rule):
                     target = ctx.device(call)
                     ctx.plan.replace(call, partial(_constant, target))
                     ctx.changed(call, '`torch.device("cuda...")` is the process\'s device')
-            elif m.matches(func, TO) or anatomy.is_call_to(call, {"torch.load"}):
+            elif is_attribute(func, "to") or anatomy.is_call_to(call, {"torch.load"}):
                 for arg in call.args:
                     wanted = arg.keyword is None or arg.keyword.value in {"device", "map_location"}
                     if wanted and is_cuda_literal(arg.value):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 import libcst as cst
-import libcst.matchers as m
 
-from ddpify.anatomy import call_arg
+from ddpify.anatomy import call_arg, dotted
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
 
@@ -49,14 +48,10 @@ class HardCodedMasterPort(Rule):
 
     def check(self, ctx: CheckContext) -> None:
         anatomy = ctx.anatomy
-        port_key = m.Subscript(
-            value=m.Attribute(value=m.Name("os"), attr=m.Name("environ")),
-            slice=[m.SubscriptElement(m.Index(m.SimpleString()))],
-        )
         for node in anatomy.assigns:
             if isinstance(node.value, cst.SimpleString | cst.Integer):
                 for target in node.targets:
-                    if m.matches(target.target, port_key) and _names_port(target.target):
+                    if _names_port(target.target):
                         ctx.report(node)
         for init in anatomy.initialises_process_group:
             method = call_arg(init, None, "init_method")
@@ -66,8 +61,14 @@ class HardCodedMasterPort(Rule):
                     ctx.report(method)
 
 
-def _names_port(subscript: cst.BaseExpression) -> bool:
-    assert isinstance(subscript, cst.Subscript)
-    index = subscript.slice[0].slice
-    assert isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)
-    return index.value.evaluated_value == "MASTER_PORT"
+def _names_port(target: cst.BaseExpression) -> bool:
+    """`os.environ["MASTER_PORT"]`"""
+    if not isinstance(target, cst.Subscript) or len(target.slice) != 1:
+        return False
+    index = target.slice[0].slice
+    return (
+        dotted(target.value) == "os.environ"
+        and isinstance(index, cst.Index)
+        and isinstance(index.value, cst.SimpleString)
+        and index.value.evaluated_value == "MASTER_PORT"
+    )

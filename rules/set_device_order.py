@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import libcst.matchers as m
+import libcst as cst
 
 from ddpify.anatomy import call_arg
 from ddpify.lint import CheckContext
@@ -61,8 +61,11 @@ class SetDeviceOrder(Rule):
         set_device = [c for c in anatomy.calls if anatomy.is_call_to(c, {"torch.cuda.set_device"})]
         for init in anatomy.initialises_process_group:
             backend = call_arg(init, 0, "backend")
-            gloo = m.Arg(m.SimpleString('"gloo"') | m.SimpleString("'gloo'"))
-            if backend is not None and m.matches(backend, gloo):
+            if (
+                backend is not None
+                and isinstance(backend.value, cst.SimpleString)
+                and backend.value.value in ('"gloo"', "'gloo'")
+            ):
                 continue
             if call_arg(init, None, "device_id") is not None:
                 continue

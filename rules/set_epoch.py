@@ -5,14 +5,12 @@ from __future__ import annotations
 from functools import partial
 
 import libcst as cst
-import libcst.matchers as m
 
 from ddpify.anatomy import SAMPLER, Anatomy, TrainLoop, call_arg, dotted, strip_iteration
 from ddpify.fixes import insert_set_epoch, set_epoch_problem
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
-
-SET_EPOCH = m.Call(func=m.Attribute(attr=m.Name("set_epoch")))
+from ddpify.tree import is_method_call, walk
 
 
 class SamplerSetEpoch(Rule):
@@ -118,7 +116,7 @@ def _sampler_path(anatomy: Anatomy, loader: cst.Call) -> str | None:
 
 
 def _walk_calls(node: cst.CSTNode) -> list[cst.CSTNode]:
-    return list(m.findall(node, m.Call()))
+    return [inner for inner in walk(node) if isinstance(inner, cst.Call)]
 
 
 def _set_epoch_status(anatomy: Anatomy, loop: TrainLoop) -> tuple[str, cst.CSTNode | None]:
@@ -134,7 +132,7 @@ def _set_epoch_status(anatomy: Anatomy, loop: TrainLoop) -> tuple[str, cst.CSTNo
     iterated = dotted(strip_iteration(loop.batch_loop.iter))
     late: cst.CSTNode | None = None
     for call in anatomy.calls:
-        if not m.matches(call, SET_EPOCH) or anatomy.inside(call, loop.batch_loop):
+        if not is_method_call(call, "set_epoch") or anatomy.inside(call, loop.batch_loop):
             continue
         scope = anatomy.function_of(call)
         for marker in markers:
@@ -149,7 +147,7 @@ def _set_epoch_status(anatomy: Anatomy, loop: TrainLoop) -> tuple[str, cst.CSTNo
             late = call
     if late is None:
         for call in anatomy.calls:
-            if m.matches(call, SET_EPOCH) and anatomy.inside(call, loop.epoch_loop):
+            if is_method_call(call, "set_epoch") and anatomy.inside(call, loop.epoch_loop):
                 late = call
     return ("late", late) if late is not None else ("missing", None)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from functools import partial
 
 import libcst as cst
-import libcst.matchers as m
 
 from ddpify.anatomy import call_arg
 from ddpify.fixes import without_keyword
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
+from ddpify.tree import is_name
 
 
 class ShuffleWithSampler(Rule):
@@ -54,7 +54,7 @@ class ShuffleWithSampler(Rule):
         for loader in ctx.anatomy.loaders:
             shuffle = call_arg(loader.call, None, "shuffle")
             sampler = call_arg(loader.call, None, "sampler")
-            if shuffle is None or sampler is None or not m.matches(shuffle.value, m.Name("True")):
+            if shuffle is None or sampler is None or not is_name(shuffle.value, "True"):
                 continue
             ctx.report(shuffle, fix=partial(_fix, call=loader.call))
 

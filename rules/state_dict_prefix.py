@@ -5,11 +5,11 @@ from __future__ import annotations
 from functools import partial
 
 import libcst as cst
-import libcst.matchers as m
 
 from ddpify.anatomy import dotted
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
+from ddpify.tree import is_attribute
 
 
 class StateDictPrefix(Rule):
@@ -58,7 +58,7 @@ class StateDictPrefix(Rule):
             anchor = anatomy.statement_of(wrap)
             for call in anatomy.calls:
                 func = call.func
-                if not m.matches(func, m.Attribute(attr=m.Name("state_dict"))):
+                if not is_attribute(func, "state_dict"):
                     continue
                 assert isinstance(func, cst.Attribute)
                 if dotted(func.value) == name and anatomy.runs_after(anchor, call, name):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from ddpify.anatomy import DDP_TRANSPARENT, Anatomy, Model, dotted
 from ddpify.emit import statement
 from ddpify.rule import ConvertContext, Example, Rule
-from ddpify.tree import walk
+from ddpify.tree import is_method_call, walk
 
 WRAP = "{name} = DDP({name}, device_ids=[{rank}] if torch.cuda.is_available() else None)\n"
 
@@ -146,7 +145,7 @@ def _accumulating_loops(anatomy: Anatomy) -> list[cst.For]:
     found = []
     for loop in anatomy.train_loops:
         for node in walk(loop.batch_loop.body):
-            if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("step")))) and any(
+            if is_method_call(node, "step") and any(
                 isinstance(a, cst.If) for a in _between(anatomy, node, loop.batch_loop)
             ):
                 found.append(loop.batch_loop)

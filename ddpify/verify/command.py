@@ -9,11 +9,6 @@ from typing import Annotated
 
 import typer
 
-from ddpify.source import InputError
-from ddpify.verify.checks import judge
-from ddpify.verify.report import render_json, render_table
-from ddpify.verify.runner import VerifyOptions, run_verification
-
 EPILOG = (
     "Checks: runs, replicas-in-sync, equivalence, data-sharding, side-effects-once. "
     "Exit codes: 0 equivalent, 1 not equivalent, 2 could not run (the original fails, bad "
@@ -47,6 +42,12 @@ def verify(
     """Run ORIGINAL as one process and CONVERTED as --nproc processes for --steps optimizer
     steps, and check they train the same: runs, replicas-in-sync, equivalence,
     data-sharding, side-effects-once. Runs on CPUs (gloo) when there is no GPU."""
+    # Imported here: `ddpify check` and `ddpify` itself load this module without running it.
+    from ddpify.source import InputError
+    from ddpify.verify.checks import judge
+    from ddpify.verify.report import render_json, render_table
+    from ddpify.verify.runner import VerifyOptions, run_verification
+
     options = VerifyOptions(
         original=original,
         converted=converted,
