@@ -9,7 +9,7 @@ and records what it could not tell apart instead of guessing.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, cast
@@ -18,6 +18,7 @@ import libcst as cst
 
 from ddpify import tree
 from ddpify.names import ImportResolver
+from ddpify.ranks import Polarity, Ranks, RankTest, may_guard_local_rank, may_guard_rank
 
 if TYPE_CHECKING:
     from libcst.metadata import CodeRange, MetadataWrapper
@@ -44,43 +45,13 @@ COLLECTIVES = {
     "all_gather_into_tensor", "reduce_scatter_tensor", "gather_object", "scatter_object_list",
     "monitored_barrier",
 }  # fmt: skip
-GLOBAL_RANK_WORDS = ("rank", "global_rank", "world_rank", "rank_id")
-LOCAL_RANK_WORDS = ("local_rank", "gpu_id", "gpu", "device_id", "local_process_index")
 # Text that the names above leave in a file, for the check rules' prefilters (`requires`):
-# a process group or a DDP wrap; torch.distributed; a collective; a rank test.
+# a process group or a DDP wrap; torch.distributed; a collective; a rank guard.
 DISTRIBUTED_TEXT = r"init_process_group|DistributedDataParallel"
 TORCH_DISTRIBUTED_TEXT = "istributed"
 COLLECTIVE_TEXT = "|".join(sorted(COLLECTIVES))
-
-
-def _rank_test_text(words: Sequence[str]) -> Callable[[bytes], bool]:
-    """A prefilter for `rank_test`: a comparison with 0 that names one of `words` on its
-    other side (`rank == 0`, `dist.get_rank() == 0`, `0 == int(os.environ["RANK"])`)."""
-    names = "|".join(words)
-    before = re.compile(rf"(?i:{names})[\"'\]()\s]*$".encode())
-    after = re.compile(rf"[^:]{{0,200}}?(?i:{names})".encode())
-    zero = re.compile(rb"\s*0(?![\w.])")
-    zero_before = re.compile(rb"(?<![\w.])0\s*$")
-
-    def may_test_rank(source: bytes) -> bool:
-        position = source.find(b"==")
-        while position != -1:
-            end = position + 2
-            if zero.match(source, end):  # ... == 0
-                if before.search(source, max(0, position - 40), position):
-                    return True
-            elif zero_before.search(source, max(0, position - 20), position) and after.match(
-                source, end
-            ):  # 0 == ...
-                return True
-            position = source.find(b"==", end)
-        return False
-
-    return may_test_rank
-
-
-RANK_ZERO_TEXT = _rank_test_text(("rank", "rank_id", *LOCAL_RANK_WORDS))
-LOCAL_RANK_ZERO_TEXT = _rank_test_text(LOCAL_RANK_WORDS)
+RANK_ZERO_TEXT = may_guard_rank
+LOCAL_RANK_ZERO_TEXT = may_guard_local_rank
 OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "horovod")
 LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarnings"}
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
@@ -372,27 +343,41 @@ class Anatomy:
     # ----- call graph -------------------------------------------------------------------
     def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Calls in this file that reach `function` (by name; methods through any object)."""
-        name = function.name.value
-        owner = self.class_of(function)
-        sites = []
+        found = self._call_sites.get(function)
+        if found is None:
+            name = function.name.value
+            owner = self.class_of(function)
+            if owner is None:
+                candidates = self._calls_by_name.get(name, [])
+            else:
+                candidates = self._calls_by_attribute.get(name, [])
+                if name == "__init__":
+                    candidates = [*candidates, *self._calls_by_name.get(owner.name.value, [])]
+            found = [site for site in candidates if not self.inside(site, function)]
+            self._call_sites[function] = found
+        return found
+
+    @cached_property
+    def _call_sites(self) -> dict[cst.FunctionDef, list[cst.Call]]:
+        return {}
+
+    @cached_property
+    def _calls_by_name(self) -> dict[str, list[cst.Call]]:
+        """`f(...)` calls by `f`, in source order."""
+        by_name: dict[str, list[cst.Call]] = {}
         for call in self.calls:
-            func = call.func
-            if (
-                (owner is None and isinstance(func, cst.Name) and func.value == name)
-                or (
-                    owner is not None
-                    and isinstance(func, cst.Attribute)
-                    and func.attr.value == name
-                )
-                or (
-                    owner is not None
-                    and name == "__init__"
-                    and isinstance(func, cst.Name)
-                    and func.value == owner.name.value
-                )
-            ):
-                sites.append(call)
-        return [site for site in sites if not self.inside(site, function)]
+            if isinstance(call.func, cst.Name):
+                by_name.setdefault(call.func.value, []).append(call)
+        return by_name
+
+    @cached_property
+    def _calls_by_attribute(self) -> dict[str, list[cst.Call]]:
+        """`x.f(...)` calls by `f`, in source order."""
+        by_attribute: dict[str, list[cst.Call]] = {}
+        for call in self.calls:
+            if isinstance(call.func, cst.Attribute):
+                by_attribute.setdefault(call.func.attr.value, []).append(call)
+        return by_attribute
 
     def bound_argument(
         self, call: cst.Call, function: cst.FunctionDef, parameter: str
@@ -826,6 +811,47 @@ class Anatomy:
         ]
 
     @cached_property
+    def spawned_functions(self) -> list[cst.FunctionDef]:
+        """Functions this file starts as processes (`mp.spawn(worker, ...)`,
+        `Process(target=worker)`): they run on every rank without a call site here."""
+        starters = {
+            "torch.multiprocessing.spawn",
+            "torch.multiprocessing.start_processes",
+            "torch.multiprocessing.Process",
+            "multiprocessing.Process",
+        }
+        found = []
+        for call in self.calls:
+            if not self._may_name(call, {"spawn", "start_processes", "Process"}):
+                continue
+            if not self.is_call_to(call, starters):
+                continue
+            arg = call_arg(call, 0, "fn") or call_arg(call, None, "target")
+            name = dotted(arg.value) if arg is not None else None
+            found += self.functions.get(name or "", [])
+        return found
+
+    @cached_property
+    def group_is_optional(self) -> bool:
+        """The script may also run without a process group: `init_process_group` sits under
+        an `if`, or a `return` can come before it in its function (`init_distributed_mode`)."""
+        for init in self.initialises_process_group:
+            function = self.function_of(init)
+            for ancestor in self.ancestors(init):
+                if isinstance(ancestor, cst.If | cst.IfExp | cst.Try):
+                    return True
+                if ancestor is function:
+                    break
+            if function is not None and any(
+                isinstance(node, cst.Return)
+                and self.function_of(node) is function
+                and self.precedes(node, init)
+                for node in walk(function.body)
+            ):
+                return True
+        return False
+
+    @cached_property
     def is_distributed(self) -> bool:
         """The script sets up a process group or wraps a model in DDP."""
         return bool(self.initialises_process_group or self.ddp_wraps)
@@ -859,46 +885,15 @@ class Anatomy:
             for name in self.qualified_names(call.func)
         )
 
-    def rank_test(self, test: cst.BaseExpression) -> tuple[str, cst.Comparison] | None:
-        """`("global" | "local", comparison)` for a test that singles out rank 0."""
-        for node in walk(test):
-            if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
-                continue
-            target = node.comparisons[0]
-            if not isinstance(target.operator, cst.Equal):
-                continue
-            sides = [node.left, target.comparator]
-            if not any(isinstance(side, cst.Integer) and side.value == "0" for side in sides):
-                continue
-            for side in sides:
-                kind = self._rank_kind(side)
-                if kind:
-                    return kind, node
-        return None
+    @cached_property
+    def ranks(self) -> Ranks:
+        """Rank tests and rank-0 guards (ddpify/ranks.py)."""
+        return Ranks(self)
 
-    def _rank_kind(self, expr: cst.BaseExpression) -> str | None:
-        if isinstance(expr, cst.Call):
-            if self.is_call_to(expr, {"torch.distributed.get_rank"}):
-                return "global"
-            if dotted(expr.func) == "int" and expr.args:
-                return self._rank_kind(expr.args[0].value)
-            return None
-        if isinstance(expr, cst.Subscript) and expr.slice:  # os.environ["LOCAL_RANK"]
-            index = expr.slice[0].slice
-            if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
-                key = index.value.evaluated_value
-                if isinstance(key, str):
-                    return (
-                        "local"
-                        if key.upper() == "LOCAL_RANK"
-                        else ("global" if key.upper() == "RANK" else None)
-                    )
-        name = (dotted(expr) or "").rsplit(".", 1)[-1].lower()
-        if name in LOCAL_RANK_WORDS:
-            return "local"
-        if name in GLOBAL_RANK_WORDS:
-            return "global"
-        return None
+    def rank_test(self, test: cst.BaseExpression) -> RankTest | None:
+        """The rank test `test` makes when it is true on rank 0 only (`rank == 0`, ...)."""
+        found = self.ranks.test(test)
+        return found if found is not None and found.polarity is Polarity.ZERO else None
 
     def writes_files(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Whether `node` writes a checkpoint or file, itself or in the script's own
@@ -919,26 +914,10 @@ class Anatomy:
                         return True
         return False
 
-    def rank_guard(self, node: cst.CSTNode, depth: int = 0) -> cst.If | None:
-        """The `if` that runs `node` on rank 0 only: around it, or around every call of the
-        function it is in."""
-        previous = node
-        for ancestor in self.ancestors(node):
-            if (
-                isinstance(ancestor, cst.If)
-                and previous is ancestor.body
-                and self.rank_test(ancestor.test)
-            ):
-                return ancestor
-            if isinstance(ancestor, cst.FunctionDef):
-                sites = self.call_sites(ancestor)
-                if sites and depth < 3:
-                    guards = [self.rank_guard(site, depth + 1) for site in sites]
-                    if all(guards):
-                        return guards[0]
-                return None
-            previous = ancestor
-        return None
+    def rank_guard(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """What runs `node` on rank 0 only (an `if`, an early exit, a decorator, guarded call
+        sites), or None."""
+        return self.ranks.guard(node)
 
     @cached_property
     def torch_load_calls(self) -> list[cst.Call]:

@@ -10,6 +10,8 @@ ItemT = TypeVar("ItemT", bound=cst.Arg | cst.ImportAlias)
 
 # Expressions the emitted code shares, so every rule writes them the same way.
 RANK_ZERO = "dist.get_rank() == 0"
+# The same where the script may also run as one process without a process group.
+RANK_ZERO_OR_NO_GROUP = "not dist.is_initialized() or dist.get_rank() == 0"
 WORLD_SIZE = "dist.get_world_size()"
 FALLBACK_DEVICE = 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
 
@@ -29,6 +31,17 @@ def statement(code: str) -> cst.BaseStatement:
 
 def expression(code: str) -> cst.BaseExpression:
     return cst.parse_expression(code)
+
+
+def rank_zero_test(no_group: bool = False, in_operation: bool = False) -> cst.BaseExpression:
+    """The test for global rank 0; `no_group`: also true when there is no process group;
+    `in_operation`: parenthesised, to stand inside an `and`/`or`."""
+    if not no_group:
+        return expression(RANK_ZERO)
+    test = expression(RANK_ZERO_OR_NO_GROUP)
+    if in_operation:
+        test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return test
 
 
 def with_keyword(call: cst.Call, keyword: str, value: cst.BaseExpression) -> cst.Call:

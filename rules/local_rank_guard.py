@@ -7,16 +7,18 @@ from functools import partial
 import libcst as cst
 
 from ddpify.anatomy import LOCAL_RANK_ZERO_TEXT, TORCH_DISTRIBUTED_TEXT
-from ddpify.emit import RANK_ZERO, expression
+from ddpify.emit import rank_zero_test
 from ddpify.lint import CheckContext
+from ddpify.ranks import Polarity, RankTest
 from ddpify.rule import Example, Rule
 
 
 class LocalRankGuard(Rule):
     """
     ## What it does
-    Finds `if local_rank == 0:` (also `gpu_id`, `LOCAL_RANK`, ...) around checkpoint or file
-    writes, made there or in the script's own functions it calls.
+    Finds `if local_rank == 0:` (also `local_rank in [-1, 0]`, `gpu_id`, `LOCAL_RANK`,
+    `rank % ngpus_per_node == 0`, a flag set from one of these, ...) around checkpoint or
+    file writes, made there or in the script's own functions it calls.
 
     ## Why is this bad?
     The local rank is the process's index on its own machine: on a run over several nodes
@@ -27,7 +29,12 @@ class LocalRankGuard(Rule):
     name = "local-rank-guard"
     message = "local rank picks the writer: on several nodes each node writes; use the global rank"
     requires = (TORCH_DISTRIBUTED_TEXT, LOCAL_RANK_ZERO_TEXT)
-    fix_safety = "Safe: on one node the global and the local rank 0 are the same process."
+    fix_safety = """
+        Safe: on one node the global and the local rank 0 are the same process. The fix
+        replaces a test written in place (not a flag or helper set elsewhere), with
+        `not dist.is_initialized() or dist.get_rank() == 0` where the script can also run
+        without a process group.
+    """
     valid = (
         """
         import torch
@@ -54,19 +61,62 @@ class LocalRankGuard(Rule):
                 torch.save(state, "model.pt")
             """,
         ),
+        # Hugging Face's older examples: -1 is the run without a process group.
+        Example(
+            """
+            import torch
+            import torch.distributed as dist
+
+            if args.local_rank in [-1, 0] and step % args.save_steps == 0:
+                torch.save(state, "model.pt")
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+
+            if (not dist.is_initialized() or dist.get_rank() == 0) and step % args.save_steps == 0:
+                torch.save(state, "model.pt")
+            """,
+        ),
+        # pytorch/examples' imagenet: the first process of each node writes.
+        Example(
+            """
+            import torch
+            import torch.distributed as dist
+
+            if args.rank % ngpus_per_node == 0:
+                torch.save(state, "checkpoint.pth.tar")
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+
+            if dist.get_rank() == 0:
+                torch.save(state, "checkpoint.pth.tar")
+            """,
+        ),
     )
 
     def check(self, ctx: CheckContext) -> None:
         anatomy = ctx.anatomy
         for node in anatomy.ifs:
-            test = anatomy.rank_test(node.test)
-            if test is None or test[0] != "local":
+            test = anatomy.ranks.test(node.test)
+            if test is None or test.kind != "local":
                 continue
-            if anatomy.writes_files(node.body):
-                comparison = test[1]
-                ctx.report(comparison, fix=partial(_fix, comparison=comparison))
+            # The branch that runs on (local) rank 0: the body, or the `else` of `!= 0`.
+            branch = node.body if test.polarity is Polarity.ZERO else node.orelse
+            if branch is None or not anatomy.writes_files(branch):
+                continue
+            fix = None
+            if test.direct and test.polarity is Polarity.ZERO:
+                fix = partial(_fix, test=test, no_group=test.admits_no_group)
+            ctx.report(test.node, fix=fix)
 
 
-def _fix(ctx: CheckContext, comparison: cst.Comparison) -> None:
+def _fix(ctx: CheckContext, test: RankTest, no_group: bool) -> None:
     ctx.add_import("torch.distributed", asname="dist")
-    ctx.plan.replace(comparison, lambda _: expression(RANK_ZERO))
+    needs_parentheses = isinstance(ctx.anatomy.parent(test.node), cst.BooleanOperation)
+    ctx.plan.replace(
+        test.node,
+        lambda _: rank_zero_test(no_group or ctx.anatomy.group_is_optional, needs_parentheses),
+    )

@@ -16,6 +16,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify.anatomy import LOCAL_RANK_ZERO_TEXT, RANK_ZERO_TEXT, Anatomy, dotted
+from ddpify.ranks import Polarity
 from ddpify.rule import all_rules
 from ddpify.tree import child_nodes, index, walk
 
@@ -115,34 +116,90 @@ def test_import_resolution_declines_what_imports_do_not_settle(
     assert anatomy.qualified_names(call.func) == anatomy.provider_qualified_names(call.func)
 
 
+ZERO, OTHERS = Polarity.ZERO, Polarity.OTHERS
 RANK_TESTS = [
-    ("rank == 0", "global"),
-    ("0 == rank", "global"),
-    ("dist.get_rank() == 0", "global"),
-    ("dist.get_rank()==0", "global"),
-    ("self.global_rank == 0", "global"),
-    ('int(os.environ["RANK"]) == 0', "global"),
-    ('0 == int(\n    os.environ["RANK"]\n)', "global"),
-    ("args.local_rank == 0", "local"),
-    ('int(os.environ["LOCAL_RANK"]) == 0', "local"),
-    ("(self.gpu_id) == 0", "local"),
-    ("Local_Rank == 0", "local"),
+    ("rank == 0", "global", ZERO),
+    ("0 == rank", "global", ZERO),
+    ("dist.get_rank() == 0", "global", ZERO),
+    ("dist.get_rank()==0", "global", ZERO),
+    ("self.global_rank == 0", "global", ZERO),
+    ('int(os.environ["RANK"]) == 0', "global", ZERO),
+    ('0 == int(\n    os.environ["RANK"]\n)', "global", ZERO),
+    ('os.environ.get("RANK", "0") == "0"', "global", ZERO),
+    ('int(os.getenv("RANK", -1)) <= 0', "global", ZERO),
+    ("not dist.is_initialized() or dist.get_rank() == 0", "global", ZERO),
+    ("rank == 0 and epoch % 5 == 0", "global", ZERO),
+    ("not rank", "global", ZERO),
+    ("rank < 1", "global", ZERO),
+    ("rank in (0,)", "global", ZERO),
+    ("rank != 0", "global", OTHERS),
+    ("dist.get_rank() > 0", "global", OTHERS),
+    ("not dist.get_rank() == 0", "global", OTHERS),
+    ("rank", "global", OTHERS),
+    ("args.local_rank == 0", "local", ZERO),
+    ('int(os.environ["LOCAL_RANK"]) == 0', "local", ZERO),
+    ("(self.gpu_id) == 0", "local", ZERO),
+    ("Local_Rank == 0", "local", ZERO),
+    ("args.local_rank in [-1, 0]", "local", ZERO),
+    ("args.local_rank not in [-1, 0]", "local", OTHERS),
+    ("args.rank % ngpus_per_node == 0", "local", ZERO),
+    # Helpers defined in another file, known by their conventional names.
+    ("utils.is_main_process()", "global", ZERO),
+    ("not is_master", "global", OTHERS),
+    ("self.is_local_master", "local", ZERO),
+]
+# What the script defines, then a test that reads it.
+DEFINED_TESTS = [
+    ("ddp_rank = int(os.environ['RANK'])", "ddp_rank == 0", "global", ZERO),
+    ("my_rank = dist.get_rank()", "my_rank == 0", "global", ZERO),
+    ("master_process = dist.get_rank() == 0", "master_process", "global", ZERO),
+    ("RANK = int(os.getenv('RANK', -1))", "RANK in {-1, 0}", "global", ZERO),
+    ("def is_main():\n    return get_rank() == 0", "is_main()", "global", ZERO),
+    (
+        "def get_rank():\n    return dist.get_rank() if dist.is_initialized() else 0",
+        "get_rank() == 0",
+        "global",
+        ZERO,
+    ),
+    ("writer = SummaryWriter() if rank == 0 else None", "writer is not None", "global", ZERO),
+    ("writer = SummaryWriter() if rank == 0 else None", "writer is None", "global", OTHERS),
 ]
 
 
-@pytest.mark.parametrize(("test", "kind"), RANK_TESTS)
-def test_every_rank_test_passes_the_rank_prefilter(test: str, kind: str) -> None:
+@pytest.mark.parametrize(("test", "kind", "polarity"), RANK_TESTS)
+def test_every_rank_test_is_read_and_passes_the_prefilters(
+    test: str, kind: str, polarity: Polarity
+) -> None:
     code = f"import os\nimport torch.distributed as dist\nif {test}:\n    pass\n"
     anatomy = Anatomy(cst.parse_module(code))
-    found = anatomy.rank_test(anatomy.ifs[0].test)
-    assert found is not None and found[0] == kind
+    found = anatomy.ranks.test(anatomy.ifs[0].test)
+    assert found is not None and (found.kind, found.polarity) == (kind, polarity)
     assert RANK_ZERO_TEXT(code.encode())
-    assert LOCAL_RANK_ZERO_TEXT(code.encode()) == (kind == "local")
+    if kind == "local":
+        assert LOCAL_RANK_ZERO_TEXT(code.encode())
+
+
+@pytest.mark.parametrize(("definition", "test", "kind", "polarity"), DEFINED_TESTS)
+def test_rank_tests_follow_the_scripts_own_names_and_functions(
+    definition: str, test: str, kind: str, polarity: Polarity
+) -> None:
+    code = f"import os\nimport torch.distributed as dist\n{definition}\nif {test}:\n    pass\n"
+    anatomy = Anatomy(cst.parse_module(code))
+    found = anatomy.ranks.test(anatomy.ifs[-1].test)
+    assert found is not None and (found.kind, found.polarity) == (kind, polarity)
+    assert RANK_ZERO_TEXT(code.encode())
 
 
 @pytest.mark.parametrize(
-    "test", ["x == 0", "rank == 0.5", "rank == 10", "rank >= 0", "n_gpu_layers[0] == 1"]
+    "test",
+    ["x == 0", "rank == 0.5", "rank == 10", "rank >= 0", "rank == -1", "lora_rank_ok", "n == 0"],
 )
-def test_other_comparisons_do_not_pass_the_rank_prefilter(test: str) -> None:
-    code = f"if {test}:\n    pass\n"
-    assert not RANK_ZERO_TEXT(code.encode())
+def test_other_tests_say_nothing_of_the_rank(test: str) -> None:
+    code = f"lora_rank_ok = check()\nn = 3\nif {test}:\n    pass\n"
+    anatomy = Anatomy(cst.parse_module(code))
+    assert anatomy.ranks.test(anatomy.ifs[0].test) is None
+
+
+@pytest.mark.parametrize("test", ["x == 0", "epoch % 5 == 0", "len(items) > 0"])
+def test_files_without_a_rank_do_not_pass_the_rank_prefilter(test: str) -> None:
+    assert not RANK_ZERO_TEXT(f"if {test}:\n    pass\n".encode())
