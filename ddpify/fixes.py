@@ -6,9 +6,10 @@ from typing import Protocol
 
 import libcst as cst
 
-from ddpify.anatomy import Anatomy, Loader, TrainLoop, call_arg
+from ddpify.anatomy import SAMPLER, Anatomy, Loader, TrainLoop, call_arg
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
+from ddpify.loaders import SAMPLER_ARGUMENTS, is_iterable_dataset, loader_argument
 
 
 class Importer(Protocol):
@@ -37,15 +38,29 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
     plan.insert_before(body.body[0], [call])
 
 
-def shard_problem(loader: Loader) -> str | None:
+def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     """Why the loader cannot be given a DistributedSampler automatically, if it cannot."""
     call = loader.call
-    if call_arg(call, None, "sampler") or call_arg(call, None, "batch_sampler"):
+    samplers = [loader_argument(anatomy, call, name) for name in SAMPLER_ARGUMENTS]
+    if any(samplers):
         return "the training DataLoader has its own sampler: shard it by hand"
-    if call_arg(call, 0, "dataset") is None:
+    if None in samplers:
+        return (
+            "the training DataLoader takes `*args` or `**kwargs` that cannot be followed: "
+            "give it a DistributedSampler by hand"
+        )
+    dataset = call_arg(call, 0, "dataset")
+    if dataset is None:
         return "the training DataLoader has no dataset argument"
-    shuffle = call_arg(call, 2, "shuffle")
-    if shuffle is not None and shuffle.keyword is None:
+    if is_iterable_dataset(anatomy, dataset.value, anatomy.function_of(call)):
+        return (
+            "the training DataLoader reads an IterableDataset, which takes no sampler: "
+            "shard it by rank in its `__iter__`"
+        )
+    shuffle = loader_argument(anatomy, call, "shuffle") or []
+    if any(not passed.direct for passed in shuffle):
+        return "`shuffle` is set in a `**kwargs` dict: replace it with the sampler by hand"
+    if any(isinstance(p.where, cst.Arg) and p.where.keyword is None for p in shuffle):
         return "`shuffle` passed by position: pass it by keyword first"
     return None
 
@@ -53,7 +68,7 @@ def shard_problem(loader: Loader) -> str | None:
 def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Importer) -> None:
     """`sampler=DistributedSampler(dataset, shuffle=<the loader's shuffle>)` in place of
     `shuffle=` (the two are mutually exclusive)."""
-    assert shard_problem(loader) is None
+    assert shard_problem(anatomy, loader) is None
     call = loader.call
     dataset = call_arg(call, 0, "dataset")
     shuffle = call_arg(call, 2, "shuffle")
@@ -74,12 +89,15 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
             loader.statement, [lambda: statement(f"{dataset_code} = {code(built[-1])}\n")]
         )
     shuffle_code = code(shuffle.value) if shuffle is not None else "False"
-    sampler = cst.parse_expression(f"DistributedSampler({dataset_code}, shuffle={shuffle_code})")
-    importer.add_import("torch.utils.data", "DistributedSampler")
+    sampler_name = imported_sampler(anatomy, call)
+    if sampler_name is None:
+        sampler_name = "DistributedSampler"
+        importer.add_import("torch.utils.data", "DistributedSampler")
+    sampler = cst.parse_expression(f"{sampler_name}({dataset_code}, shuffle={shuffle_code})")
 
     def shard(updated: cst.Call) -> cst.Call:
         if shuffle is None:
-            return with_keyword(updated, "sampler", sampler)
+            return before_double_star(with_keyword(updated, "sampler", sampler))
         # `sampler=` takes `shuffle=`'s place in the argument list.
         args = [
             arg.with_changes(keyword=cst.Name("sampler"), value=sampler)
@@ -90,6 +108,43 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
         return updated.with_changes(args=args)
 
     plan.replace(call, shard)
+
+
+def imported_sampler(anatomy: Anatomy, user: cst.CSTNode) -> str | None:
+    """The name a module-level `from torch.utils.data[.distributed] import DistributedSampler
+    [as ...]` binds for `user`, if the script has one."""
+    at_module_level = anatomy.function_of(user) is None
+    for line in anatomy.module.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        if at_module_level and not anatomy.precedes(line, user):
+            break
+        for small in line.body:
+            if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                continue
+            if small.relative or small.module is None:
+                continue
+            module = cst.Module([]).code_for_node(small.module)
+            for alias in small.names:
+                if f"{module}.{cst.Module([]).code_for_node(alias.name)}" in SAMPLER:
+                    return alias.evaluated_alias or alias.evaluated_name
+    return None
+
+
+def before_double_star(call: cst.Call) -> cst.Call:
+    """`call` with its last argument moved before its `**kwargs`, where people write it."""
+    stars = [index for index, arg in enumerate(call.args) if arg.star == "**"]
+    if not stars or stars[0] == len(call.args) - 1:
+        return call
+    args = list(call.args)
+    last = args.pop()
+    first_star = stars[0]
+    comma = args[first_star - 1].comma if first_star > 0 else cst.MaybeSentinel.DEFAULT
+    if not isinstance(comma, cst.Comma):
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    args.insert(first_star, last.with_changes(comma=comma))
+    args[-1] = args[-1].with_changes(comma=last.comma)
+    return call.with_changes(args=args)
 
 
 def without_keyword(call: cst.Call, keyword: str) -> cst.Call:

@@ -7,6 +7,7 @@ from functools import partial
 from ddpify.anatomy import DISTRIBUTED_TEXT, Loader, call_arg
 from ddpify.fixes import shard_loader, shard_problem
 from ddpify.lint import CheckContext
+from ddpify.loaders import SAMPLER_ARGUMENTS, is_iterable_dataset, loader_argument
 from ddpify.rule import Example, Rule
 
 
@@ -15,7 +16,9 @@ class LoaderWithoutSampler(Rule):
     ## What it does
     In a script that sets up a process group or wraps a model in DDP, finds the
     DataLoader that feeds the backward pass when it has no `sampler=` or `batch_sampler=`
-    (with or without `shuffle=True`). Loaders only evaluated on are left alone.
+    (with or without `shuffle=True`), also none in the `**kwargs` dict it is given. Loaders
+    only evaluated on are left alone, and so are loaders given a `**kwargs` that cannot be
+    followed, and loaders over an IterableDataset (it takes no sampler: it shards itself).
 
     ## Why is this bad?
     Every process iterates the whole dataset in the same order: N GPUs train on the same
@@ -28,7 +31,8 @@ class LoaderWithoutSampler(Rule):
     requires = ("DataLoader", "backward", DISTRIBUTED_TEXT)
     fix_safety = """
         Safe: `sampler=DistributedSampler(dataset, shuffle=...)` takes over the loader's
-        `shuffle`. The epoch loop then needs `set_epoch` (DDP101 fixes that next).
+        `shuffle`. The epoch loop then needs `set_epoch` (DDP101 fixes that next). A
+        `shuffle` set in a `**kwargs` dict is left to a human: no fix.
     """
     valid = (
         """
@@ -39,6 +43,54 @@ class LoaderWithoutSampler(Rule):
         loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
         val_loader = DataLoader(val_set, batch_size=64)
         for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+        """,
+        # pytorch/examples' mnist: the sampler in the loader's kwargs dict.
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader
+        from torch.utils.data.distributed import DistributedSampler
+
+        model = DDP(model)
+        train_kwargs = {"batch_size": 64, "sampler": DistributedSampler(dataset)}
+        if use_cuda:
+            train_kwargs.update({"num_workers": 1, "pin_memory": True})
+        loader = DataLoader(dataset, **train_kwargs)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+        """,
+        # Kwargs from the caller: they may hold a sampler.
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader
+
+        def train(model, dataset, loader_kwargs):
+            model = DDP(model)
+            for x, y in DataLoader(dataset, **loader_kwargs):
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """,
+        # An IterableDataset that shards its stream by rank takes no sampler.
+        """
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader, IterableDataset
+
+        class TokenStream(IterableDataset):
+            def __iter__(self):
+                yield from shard(dist.get_rank())
+
+        class ShuffledTokenStream(TokenStream):
+            pass
+
+        model = DDP(model)
+        stream = ShuffledTokenStream()
+        for x, y in DataLoader(stream, batch_size=8):
             loss = model(x).sum()
             loss.backward()
             optimizer.step()
@@ -69,6 +121,79 @@ class LoaderWithoutSampler(Rule):
                 optimizer.step()
             """,
         ),
+        # The DistributedSampler the script already imports is reused.
+        Example(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler as Sharded
+
+            model = DDP(model)
+            loader = DataLoader(train_set, shuffle=True)
+            val_loader = DataLoader(val_set, sampler=Sharded(val_set, shuffle=False))
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler as Sharded
+
+            model = DDP(model)
+            loader = DataLoader(train_set, sampler=Sharded(train_set, shuffle=True))
+            val_loader = DataLoader(val_set, sampler=Sharded(val_set, shuffle=False))
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        # A kwargs dict without a sampler: the sampler goes before it.
+        Example(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader
+
+            model = DDP(model)
+            kwargs = {"batch_size": 64}
+            kwargs["num_workers"] = 2
+            loader = DataLoader(data, **kwargs)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            model = DDP(model)
+            kwargs = {"batch_size": 64}
+            kwargs["num_workers"] = 2
+            loader = DataLoader(data, sampler=DistributedSampler(data, shuffle=False), **kwargs)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        # `shuffle` in the kwargs dict: no fix (the dict may serve other loaders).
+        Example(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from torch.utils.data import DataLoader
+
+            model = DDP(model)
+            train_kwargs = dict(batch_size=64, shuffle=True)
+            loader = DataLoader(dataset, **train_kwargs)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
     )
 
     def check(self, ctx: CheckContext) -> None:
@@ -81,12 +206,16 @@ class LoaderWithoutSampler(Rule):
             if loader is None or id(loader) in seen:
                 continue
             seen.add(id(loader))
-            if call_arg(loader.call, None, "sampler") or call_arg(
-                loader.call, None, "batch_sampler"
-            ):
+            samplers = [loader_argument(anatomy, loader.call, key) for key in SAMPLER_ARGUMENTS]
+            # Given one, or maybe given one in a `**kwargs` that cannot be followed.
+            if any(passed is None or passed for passed in samplers):
                 continue
-            fix = partial(_fix, loader=loader) if shard_problem(loader) is None else None
-            ctx.report(loader.call, fix=fix)
+            dataset = call_arg(loader.call, 0, "dataset")
+            scope = anatomy.function_of(loader.call)
+            if dataset is not None and is_iterable_dataset(anatomy, dataset.value, scope):
+                continue  # it takes no sampler: the dataset shards itself, or should
+            problem = shard_problem(anatomy, loader)
+            ctx.report(loader.call, fix=partial(_fix, loader=loader) if problem is None else None)
 
 
 def _fix(ctx: CheckContext, loader: Loader) -> None:

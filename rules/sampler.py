@@ -26,8 +26,9 @@ class DistributedSamplerRule(Rule):
     name = "distributed-sampler"
     message = "shard the training DataLoader with DistributedSampler and call set_epoch"
     fix_safety = """
-        Safe. A loader with its own sampler, or one whose dataset is built inline, is
-        reported and nothing is converted: sharding it needs a human.
+        Safe. A loader with its own sampler, over an IterableDataset (which takes no
+        sampler), or given `**kwargs` that cannot be followed is reported and nothing is
+        converted: sharding it needs a human.
     """
     examples = (
         Example(
@@ -57,6 +58,40 @@ class DistributedSamplerRule(Rule):
                     optimizer.step()
             """,
         ),
+        # Loader options in a kwargs dict (pytorch/examples' mnist): the sampler goes before it.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            kwargs = {"batch_size": 64}
+            if use_cuda:
+                kwargs.update({"num_workers": 1, "pin_memory": True})
+            loader = DataLoader(data, **kwargs)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            kwargs = {"batch_size": 64}
+            if use_cuda:
+                kwargs.update({"num_workers": 1, "pin_memory": True})
+            loader = DataLoader(data, sampler=DistributedSampler(data, shuffle=False), **kwargs)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                loader.sampler.set_epoch(epoch)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
     )
 
     def convert(self, ctx: ConvertContext) -> None:
@@ -73,8 +108,7 @@ class DistributedSamplerRule(Rule):
                 where, f"{reason}: every process would train on the same data", blocking=True
             )
             return
-        for loader in loaders:
-            self._shard(ctx, loader)
+        sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
         for loader in anatomy.loaders:
             if not loader.trains:
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
@@ -89,6 +123,8 @@ class DistributedSamplerRule(Rule):
         for loop in anatomy.train_loops:
             if loop.loader is None or not loop.loader.trains:
                 continue
+            if id(loop.loader) not in sharded:
+                continue  # no DistributedSampler of ours to call set_epoch on
             if loop.epoch_loop is None:
                 ctx.info(loop.batch_loop, "one pass over the data: no set_epoch needed")
                 continue
@@ -99,10 +135,12 @@ class DistributedSamplerRule(Rule):
             insert_set_epoch(ctx.plan, loop)
             ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
 
-    def _shard(self, ctx: ConvertContext, loader: Loader) -> None:
-        problem = shard_problem(loader)
+    def _shard(self, ctx: ConvertContext, loader: Loader) -> bool:
+        """Give the loader a DistributedSampler; False (and why, reported) when it cannot."""
+        problem = shard_problem(ctx.anatomy, loader)
         if problem:
             ctx.cannot(loader.call, problem, blocking=True)
-            return
+            return False
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
+        return True

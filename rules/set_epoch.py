@@ -6,25 +6,47 @@ from functools import partial
 
 import libcst as cst
 
-from ddpify.anatomy import SAMPLER, Anatomy, TrainLoop, call_arg, dotted, strip_iteration
+from ddpify.anatomy import (
+    ITER_WRAPPERS,
+    SAMPLER,
+    Anatomy,
+    Loader,
+    TrainLoop,
+    dotted,
+    strip_iteration,
+)
 from ddpify.fixes import insert_set_epoch, set_epoch_problem
 from ddpify.lint import CheckContext
+from ddpify.loaders import SAMPLER_ARGUMENTS, loader_argument, origins
 from ddpify.rule import Example, Rule
-from ddpify.tree import is_method_call, walk
+from ddpify.tree import is_method_call, is_name, walk
+
+# Methods of models, optimizers and schedulers: a call of one of these names through an
+# object other than `self` is not taken for a call of the script's own method.
+TORCH_METHODS = {
+    "train", "eval", "step", "zero_grad", "forward", "to", "cuda", "cpu", "update",
+    "state_dict", "load_state_dict", "backward", "__call__", "apply", "reset",
+}  # fmt: skip
 
 
 class SamplerSetEpoch(Rule):
     """
     ## What it does
-    Finds a training loader with a `DistributedSampler` (as `sampler=`, or inside a
-    `batch_sampler=`) whose `set_epoch(epoch)` is never called in the epoch loop, or is
-    called only after the epoch's iterator over the loader was created. The epoch loop is
-    followed through the script's own functions and methods, resume loops included.
+    Finds a training loader with a `DistributedSampler` (as `sampler=`, inside a
+    `batch_sampler=`, or in a `**kwargs` dict) whose `set_epoch(epoch)` is never called in
+    the epoch loop, or is called only after the iterator the epoch draws its batches from
+    was made (`batch_iter = iter(loader)`, then `set_epoch`, then `for x in batch_iter` or
+    `next(batch_iter)`). The epoch loop is followed through the script's own functions and
+    methods, resume loops and hooks such as `self.on_epoch_start(epoch)` included. A
+    `set_epoch` on another loader's sampler (the validation one) does not count; one on a
+    receiver that cannot be traced does.
 
     ## Why is this bad?
     The sampler seeds its shuffle with the epoch number. Without `set_epoch`, every epoch
     sees the same order on every rank; called after `iter(loader)`, it takes effect one
-    epoch late.
+    epoch late (with worker processes, which draw the order when the iterator is made).
+    Peeking at a batch with `next(iter(loader))` before `set_epoch` is harmless: the
+    `for x in loader` loop makes a fresh iterator.
     """
 
     code = "DDP101"
@@ -41,6 +63,82 @@ class SamplerSetEpoch(Rule):
         loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
         for epoch in range(start, epochs):
             loader.sampler.set_epoch(epoch)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """,
+        # The PyTorch tutorial's Trainer peeks at a batch for its log line: the loop below
+        # makes a fresh iterator, after set_epoch.
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+        for epoch in range(epochs):
+            batch_size = len(next(iter(loader))[0])
+            loader.sampler.set_epoch(epoch)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """,
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        loader = DataLoader(dataset, sampler=DistributedSampler(dataset), num_workers=2)
+        for epoch in range(epochs):
+            loader.sampler.set_epoch(epoch)
+            batch_iter = iter(loader)
+            for x, y in batch_iter:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """,
+        # A hook of the epoch loop, called before the method that holds the batch loop.
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        class Trainer:
+            def __init__(self, dataset):
+                self.sampler = DistributedSampler(dataset)
+                self.loader = DataLoader(dataset, sampler=self.sampler)
+
+            def on_epoch_start(self, epoch):
+                self.sampler.set_epoch(epoch)
+
+            def run_epoch(self):
+                for x, y in self.loader:
+                    loss = self.model(x).sum()
+                    loss.backward()
+                    self.optimizer.step()
+
+            def fit(self, epochs):
+                for epoch in range(epochs):
+                    self.on_epoch_start(epoch)
+                    self.run_epoch()
+        """,
+        # pytorch/examples' mnist: the sampler given in a kwargs dict.
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        sampler = DistributedSampler(dataset)
+        train_kwargs = {"batch_size": 64, "sampler": sampler}
+        train_kwargs.update({"num_workers": 1, "pin_memory": True})
+        loader = DataLoader(dataset, **train_kwargs)
+        for epoch in range(1, epochs + 1):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """,
+        # A receiver that cannot be traced may be the training sampler: not reported.
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+        for epoch in range(epochs):
+            samplers[0].set_epoch(epoch)
             for x, y in loader:
                 loss = model(x).sum()
                 loss.backward()
@@ -71,21 +169,119 @@ class SamplerSetEpoch(Rule):
                     optimizer.step()
             """,
         ),
+        # The iterator the epoch draws from was made before set_epoch.
+        Example(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, sampler=sampler, num_workers=2)
+            for epoch in range(epochs):
+                batch_iter = iter(loader)
+                sampler.set_epoch(epoch)
+                for x, y in batch_iter:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """
+        ),
+        Example(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, sampler=sampler, num_workers=2)
+            for epoch in range(epochs):
+                data_iter = iter(loader)
+                sampler.set_epoch(epoch)
+                for step in range(steps_per_epoch):
+                    x, y = next(data_iter)
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """
+        ),
+        # Only the validation sampler is told the epoch.
+        Example(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            train_sampler = DistributedSampler(train_set)
+            val_sampler = DistributedSampler(val_set, shuffle=False)
+            loader = DataLoader(train_set, sampler=train_sampler)
+            val_loader = DataLoader(val_set, sampler=val_sampler)
+            for epoch in range(epochs):
+                val_sampler.set_epoch(epoch)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            train_sampler = DistributedSampler(train_set)
+            val_sampler = DistributedSampler(val_set, shuffle=False)
+            loader = DataLoader(train_set, sampler=train_sampler)
+            val_loader = DataLoader(val_set, sampler=val_sampler)
+            for epoch in range(epochs):
+                loader.sampler.set_epoch(epoch)
+                val_sampler.set_epoch(epoch)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        # The sampler in a kwargs dict, never told the epoch.
+        Example(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            train_kwargs = {"batch_size": 64}
+            train_kwargs["sampler"] = DistributedSampler(dataset)
+            loader = DataLoader(dataset, **train_kwargs)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            train_kwargs = {"batch_size": 64}
+            train_kwargs["sampler"] = DistributedSampler(dataset)
+            loader = DataLoader(dataset, **train_kwargs)
+            for epoch in range(epochs):
+                loader.sampler.set_epoch(epoch)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
     )
 
     def check(self, ctx: CheckContext) -> None:
         anatomy = ctx.anatomy
         for loop in anatomy.train_loops:
-            if loop.loader is None or loop.epoch_loop is None:
+            if loop.epoch_loop is None:
                 continue
-            via = _sampler_path(anatomy, loop.loader.call)
+            # A loop that pulls its batches with `next(batch_iter)` (`for step in range(n)`)
+            # is judged for a late set_epoch only: what else resets that iterator is not
+            # followed.
+            loader = loop.loader or _loader_pulled_by_next(anatomy, loop)
+            if loader is None:
+                continue
+            via = _sampler_path(anatomy, loader.call)
             if via is None:
                 continue
-            status, where = _set_epoch_status(anatomy, loop)
+            status, where = _set_epoch_status(anatomy, loop, loader)
             if status == "late":
                 assert where is not None
                 ctx.report(where, "set_epoch runs after this epoch's iterator was created")
-            elif status == "missing":
+            elif status == "missing" and loop.loader is not None:
                 fix = partial(_fix, loop=loop, via=via) if not set_epoch_problem(loop) else None
                 ctx.report(loop.epoch_loop, fix=fix)
 
@@ -97,29 +293,88 @@ def _fix(ctx: CheckContext, loop: TrainLoop, via: str) -> None:
 def _sampler_path(anatomy: Anatomy, loader: cst.Call) -> str | None:
     """How the loader reaches its DistributedSampler: `sampler`, `batch_sampler.sampler`."""
     for keyword, path in (("sampler", "sampler"), ("batch_sampler", "batch_sampler.sampler")):
-        arg = call_arg(loader, None, keyword)
-        if arg is None:
-            continue
-        value = arg.value
-        name = dotted(value)
-        candidates = [value]
-        if name:
-            candidates += anatomy.assignments(name, anatomy.function_of(loader))
-            candidates += anatomy.assignments(name, None)
-        for candidate in candidates:
-            if any(
-                isinstance(node, cst.Call) and anatomy.is_call_to(node, SAMPLER)
-                for node in _walk_calls(candidate)
-            ):
+        for passed in loader_argument(anatomy, loader, keyword) or []:
+            if _sampler_calls(anatomy, passed.value, anatomy.function_of(passed.value)):
                 return path
     return None
 
 
-def _walk_calls(node: cst.CSTNode) -> list[cst.CSTNode]:
-    return [inner for inner in walk(node) if isinstance(inner, cst.Call)]
+def _sampler_calls(
+    anatomy: Anatomy, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
+) -> set[cst.Call]:
+    """The `DistributedSampler(...)` calls that `expr` may be (or wrap, as a BatchSampler
+    does), followed through names, attributes, parameters and the script's functions."""
+    found: set[cst.Call] = set()
+    for end in origins(anatomy, expr, scope):
+        for node in walk(end):
+            if not isinstance(node, cst.Call):
+                continue
+            if anatomy.is_call_to(node, SAMPLER):
+                found.add(node)
+            elif depth < 2:  # BatchSampler(train_sampler, ...)
+                for arg in node.args:
+                    if dotted(arg.value):
+                        found |= _sampler_calls(
+                            anatomy, arg.value, anatomy.function_of(arg.value), depth + 1
+                        )
+    return found
 
 
-def _set_epoch_status(anatomy: Anatomy, loop: TrainLoop) -> tuple[str, cst.CSTNode | None]:
+def _training_samplers(anatomy: Anatomy, loader: cst.Call) -> set[cst.Call]:
+    return {
+        sampler
+        for keyword in SAMPLER_ARGUMENTS
+        for passed in loader_argument(anatomy, loader, keyword) or []
+        for sampler in _sampler_calls(anatomy, passed.value, anatomy.function_of(passed.value))
+    }
+
+
+def _may_reach_training_sampler(
+    anatomy: Anatomy, call: cst.Call, loader: cst.Call, samplers: set[cst.Call]
+) -> bool:
+    """Whether `<receiver>.set_epoch()` may be the training sampler's: False only when the
+    receiver is traced to another DistributedSampler (the validation loader's, say)."""
+    assert isinstance(call.func, cst.Attribute)
+    receiver = call.func.value
+    scope = anatomy.function_of(call)
+    if isinstance(receiver, cst.Attribute) and receiver.attr.value == "sampler":
+        owner = receiver.value  # `loader.sampler`, `loader.batch_sampler.sampler`
+        if isinstance(owner, cst.Attribute) and owner.attr.value == "batch_sampler":
+            owner = owner.value
+        other = anatomy.resolve_loader(owner, scope)
+        if other is None or other is loader:
+            return True
+        reached = _training_samplers(anatomy, other)
+    else:
+        reached = _sampler_calls(anatomy, receiver, scope)
+    return not (reached and samplers and reached.isdisjoint(samplers))
+
+
+def _loader_pulled_by_next(anatomy: Anatomy, loop: TrainLoop) -> Loader | None:
+    """The loader whose iterator the batch loop pulls from with `next(...)`."""
+    scope = anatomy.function_of(loop.batch_loop)
+    for call in _next_calls(anatomy, loop):
+        loader = anatomy.loader_for(anatomy.resolve_loader(call.args[0].value, scope))
+        if loader is not None:
+            return loader
+    return None
+
+
+def _next_calls(anatomy: Anatomy, loop: TrainLoop) -> list[cst.Call]:
+    scope = anatomy.function_of(loop.batch_loop)
+    return [
+        call
+        for call in anatomy.calls
+        if is_name(call.func, "next")
+        and call.args
+        and anatomy.inside(call, loop.batch_loop)
+        and anatomy.function_of(call) is scope
+    ]
+
+
+def _set_epoch_status(
+    anatomy: Anatomy, loop: TrainLoop, loader: Loader
+) -> tuple[str, cst.CSTNode | None]:
     """ "ok", "late" (with the call) or "missing"."""
     assert loop.epoch_loop is not None
     # Where each epoch reaches the loader: the batch loop, then the calls leading to it.
@@ -129,39 +384,116 @@ def _set_epoch_status(anatomy: Anatomy, loop: TrainLoop) -> tuple[str, cst.CSTNo
             break
         if kind == "call":
             markers.append(node)
-    iterated = dotted(strip_iteration(loop.batch_loop.iter))
+    marker_scopes = {anatomy.function_of(marker) for marker in markers}
+    samplers = _training_samplers(anatomy, loader.call)
     late: cst.CSTNode | None = None
-    for call in anatomy.calls:
-        if not is_method_call(call, "set_epoch") or anatomy.inside(call, loop.batch_loop):
-            continue
-        scope = anatomy.function_of(call)
-        for marker in markers:
-            if anatomy.function_of(marker) is not scope:
-                continue
-            if scope is anatomy.function_of(loop.epoch_loop) and not anatomy.inside(
-                call, loop.epoch_loop
-            ):
-                continue
-            if anatomy.precedes(call, marker) and not _iterated_before(anatomy, call, iterated):
-                return "ok", None
-            late = call
+    candidates = [
+        call
+        for call in anatomy.calls
+        if is_method_call(call, "set_epoch")
+        and not anatomy.inside(call, loop.batch_loop)
+        and _may_reach_training_sampler(anatomy, call, loader.call, samplers)
+    ]
+    for call in candidates:
+        # Where the call runs: in place, or, in a hook of its own (`on_epoch_start`), where
+        # that is called.
+        places: list[cst.CSTNode] = [call]
+        if anatomy.function_of(call) not in marker_scopes:
+            places += _call_sites(anatomy, anatomy.function_of(call))
+        for place in places:
+            if anatomy.inside(place, loop.batch_loop):
+                continue  # a hook of every step, not of the epoch
+            scope = anatomy.function_of(place)
+            for marker in markers:
+                if anatomy.function_of(marker) is not scope:
+                    continue
+                if scope is anatomy.function_of(loop.epoch_loop) and not anatomy.inside(
+                    place, loop.epoch_loop
+                ):
+                    continue
+                if anatomy.precedes(place, marker) and not _stale_iterator(
+                    anatomy, loop, loader, place, marker
+                ):
+                    return "ok", None
+                late = call
     if late is None:
-        for call in anatomy.calls:
-            if is_method_call(call, "set_epoch") and anatomy.inside(call, loop.epoch_loop):
+        for call in candidates:
+            if anatomy.inside(call, loop.epoch_loop):
                 late = call
     return ("late", late) if late is not None else ("missing", None)
 
 
-def _iterated_before(anatomy: Anatomy, call: cst.Call, iterated: str | None) -> bool:
-    """An `iter(loader)` in the same function before `set_epoch`: that iterator is stale."""
-    if iterated is None:
+def _call_sites(
+    anatomy: Anatomy, function: cst.FunctionDef | None, depth: int = 0
+) -> list[cst.CSTNode]:
+    """The calls of `function` in the script, and of the functions those are in (3 deep).
+    A method is called through `self` in its own class, or through any object (a callback
+    list's `cb.on_epoch_start(epoch)`) unless it shares its name with a method of torch's
+    objects: `model.train()` is not a call of `Trainer.train`."""
+    if function is None or depth > 2:
+        return []
+    owner = anatomy.class_of(function)
+    sites: list[cst.CSTNode] = []
+    for site in anatomy.call_sites(function):
+        caller = anatomy.function_of(site)
+        through_self = (
+            isinstance(site.func, cst.Attribute)
+            and is_name(site.func.value, "self")
+            and caller is not None
+            and anatomy.class_of(caller) is owner
+        )
+        if owner is not None and not through_self and function.name.value in TORCH_METHODS:
+            continue
+        sites.append(site)
+        sites += _call_sites(anatomy, caller, depth + 1)
+    return sites
+
+
+def _stale_iterator(
+    anatomy: Anatomy, loop: TrainLoop, loader: Loader, place: cst.CSTNode, marker: cst.CSTNode
+) -> bool:
+    """Whether the batch loop draws from an iterator over the loader made this epoch before
+    `place` (`batch_iter = iter(loader)`, then set_epoch, then `for x in batch_iter` or
+    `next(batch_iter)`): it drew its order with the previous epoch's seed. A loop over the
+    loader itself makes a fresh iterator, whatever was peeked before."""
+    if marker is not loop.batch_loop:
         return False
-    scope = anatomy.function_of(call)
-    return any(
-        dotted(other.func) == "iter"
-        and other.args
-        and dotted(other.args[0].value) == iterated
-        and anatomy.function_of(other) is scope
-        and anatomy.precedes(other, call)
-        for other in anatomy.calls
-    )
+    assert loop.epoch_loop is not None
+    scope = anatomy.function_of(loop.batch_loop)
+    names = {dotted(strip_iteration(loop.batch_loop.iter))}
+    names |= {dotted(call.args[0].value) for call in _next_calls(anatomy, loop)}
+    for name in names - {None}:
+        assert name is not None
+        made = [
+            value
+            for value in anatomy.assignments(name, scope)
+            if anatomy.parent(value) is not None  # not made up for `a, b = pair`
+            and anatomy.precedes(value, marker)
+            and (
+                scope is not anatomy.function_of(loop.epoch_loop)
+                or anatomy.inside(value, loop.epoch_loop)
+            )
+        ]
+        if (
+            made
+            and _makes_iterator(made[-1])
+            and anatomy.resolve_loader(made[-1], scope) is loader.call
+            and anatomy.precedes(made[-1], place)
+        ):
+            return True
+    return False
+
+
+def _makes_iterator(value: cst.BaseExpression) -> bool:
+    """`iter(loader)`, `enumerate(loader)`, `tqdm(enumerate(loader))`: the loader's iterator
+    is made here and now (`tqdm(loader)` makes it only when iterated)."""
+    innermost = None
+    while (
+        isinstance(value, cst.Call)
+        and dotted(value.func) in ITER_WRAPPERS
+        and value.args
+        and value.args[0].keyword is None
+    ):
+        innermost = dotted(value.func)
+        value = value.args[0].value
+    return innermost in {"iter", "enumerate"}

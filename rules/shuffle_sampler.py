@@ -6,9 +6,9 @@ from functools import partial
 
 import libcst as cst
 
-from ddpify.anatomy import call_arg
 from ddpify.fixes import without_keyword
 from ddpify.lint import CheckContext
+from ddpify.loaders import loader_argument
 from ddpify.rule import Example, Rule
 from ddpify.tree import is_name
 
@@ -16,7 +16,9 @@ from ddpify.tree import is_name
 class ShuffleWithSampler(Rule):
     """
     ## What it does
-    Finds `DataLoader(..., sampler=..., shuffle=True)`.
+    Finds `DataLoader(..., sampler=..., shuffle=True)`, either of them also given through a
+    `**kwargs` dict built in the script (`kwargs = {"shuffle": True}`, `kwargs.update(...)`,
+    `kwargs["sampler"] = ...`).
 
     ## Why is this bad?
     `sampler` and `shuffle` are mutually exclusive: the loader raises `ValueError` when it
@@ -26,13 +28,24 @@ class ShuffleWithSampler(Rule):
     code = "DDP103"
     name = "shuffle-with-sampler"
     message = "shuffle=True with sampler=: DataLoader raises; the sampler does the shuffling"
-    requires = ("DataLoader", r"shuffle\s*=\s*True", "sampler")
-    fix_safety = "Safe: the loader could not be built before; `shuffle=True` is dropped."
+    # `shuffle=True`, `"shuffle": True`, `kwargs["shuffle"] = True`, `setdefault("shuffle", True)`
+    requires = ("DataLoader", r"shuffle[\"']?\s*(?:[=:,]|\]\s*=)\s*True", "sampler")
+    fix_safety = """
+        Safe: the loader could not be built before; `shuffle=True` is dropped. One set in a
+        `**kwargs` dict is reported without a fix: the dict may serve other loaders.
+    """
     valid = (
         """
         from torch.utils.data import DataLoader, DistributedSampler
 
         loader = DataLoader(dataset, sampler=DistributedSampler(dataset), shuffle=False)
+        """,
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        kwargs = {"batch_size": 64, "shuffle": True}
+        train_loader = DataLoader(dataset, **kwargs)
+        val_loader = DataLoader(val_set, sampler=DistributedSampler(val_set), batch_size=64)
         """,
     )
     invalid = (
@@ -48,15 +61,40 @@ class ShuffleWithSampler(Rule):
             loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
             """,
         ),
+        # Through a kwargs dict: reported, not fixed (the dict may serve other loaders).
+        Example(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            train_kwargs = {"batch_size": 64, "sampler": DistributedSampler(dataset)}
+            if use_cuda:
+                train_kwargs.update({"num_workers": 1, "shuffle": True})
+            loader = DataLoader(dataset, **train_kwargs)
+            """
+        ),
     )
 
     def check(self, ctx: CheckContext) -> None:
-        for loader in ctx.anatomy.loaders:
-            shuffle = call_arg(loader.call, None, "shuffle")
-            sampler = call_arg(loader.call, None, "sampler")
-            if shuffle is None or sampler is None or not is_name(shuffle.value, "True"):
+        anatomy = ctx.anatomy
+        for loader in anatomy.loaders:
+            samplers = loader_argument(anatomy, loader.call, "sampler")
+            shuffles = loader_argument(anatomy, loader.call, "shuffle")
+            if not samplers or not shuffles:
                 continue
-            ctx.report(shuffle, fix=partial(_fix, call=loader.call))
+            if all(is_name(sampler.value, "None") for sampler in samplers):
+                continue
+            # A dict's `shuffle` set to anything else on some path may be what wins.
+            if not all(is_name(shuffle.value, "True") for shuffle in shuffles):
+                continue
+            for shuffle in shuffles:
+                # Only the call's own `shuffle=True` is dropped: a `**kwargs` dict may serve
+                # other loaders too.
+                fixable = (
+                    shuffle.direct
+                    and isinstance(shuffle.where, cst.Arg)
+                    and shuffle.where.keyword is not None
+                )
+                ctx.report(shuffle.where, fix=partial(_fix, call=loader.call) if fixable else None)
 
 
 def _fix(ctx: CheckContext, call: cst.Call) -> None:

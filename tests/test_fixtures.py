@@ -132,3 +132,39 @@ def test_a_collective_inside_a_print_is_not_guarded() -> None:
     result = convert_source(source.encode(), "x.py", ConvertOptions())
     assert "    print(model(batch_x).sum())\n" in result.output.decode()
     assert [note.code for note in result.problems] == ["DDP005"]
+
+
+ITERABLE_DATASET_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        yield torch.randn(4)
+
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in DataLoader(Stream(), batch_size=8):
+        model(x).sum().backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("loader", "reason"),
+    [
+        ("DataLoader(Stream(), batch_size=8)", "reads an IterableDataset, which takes no sampler"),
+        ("DataLoader(data, **options)", "takes `*args` or `**kwargs` that cannot be followed"),
+        ("DataLoader(data, **dict(shuffle=True))", "`shuffle` is set in a `**kwargs` dict"),
+    ],
+)
+def test_a_loader_that_cannot_take_a_sampler_is_refused(loader: str, reason: str) -> None:
+    source = ITERABLE_DATASET_SCRIPT.replace("DataLoader(Stream(), batch_size=8)", loader)
+    result = convert_source(source.encode(), "stream.py", ConvertOptions())
+    assert result.refused and result.output == source.encode()
+    [problem] = result.problems
+    assert (problem.code, problem.line, problem.blocking) == ("DDP004", 13, True)
+    assert reason in problem.message
