@@ -14,6 +14,9 @@ BROKEN = sorted(FIXTURES.glob("check/*.py"))
 CORRECT = sorted(
     [
         FIXTURES / "scripts" / "already_ddp.py",
+        # Correct DDP scripts in the idioms of well-known public code (rank-0 flags and
+        # helpers, early returns, barrier pairs, hooks, IterableDatasets, ...).
+        *FIXTURES.glob("check_clean/*.py"),
         *FIXTURES.glob("expected/*.py"),
         *FIXTURES.glob("expected_spawn/*.py"),
     ]
