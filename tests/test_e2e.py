@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, run
+from conftest import FIXTURES, TORCHRUN, run, torchrun
 
 torch = pytest.importorskip("torch")
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 EXPECTED = FIXTURES / "expected"
 
 # script, arguments, epoch (or step) lines it prints once, checkpoint it writes
@@ -45,7 +44,7 @@ def test_runs_under_torchrun_with_two_processes(
 ) -> None:
     shutil.copy(EXPECTED / name, tmp_path / name)
     shutil.copy(FIXTURES / "scripts" / "tqdm_stub.py", tmp_path)
-    result = run([*TORCHRUN, name, *args], cwd=tmp_path, timeout=240)
+    result = torchrun([name, *args], cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     printed = progress_lines(result.stdout)
     assert len(printed) == lines, printed  # once per epoch, not once per process
@@ -84,7 +83,7 @@ def test_the_two_ranks_train_on_disjoint_halves(tmp_path: Path) -> None:
     )
     marker = "del model"
     (tmp_path / "probe.py").write_text(source.replace(marker, probe + marker, 1))
-    result = run([*TORCHRUN, "probe.py"], cwd=tmp_path, timeout=240)
+    result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     import json
 
