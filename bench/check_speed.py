@@ -15,7 +15,7 @@ What it measures:
   creates that venv and pip-installs them there, never into this project's environment.
   Every tool reads copies of the files made in a temporary folder: Fixit skips files a
   ``.gitignore`` covers, as a virtual environment inside a checkout is. Fixit, at about
-  1.7 s a file here, runs on ``--fixit-limit`` files spread evenly (ddpify is timed again
+  2 files a second here, runs on ``--fixit-limit`` files spread evenly (ddpify is timed again
   on the same ones). The figure of merit is ddpify's files per second over TorchFix's on
   the same files, target at least 20x.
 
@@ -25,7 +25,7 @@ so that the warm-up run leaves ddpify's compiled modules for the timed ones.
 Nothing is asserted; the figures are printed for a human to judge. Exit codes of the tools
 are shown, not checked: each one finds things in torch and says so with a non-zero code.
 
-    python bench/check_speed.py                       # both parts (about 25 minutes)
+    python bench/check_speed.py                       # both parts (about 30 minutes)
     python bench/check_speed.py --runs 15 --skip-corpus
     python bench/check_speed.py --skip-baselines      # ddpify alone on all of torch
     python bench/check_speed.py --limit 300 --install-baselines
@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--fixit-limit",
         type=int,
         default=300,
-        help="Fixit takes about 1.7 s a file here: run it (and ddpify again) on this many "
+        help="Fixit checks about 2 files a second here: run it (and ddpify again) on this many "
         "files spread evenly over the corpus; 0 for all of them (default 300)",
     )
     parser.add_argument(
