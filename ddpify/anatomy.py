@@ -22,6 +22,7 @@ from ddpify.ranks import Polarity, Ranks, RankTest, may_guard_local_rank, may_gu
 
 if TYPE_CHECKING:
     from libcst.metadata import CodeRange, MetadataWrapper
+from ddpify.tree import dotted as dotted  # the rules read it with the analysis
 from ddpify.tree import is_attribute, is_lone, is_method_call, is_name, walk
 
 DATALOADER = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
@@ -66,16 +67,6 @@ DDP_TRANSPARENT = {
     "bfloat16", "forward", "__call__",
 }  # fmt: skip
 CUDA_LITERAL = re.compile(r"""^[rRbBuU]?(['"])cuda(:\d+)?\1$""")
-
-
-def dotted(node: cst.CSTNode | None) -> str | None:
-    """`self.model` for an Attribute chain of Names, `model` for a Name, else None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None
 
 
 def is_cuda_literal(node: cst.CSTNode) -> bool:

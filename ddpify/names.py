@@ -18,6 +18,8 @@ from collections.abc import Collection, Mapping, Sequence
 
 import libcst as cst
 
+from ddpify.tree import dotted
+
 BUILTINS = frozenset(dir(builtins))
 
 
@@ -123,13 +125,13 @@ class ImportResolver:
             return None  # an assignment, a parameter, a loop target, ...
         assert isinstance(alias, cst.ImportAlias)
         statement = self._parents.get(alias)
-        imported = _dotted(alias.name)
+        imported = dotted(alias.name)
         if imported is None:
             return None
         if isinstance(statement, cst.Import):
             return imported if alias.asname is not None else imported.split(".")[0]
         if isinstance(statement, cst.ImportFrom) and not statement.relative:
-            module = _dotted(statement.module) if statement.module is not None else None
+            module = dotted(statement.module) if statement.module is not None else None
             return f"{module}.{imported}" if module else None
         return None
 
@@ -139,12 +141,3 @@ def root_name(node: cst.CSTNode) -> str | None:
     while isinstance(node, cst.Attribute | cst.Subscript | cst.Call):
         node = node.func if isinstance(node, cst.Call) else node.value
     return node.value if isinstance(node, cst.Name) else None
-
-
-def _dotted(node: cst.CSTNode) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
-    return None

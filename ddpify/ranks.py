@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 import libcst as cst
 
-from ddpify.tree import is_name, walk
+from ddpify.tree import dotted, is_name, walk
 
 if TYPE_CHECKING:
     from ddpify.anatomy import Anatomy
@@ -163,7 +163,7 @@ class Ranks:
         if isinstance(expr, cst.Call):
             if anatomy.is_call_to(expr, {"torch.distributed.get_rank"}):
                 return "global"
-            func = _dotted(expr.func)
+            func = dotted(expr.func)
             if func in {"int", "str"} and expr.args:
                 return self.rank_kind(expr.args[0].value, depth + 1)
             if func is not None and func.endswith((".get", "getenv")) and expr.args:
@@ -202,7 +202,7 @@ class Ranks:
             # `rank % ngpus_per_node`: 0 on the first process of every node.
             return "local" if self.rank_kind(expr.left, depth + 1) else None
         if isinstance(expr, cst.Name | cst.Attribute):
-            last = (_dotted(expr) or "").rsplit(".", 1)[-1].lower()
+            last = (dotted(expr) or "").rsplit(".", 1)[-1].lower()
             if last in LOCAL_RANK_WORDS:
                 return "local"
             if last in GLOBAL_RANK_WORDS:
@@ -250,7 +250,7 @@ class Ranks:
         )
 
     def _call(self, call: cst.Call, depth: int) -> RankTest | None:
-        func = _dotted(call.func)
+        func = dotted(call.func)
         if func == "bool" and call.args:
             return self.test(call.args[0].value, depth)
         function = self._local_function(call)
@@ -278,7 +278,7 @@ class Ranks:
             if self._made_on_rank_zero(expr, depth):
                 return RankTest(Polarity.ZERO, "global", expr, direct=False)
             return None
-        return _named_flag(expr, (_dotted(expr) or "").rsplit(".", 1)[-1])
+        return _named_flag(expr, (dotted(expr) or "").rsplit(".", 1)[-1])
 
     def _made_on_rank_zero(self, expr: cst.BaseExpression, depth: int) -> bool:
         """Every value `expr` is given, but None, is made under a rank-0 guard."""
@@ -364,7 +364,7 @@ class Ranks:
     def _rank_zero_decorator(self, decorator: cst.BaseExpression, depth: int) -> bool:
         """`@master_only`: the wrapper it returns calls the function on rank 0 only."""
         target = decorator.func if isinstance(decorator, cst.Call) else decorator
-        name = _dotted(target)
+        name = dotted(target)
         if name is None:
             return False
         definitions = self.anatomy.functions.get(name, [])
@@ -386,7 +386,7 @@ class Ranks:
     def _values_of(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
         """The values the script assigns to the name `expr` reads: in its function, else at
         module level; `self.x` in any method of the class."""
-        name = _dotted(expr)
+        name = dotted(expr)
         if name is None:
             return []
         anatomy = self.anatomy
@@ -446,15 +446,6 @@ def _named_flag(node: cst.BaseExpression, name: str) -> RankTest | None:
         return RankTest(Polarity.ZERO, "global", node, direct=False)
     if name in LOCAL_MAIN_PROCESS_NAMES:
         return RankTest(Polarity.ZERO, "local", node, direct=False)
-    return None
-
-
-def _dotted(node: cst.CSTNode | None) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr.value}" if base else None
     return None
 
 
@@ -537,5 +528,5 @@ def _exits(body: cst.BaseSuite) -> bool:
     return (
         isinstance(last, cst.Expr)
         and isinstance(last.value, cst.Call)
-        and _dotted(last.value.func) in EXITS
+        and dotted(last.value.func) in EXITS
     )

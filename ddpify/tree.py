@@ -89,6 +89,16 @@ def index(module: cst.Module) -> tuple[dict[cst.CSTNode, cst.CSTNode], dict[cst.
 # Shapes the analysis looks for, matched on the nodes' fields. (LibCST's matchers say the
 # same, but importing `libcst.matchers` alone costs as much as importing LibCST, which a
 # pre-commit hook that checks one file pays on every commit.)
+def dotted(node: cst.CSTNode | None) -> str | None:
+    """`self.model` for an Attribute chain of Names, `model` for a Name, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
 def is_name(node: cst.CSTNode | None, *values: str) -> bool:
     """`node` is one of the names `values`: `True`, `self`, ..."""
     return isinstance(node, cst.Name) and node.value in values
