@@ -3,6 +3,7 @@ findings (`x.txt` beside `x.py`, `line:col CODE message`), correct ones with non
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,9 @@ from conftest import FIXTURES
 from ddpify.lint import check_source
 
 BROKEN = sorted(FIXTURES.glob("check/*.py"))
+NESTED_GUARD = re.compile(
+    rb"if [^\n]*dist\.get_rank\(\) == 0:\n[ \t]+if [^\n]*dist\.get_rank\(\) == 0:"
+)
 CORRECT = sorted(
     [
         FIXTURES / "scripts" / "already_ddp.py",
@@ -65,3 +69,17 @@ def test_noqa_and_ddpify_ignore_silence_a_line() -> None:
     assert [line.split()[1] for line in render(path, "".join(lines).encode()).splitlines()] == [
         "DDP110"
     ]
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=lambda p: p.name)
+def test_fixing_a_broken_script_leaves_code_that_compiles_and_nothing_fixable(path: Path) -> None:
+    result = check_source(path.read_bytes(), path.name, fix=True)
+    if result.fixed is None:
+        assert not any(finding.fixable for finding in result.findings)
+        return
+    compile(result.fixed, path.name, "exec")
+    again = check_source(result.fixed, path.name)
+    assert not any(finding.fixable for finding in again.findings), again.findings
+    # A fix never nests a guard in the one it just wrote.
+    assert not NESTED_GUARD.search(result.fixed)
+    assert [f.code for f in again.findings] == [f.code for f in result.findings]
