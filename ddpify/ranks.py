@@ -135,7 +135,7 @@ class Ranks:
             if inner is not None:
                 return replace(inner, polarity=inner.polarity.flipped())
             kind = self.rank_kind(expr.expression, depth)  # `not rank`: rank 0 is falsy
-            if kind is not None:
+            if kind == "global":  # `not args.gpu` means "no GPU given", not "rank 0"
                 return RankTest(Polarity.ZERO, kind, expr, subject=_code(expr.expression))
             return None
         if isinstance(expr, cst.BooleanOperation):
@@ -265,8 +265,10 @@ class Ranks:
         """A name holding a rank test (`master_process = rank == 0`), or an object made on
         rank 0 only, used as a condition; a rank alone (`if rank:`) is true on the others."""
         kind = self.rank_kind(expr, depth)
-        if kind is not None:
+        if kind == "global":
             return RankTest(Polarity.OTHERS, kind, expr, subject=_code(expr))
+        if kind == "local":
+            return None  # `if args.gpu:`, `if local_rank:` (-1 is truthy): "is it set?"
         values = [
             value for value in self._values_of(expr) if not is_name(value, "True", "None", "False")
         ]

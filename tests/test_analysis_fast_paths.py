@@ -192,7 +192,18 @@ def test_rank_tests_follow_the_scripts_own_names_and_functions(
 
 @pytest.mark.parametrize(
     "test",
-    ["x == 0", "rank == 0.5", "rank == 10", "rank >= 0", "rank == -1", "lora_rank_ok", "n == 0"],
+    [
+        "x == 0",
+        "rank == 0.5",
+        "rank == 10",
+        "rank >= 0",
+        "rank == -1",
+        "lora_rank_ok",
+        "n == 0",
+        # A local rank or GPU index alone asks whether it is set (-1 is truthy).
+        "args.gpu",
+        "not args.local_rank",
+    ],
 )
 def test_other_tests_say_nothing_of_the_rank(test: str) -> None:
     code = f"lora_rank_ok = check()\nn = 3\nif {test}:\n    pass\n"
