@@ -956,6 +956,46 @@ class Anatomy:
         return None
 
 
+def path_names(write: cst.CSTNode) -> set[str]:
+    """The names in the arguments that say where a write goes: all but the object saved."""
+    if isinstance(write, cst.With):
+        calls = [item.item for item in write.items if isinstance(item.item, cst.Call)]
+        return set().union(*(root_names(call.args[0]) for call in calls if call.args))
+    assert isinstance(write, cst.SimpleStatementLine)
+    expr = write.body[0]
+    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+        return set()
+    args = expr.value.args
+    where = args[1:] if len(args) > 1 else args
+    return set().union(*(root_names(arg) for arg in where))
+
+
+def root_names(node: cst.CSTNode) -> set[str]:
+    """Names read in `node` (not attribute or keyword names) and strings: `path` and
+    `".tmp"` in `os.replace(path + ".tmp", path)`."""
+    labels = {
+        id(label)
+        for inner in walk(node)
+        for label in (
+            (inner.attr,)
+            if isinstance(inner, cst.Attribute)
+            else (inner.keyword,)
+            if isinstance(inner, cst.Arg)
+            else ()
+        )
+    }
+    return {
+        inner.value
+        for inner in walk(node)
+        if isinstance(inner, cst.Name | cst.SimpleString)
+        and id(inner) not in labels
+        and inner.value not in _PATH_MODULES
+    }
+
+
+_PATH_MODULES = frozenset({"torch", "os", "shutil", "json", "np", "numpy", "pathlib", "Path"})
+
+
 PARAMETERS = ("parameters", "named_parameters")
 
 

@@ -142,11 +142,17 @@ class Ranks:
             # `rank == 0 and epoch % 5 == 0`, `not dist.is_initialized() or rank == 0`: the
             # operand that tests the rank decides (an `or` with anything else is taken as
             # that: the finding it could cost is worse than the one it could miss).
+            found = None
             for operand in (expr.left, expr.right):
-                found = self.test(operand, depth)
-                if found is not None:
-                    return found
-            return None
+                found = found or self.test(operand, depth)
+            if (
+                found is not None
+                and found.kind == "local"
+                and isinstance(expr.operator, cst.And)
+                and any(_tests_node_zero(operand) for operand in (expr.left, expr.right))
+            ):  # `node_rank == 0 and local_rank == 0`: the first process of the first node
+                return replace(found, kind="global", node=expr, direct=False)
+            return found
         if isinstance(expr, cst.Comparison):
             return self._comparison(expr, depth)
         if isinstance(expr, cst.Call):
@@ -434,6 +440,30 @@ class Ranks:
         if kinds and all(kind == kinds[0] for kind in kinds):
             return kinds[0]
         return None
+
+
+NODE_WORDS = frozenset({"node_rank", "group_rank", "machine_rank", "node_id", "nodeid"})
+NODE_VARIABLES = frozenset({"NODE_RANK", "GROUP_RANK", "SLURM_NODEID"})
+
+
+def _tests_node_zero(expr: cst.BaseExpression) -> bool:
+    """`node_rank == 0`, `int(os.environ["GROUP_RANK"]) == 0`: the first node."""
+    if not isinstance(expr, cst.Comparison) or len(expr.comparisons) != 1:
+        return False
+    target = expr.comparisons[0]
+    if not isinstance(target.operator, cst.Equal):
+        return False
+    sides = (expr.left, target.comparator)
+    if not any(_literal_int(side) == 0 for side in sides):
+        return False
+    for side in sides:
+        for node in walk(side):
+            name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
+            if name is not None and name.rsplit(".", 1)[-1].lower() in NODE_WORDS:
+                return True
+            if isinstance(node, cst.SimpleString) and node.evaluated_value in NODE_VARIABLES:
+                return True
+    return False
 
 
 def _agreed_test(tests: list[RankTest | None], polarity: Polarity) -> RankTest | None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
+from ddpify.anatomy import dotted
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
 
@@ -22,6 +25,15 @@ class NoDestroyProcessGroup(Rule):
     message = "init_process_group without destroy_process_group when training ends"
     requires = ("init_process_group",)
     valid = (
+        """
+        import atexit
+
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        atexit.register(dist.destroy_process_group)
+        train()
+        """,
         """
         import torch.distributed as dist
 
@@ -49,6 +61,13 @@ class NoDestroyProcessGroup(Rule):
             c
             for c in anatomy.calls
             if anatomy.is_call_to(c, {"torch.distributed.destroy_process_group"})
+            # `atexit.register(dist.destroy_process_group)`: handed over to be called.
+            or any(
+                "torch.distributed.destroy_process_group" in anatomy.qualified_names(arg.value)
+                for arg in c.args
+                if isinstance(arg.value, cst.Name | cst.Attribute)
+                and (dotted(arg.value) or "").endswith("destroy_process_group")
+            )
         ]
         if anatomy.initialises_process_group and not destroys:
             ctx.report(anatomy.initialises_process_group[0])

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from functools import partial
 
-from ddpify.anatomy import DISTRIBUTED_TEXT, Loader, call_arg
+import libcst as cst
+
+from ddpify.anatomy import DISTRIBUTED_TEXT, Anatomy, Loader, call_arg
 from ddpify.fixes import shard_loader, shard_problem
 from ddpify.lint import CheckContext
 from ddpify.loaders import SAMPLER_ARGUMENTS, is_iterable_dataset, loader_argument
 from ddpify.rule import Example, Rule
+from ddpify.tree import walk
 
 
 class LoaderWithoutSampler(Rule):
@@ -35,6 +38,23 @@ class LoaderWithoutSampler(Rule):
         `shuffle` set in a `**kwargs` dict is left to a human: no fix.
     """
     valid = (
+        # Sharded by hand already: a DistributedSampler on top would leave each rank 1/N of it.
+        """
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader, Subset
+
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        shard = Subset(dataset, range(rank, len(dataset), world))
+        loader = DataLoader(shard, batch_size=8, shuffle=True)
+        model = DDP(model)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+        dist.destroy_process_group()
+        """,
         """
         from torch.nn.parallel import DistributedDataParallel as DDP
         from torch.utils.data import DataLoader, DistributedSampler
@@ -214,8 +234,27 @@ class LoaderWithoutSampler(Rule):
             scope = anatomy.function_of(loader.call)
             if dataset is not None and is_iterable_dataset(anatomy, dataset.value, scope):
                 continue  # it takes no sampler: the dataset shards itself, or should
+            if dataset is not None and _sharded_by_rank(anatomy, dataset.value, scope):
+                continue  # `Subset(full, range(rank, n, world_size))`: sharded already
             problem = shard_problem(anatomy, loader)
             ctx.report(loader.call, fix=partial(_fix, loader=loader) if problem is None else None)
+
+
+def _sharded_by_rank(
+    anatomy: Anatomy, dataset: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
+) -> bool:
+    """The dataset is built from the rank (`Subset(ds, range(rank, n, world))`, `ds[rank::n]`,
+    `ds.shard(num_shards=n, index=rank)`): each rank has its own part already."""
+    for node in walk(dataset):
+        if isinstance(node, cst.Name | cst.Attribute | cst.Call) and anatomy.ranks.rank_kind(node):
+            return True
+        if isinstance(node, cst.Name) and depth < 3:
+            for value in anatomy.assignments(node.value, scope) or anatomy.assignments(
+                node.value, None
+            ):
+                if _sharded_by_rank(anatomy, value, scope, depth + 1):
+                    return True
+    return False
 
 
 def _fix(ctx: CheckContext, loader: Loader) -> None:

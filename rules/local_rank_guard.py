@@ -6,11 +6,19 @@ from functools import partial
 
 import libcst as cst
 
-from ddpify.anatomy import LOCAL_RANK_ZERO_TEXT, TORCH_DISTRIBUTED_TEXT
+from ddpify.anatomy import (
+    LOCAL_RANK_ZERO_TEXT,
+    TORCH_DISTRIBUTED_TEXT,
+    Anatomy,
+    dotted,
+    path_names,
+    root_names,
+)
 from ddpify.emit import rank_zero_test
 from ddpify.lint import CheckContext
 from ddpify.ranks import Polarity, RankTest
 from ddpify.rule import Example, Rule
+from ddpify.tree import walk
 
 
 class LocalRankGuard(Rule):
@@ -36,6 +44,16 @@ class LocalRankGuard(Rule):
         without a process group.
     """
     valid = (
+        # A cache each node builds on its own disk, then every process reads.
+        """
+        import torch
+        import torch.distributed as dist
+
+        if local_rank == 0 and not os.path.exists(path):
+            torch.save(features, path)
+        dist.barrier()
+        features = torch.load(path, map_location="cpu", weights_only=True)
+        """,
         """
         import torch
         import torch.distributed as dist
@@ -107,10 +125,41 @@ class LocalRankGuard(Rule):
             branch = node.body if test.polarity is Polarity.ZERO else node.orelse
             if branch is None or not anatomy.writes_files(branch):
                 continue
+            if _node_cache(anatomy, node, branch):
+                continue
             fix = None
             if test.direct and test.polarity is Polarity.ZERO:
                 fix = partial(_fix, test=test, no_group=test.admits_no_group)
             ctx.report(test.node, fix=fix)
+
+
+def _node_cache(anatomy: Anatomy, guard: cst.If, branch: cst.CSTNode) -> bool:
+    """`if local_rank == 0: torch.save(x, path)`, then a barrier, then every rank reads `path`:
+    a cache each node builds for its own processes. On a node-local disk one writer per node
+    is the point, and the global rank would leave the other nodes without the file."""
+    written: set[str] = set()
+    for statement in walk(branch):
+        if isinstance(statement, cst.SimpleStatementLine | cst.With) and anatomy.side_effect(
+            statement
+        ) in {"checkpoint write", "file write"}:
+            written |= path_names(statement)
+    if not written:
+        return False
+    body = list(anatomy.body_of(guard))
+    waited = False
+    for statement in body[body.index(guard) + 1 :]:
+        for call in walk(statement):
+            if not isinstance(call, cst.Call):
+                continue
+            name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+            if name in {"barrier", "monitored_barrier"}:
+                waited = True
+            elif waited and name in READS and any(root_names(arg) & written for arg in call.args):
+                return True
+    return False
+
+
+READS = frozenset({"load", "open", "read_text", "read_bytes", "load_state_dict", "from_file"})
 
 
 def _fix(ctx: CheckContext, test: RankTest, no_group: bool) -> None:

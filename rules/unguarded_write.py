@@ -6,7 +6,7 @@ from functools import partial
 
 import libcst as cst
 
-from ddpify.anatomy import Anatomy, dotted
+from ddpify.anatomy import Anatomy, dotted, path_names, root_names
 from ddpify.emit import rank_zero_test
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
@@ -313,7 +313,7 @@ def _private(anatomy: Anatomy, write: cst.CSTNode) -> bool:
                     return True
         return False
 
-    return any(private(cst.Name(name), 0) for name in _path_names(write) if name.isidentifier())
+    return any(private(cst.Name(name), 0) for name in path_names(write) if name.isidentifier())
 
 
 # Calls that make a file or buffer of this process's own.
@@ -364,11 +364,11 @@ def _statements_to_guard(anatomy: Anatomy, write: cst.CSTNode) -> list[cst.BaseS
     (`os.replace(tmp, path)` after `torch.save(state, tmp)`): guarding the write alone would
     leave them failing on the other ranks. Empty when one of them must run on every rank (a
     collective, a forward pass): then there is no safe fix."""
-    paths = _path_names(write)
+    paths = path_names(write)
     assert isinstance(write, cst.BaseStatement)
     body = list(anatomy.body_of(write))
     end = start = body.index(write)
-    while end + 1 < len(body) and paths & _root_names(body[end + 1]):
+    while end + 1 < len(body) and paths & root_names(body[end + 1]):
         end += 1
     run = body[start : end + 1]
     wrapped = set(anatomy.ddp_wraps)
@@ -379,46 +379,6 @@ def _statements_to_guard(anatomy: Anatomy, write: cst.CSTNode) -> list[cst.BaseS
             ):
                 return []
     return run
-
-
-def _path_names(write: cst.CSTNode) -> set[str]:
-    """The names in the arguments that say where a write goes: all but the object saved."""
-    if isinstance(write, cst.With):
-        calls = [item.item for item in write.items if isinstance(item.item, cst.Call)]
-        return set().union(*(_root_names(call.args[0]) for call in calls if call.args))
-    assert isinstance(write, cst.SimpleStatementLine)
-    expr = write.body[0]
-    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
-        return set()
-    args = expr.value.args
-    where = args[1:] if len(args) > 1 else args
-    return set().union(*(_root_names(arg) for arg in where))
-
-
-def _root_names(node: cst.CSTNode) -> set[str]:
-    """Names read in `node` (not attribute or keyword names) and strings: `path` and
-    `".tmp"` in `os.replace(path + ".tmp", path)`."""
-    labels = {
-        id(label)
-        for inner in walk(node)
-        for label in (
-            (inner.attr,)
-            if isinstance(inner, cst.Attribute)
-            else (inner.keyword,)
-            if isinstance(inner, cst.Arg)
-            else ()
-        )
-    }
-    return {
-        inner.value
-        for inner in walk(node)
-        if isinstance(inner, cst.Name | cst.SimpleString)
-        and id(inner) not in labels
-        and inner.value not in _MODULES
-    }
-
-
-_MODULES = frozenset({"torch", "os", "shutil", "json", "np", "numpy", "pathlib", "Path"})
 
 
 def _fix(ctx: CheckContext, statements: list[cst.BaseStatement]) -> None:

@@ -143,6 +143,8 @@ RANK_TESTS = [
     ("args.local_rank in [-1, 0]", "local", ZERO),
     ("args.local_rank not in [-1, 0]", "local", OTHERS),
     ("args.rank % ngpus_per_node == 0", "local", ZERO),
+    ("args.node_rank == 0 and args.local_rank == 0", "global", ZERO),
+    ('os.environ["GROUP_RANK"] == "0" and local_rank == 0', "global", ZERO),
     # Helpers defined in another file, known by their conventional names.
     ("utils.is_main_process()", "global", ZERO),
     ("not is_master", "global", OTHERS),
