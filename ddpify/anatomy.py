@@ -46,11 +46,26 @@ COLLECTIVES = {
     "all_gather_into_tensor", "reduce_scatter_tensor", "gather_object", "scatter_object_list",
     "monitored_barrier",
 }  # fmt: skip
+# Calls every rank must make too, by their full names: distributed checkpoints (each rank
+# writes its shard), state dicts gathered across ranks, new groups.
+COLLECTIVE_CALLS = {
+    "torch.distributed.checkpoint.save", "torch.distributed.checkpoint.load",
+    "torch.distributed.checkpoint.async_save", "torch.distributed.checkpoint.save_state_dict",
+    "torch.distributed.checkpoint.load_state_dict",
+    "torch.distributed.checkpoint.state_dict.get_state_dict",
+    "torch.distributed.checkpoint.state_dict.get_model_state_dict",
+    "torch.distributed.checkpoint.state_dict.get_optimizer_state_dict",
+    "torch.distributed.checkpoint.state_dict.set_state_dict",
+    "torch.distributed.new_group", "torch.distributed.new_subgroups",
+}  # fmt: skip
+COLLECTIVE_LAST_NAMES = COLLECTIVES | {name.rsplit(".", 1)[-1] for name in COLLECTIVE_CALLS}
 # Text that the names above leave in a file, for the check rules' prefilters (`requires`):
 # a process group or a DDP wrap; torch.distributed; a collective; a rank guard.
 DISTRIBUTED_TEXT = r"init_process_group|DistributedDataParallel"
 TORCH_DISTRIBUTED_TEXT = "istributed"
-COLLECTIVE_TEXT = "|".join(sorted(COLLECTIVES))
+COLLECTIVE_TEXT = "|".join(
+    [*sorted(COLLECTIVES), "distributed.checkpoint", "new_group", "new_subgroups"]
+)
 RANK_ZERO_TEXT = may_guard_rank
 LOCAL_RANK_ZERO_TEXT = may_guard_local_rank
 OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "horovod")
@@ -864,7 +879,7 @@ class Anatomy:
 
     def may_be_collective(self, call: cst.Call) -> bool:
         """Whether `call` is named like a collective (cheap; `is_collective` resolves it)."""
-        return self._may_name(call, COLLECTIVES)
+        return self._may_name(call, COLLECTIVE_LAST_NAMES)
 
     def is_collective(self, call: cst.Call) -> bool:
         if not self.may_be_collective(call):
@@ -872,7 +887,8 @@ class Anatomy:
         if self._imports.cannot_name(call.func, ("torch.distributed",), self._scope_names):
             return False
         return any(
-            name.startswith("torch.distributed.") and name.rsplit(".", 1)[-1] in COLLECTIVES
+            (name.startswith("torch.distributed.") and name.rsplit(".", 1)[-1] in COLLECTIVES)
+            or name in COLLECTIVE_CALLS
             for name in self.qualified_names(call.func)
         )
 

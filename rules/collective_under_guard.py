@@ -21,7 +21,8 @@ from ddpify.wrapped import holds_ddp, may_hold_ddp
 class CollectiveUnderRankGuard(Rule):
     """
     ## What it does
-    Finds collectives (`barrier`, `all_reduce`, `broadcast`, `all_gather`, ...) and forward
+    Finds collectives (`barrier`, `all_reduce`, `broadcast`, `all_gather`, ...,
+    `torch.distributed.checkpoint.save`/`load`, `get_state_dict`, `new_group`) and forward
     passes through a DDP-wrapped model that run on rank 0 only: under a rank-0 test however
     it is spelled (`if rank == 0:`, `if master_process:`, after `if rank != 0: return`, ...),
     or in a function that is only ever called there. Not when the other ranks make the same
@@ -96,6 +97,16 @@ class CollectiveUnderRankGuard(Rule):
         """,
     )
     invalid = (
+        # A distributed checkpoint: every rank writes its own shard of it.
+        Example(
+            """
+            import torch.distributed as dist
+            import torch.distributed.checkpoint as dcp
+
+            if dist.get_rank() == 0:
+                dcp.save({"model": model.state_dict()}, checkpoint_id="checkpoints/step-100")
+            """
+        ),
         Example(
             """
             import torch.distributed as dist
