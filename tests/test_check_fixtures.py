@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+from ddpify.convert import convert_source
 from ddpify.lint import check_source
+from ddpify.options import ConvertOptions
 
 BROKEN = sorted(FIXTURES.glob("check/*.py"))
 NESTED_GUARD = re.compile(
@@ -83,3 +85,9 @@ def test_fixing_a_broken_script_leaves_code_that_compiles_and_nothing_fixable(pa
     # A fix never nests a guard in the one it just wrote.
     assert not NESTED_GUARD.search(result.fixed)
     assert [f.code for f in again.findings] == [f.code for f in result.findings]
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("check_clean/*.py")), ids=lambda p: p.name)
+def test_the_converter_leaves_scripts_already_distributed_as_they_are(path: Path) -> None:
+    result = convert_source(path.read_bytes(), path.name, ConvertOptions())
+    assert not result.changed and result.output == path.read_bytes()
