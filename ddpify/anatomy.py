@@ -18,10 +18,12 @@ import libcst as cst
 
 from ddpify import tree
 from ddpify.names import ImportResolver
-from ddpify.ranks import Polarity, Ranks, RankTest, may_guard_local_rank, may_guard_rank
+from ddpify.ranks import Ranks, may_guard_local_rank, may_guard_rank
 
 if TYPE_CHECKING:
     from libcst.metadata import CodeRange, MetadataWrapper
+
+    from ddpify.wrapped import Bindings
 from ddpify.tree import dotted as dotted  # the rules read it with the analysis
 from ddpify.tree import is_attribute, is_lone, is_method_call, is_name, walk
 
@@ -68,6 +70,8 @@ COLLECTIVE_TEXT = "|".join(
 )
 RANK_ZERO_TEXT = may_guard_rank
 LOCAL_RANK_ZERO_TEXT = may_guard_local_rank
+# What `side_effect` calls the writes that must happen on one rank.
+FILE_WRITES = frozenset({"checkpoint write", "file write"})
 OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "horovod")
 LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarnings"}
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
@@ -162,6 +166,7 @@ class Anatomy:
         self.assigns = collector.assigns
         self.simple_statements = collector.simple_statements
         self._annotated_assigns = collector.annotated_assigns
+        self._call_sites: dict[cst.FunctionDef, list[cst.Call]] = {}
 
     # LibCST's metadata is resolved on first use: most files never need any. Positions are
     # for reports; name resolution only for calls whose name could match (`_may_name`).
@@ -364,10 +369,6 @@ class Anatomy:
         return found
 
     @cached_property
-    def _call_sites(self) -> dict[cst.FunctionDef, list[cst.Call]]:
-        return {}
-
-    @cached_property
     def _calls_by_name(self) -> dict[str, list[cst.Call]]:
         """`f(...)` calls by `f`, in source order."""
         by_name: dict[str, list[cst.Call]] = {}
@@ -422,6 +423,27 @@ class Anatomy:
         return chain
 
     # ----- resolving names to values ----------------------------------------------------
+    def values_of(
+        self, name: str, scope: cst.FunctionDef | None
+    ) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
+        """The values the script gives the dotted name `name` read in `scope`, each with the
+        function it is given in: `self.x` in any method of the class; otherwise in `scope`,
+        else (unless `name` is one of its parameters) at module level."""
+        if name.startswith("self."):
+            owner = self.class_of(scope) if scope is not None else None
+            methods = owner.body.body if owner is not None else ()
+            return [
+                (value, method)
+                for method in methods
+                if isinstance(method, cst.FunctionDef)
+                for value in self.assignments(name, method)
+            ]
+        if scope is not None:
+            found = self.assignments(name, scope)
+            if found or name.partition(".")[0] in self.parameters_of(scope):
+                return [(value, scope) for value in found]
+        return [(value, None) for value in self.assignments(name, None)]
+
     def assignments(self, name: str, scope: cst.CSTNode | None) -> list[cst.BaseExpression]:
         """Values assigned to `name` (a dotted name) in `scope` (a function, or the module)."""
         values: list[cst.BaseExpression] = []
@@ -893,22 +915,25 @@ class Anatomy:
         )
 
     @cached_property
+    def ddp_bindings(self) -> Bindings:
+        """Where names are given the DDP wrapper (ddpify/wrapped.py)."""
+        from ddpify.wrapped import collect_bindings
+
+        return collect_bindings(self)
+
+    @cached_property
     def ranks(self) -> Ranks:
         """Rank tests and rank-0 guards (ddpify/ranks.py)."""
         return Ranks(self)
-
-    def rank_test(self, test: cst.BaseExpression) -> RankTest | None:
-        """The rank test `test` makes when it is true on rank 0 only (`rank == 0`, ...)."""
-        found = self.ranks.test(test)
-        return found if found is not None and found.polarity is Polarity.ZERO else None
 
     def writes_files(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Whether `node` writes a checkpoint or file, itself or in the script's own
         functions and methods that it calls (two calls deep)."""
         for inner in walk(node):
-            if isinstance(inner, cst.SimpleStatementLine | cst.With) and self.side_effect(
-                inner
-            ) in {"checkpoint write", "file write"}:
+            if (
+                isinstance(inner, cst.SimpleStatementLine | cst.With)
+                and self.side_effect(inner) in FILE_WRITES
+            ):
                 return True
             if isinstance(inner, cst.Call) and depth < 2:
                 name = (

@@ -194,16 +194,6 @@ def origins(
     name = dotted(expr)
     if name is None:
         return [expr]
-    if name.startswith("self.") and scope is not None:
-        owner = anatomy.class_of(scope)
-        methods = owner.body.body if owner is not None else ()
-        return [
-            end
-            for method in methods
-            if isinstance(method, cst.FunctionDef)
-            for value in anatomy.assignments(name, method)
-            for end in origins(anatomy, value, method, depth + 1)
-        ]
     if scope is not None and name in anatomy.parameters_of(scope):
         ends = []
         for site in anatomy.call_sites(scope):
@@ -211,11 +201,11 @@ def origins(
             if argument is not None:
                 ends += origins(anatomy, argument, anatomy.function_of(site), depth + 1)
         return ends
-    for where in (scope, None) if scope is not None else (None,):
-        values = anatomy.assignments(name, where)
-        if values:
-            return [end for value in values for end in origins(anatomy, value, where, depth + 1)]
-    return []
+    return [
+        end
+        for value, where in anatomy.values_of(name, scope)
+        for end in origins(anatomy, value, where, depth + 1)
+    ]
 
 
 def is_iterable_dataset(anatomy: Anatomy, dataset: cst.BaseExpression, scope: Scope) -> bool:

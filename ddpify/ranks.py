@@ -54,7 +54,12 @@ LOCAL_MAIN_PROCESS_NAMES = frozenset(
 RANK_ZERO_DECORATORS = frozenset(
     {"master_only", "rank_zero_only", "main_process_only", "rank0_only"}
 )
-RANK_GETTERS = {"get_rank": "global", "get_global_rank": "global", "get_local_rank": "local"}
+RANK_GETTERS: dict[str, Kind] = {
+    "get_rank": "global",
+    "get_global_rank": "global",
+    "get_local_rank": "local",
+}
+ENVIRONMENT_RANKS: dict[str, Kind] = {"RANK": "global", "LOCAL_RANK": "local"}
 EXITS = frozenset({"exit", "sys.exit", "os._exit", "quit"})
 # Beyond this many hops through flags, helpers and call sites the answer is "cannot tell".
 MAX_DEPTH = 4
@@ -110,11 +115,6 @@ class RankTest:
     direct: bool = True
     # Also true when there is no process group (`local_rank in [-1, 0]`, `rank <= 0`).
     admits_no_group: bool = False
-    # The rank expression as written, to pair tests on the same rank (`rank != 0` / `rank == 0`).
-    subject: str | None = None
-
-
-_code = cst.Module([]).code_for_node
 
 
 class Ranks:
@@ -136,7 +136,7 @@ class Ranks:
                 return replace(inner, polarity=inner.polarity.flipped())
             kind = self.rank_kind(expr.expression, depth)  # `not rank`: rank 0 is falsy
             if kind == "global":  # `not args.gpu` means "no GPU given", not "rank 0"
-                return RankTest(Polarity.ZERO, kind, expr, subject=_code(expr.expression))
+                return RankTest(Polarity.ZERO, kind, expr)
             return None
         if isinstance(expr, cst.BooleanOperation):
             # `rank == 0 and epoch % 5 == 0`, `not dist.is_initialized() or rank == 0`: the
@@ -180,8 +180,7 @@ class Ranks:
                     [self.rank_kind(value, depth + 1) for value in self._returns(function)]
                 )
             last = (func or "").rsplit(".", 1)[-1]
-            kind = RANK_GETTERS.get(last)
-            return "global" if kind == "global" else ("local" if kind == "local" else None)
+            return RANK_GETTERS.get(last)
         if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
             index = expr.slice[0].slice
             if not isinstance(index, cst.Index):
@@ -235,9 +234,7 @@ class Ranks:
             if kind is None or values is None or 0 not in values or max(values) > 0:
                 return None
             polarity = Polarity.ZERO if isinstance(operator, cst.In) else Polarity.OTHERS
-            return RankTest(
-                polarity, kind, expr, admits_no_group=min(values) < 0, subject=_code(left)
-            )
+            return RankTest(polarity, kind, expr, admits_no_group=min(values) < 0)
         flipped = _literal_int(left) is not None
         rank_side, constant_side = (right, left) if flipped else (left, right)
         constant = _literal_int(constant_side)
@@ -252,7 +249,6 @@ class Ranks:
             kind,
             expr,
             admits_no_group=not isinstance(operator, cst.Equal | cst.NotEqual),
-            subject=_code(rank_side),
         )
 
     def _call(self, call: cst.Call, depth: int) -> RankTest | None:
@@ -272,7 +268,7 @@ class Ranks:
         rank 0 only, used as a condition; a rank alone (`if rank:`) is true on the others."""
         kind = self.rank_kind(expr, depth)
         if kind == "global":
-            return RankTest(Polarity.OTHERS, kind, expr, subject=_code(expr))
+            return RankTest(Polarity.OTHERS, kind, expr)
         if kind == "local":
             return None  # `if args.gpu:`, `if local_rank:` (-1 is truthy): "is it set?"
         values = [
@@ -392,27 +388,11 @@ class Ranks:
 
     # ----- following the script's own names and functions --------------------------------
     def _values_of(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
-        """The values the script assigns to the name `expr` reads: in its function, else at
-        module level; `self.x` in any method of the class."""
+        """The values the script gives the name `expr` reads (`Anatomy.values_of`)."""
         name = dotted(expr)
         if name is None:
             return []
-        anatomy = self.anatomy
-        scope = anatomy.function_of(expr)
-        if name.startswith("self.") and scope is not None:
-            owner = anatomy.class_of(scope)
-            if owner is None:
-                return []
-            return [
-                value
-                for method in owner.body.body
-                if isinstance(method, cst.FunctionDef)
-                for value in anatomy.assignments(name, method)
-            ]
-        values = anatomy.assignments(name, scope) if scope is not None else []
-        if not values and not (scope is not None and name in anatomy.parameters_of(scope)):
-            values = anatomy.assignments(name, None)
-        return values
+        return [value for value, _ in self.anatomy.values_of(name, self.anatomy.function_of(expr))]
 
     def _local_function(self, call: cst.Call) -> cst.FunctionDef | None:
         """The one function of this file a call reaches by name (`f()`, `self.f()`)."""
@@ -487,7 +467,7 @@ def _environment_kind(key: cst.BaseExpression) -> Kind | None:
     text = key.evaluated_value
     if not isinstance(text, str):
         return None
-    return {"RANK": "global", "LOCAL_RANK": "local"}.get(text.upper())  # type: ignore[return-value]
+    return ENVIRONMENT_RANKS.get(text.upper())
 
 
 def _literal_int(node: cst.BaseExpression) -> int | None:

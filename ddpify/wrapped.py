@@ -9,7 +9,6 @@ When that cannot be told, the answer is no: a finding must be certain.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -32,21 +31,18 @@ class Binding:
 
 
 @dataclass
-class _Bindings:
+class Bindings:
     by_name: dict[str, list[Binding]] = field(default_factory=dict)  # in source order
     # Names that may hold the wrapper somewhere: bound to a wrap, to such a name, or
     # parameters passed one (scopes and order aside).
     may_wrap: set[str] = field(default_factory=set)
 
 
-_cache: weakref.WeakKeyDictionary[Anatomy, _Bindings] = weakref.WeakKeyDictionary()
-
-
 def may_hold_ddp(anatomy: Anatomy, name: str | None) -> bool:
     """A cheap first test for `holds_ddp`: False means no use of `name` holds the wrapper."""
     if name is None or not anatomy.ddp_wraps:
         return False
-    return name in _bindings(anatomy).may_wrap
+    return name in anatomy.ddp_bindings.may_wrap
 
 
 def holds_ddp(anatomy: Anatomy, name: str | None, node: cst.CSTNode, depth: int = 0) -> bool:
@@ -54,7 +50,7 @@ def holds_ddp(anatomy: Anatomy, name: str | None, node: cst.CSTNode, depth: int 
     if depth > MAX_DEPTH or not may_hold_ddp(anatomy, name):
         return False
     assert name is not None
-    bindings = _bindings(anatomy).by_name.get(name, [])
+    bindings = anatomy.ddp_bindings.by_name.get(name, [])
     scope = anatomy.function_of(node)
     here = [b for b in bindings if b.scope is scope]
     before = [
@@ -65,7 +61,7 @@ def holds_ddp(anatomy: Anatomy, name: str | None, node: cst.CSTNode, depth: int 
     if scope is None:
         return False
     head = name.partition(".")[0]
-    if _is_parameter(anatomy, scope, head):
+    if head in _caller_bound(anatomy, scope):
         return _every_call_passes_ddp(anatomy, scope, name, head, depth)
     if "." not in name:
         if here or head in anatomy.parameters_of(scope):  # a local, not bound yet; `self`
@@ -117,10 +113,6 @@ def _every_call_passes_ddp(
     return bool(sites)
 
 
-def _is_parameter(anatomy: Anatomy, function: cst.FunctionDef, name: str) -> bool:
-    return name in _caller_bound(anatomy, function)
-
-
 def _caller_bound(anatomy: Anatomy, function: cst.FunctionDef) -> set[str]:
     """The parameters the callers bind: not a method's `self` or `cls`."""
     names = anatomy.parameters_of(function)
@@ -149,15 +141,10 @@ def _is_wrap(anatomy: Anatomy, value: cst.BaseExpression) -> bool:
     )
 
 
-def _bindings(anatomy: Anatomy) -> _Bindings:
-    found = _cache.get(anatomy)
-    if found is None:
-        found = _cache[anatomy] = _collect(anatomy)
-    return found
-
-
-def _collect(anatomy: Anatomy) -> _Bindings:
-    found = _Bindings()
+def collect_bindings(anatomy: Anatomy) -> Bindings:
+    """Every name the script binds, with its values in source order (`Anatomy.ddp_bindings`
+    keeps the result)."""
+    found = Bindings()
     for statement in anatomy.simple_statements:
         if not isinstance(statement, cst.SimpleStatementLine):
             continue

@@ -249,10 +249,8 @@ def _sharded_by_rank(
         if isinstance(node, cst.Name | cst.Attribute | cst.Call) and anatomy.ranks.rank_kind(node):
             return True
         if isinstance(node, cst.Name) and depth < 3:
-            for value in anatomy.assignments(node.value, scope) or anatomy.assignments(
-                node.value, None
-            ):
-                if _sharded_by_rank(anatomy, value, scope, depth + 1):
+            for value, where in anatomy.values_of(node.value, scope):
+                if _sharded_by_rank(anatomy, value, where, depth + 1):
                     return True
     return False
 

@@ -7,6 +7,7 @@ from functools import partial
 import libcst as cst
 
 from ddpify.anatomy import (
+    FILE_WRITES,
     LOCAL_RANK_ZERO_TEXT,
     TORCH_DISTRIBUTED_TEXT,
     Anatomy,
@@ -129,7 +130,7 @@ class LocalRankGuard(Rule):
                 continue
             fix = None
             if test.direct and test.polarity is Polarity.ZERO:
-                fix = partial(_fix, test=test, no_group=test.admits_no_group)
+                fix = partial(_fix, test=test)
             ctx.report(test.node, fix=fix)
 
 
@@ -139,9 +140,10 @@ def _node_cache(anatomy: Anatomy, guard: cst.If, branch: cst.CSTNode) -> bool:
     is the point, and the global rank would leave the other nodes without the file."""
     written: set[str] = set()
     for statement in walk(branch):
-        if isinstance(statement, cst.SimpleStatementLine | cst.With) and anatomy.side_effect(
-            statement
-        ) in {"checkpoint write", "file write"}:
+        if (
+            isinstance(statement, cst.SimpleStatementLine | cst.With)
+            and anatomy.side_effect(statement) in FILE_WRITES
+        ):
             written |= path_names(statement)
     if not written:
         return False
@@ -162,10 +164,12 @@ def _node_cache(anatomy: Anatomy, guard: cst.If, branch: cst.CSTNode) -> bool:
 READS = frozenset({"load", "open", "read_text", "read_bytes", "load_state_dict", "from_file"})
 
 
-def _fix(ctx: CheckContext, test: RankTest, no_group: bool) -> None:
+def _fix(ctx: CheckContext, test: RankTest) -> None:
     ctx.add_import("torch.distributed", asname="dist")
     needs_parentheses = isinstance(ctx.anatomy.parent(test.node), cst.BooleanOperation)
     ctx.plan.replace(
         test.node,
-        lambda _: rank_zero_test(no_group or ctx.anatomy.group_is_optional, needs_parentheses),
+        lambda _: rank_zero_test(
+            test.admits_no_group or ctx.anatomy.group_is_optional, needs_parentheses
+        ),
     )

@@ -6,13 +6,11 @@ from functools import partial
 
 import libcst as cst
 
-from ddpify.anatomy import Anatomy, dotted, path_names, root_names
+from ddpify.anatomy import FILE_WRITES, Anatomy, dotted, path_names, root_names
 from ddpify.emit import rank_zero_test
 from ddpify.lint import CheckContext
 from ddpify.rule import Example, Rule
 from ddpify.tree import is_name, walk
-
-WRITES = {"checkpoint write", "file write"}
 
 
 class UnguardedWrite(Rule):
@@ -246,7 +244,7 @@ class UnguardedWrite(Rule):
         init = anatomy.initialises_process_group[0]
         reported: list[cst.CSTNode] = []
         for node in anatomy.simple_statements:
-            if anatomy.side_effect(node) not in WRITES or _per_rank(anatomy, node):
+            if anatomy.side_effect(node) not in FILE_WRITES or _per_rank(anatomy, node):
                 continue
             if _private(anatomy, node) or not _writes_content(node):
                 continue
@@ -275,7 +273,7 @@ def _reported_at_its_calls(anatomy: Anatomy, function: cst.FunctionDef) -> bool:
     and its fix belong there, not in the body too."""
     sites = anatomy.call_sites(function)
     return bool(sites) and all(
-        anatomy.side_effect(anatomy.statement_of(site)) in WRITES for site in sites
+        anatomy.side_effect(anatomy.statement_of(site)) in FILE_WRITES for site in sites
     )
 
 
@@ -292,28 +290,34 @@ def _private(anatomy: Anatomy, write: cst.CSTNode) -> bool:
     """Written where only this process looks: a temporary file, a buffer in memory, a file
     named after the process (`os.getpid()`)."""
     scope = anatomy.function_of(write)
-    bound_by_with = {
+    bound_by_with: dict[str, cst.BaseExpression] = {}
+    for statement in anatomy.simple_statements:
+        if isinstance(statement, cst.With) and anatomy.function_of(statement) is scope:
+            bound_by_with.update(_with_names(statement))
+
+    def private_name(name: str, depth: int) -> bool:
+        values = [value for value, _ in anatomy.values_of(name, scope)]
+        if name in bound_by_with:
+            values.append(bound_by_with[name])
+        return depth < 3 and any(private_value(value, depth + 1) for value in values)
+
+    def private_value(expr: cst.CSTNode, depth: int) -> bool:
+        return any(
+            (isinstance(node, cst.Call) and (dotted(node.func) or "").startswith(_PRIVATE))
+            or (isinstance(node, cst.Name) and private_name(node.value, depth))
+            for node in walk(expr)
+        )
+
+    return any(private_name(name, 0) for name in path_names(write) if name.isidentifier())
+
+
+def _with_names(statement: cst.With) -> dict[str, cst.BaseExpression]:
+    """`with open(path) as f, lock() as held:` -> {"f": open(path), "held": lock()}."""
+    return {
         item.asname.name.value: item.item
-        for statement in anatomy.simple_statements
-        if isinstance(statement, cst.With) and anatomy.function_of(statement) is scope
         for item in statement.items
         if item.asname is not None and isinstance(item.asname.name, cst.Name)
     }
-
-    def private(expr: cst.CSTNode, depth: int) -> bool:
-        for node in walk(expr):
-            if isinstance(node, cst.Call) and (dotted(node.func) or "").startswith(_PRIVATE):
-                return True
-            if isinstance(node, cst.Name) and depth < 3:
-                values = [
-                    *anatomy.assignments(node.value, scope),
-                    *([bound_by_with[node.value]] if node.value in bound_by_with else []),
-                ]
-                if any(private(value, depth + 1) for value in values):
-                    return True
-        return False
-
-    return any(private(cst.Name(name), 0) for name in path_names(write) if name.isidentifier())
 
 
 # Calls that make a file or buffer of this process's own.
@@ -338,11 +342,7 @@ def _writes_content(write: cst.CSTNode) -> bool:
     (`fcntl.flock(f, ...)`), it writes nothing."""
     if not isinstance(write, cst.With):
         return True
-    handles = {
-        item.asname.name.value
-        for item in write.items
-        if item.asname is not None and isinstance(item.asname.name, cst.Name)
-    }
+    handles = set(_with_names(write))
     if not handles:
         return True
     for node in walk(write.body):

@@ -55,7 +55,7 @@ TEARDOWN_RETRIES = 2
 def torchrun(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[bytes]:
     """`torchrun --standalone --nproc_per_node=2 ARGS` in `cwd`, again from the same files when
     the run ended in gloo's teardown abort."""
-    before = {path for path in cwd.rglob("*")}
+    before = set(cwd.rglob("*"))
     for _ in range(TEARDOWN_RETRIES):
         result = run([*TORCHRUN, *args], cwd=cwd, timeout=timeout)
         if result.returncode == 0 or TEARDOWN_ABORT not in result.stderr:
