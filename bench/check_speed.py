@@ -4,7 +4,7 @@ What it measures:
 
 * ``one script``: the wall time of ``python -m ddpify check SCRIPT`` in a fresh process,
   against ``python -c "import libcst"`` (the floor any LibCST-based tool pays) and
-  ``python -c "import ddpify.checker"`` (interpreter, LibCST, the engine and its rules, no
+  ``python -c "import ddpify.workspace"`` (interpreter, LibCST, the engine and its rules, no
   checking). The three alternate after one warm-up round; the figure of merit is
   median(check) / median(import libcst), with a target of at most 1.5x.
 * ``torch corpus``: ``ddpify check`` over every ``.py`` file of the installed torch package
@@ -49,7 +49,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SCRIPT = REPO_ROOT / "fixtures" / "scripts" / "already_ddp.py"
+DEFAULT_SCRIPT = REPO_ROOT / "fixtures" / "convert" / "scripts" / "already_ddp.py"
 DEFAULT_BASELINE_VENV = Path("/tmp/benchvenv")
 MIN_RUNS = 7
 # As installed by pip, which compiles every module: let the warm-up runs write the bytecode
@@ -81,7 +81,7 @@ def one_script(script: Path, runs: int) -> None:
     commands = {
         "import libcst": [sys.executable, "-c", "import libcst"],
         "ddpify check": [sys.executable, "-m", "ddpify", "check", str(script)],
-        "import ddpify.checker": [sys.executable, "-c", "import ddpify.checker"],
+        "import ddpify.workspace": [sys.executable, "-c", "import ddpify.workspace"],
     }
     # The check may find something in a script given on the command line: 1 is fine too.
     ok = {"ddpify check": (0, 1)}
@@ -101,7 +101,7 @@ def one_script(script: Path, runs: int) -> None:
         )
     baseline = statistics.median(samples["import libcst"])
     check = statistics.median(samples["ddpify check"])
-    imports = statistics.median(samples["import ddpify.checker"])
+    imports = statistics.median(samples["import ddpify.workspace"])
     ratio = check / baseline
     verdict = "within" if ratio <= TARGET_RATIO else "over"
     print(
@@ -163,9 +163,9 @@ def corpus(
     runs: int,
 ) -> None:
     root, files = torch_files()
-    from ddpify.lint import applicable, check_rules
+    from ddpify.check import applicable, selected_rules
 
-    rules = check_rules()
+    rules = selected_rules()
     candidates = sum(bool(applicable(rules, path.read_bytes())) for path in files)
     print(f"torch corpus: {len(files)} .py files under {root}")
     print(f"  {candidates} of them pass the rules' text prefilters and are parsed and analysed")

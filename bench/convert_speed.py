@@ -21,8 +21,9 @@ Run from anywhere::
     python bench/convert_speed.py --runs 15
     python bench/convert_speed.py path/to/train.py
 
-The default script is ``fixtures/seeds/seed000_single_gpu.py`` under the repository root (the
-parent of ``bench/``), or ``fixtures/scripts/module_level.py`` when that does not exist.
+The default script is ``fixtures/convert/seeds/seed000_single_gpu.py`` under the repository
+root (the parent of ``bench/``), or ``fixtures/convert/scripts/module_level.py`` when that does
+not exist.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SCRIPT = REPO_ROOT / "fixtures" / "seeds" / "seed000_single_gpu.py"
-FALLBACK_SCRIPT = REPO_ROOT / "fixtures" / "scripts" / "module_level.py"
+DEFAULT_SCRIPT = REPO_ROOT / "fixtures" / "convert" / "seeds" / "seed000_single_gpu.py"
+FALLBACK_SCRIPT = REPO_ROOT / "fixtures" / "convert" / "scripts" / "module_level.py"
 MIN_RUNS = 7
 TARGET_RATIO = 1.5
 

@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-ORIGINAL = REPO_ROOT / "fixtures" / "seeds" / "seed000_single_gpu.py"
-CONVERTED = REPO_ROOT / "fixtures" / "expected" / "seed000_single_gpu.py"
+ORIGINAL = REPO_ROOT / "fixtures" / "convert" / "seeds" / "seed000_single_gpu.py"
+CONVERTED = REPO_ROOT / "fixtures" / "convert" / "expected" / "seed000_single_gpu.py"
 MIN_RUNS = 5
 TARGET_RATIO = 1.5
 STEPS = 3

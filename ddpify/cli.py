@@ -137,7 +137,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def _report(result: ConvertResult, name: str, options: ConvertOptions, out: str | None) -> None:
     from ddpify.convert import batch_semantics, launch_command
-    from ddpify.rule import Kind
+    from ddpify.rule import NoteKind
 
     def say(line: str) -> None:
         typer.echo(line, err=True)
@@ -146,7 +146,9 @@ def _report(result: ConvertResult, name: str, options: ConvertOptions, out: str 
         say(f"{name}: unchanged: {result.skipped}")
         return
     for note in result.notes:
-        tag = {Kind.CHANGED: "", Kind.CANNOT: "cannot: ", Kind.INFO: "note: "}[note.kind]
+        tag = {NoteKind.CHANGED: "", NoteKind.CANNOT: "cannot: ", NoteKind.INFO: "note: "}[
+            note.kind
+        ]
         say(f"{name}:{note.line}: {note.code} {tag}{note.message}")
     if result.refused:
         say(f"{name}: not converted: a safe conversion needs the changes above made by hand")
@@ -184,8 +186,8 @@ def check(
     ] = OutputFormat.TEXT,
 ) -> None:
     """Find DDP mistakes in training scripts that are already distributed."""
-    from ddpify.checker import ConfigError, load_options, parse_codes, run_check
     from ddpify.formats import render
+    from ddpify.workspace import ConfigError, load_options, parse_codes, run_check
 
     targets = paths or ["."]
     try:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
-from ddpify.anatomy import Anatomy
+from ddpify.analysis.anatomy import Anatomy
 from ddpify.edits import add_imports
 from ddpify.options import BatchMode, ConvertOptions, Launcher
-from ddpify.rule import ConvertContext, Kind, Note, all_rules
+from ddpify.rule import ConvertContext, Note, NoteKind, convert_rules
 from ddpify.source import check_syntax, parse_source
 
 
@@ -30,7 +30,7 @@ class ConvertResult:
 
     @property
     def problems(self) -> list[Note]:
-        return [note for note in self.notes if note.kind is Kind.CANNOT]
+        return [note for note in self.notes if note.kind is NoteKind.CANNOT]
 
     def diff(self, name: str) -> str:
         encoding = "utf-8"
@@ -67,19 +67,13 @@ def convert_source(source: bytes, name: str, options: ConvertOptions) -> Convert
     skipped = _why_left_alone(anatomy)
     if skipped is not None:
         return ConvertResult(source, source, skipped=skipped)
-    ctx = ConvertContext(anatomy, options)
-    if anatomy.entry is None:
-        ctx.rule = all_rules()[0]
-        ctx.cannot(
-            anatomy.backward_calls[0],
-            "found no statement that starts training (a module-level call or an "
-            '`if __name__ == "__main__":` block): nowhere to set up the process group',
-            blocking=True,
-        )
+    ctx = ConvertContext(anatomy=anatomy, options=options)
+    for rule in convert_rules():
+        ctx.rule = rule
+        rule().refuse(ctx)
+    if any(note.blocking for note in ctx.notes):
         return ConvertResult(source, source, notes=ctx.notes, refused=True)
-    for rule in all_rules():
-        if not rule.converts():
-            continue
+    for rule in convert_rules():
         if options.select is not None and rule.code not in options.select:
             continue
         ctx.rule = rule
@@ -102,11 +96,11 @@ def could_train(source: bytes) -> bool:
 
 
 def _why_left_alone(anatomy: Anatomy) -> str | None:
-    if not anatomy.is_training_script:
+    if not anatomy.script.is_training_script:
         return NOT_TRAINING
     if anatomy.other_framework is not None:
         return f"uses {anatomy.other_framework}, which does its own distribution"
-    marker = anatomy.distributed_call
+    marker = anatomy.distributed.distributed_call
     if marker is not None:
         return f"already distributed (line {anatomy.line(marker)}): see `ddpify check`"
     return None

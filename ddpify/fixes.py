@@ -6,10 +6,13 @@ from typing import Protocol
 
 import libcst as cst
 
-from ddpify.anatomy import SAMPLER, Anatomy, Loader, TrainLoop, call_arg
+from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
+from ddpify.analysis.loaders import Loader
+from ddpify.analysis.script import TrainLoop
+from ddpify.analysis.tree import call_arg
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
-from ddpify.loaders import SAMPLER_ARGUMENTS, is_iterable_dataset, loader_argument
 
 
 class Importer(Protocol):
@@ -41,7 +44,7 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
 def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     """Why the loader cannot be given a DistributedSampler automatically, if it cannot."""
     call = loader.call
-    samplers = [loader_argument(anatomy, call, name) for name in SAMPLER_ARGUMENTS]
+    samplers = [anatomy.loaders.argument(call, name) for name in SAMPLER_ARGUMENTS]
     if any(samplers):
         return "the training DataLoader has its own sampler: shard it by hand"
     if None in samplers:
@@ -52,12 +55,12 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     dataset = call_arg(call, 0, "dataset")
     if dataset is None:
         return "the training DataLoader has no dataset argument"
-    if is_iterable_dataset(anatomy, dataset.value, anatomy.function_of(call)):
+    if anatomy.loaders.is_iterable_dataset(dataset.value, anatomy.function_of(call)):
         return (
             "the training DataLoader reads an IterableDataset, which takes no sampler: "
             "shard it by rank in its `__iter__`"
         )
-    shuffle = loader_argument(anatomy, call, "shuffle") or []
+    shuffle = anatomy.loaders.argument(call, "shuffle") or []
     if any(not passed.direct for passed in shuffle):
         return "`shuffle` is set in a `**kwargs` dict: replace it with the sampler by hand"
     if any(isinstance(p.where, cst.Arg) and p.where.keyword is None for p in shuffle):

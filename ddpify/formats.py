@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ddpify import __version__
-from ddpify.checker import CheckReport
 from ddpify.options import OutputFormat as OutputFormat
-from ddpify.rule import all_rules
+from ddpify.rule import check_rules
+from ddpify.workspace import CheckReport
 
 SARIF_SCHEMA = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -105,7 +105,7 @@ def render_sarif(report: CheckReport) -> str:
     # Every finding's rule is listed, whatever the report was built with.
     found = {finding.code for _, finding in report.findings}
     listed = {rule.code for rule in rules}
-    rules += [rule for rule in all_rules() if rule.code in found - listed]
+    rules += [rule for rule in check_rules() if rule.code in found - listed]
     index = {rule.code: position for position, rule in enumerate(rules)}
     driver: dict[str, Any] = {
         "name": "ddpify",

@@ -1,10 +1,11 @@
-"""Options gathered once by the CLI and passed down unchanged: the conversion's, and the
-check's output format."""
+"""Options gathered once by the CLI and passed down unchanged: the conversion's, the
+check's, and the check's output format."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 
 class Launcher(str, Enum):
@@ -37,3 +38,22 @@ class OutputFormat(str, Enum):
     JSON = "json"
     SARIF = "sarif"
     GITHUB = "github"
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Everything one `ddpify check` run needs, from `[tool.ddpify]` and the command line."""
+
+    # Codes or code prefixes; None selects every check rule.
+    select: frozenset[str] | None = None
+    ignore: frozenset[str] = frozenset()
+    # (glob, codes) pairs: the codes are ignored in the files the glob matches.
+    per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()
+    # Globs of files and folders left out when walking folders (and, with force_exclude,
+    # when named on the command line too, as pre-commit does).
+    exclude: tuple[str, ...] = ()
+    force_exclude: bool = False
+    fix: bool = False
+    # The folder the globs are relative to: the configuration file's, else the current one.
+    root: Path = field(default_factory=Path.cwd)
+    config: Path | None = None

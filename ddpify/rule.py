@@ -1,7 +1,16 @@
-"""What a rule is: one class carrying its code, message, documentation and examples.
+"""What a rule is. There are two kinds, each with its own base class, registry and context:
 
-A rule registers itself by being defined. Conversion rules record edits against the
-shared analysis of the script (`Anatomy`) and say what they changed or could not change.
+- a `ConvertRule` (DDP0xx) is one step of the conversion: it records edits against the
+  analysis of a single-GPU script and says what it changed or could not change. The
+  converter runs them in the order of their `step`.
+- a `CheckRule` (DDP1xx) reports mistakes in code that is already distributed, each finding
+  with an optional fix (edits of the same kind). Its `requires` is a text prefilter: a file
+  that lacks the text is never parsed for it.
+
+A rule is one class that carries its code, name, message, documentation (ruff's headings)
+and examples; it registers itself by being defined, and a code is taken once across both
+kinds. The rule modules live in `ddpify.rules.convert` and `ddpify.rules.check`, one module
+per rule, named after the rule.
 """
 
 from __future__ import annotations
@@ -18,17 +27,16 @@ from typing import TYPE_CHECKING, ClassVar, cast
 
 import libcst as cst
 
+from ddpify.analysis.tree import is_lone, is_name
 from ddpify.edits import EditPlan
 from ddpify.emit import FALLBACK_DEVICE
 from ddpify.options import ConvertOptions, Launcher
-from ddpify.tree import is_lone, is_name
 
 if TYPE_CHECKING:
-    from ddpify.anatomy import Anatomy
-    from ddpify.lint import CheckContext
+    from ddpify.analysis.anatomy import Anatomy
 
 
-class Kind(str, Enum):
+class NoteKind(str, Enum):
     CHANGED = "changed"
     CANNOT = "cannot"
     INFO = "info"
@@ -36,15 +44,26 @@ class Kind(str, Enum):
 
 @dataclass(frozen=True)
 class Note:
-    """One line of the report: what a rule did, or could not do, at a line of the input."""
+    """One line of the conversion's report: what a rule did, or could not do, at a line."""
 
     code: str
     line: int
     message: str
-    kind: Kind
+    kind: NoteKind
     # A problem that leaves no safe conversion (every rank would train on the same data,
     # or without gradient synchronisation): then nothing is written at all.
     blocking: bool = False
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A check's finding: a mistake at a place in a file; `line` and `column` count from 1."""
+
+    code: str
+    line: int
+    column: int
+    message: str
+    fixable: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,40 +81,51 @@ class Example:
             object.__setattr__(self, "after", textwrap.dedent(self.after).lstrip("\n"))
 
 
-@dataclass
-class ConvertContext:
-    """What a conversion rule reads (the analysis, the options) and writes (edits, notes)."""
+# ----- contexts: what a rule reads and writes ------------------------------------------
+@dataclass(kw_only=True)
+class RuleContext:
+    """What every rule reads (the analysis) and writes (edits to it, imports to add)."""
 
     anatomy: Anatomy
-    options: ConvertOptions
     plan: EditPlan = field(default_factory=EditPlan)
-    notes: list[Note] = field(default_factory=list)
-    rule: type[Rule] | None = None
     imports: set[tuple[str, str | None, str | None]] = field(default_factory=set)
 
+    def add_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
+        # A set: LibCST repeats an aliased name that is asked for twice.
+        self.imports.add((module, obj, asname))
+
+
+@dataclass(kw_only=True)
+class ConvertContext(RuleContext):
+    """What a conversion rule reads (the analysis, the options) and writes (edits, notes)."""
+
+    options: ConvertOptions
+    notes: list[Note] = field(default_factory=list)
+    rule: type[ConvertRule] | None = None
+
     def _note(
-        self, node: cst.CSTNode | None, message: str, kind: Kind, blocking: bool = False
+        self, node: cst.CSTNode | None, message: str, kind: NoteKind, blocking: bool = False
     ) -> None:
         assert self.rule is not None
         line = self.anatomy.line(node) if node is not None else 1
         self.notes.append(Note(self.rule.code, line, message, kind, blocking))
 
     def changed(self, node: cst.CSTNode | None, message: str) -> None:
-        self._note(node, message, Kind.CHANGED)
+        self._note(node, message, NoteKind.CHANGED)
 
     def cannot(self, node: cst.CSTNode | None, message: str, *, blocking: bool = False) -> None:
         """Report what could not be done; `blocking` when the script would be unsafe without it."""
-        self._note(node, message, Kind.CANNOT, blocking)
+        self._note(node, message, NoteKind.CANNOT, blocking)
 
     def info(self, node: cst.CSTNode | None, message: str) -> None:
-        self._note(node, message, Kind.INFO)
+        self._note(node, message, NoteKind.INFO)
 
     def device(self, node: cst.CSTNode) -> cst.BaseExpression:
         """The process's device as seen from `node`: the `device` the setup defines where that
         is visible, else an expression that works anywhere once `set_device` has run."""
         visible = (
             self.in_setup_scope(node)
-            and self.anatomy.after_setup(node)
+            and self.anatomy.script.after_setup(node)
             and not _assigns_device(self.anatomy.statement_of(node))
         )
         if visible:
@@ -109,15 +139,11 @@ class ConvertContext:
         by the module-level code that moved into it."""
         if self.options.launcher is Launcher.TORCHRUN:
             return True
-        return self.anatomy.trains_at_module_level and self.anatomy.function_of(node) is None
+        return self.anatomy.script.trains_at_module_level and self.anatomy.function_of(node) is None
 
     def local_rank(self, node: cst.CSTNode) -> str:
         """The local rank as code at `node` can spell it."""
         return "local_rank" if self.in_setup_scope(node) else "torch.cuda.current_device()"
-
-    def add_import(self, module: str, obj: str | None = None, asname: str | None = None) -> None:
-        # A set: LibCST repeats an aliased name that is asked for twice.
-        self.imports.add((module, obj, asname))
 
 
 def _assigns_device(statement: cst.CSTNode) -> bool:
@@ -129,49 +155,116 @@ def _assigns_device(statement: cst.CSTNode) -> bool:
     return len(targets) == 1 and is_name(targets[0].target, "device")
 
 
+# A check's fix records its edits into the plan, and may schedule imports through the context.
+Fix = Callable[["CheckContext"], None]
+
+
+@dataclass(kw_only=True)
+class CheckContext(RuleContext):
+    """What a check rule reads (the analysis) and writes (findings, and fixes for them)."""
+
+    rule: type[CheckRule] | None = None
+    found: list[tuple[Finding, Fix | None]] = field(default_factory=list)
+
+    def report(self, node: cst.CSTNode, message: str | None = None, fix: Fix | None = None) -> None:
+        assert self.rule is not None
+        line, column = self.anatomy.position(node)
+        text = message or self.rule.message
+        self.found.append((Finding(self.rule.code, line, column, text, fix is not None), fix))
+
+
+# ----- the rules -------------------------------------------------------------------------
 class Rule:
-    """Base of every rule. The docstring holds *What it does* / *Why* in ruff's style."""
+    """What both kinds of rule carry. The docstring holds *What it does* / *Why is this
+    bad?* in ruff's style."""
 
     code: ClassVar[str]
     name: ClassVar[str]
     message: ClassVar[str]
     fix_safety: ClassVar[str] = ""
-    examples: ClassVar[tuple[Example, ...]] = ()
 
-    registry: ClassVar[dict[str, type[Rule]]] = {}
+    # Every rule of both kinds, by code; each kind keeps its own registry too.
+    _codes: ClassVar[dict[str, type[Rule]]] = {}
+    registry: ClassVar[dict[str, type[Rule]]]
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.code in Rule.registry and Rule.registry[cls.code] is not cls:
+        if "code" not in cls.__dict__:
+            return  # a kind of rule, not a rule
+        if Rule._codes.get(cls.code, cls) is not cls:
             raise ValueError(f"rule code {cls.code} is defined twice")
-        Rule.registry[cls.code] = cls
+        Rule._codes[cls.code] = cls
+        cls.registry[cls.code] = cls
 
-    # A check rule's examples: code it must not flag, and code it flags (with the fixed
-    # code as `after` when it has a fix).
-    valid: ClassVar[tuple[str, ...]] = ()
-    invalid: ClassVar[tuple[Example, ...]] = ()
-    # A check rule's text prefilter: regular expressions (or functions of the file's bytes)
-    # that must each match somewhere in a file for the rule to find anything in it. They
-    # spell the names the rule resolves (an aliased import still spells the name it
-    # imports), so a file none of the selected rules can apply to is never parsed. Every
-    # invalid example must satisfy them (tested).
-    requires: ClassVar[tuple[str | Callable[[bytes], bool], ...]] = ()
+    @classmethod
+    def pages_examples(cls) -> tuple[Example, ...]:
+        """The examples its documentation shows."""
+        return ()
+
+    @classmethod
+    def documentation(cls) -> str:
+        """The rule's page: its docstring, then its examples as *Example* / *Use instead*."""
+        parts = [
+            f"# {cls.code} {cls.name}",
+            "",
+            cls.message,
+            "",
+            textwrap.dedent(cls.__doc__ or ""),
+        ]
+        for example in cls.pages_examples():
+            if example.after is None:
+                continue
+            parts += ["## Example", "```python", example.before.rstrip(), "```", ""]
+            parts += ["## Use instead", "```python", example.after.rstrip(), "```", ""]
+        if cls.fix_safety:
+            parts += ["## Fix safety", textwrap.dedent(cls.fix_safety).strip(), ""]
+        return "\n".join(parts).strip() + "\n"
+
+
+class ConvertRule(Rule):
+    """A step of the conversion (DDP0xx): `convert` records its edits and notes."""
+
+    registry: ClassVar[dict[str, type[Rule]]] = {}
+    # Where it runs in the conversion; every step has its own number.
+    step: ClassVar[int]
+    # Before/after pairs (after None: left as it is), converted with this rule alone.
+    examples: ClassVar[tuple[Example, ...]] = ()
+
+    def refuse(self, ctx: ConvertContext) -> None:
+        """Before any rule runs: report, as a blocking problem, what leaves this step no
+        safe way to convert the script at all (so that no rule runs)."""
 
     def convert(self, ctx: ConvertContext) -> None:
         """Record this rule's edits for the script in `ctx`."""
         raise NotImplementedError
+
+    @classmethod
+    def pages_examples(cls) -> tuple[Example, ...]:
+        return cls.examples
+
+
+class CheckRule(Rule):
+    """A check of distributed code (DDP1xx): `check` reports findings, with fixes."""
+
+    registry: ClassVar[dict[str, type[Rule]]] = {}
+    # Code it must not flag, and code it flags (with the fixed code as `after` when it has
+    # a fix).
+    valid: ClassVar[tuple[str, ...]] = ()
+    invalid: ClassVar[tuple[Example, ...]] = ()
+    # The text prefilter: regular expressions (or functions of the file's bytes) that must
+    # each match somewhere in a file for the rule to find anything in it. They spell the
+    # names the rule resolves (an aliased import still spells the name it imports), so a
+    # file none of the selected rules can apply to is never parsed. Every invalid example
+    # must satisfy them (tested).
+    requires: ClassVar[tuple[str | Callable[[bytes], bool], ...]] = ()
 
     def check(self, ctx: CheckContext) -> None:
         """Report this rule's findings (with fixes where it has them) through `ctx`."""
         raise NotImplementedError
 
     @classmethod
-    def converts(cls) -> bool:
-        return cls.convert is not Rule.convert
-
-    @classmethod
-    def checks(cls) -> bool:
-        return cls.check is not Rule.check
+    def pages_examples(cls) -> tuple[Example, ...]:
+        return cls.invalid
 
     @classmethod
     def may_apply(cls, source: bytes, lowered: bytes | None = None) -> bool:
@@ -197,25 +290,6 @@ class Rule:
                 return False
         return True
 
-    @classmethod
-    def documentation(cls) -> str:
-        """The rule's page: its docstring, then its examples as *Example* / *Use instead*."""
-        parts = [
-            f"# {cls.code} {cls.name}",
-            "",
-            cls.message,
-            "",
-            textwrap.dedent(cls.__doc__ or ""),
-        ]
-        for example in (*cls.examples, *cls.invalid):
-            if example.after is None:
-                continue
-            parts += ["## Example", "```python", example.before.rstrip(), "```", ""]
-            parts += ["## Use instead", "```python", example.after.rstrip(), "```", ""]
-        if cls.fix_safety:
-            parts += ["## Fix safety", textwrap.dedent(cls.fix_safety).strip(), ""]
-        return "\n".join(parts).strip() + "\n"
-
 
 IGNORE_CASE = "(?i)"
 
@@ -237,15 +311,34 @@ def _words(text: str) -> tuple[bytes, ...] | None:
     return None
 
 
+def convert_rules() -> list[type[ConvertRule]]:
+    """The conversion's rules, in the order it runs them (their `step`)."""
+    _load("convert")
+    rules = [cast(type[ConvertRule], rule) for rule in ConvertRule.registry.values()]
+    return sorted(rules, key=lambda rule: rule.step)
+
+
+def check_rules() -> list[type[CheckRule]]:
+    """Every check rule, in code order."""
+    _load("check")
+    return [cast(type[CheckRule], CheckRule.registry[code]) for code in sorted(CheckRule.registry)]
+
+
 def all_rules() -> list[type[Rule]]:
-    """Every rule, in code order (the order conversion applies them)."""
+    """Every rule of both kinds, in code order."""
+    rules: list[type[Rule]] = [*convert_rules(), *check_rules()]
+    return sorted(rules, key=lambda rule: rule.code)
+
+
+@functools.cache
+def _load(kind: str) -> None:
+    """Import every rule module of one kind (`ddpify.rules.convert`, `ddpify.rules.check`)."""
     try:
-        package = importlib.import_module("ddpify.rules")
+        package = importlib.import_module(f"ddpify.rules.{kind}")
     except ModuleNotFoundError as error:  # a source checkout's ddpify/ shadowing the install
         raise RuntimeError(
             "ddpify.rules is missing: in a source checkout install with `pip install -e .` "
             "(the rules/ folder installs as ddpify.rules)"
         ) from error
     for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"ddpify.rules.{module.name}")
-    return [Rule.registry[code] for code in sorted(Rule.registry)]
+        importlib.import_module(f"{package.__name__}.{module.name}")

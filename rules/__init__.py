@@ -1,1 +1,3 @@
-"""Rules: each module is one rewrite or check, its own spec."""
+"""The rules, installed as `ddpify.rules`: `convert/` holds the conversion's steps (DDP0xx),
+`check/` the checks of distributed code (DDP1xx). Each module is one rule, named after it,
+and carries its code, message, documentation and examples (ddpify/rule.py)."""

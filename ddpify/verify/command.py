@@ -44,7 +44,7 @@ def verify(
     data-sharding, side-effects-once. Runs on CPUs (gloo) when there is no GPU."""
     # Imported here: `ddpify check` and `ddpify` itself load this module without running it.
     from ddpify.source import InputError
-    from ddpify.verify.checks import judge
+    from ddpify.verify.judge import judge
     from ddpify.verify.report import render_json, render_table
     from ddpify.verify.runner import VerifyOptions, run_verification
 

@@ -1,7 +1,7 @@
 """Inside the original's process, once it has trained: measure the tensors against the
 converted run's (parameters after every step, replicas against rank 0, checkpoints).
 
-It only measures; ddpify.verify.checks judges. Differences are computed in float64 so the
+It only measures; ddpify.verify.judge judges. Differences are computed in float64 so the
 measurement adds no rounding of its own.
 """
 

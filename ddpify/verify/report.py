@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ddpify.verify.checks import Outcome, Status
+from ddpify.verify.judge import Outcome, Status
 from ddpify.verify.runner import Verification
 
 MARKS = {

@@ -55,7 +55,7 @@ class VerifyOptions:
     timeout: float = 120.0
     keep: bool = False
     # float32 gradients averaged over ranks differ from the single-process ones in the last
-    # bits: the elementwise tolerance on parameters (see ddpify.verify.checks).
+    # bits: the elementwise tolerance on parameters (see ddpify.verify.judge).
     rtol: float = 1e-5
     atol: float = 1e-6
 
@@ -195,7 +195,7 @@ class Started:
     processes: list[tuple[subprocess.Popen[bytes], ProcessRun]]
 
 
-class Launcher:
+class ProcessStarter:
     """Starts the runs' processes and makes sure none outlives the verification."""
 
     def __init__(self, verification: Verification, progress: Progress):
@@ -346,31 +346,31 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
     say = progress or (lambda _: None)
     temp_dir = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
     verification = Verification(options=options, temp_dir=temp_dir, kept=options.keep)
-    launcher = Launcher(verification, say)
+    starter = ProcessStarter(verification, say)
     go = temp_dir / "go.json"
     try:
         say(f"converted: {options.converted} as {options.nproc} processes")
-        first = launcher.start("converted", options.converted, options.nproc, [])
+        first = starter.start("converted", options.converted, options.nproc, [])
         # The original imports torch meanwhile, then waits for the batch it must train with.
         extra = ["--compare-with", str(temp_dir / "converted"), "--wait-for", str(go)]
-        second = launcher.start("original", options.original, 1, extra)
-        converted = launcher.finish(first)
+        second = starter.start("original", options.original, 1, extra)
+        converted = starter.finish(first)
         verification.converted = converted
         say(describe(converted, options))
         loader, batch = training_batch(converted, options.nproc)
         verification.train_loader, verification.train_batch = loader, batch
-        settings = {"train_loader": loader, "train_batch": batch, "dump_at": launcher.dump_at()}
+        settings = {"train_loader": loader, "train_batch": batch, "dump_at": starter.dump_at()}
         go.with_suffix(".tmp").write_text(json.dumps(settings), encoding="utf-8")
         go.with_suffix(".tmp").replace(go)  # whole, at once
         say(f"original: {options.original} as 1 process")
-        original = launcher.finish(second)
+        original = starter.finish(second)
         verification.original = original
         say(describe(original, options))
         comparison_file = temp_dir / "original" / "rank0" / COMPARISON
         if comparison_file.exists():
             verification.comparison = json.loads(comparison_file.read_text(encoding="utf-8"))
     finally:
-        launcher.kill_all()
+        starter.kill_all()
         if options.keep:
             say(f"kept: {temp_dir}")
         else:

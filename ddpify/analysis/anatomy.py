@@ -1,0 +1,71 @@
+"""The anatomy of a script: the one analysis of a parsed module that every rule reads.
+
+`Anatomy` is the module's `SourceIndex` (navigation, names, positions) with the providers
+built on it, each made the first time a rule asks for it, so a check that needs only names
+never builds the call graph:
+
+- `graph` — the call graph (ddpify/analysis/calls.py);
+- `values` — what names are given and where a value comes from (values.py);
+- `loaders` — the DataLoaders and what they are given (loaders.py);
+- `script` — the training a single-GPU script does: loops, loaders that train, entry point
+  (script.py); `models` — the models it trains and where they are placed (models.py);
+- `distributed` — process groups, DDP wraps, collectives (distributed.py);
+- `effects` — prints, logs and file writes (effects.py);
+- `ranks` — rank tests and rank-0 guards (ranks.py);
+- `bindings` — which uses of a name hold the DDP wrapper (wrapped.py).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.distributed import DistributedCode
+from ddpify.analysis.effects import SideEffects
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.loaders import Loaders
+from ddpify.analysis.models import Models
+from ddpify.analysis.ranks import Ranks
+from ddpify.analysis.script import TrainingScript
+from ddpify.analysis.values import Values
+from ddpify.analysis.wrapped import DdpBindings
+
+
+class Anatomy(SourceIndex):
+    """One parsed module and the analyses of it, each computed once and shared by every rule."""
+
+    @cached_property
+    def graph(self) -> CallGraph:
+        return CallGraph(self)
+
+    @cached_property
+    def values(self) -> Values:
+        return Values(self, self.graph)
+
+    @cached_property
+    def loaders(self) -> Loaders:
+        return Loaders(self, self.graph, self.values)
+
+    @cached_property
+    def script(self) -> TrainingScript:
+        return TrainingScript(self, self.graph, self.loaders)
+
+    @cached_property
+    def models(self) -> Models:
+        return Models(self, self.script)
+
+    @cached_property
+    def distributed(self) -> DistributedCode:
+        return DistributedCode(self, self.graph)
+
+    @cached_property
+    def effects(self) -> SideEffects:
+        return SideEffects(self, self.graph)
+
+    @cached_property
+    def ranks(self) -> Ranks:
+        return Ranks(self, self.graph, self.values)
+
+    @cached_property
+    def bindings(self) -> DdpBindings:
+        return DdpBindings(self, self.graph, self.distributed)

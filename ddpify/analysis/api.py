@@ -1,0 +1,130 @@
+"""The torch API the analysis recognises, by full name, and the text it leaves in a file.
+
+Names are the qualified names LibCST's `QualifiedNameProvider` gives (`torch.utils.data.
+DataLoader` however it was imported); the texts are what the check rules' prefilters
+(`CheckRule.requires`) look for in a file's bytes before anything is parsed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+DATALOADER = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+DISTRIBUTED_MARKERS = (
+    "torch.distributed.init_process_group",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.utils.data.DistributedSampler",
+    "torch.utils.data.distributed.DistributedSampler",
+    "torch.distributed.fsdp",
+)
+DATA_PARALLEL = {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel"}
+DDP_WRAPPER = {
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+}
+SAMPLER = {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
+ITERABLE_DATASETS = {
+    "torch.utils.data.IterableDataset",
+    "torch.utils.data.dataset.IterableDataset",
+    "torch.utils.data.ChainDataset",
+    "torch.utils.data.dataset.ChainDataset",
+}
+# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...): positions.
+LOADER_POSITIONS = {"dataset": 0, "batch_size": 1, "shuffle": 2, "sampler": 3, "batch_sampler": 4}
+SAMPLER_ARGUMENTS = ("sampler", "batch_sampler")
+COLLECTIVES = {
+    "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter",
+    "reduce_scatter", "all_to_all", "all_gather_object", "broadcast_object_list",
+    "all_gather_into_tensor", "reduce_scatter_tensor", "gather_object", "scatter_object_list",
+    "monitored_barrier",
+}  # fmt: skip
+# Calls every rank must make too, by their full names: distributed checkpoints (each rank
+# writes its shard), state dicts gathered across ranks, new groups.
+COLLECTIVE_CALLS = {
+    "torch.distributed.checkpoint.save", "torch.distributed.checkpoint.load",
+    "torch.distributed.checkpoint.async_save", "torch.distributed.checkpoint.save_state_dict",
+    "torch.distributed.checkpoint.load_state_dict",
+    "torch.distributed.checkpoint.state_dict.get_state_dict",
+    "torch.distributed.checkpoint.state_dict.get_model_state_dict",
+    "torch.distributed.checkpoint.state_dict.get_optimizer_state_dict",
+    "torch.distributed.checkpoint.state_dict.set_state_dict",
+    "torch.distributed.new_group", "torch.distributed.new_subgroups",
+}  # fmt: skip
+COLLECTIVE_LAST_NAMES = COLLECTIVES | {name.rsplit(".", 1)[-1] for name in COLLECTIVE_CALLS}
+PROCESS_STARTERS = {
+    "torch.multiprocessing.spawn",
+    "torch.multiprocessing.start_processes",
+    "torch.multiprocessing.Process",
+    "multiprocessing.Process",
+}
+OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "horovod")
+LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarnings"}
+LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+# The last parts of the names `SideEffects.of` resolves (print, torch.save, logging.*, ...).
+SIDE_EFFECT_NAMES = {"print", "save", "dump", "savez", *LOG_LEVELS}
+ITER_WRAPPERS = {"enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "progress_bar"}
+# Module attributes that behave the same on the DDP wrapper; anything else needs `.module`.
+DDP_TRANSPARENT = {
+    "module", "parameters", "named_parameters", "train", "eval", "zero_grad", "to", "cuda",
+    "cpu", "modules", "named_modules", "children", "named_children", "buffers",
+    "named_buffers", "requires_grad_", "training", "apply", "half", "float", "double",
+    "bfloat16", "forward", "__call__",
+}  # fmt: skip
+# Methods of models, optimizers and schedulers: a call of one of these names through an
+# object other than `self` is not taken for a call of the script's own method.
+TORCH_METHODS = {
+    "train", "eval", "step", "zero_grad", "forward", "to", "cuda", "cpu", "update",
+    "state_dict", "load_state_dict", "backward", "__call__", "apply", "reset",
+}  # fmt: skip
+PARAMETERS = ("parameters", "named_parameters")
+CUDA_LITERAL = re.compile(r"""^[rRbBuU]?(['"])cuda(:\d+)?\1$""")
+
+
+def is_cuda_literal(node: cst.CSTNode) -> bool:
+    """`"cuda"` or `"cuda:N"`."""
+    return isinstance(node, cst.SimpleString) and bool(CUDA_LITERAL.match(node.value))
+
+
+# ----- text the names above leave in a file, for the check rules' prefilters ------------
+# A process group or a DDP wrap; torch.distributed; a collective.
+DISTRIBUTED_TEXT = r"init_process_group|DistributedDataParallel"
+TORCH_DISTRIBUTED_TEXT = "istributed"
+COLLECTIVE_TEXT = "|".join(
+    [*sorted(COLLECTIVES), "distributed.checkpoint", "new_group", "new_subgroups"]
+)
+
+# A rank guard (ddpify/analysis/ranks.py): a rank, a flag or a helper named on an `if` line
+# (the flags' and helpers' own definitions test the rank on one too), or a decorator for
+# rank 0.
+_RANK_WORDS = (
+    rb"rank|gpu|device_id|local_process_index|master|main_process|is_main|primary|chief"
+    rb"|global_zero"
+)
+_GUARD_TEXT = re.compile(
+    rb"\bif\b[^:]{0,300}?(?:"
+    + _RANK_WORDS
+    + rb")|@\s*[\w.]*(?:master|rank_zero|main_process|rank0)",
+    re.IGNORECASE,
+)
+_LOCAL_GUARD_TEXT = re.compile(
+    rb"\bif\b[^:]{0,300}?(?:local_rank|gpu|device_id|local_process_index|is_local_|rank\s*%"
+    rb"|master|is_main|main_process)",
+    re.IGNORECASE,
+)
+
+
+def may_guard_rank(source: bytes) -> bool:
+    """Whether `source` can hold a rank-0 guard at all (a cheap prefilter)."""
+    return _GUARD_TEXT.search(source) is not None
+
+
+def may_guard_local_rank(source: bytes) -> bool:
+    """Whether `source` can hold a guard on the local rank (a cheap prefilter)."""
+    return _LOCAL_GUARD_TEXT.search(source) is not None
+
+
+RANK_ZERO_TEXT = may_guard_rank
+LOCAL_RANK_ZERO_TEXT = may_guard_local_rank

@@ -1,0 +1,194 @@
+"""The script's call graph: who calls a function, what a call reaches, the loops around a
+call, and what a function returns or is given.
+
+It is the only place that matches calls to the script's own functions and methods. A
+function is reached by name: `f()` reaches the script's functions named `f` (and the
+`__init__` of its class `f`), `x.f()` its methods named `f`, whatever `x` is. Every answer
+that follows calls stops `MAX_DEPTH` calls away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+
+import libcst as cst
+
+from ddpify.analysis.api import TORCH_METHODS
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.tree import call_arg, is_name, walk
+
+# How many calls (and hops through flags, helpers and aliases) an answer follows; past
+# that, "cannot tell".
+MAX_DEPTH = 4
+
+
+class CallGraph:
+    """Calls between the script's own functions and methods."""
+
+    def __init__(self, index: SourceIndex) -> None:
+        self.index = index
+        self._call_sites: dict[cst.FunctionDef, list[cst.Call]] = {}
+
+    def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """Calls in this file that reach `function` (by name; methods through any object)."""
+        found = self._call_sites.get(function)
+        if found is None:
+            name = function.name.value
+            owner = self.index.class_of(function)
+            if owner is None:
+                candidates = self._calls_by_name.get(name, [])
+            else:
+                candidates = self._calls_by_attribute.get(name, [])
+                if name == "__init__":
+                    candidates = [*candidates, *self._calls_by_name.get(owner.name.value, [])]
+            found = [site for site in candidates if not self.index.inside(site, function)]
+            self._call_sites[function] = found
+        return found
+
+    def callers(self, function: cst.FunctionDef | None, depth: int = 0) -> list[cst.Call]:
+        """The calls of `function`, and of the functions those are in, `MAX_DEPTH` deep. A
+        method is called through `self` in its own class, or through any object (a callback
+        list's `cb.on_epoch_start(epoch)`) unless it shares its name with a method of torch's
+        objects: `model.train()` is not a call of `Trainer.train`."""
+        if function is None or depth >= MAX_DEPTH:
+            return []
+        owner = self.index.class_of(function)
+        sites: list[cst.Call] = []
+        for site in self.call_sites(function):
+            caller = self.index.function_of(site)
+            through_self = (
+                isinstance(site.func, cst.Attribute)
+                and is_name(site.func.value, "self")
+                and caller is not None
+                and self.index.class_of(caller) is owner
+            )
+            if owner is not None and not through_self and function.name.value in TORCH_METHODS:
+                continue
+            sites.append(site)
+            sites += self.callers(caller, depth + 1)
+        return sites
+
+    def callees(self, call: cst.Call) -> list[cst.FunctionDef]:
+        """The script's functions `call` may reach, matched as `call_sites` does."""
+        index = self.index
+        func = call.func
+        if isinstance(func, cst.Name):
+            functions = [
+                f for f in index.functions.get(func.value, []) if index.class_of(f) is None
+            ]
+            owner = index.classes.get(func.value)
+            if owner is not None:
+                functions += [
+                    f for f in index.functions.get("__init__", []) if index.class_of(f) is owner
+                ]
+            return functions
+        if isinstance(func, cst.Attribute):
+            methods = index.functions.get(func.attr.value, [])
+            return [f for f in methods if index.class_of(f) is not None]
+        return []
+
+    def callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The one function of this file a call surely reaches by name (`f()`, `self.f()`):
+        the only definition of that name."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            name = func.value
+        elif isinstance(func, cst.Attribute) and is_name(func.value, "self"):
+            name = func.attr.value
+        else:
+            return None
+        definitions = self.index.functions.get(name, [])
+        return definitions[0] if len(definitions) == 1 else None
+
+    def defined(self, name: str) -> list[cst.FunctionDef]:
+        """The script's functions and methods named `name` (a decorator, a spawned worker)."""
+        return self.index.functions.get(name, [])
+
+    def calls_script(self, call: cst.Call) -> bool:
+        """Whether `call` is `f()` for a function or class the script defines."""
+        func = call.func
+        return isinstance(func, cst.Name) and (
+            func.value in self.index.functions or func.value in self.index.classes
+        )
+
+    def reaches(
+        self, node: cst.CSTNode, found: Callable[[cst.CSTNode], bool], depth: int = 0
+    ) -> bool:
+        """Whether `found` holds for a node under `node`, or under a function it calls
+        (`MAX_DEPTH` calls deep)."""
+        for inner in walk(node):
+            if found(inner):
+                return True
+            if isinstance(inner, cst.Call) and depth < MAX_DEPTH:
+                for function in self.callees(inner):
+                    if self.reaches(function.body, found, depth + 1):
+                        return True
+        return False
+
+    def loops_around(self, node: cst.CSTNode, depth: int = 0) -> list[tuple[cst.CSTNode, str]]:
+        """The loops enclosing `node`, innermost first, continuing through the first call
+        site of the function it is in: a chain of (loop, "loop") and (call, "call") pairs."""
+        chain: list[tuple[cst.CSTNode, str]] = []
+        previous = node
+        function = None
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, cst.For | cst.While) and previous is ancestor.body:
+                chain.append((ancestor, "loop"))
+            if isinstance(ancestor, cst.FunctionDef):
+                function = ancestor
+                break
+            previous = ancestor
+        if function is not None and depth < MAX_DEPTH:
+            sites = self.call_sites(function)
+            if sites:
+                chain.append((sites[0], "call"))
+                chain.extend(self.loops_around(sites[0], depth + 1))
+        return chain
+
+    def returned_values(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """What `function` itself returns (not its nested functions)."""
+        values: list[cst.BaseExpression] = []
+        for node in walk(function):
+            if (
+                isinstance(node, cst.Return)
+                and node.value is not None
+                and self.index.function_of(node) is function
+            ):
+                values.append(node.value)
+        return values
+
+    def bound_argument(
+        self, call: cst.Call, function: cst.FunctionDef, parameter: str
+    ) -> cst.BaseExpression | None:
+        """The argument `call` gives `function`'s `parameter`."""
+        params = [p.name.value for p in function.params.params]
+        if self.index.class_of(function) is not None and params and params[0] in {"self", "cls"}:
+            params = params[1:]
+        position = params.index(parameter) if parameter in params else None
+        arg = call_arg(call, position, parameter)
+        return arg.value if arg is not None else None
+
+    @staticmethod
+    def parameters_of(function: cst.FunctionDef) -> set[str]:
+        params = function.params
+        every = [*params.posonly_params, *params.params, *params.kwonly_params]
+        return {p.name.value for p in every}
+
+    @cached_property
+    def _calls_by_name(self) -> dict[str, list[cst.Call]]:
+        """`f(...)` calls by `f`, in source order."""
+        by_name: dict[str, list[cst.Call]] = {}
+        for call in self.index.calls:
+            if isinstance(call.func, cst.Name):
+                by_name.setdefault(call.func.value, []).append(call)
+        return by_name
+
+    @cached_property
+    def _calls_by_attribute(self) -> dict[str, list[cst.Call]]:
+        """`x.f(...)` calls by `f`, in source order."""
+        by_attribute: dict[str, list[cst.Call]] = {}
+        for call in self.index.calls:
+            if isinstance(call.func, cst.Attribute):
+                by_attribute.setdefault(call.func.attr.value, []).append(call)
+        return by_attribute

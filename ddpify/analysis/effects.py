@@ -1,0 +1,125 @@
+"""Side effects: what a statement prints, logs or writes, when that should happen on one
+rank only, and whether code writes files itself or through the functions it calls."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.analysis.api import LOG_LEVELS, LOG_SETUP, SIDE_EFFECT_NAMES
+from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.tree import call_arg, dotted, walk
+
+# What `SideEffects.of` calls the writes that must happen on one rank.
+FILE_WRITES = frozenset({"checkpoint write", "file write"})
+
+
+class SideEffects:
+    """Prints, logs and writes."""
+
+    def __init__(self, index: SourceIndex, graph: CallGraph) -> None:
+        self.index = index
+        self.graph = graph
+
+    def writes_files(self, node: cst.CSTNode) -> bool:
+        """Whether `node` writes a checkpoint or file, itself or in the script's own
+        functions and methods that it calls."""
+        return self.graph.reaches(
+            node,
+            lambda inner: (
+                isinstance(inner, cst.SimpleStatementLine | cst.With)
+                and self.of(inner) in FILE_WRITES
+            ),
+        )
+
+    def of(self, statement: cst.BaseStatement) -> str | None:
+        """What the statement writes or prints, when that should happen on one rank only."""
+        if isinstance(statement, cst.With):
+            for item in statement.items:
+                if isinstance(item.item, cst.Call) and _opens_for_writing(item.item):
+                    return "file write"
+            return None
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return None
+        expr = statement.body[0]
+        if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+            return None
+        call = expr.value
+        func = call.func
+        # What the call's spelling shows first: names are resolved only when it shows nothing.
+        if isinstance(func, cst.Attribute):
+            base = (dotted(func.value) or "").lower()
+            attr = func.attr.value
+            if attr in LOG_LEVELS and ("log" in base or base == "self.logger"):
+                return "logging"
+            if attr.startswith("add_") and "writer" in base:
+                return "TensorBoard write"
+            if base == "wandb" and attr == "log":
+                return "wandb log"
+            if attr in {"save_pretrained", "save_model", "save_checkpoint"}:
+                return "checkpoint write"
+            if attr in {"write_text", "write_bytes", "savefig", "to_csv"}:
+                return "file write"
+        if not self.index.may_name(call, SIDE_EFFECT_NAMES):
+            return None
+        names = self.index.qualified_names(func)
+        if "builtins.print" in names or "print" in names:
+            return "print"
+        if "torch.save" in names:
+            return "checkpoint write"
+        if any(name.startswith("logging.") for name in names) and not names & LOG_SETUP:
+            return "logging"
+        if any(name in {"json.dump", "numpy.save", "numpy.savez"} for name in names):
+            return "file write"
+        return None
+
+
+def path_names(write: cst.CSTNode) -> set[str]:
+    """The names in the arguments that say where a write goes: all but the object saved."""
+    if isinstance(write, cst.With):
+        calls = [item.item for item in write.items if isinstance(item.item, cst.Call)]
+        return set().union(*(root_names(call.args[0]) for call in calls if call.args))
+    assert isinstance(write, cst.SimpleStatementLine)
+    expr = write.body[0]
+    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+        return set()
+    args = expr.value.args
+    where = args[1:] if len(args) > 1 else args
+    return set().union(*(root_names(arg) for arg in where))
+
+
+def root_names(node: cst.CSTNode) -> set[str]:
+    """Names read in `node` (not attribute or keyword names) and strings: `path` and
+    `".tmp"` in `os.replace(path + ".tmp", path)`."""
+    labels = {
+        id(label)
+        for inner in walk(node)
+        for label in (
+            (inner.attr,)
+            if isinstance(inner, cst.Attribute)
+            else (inner.keyword,)
+            if isinstance(inner, cst.Arg)
+            else ()
+        )
+    }
+    return {
+        inner.value
+        for inner in walk(node)
+        if isinstance(inner, cst.Name | cst.SimpleString)
+        and id(inner) not in labels
+        and inner.value not in _PATH_MODULES
+    }
+
+
+def _opens_for_writing(call: cst.Call) -> bool:
+    if dotted(call.func) != "open":
+        return False
+    mode = call_arg(call, 1, "mode")
+    return (
+        mode is not None
+        and isinstance(mode.value, cst.SimpleString)
+        and any(flag in mode.value.evaluated_value for flag in "wax")
+    )
+
+
+_PATH_MODULES = frozenset({"torch", "os", "shutil", "json", "np", "numpy", "pathlib", "Path"})

@@ -1,0 +1,299 @@
+"""The script's DataLoaders: where each is made, what an expression that iterates one
+evaluates to, what a `DataLoader(...)` is given (through `**kwargs` dicts), and whether its
+dataset is an IterableDataset (which takes no sampler)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import libcst as cst
+
+from ddpify.analysis.api import DATALOADER, ITER_WRAPPERS, ITERABLE_DATASETS, LOADER_POSITIONS
+from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.tree import call_arg, dotted, is_method_call, methods, walk
+from ddpify.analysis.values import MAX_STEPS, Scope, Values
+
+# Methods of a dict that leave its keys as they are.
+_READS = {"get", "items", "keys", "values", "copy", "__getitem__", "__contains__"}
+
+
+@dataclass
+class Loader:
+    """A `DataLoader(...)` call and what the analysis knows of its role."""
+
+    call: cst.Call
+    statement: cst.CSTNode
+    name: str | None
+    trains: bool = False
+
+
+@dataclass(frozen=True)
+class Passed:
+    """A value a call is given for a parameter, and the node that gives it: the call's own
+    `Arg`, or, through `**kwargs`, a dict entry, a `kwargs["key"] = ...` or `update(...)`."""
+
+    value: cst.BaseExpression
+    where: cst.CSTNode
+    direct: bool = False  # the call's own argument, not a `**` dict's entry
+
+
+class Loaders:
+    """The script's DataLoaders and what they are given."""
+
+    def __init__(self, index: SourceIndex, graph: CallGraph, values: Values) -> None:
+        self.index = index
+        self.graph = graph
+        self.values = values
+
+    def resolve(
+        self, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
+    ) -> cst.Call | None:
+        """The `DataLoader(...)` call that `expr` (in `scope`) evaluates to, if traceable."""
+        if depth > MAX_STEPS:
+            return None
+        expr = strip_iteration(expr)
+        if (
+            isinstance(expr, cst.Subscript)
+            and isinstance(expr.value, cst.Call)
+            and len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Index)
+            and isinstance(expr.slice[0].slice.value, cst.Integer)
+        ):
+            callee = self.graph.callee(expr.value)
+            index = int(expr.slice[0].slice.value.value)
+            for value in self.graph.returned_values(callee) if callee is not None else []:
+                if isinstance(value, cst.Tuple) and index < len(value.elements):
+                    found = self.resolve(value.elements[index].value, callee, depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        if isinstance(expr, cst.Call):
+            if self.index.is_call_to(expr, DATALOADER):
+                return expr
+            callee = self.graph.callee(expr)
+            if callee is not None:
+                for value in self.graph.returned_values(callee):
+                    found = self.resolve(value, callee, depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        name = dotted(expr)
+        if name is None:
+            return None
+        if name.startswith("self.") and scope is not None:
+            owner = self.index.class_of(scope)
+            if owner is None:
+                return None
+            for method in methods(owner):
+                for value in self.values.assignments(name, method):
+                    found = self.resolve(value, method, depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        if scope is not None and name in self.graph.parameters_of(scope):
+            for site in self.graph.call_sites(scope):
+                argument = self.graph.bound_argument(site, scope, name)
+                if argument is not None:
+                    found = self.resolve(argument, self.index.function_of(site), depth + 1)
+                    if found is not None:
+                        return found
+            return None
+        for where in (scope, None) if scope is not None else (None,):
+            for value in self.values.assignments(name, where):
+                found = self.resolve(value, where, depth + 1)
+                if found is not None:
+                    return found
+        return None
+
+    @cached_property
+    def all(self) -> list[Loader]:
+        found = []
+        for call in self.index.calls:
+            if self.index.is_call_to(call, DATALOADER):
+                statement = self.index.statement_of(call)
+                name = None
+                parent = self.index.parent(call)
+                if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                    name = dotted(parent.targets[0].target)
+                found.append(Loader(call, statement, name))
+        return found
+
+    def loader_for(self, call: cst.Call | None) -> Loader | None:
+        return next((loader for loader in self.all if loader.call is call), None)
+
+    def argument(self, call: cst.Call, parameter: str) -> list[Passed] | None:
+        """What the `DataLoader(...)` call `call` may be given as `parameter` (by keyword, by
+        position, or in a `**` dict): empty when certainly nothing, None when a `*args` or a
+        `**kwargs` that cannot be followed may hold it."""
+        arg = call_arg(call, LOADER_POSITIONS.get(parameter), parameter)
+        found = [Passed(arg.value, arg, direct=True)] if arg is not None else []
+        for star in call.args:
+            if star.star == "*":
+                return None
+            if star.star == "**":
+                entries = self.dict_entries(star.value, self.index.function_of(call))
+                if entries is None:
+                    return None
+                found += [passed for key, passed in entries if key == parameter]
+        return found
+
+    def dict_entries(
+        self, expr: cst.BaseExpression, scope: Scope, depth: int = 0
+    ) -> list[tuple[str, Passed]] | None:
+        """The keys a dict expression (a literal, `dict(...)`, or a name of one) may hold and
+        their values, or None when it cannot be told: a key that is not a string, a `**` inside,
+        a name bound some other way or handed to code that may change it."""
+        if depth > 3:
+            return None
+        if isinstance(expr, cst.Dict):
+            entries = []
+            for element in expr.elements:
+                if not isinstance(element, cst.DictElement):
+                    return None
+                key = _string(element.key)
+                if key is None:
+                    return None
+                entries.append((key, Passed(element.value, element)))
+            return entries
+        if (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Name)
+            and expr.func.value == "dict"
+        ):
+            if self.index.qualified_names(expr.func) != {"builtins.dict"}:
+                return None
+            if any(arg.keyword is None for arg in expr.args):
+                return None
+            return [(arg.keyword.value, Passed(arg.value, arg)) for arg in expr.args if arg.keyword]
+        if isinstance(expr, cst.Name):
+            return self._name_entries(expr.value, scope, depth)
+        return None
+
+    def _name_entries(self, name: str, scope: Scope, depth: int) -> list[tuple[str, Passed]] | None:
+        """Every key the dict variable `name` is given anywhere in the scope that binds it (in
+        any order: a key set on one path only still counts)."""
+        if scope is not None and not self.values.assignments(name, scope):
+            if name in self.graph.parameters_of(scope):
+                return None
+            scope = None
+        if len(self.values.assignments(name, scope)) != 1:
+            return None  # bound twice: which dict reaches the call depends on the path
+        entries: list[tuple[str, Passed]] = []
+        for node in walk(scope if scope is not None else self.index.module):
+            if not isinstance(node, cst.Name) or node.value != name:
+                continue
+            function = self.index.function_of(node)
+            if function is not scope and (function is None or self.values.binds(function, name)):
+                continue  # another function's own variable of that name
+            found = self._use_entries(node, function, depth)
+            if found is None:
+                return None
+            entries += found
+        return entries
+
+    def _use_entries(
+        self, node: cst.Name, scope: Scope, depth: int
+    ) -> list[tuple[str, Passed]] | None:
+        """The keys one use of a dict variable gives it; None for a use that may do anything."""
+        parent = self.index.parent(node)
+        holder = self.index.parent(parent) if parent is not None else None
+        if (isinstance(parent, cst.Attribute) and parent.attr is node) or (
+            isinstance(parent, cst.Arg) and parent.keyword is node
+        ):
+            return []  # `x.name`, `f(name=...)`: not the variable
+        if isinstance(parent, cst.AssignTarget) and isinstance(holder, cst.Assign):
+            return self.dict_entries(holder.value, scope, depth + 1)
+        if isinstance(parent, cst.AnnAssign) and parent.target is node and parent.value is not None:
+            return self.dict_entries(parent.value, scope, depth + 1)
+        if isinstance(parent, cst.Arg) and (
+            parent.star == "**" or (is_method_call(holder, "update") and not parent.keyword)
+        ):
+            return []  # read: `f(**kwargs)`, `other.update(kwargs)`
+        if isinstance(parent, cst.Subscript) and parent.value is node:
+            if isinstance(holder, cst.AssignTarget):  # kwargs["sampler"] = ...
+                assign = self.index.parent(holder)
+                key = _subscript_key(parent)
+                if key is None or not isinstance(assign, cst.Assign):
+                    return None
+                return [(key, Passed(assign.value, parent))]
+            if isinstance(holder, cst.Del | cst.AugAssign):
+                return None
+            return []  # a read
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            method = parent.attr.value
+            if not isinstance(holder, cst.Call) or holder.func is not parent:
+                return None
+            if method in _READS:
+                return []
+            if method == "update":
+                entries = []
+                for arg in holder.args:
+                    if arg.keyword is not None:
+                        entries.append((arg.keyword.value, Passed(arg.value, arg)))
+                        continue
+                    if arg.star:
+                        return None
+                    found = self.dict_entries(arg.value, scope, depth + 1)
+                    if found is None:
+                        return None
+                    entries += found
+                return entries
+            if method == "setdefault" and len(holder.args) == 2:
+                key = _string(holder.args[0].value)
+                return None if key is None else [(key, Passed(holder.args[1].value, holder))]
+            return None
+        return None
+
+    def is_iterable_dataset(self, dataset: cst.BaseExpression, scope: Scope) -> bool:
+        """Whether `dataset` is built by a class of the script that derives (directly or through
+        the script's other classes) from torch's IterableDataset, or by one of torch's own."""
+        for end in self.values.origins(dataset, scope):
+            if not isinstance(end, cst.Call):
+                continue
+            if self.index.qualified_names(end.func) & ITERABLE_DATASETS:
+                return True
+            name = dotted(end.func)
+            owner = self.index.classes.get(name) if name else None
+            if owner is not None and self._derives_from_iterable(owner, set()):
+                return True
+        return False
+
+    def _derives_from_iterable(self, owner: cst.ClassDef, seen: set[str]) -> bool:
+        seen.add(owner.name.value)
+        for base in owner.bases:
+            if base.keyword is not None or base.star:
+                continue
+            if self.index.qualified_names(base.value) & ITERABLE_DATASETS:
+                return True
+            name = dotted(base.value)
+            parent = self.index.classes.get(name) if name and name not in seen else None
+            if parent is not None and self._derives_from_iterable(parent, seen):
+                return True
+        return False
+
+
+def _subscript_key(subscript: cst.Subscript) -> str | None:
+    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+        return None
+    return _string(subscript.slice[0].slice.value)
+
+
+def _string(node: cst.BaseExpression | None) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def strip_iteration(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`loader` from `enumerate(loader)`, `tqdm(loader, ...)`, `iter(loader)`."""
+    while (
+        isinstance(expr, cst.Call)
+        and dotted(expr.func) in ITER_WRAPPERS
+        and expr.args
+        and expr.args[0].keyword is None
+    ):
+        expr = expr.args[0].value
+    return expr

@@ -1,0 +1,258 @@
+"""The parts of a single-GPU training script a conversion touches: the backward passes and
+optimizers that make it one, the batch and epoch loops (followed through calls between the
+script's own functions and methods), the loaders that train, and the entry point."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import cast
+
+import libcst as cst
+
+from ddpify.analysis.api import PARAMETERS
+from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.loaders import Loader, Loaders, strip_iteration
+from ddpify.analysis.tree import (
+    call_arg,
+    dotted,
+    is_attribute,
+    is_lone,
+    is_method_call,
+    is_name,
+    walk,
+)
+
+
+@dataclass
+class TrainLoop:
+    """The loop over the training batches and the epoch loop around it, if any."""
+
+    batch_loop: cst.For
+    loader: Loader | None
+    epoch_loop: cst.For | cst.While | None = None
+    # The training loader as an expression valid inside the epoch loop, for `set_epoch`.
+    loader_at_epoch: str | None = None
+    epoch_var: str | None = None
+
+
+@dataclass
+class Entry:
+    """Where the process group is set up, and the statements the cleanup must follow."""
+
+    setup_before: cst.BaseStatement | None  # insert the setup before this statement...
+    setup_after: cst.BaseStatement | None  # ...or after this one (a script: its imports)
+    body: Sequence[cst.BaseStatement] = ()  # the entry statements, run under try/finally
+    at_module_level: bool = True
+
+
+class TrainingScript:
+    """The training a script does, as one process."""
+
+    def __init__(self, index: SourceIndex, graph: CallGraph, loaders: Loaders) -> None:
+        self.index = index
+        self.graph = graph
+        self.loaders = loaders
+
+    @cached_property
+    def backward_calls(self) -> list[cst.Call]:
+        return [
+            call
+            for call in self.index.calls
+            if is_attribute(call.func, "backward") and not self.index.other_framework
+        ]
+
+    @cached_property
+    def optimizer_calls(self) -> list[cst.Call]:
+        pattern = re.compile(r"^torch\.optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A-Z]\w*$")
+        return [
+            call
+            for call in self.index.calls
+            if any(pattern.match(name) for name in self.index.qualified_names(call.func))
+        ]
+
+    @cached_property
+    def is_training_script(self) -> bool:
+        # Cheapest first: the optimizer check is the only one that needs name resolution.
+        return (
+            bool(self.backward_calls)
+            and self.index.uses_torch
+            and any(_passes_parameters(call) for call in self.index.calls)
+            and bool(self.optimizer_calls)
+        )
+
+    @cached_property
+    def train_loops(self) -> list[TrainLoop]:
+        """One entry per distinct batch loop that runs a backward pass."""
+        loops: list[TrainLoop] = []
+        seen: set[cst.CSTNode] = set()
+        for backward in self.backward_calls:
+            chain = self.graph.loops_around(backward)
+            batch_index = next((i for i, (node, kind) in enumerate(chain) if kind == "loop"), None)
+            if batch_index is None:
+                continue
+            batch_loop = chain[batch_index][0]
+            if not isinstance(batch_loop, cst.For) or batch_loop in seen:
+                continue
+            seen.add(batch_loop)
+            scope = self.index.function_of(batch_loop)
+            loader = self.loaders.loader_for(self.loaders.resolve(batch_loop.iter, scope))
+            train = TrainLoop(batch_loop, loader)
+            # The epoch loop: the next loop out, and the loader's name as seen from there.
+            expression: str | None = dotted(strip_iteration(batch_loop.iter))
+            function = scope
+            for node, kind in chain[batch_index + 1 :]:
+                if kind == "call":
+                    assert isinstance(node, cst.Call)
+                    expression = self._name_at_call_site(expression, function, node)
+                    function = self.index.function_of(node)
+                    continue
+                assert isinstance(node, cst.For | cst.While)
+                train.epoch_loop = node
+                train.loader_at_epoch = expression
+                train.epoch_var = self._epoch_variable(node)
+                break
+            loops.append(train)
+        return loops
+
+    def _name_at_call_site(
+        self, name: str | None, function: cst.FunctionDef | None, site: cst.Call
+    ) -> str | None:
+        if name is None or function is None:
+            return name
+        head = name.split(".")[0]
+        if head in self.graph.parameters_of(function) and head != "self":
+            argument = self.graph.bound_argument(site, function, head)
+            base = dotted(argument) if argument is not None else None
+            return base + name[len(head) :] if base else None
+        if head == "self":
+            caller = self.index.function_of(site)
+            same_class = caller is not None and self.index.class_of(caller) is self.index.class_of(
+                function
+            )
+            via_self = isinstance(site.func, cst.Attribute) and is_name(site.func.value, "self")
+            return name if same_class and via_self else None
+        return name  # a global
+
+    def _epoch_variable(self, loop: cst.For | cst.While) -> str | None:
+        if isinstance(loop, cst.For):
+            return loop.target.value if isinstance(loop.target, cst.Name) else None
+        for node in walk(loop.body):
+            if (
+                isinstance(node, cst.AugAssign)
+                and isinstance(node.operator, cst.AddAssign)
+                and isinstance(node.target, cst.Name)
+                and "epoch" in node.target.value
+            ):
+                return node.target.value
+        return None
+
+    @cached_property
+    def train_loaders(self) -> list[Loader]:
+        """Loaders that feed a backward pass; by name and `shuffle=` when not traceable."""
+        traced = [loop.loader for loop in self.train_loops if loop.loader is not None]
+        if traced:
+            for loader in traced:
+                loader.trains = True
+            return list({id(loader): loader for loader in traced}.values())
+        if len(self.loaders.all) == 1:
+            self.loaders.all[0].trains = True
+            return list(self.loaders.all)
+        guessed = [loader for loader in self.loaders.all if _looks_like_training(loader)]
+        for loader in guessed:
+            loader.trains = True
+        return guessed
+
+    @cached_property
+    def main_guard(self) -> cst.If | None:
+        for statement in self.index.module.body:
+            test = statement.test if isinstance(statement, cst.If) else None
+            if (
+                isinstance(test, cst.Comparison)
+                and is_name(test.left, "__name__")
+                and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.Equal)
+                and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+            ):
+                assert isinstance(statement, cst.If)
+                return statement
+        return None
+
+    @cached_property
+    def trains_at_module_level(self) -> bool:
+        """A tutorial-style script: the training loop is module-level code."""
+        loops = self.train_loops
+        return any(
+            self.index.function_of(loop.batch_loop) is None
+            or (loop.epoch_loop is not None and self.index.function_of(loop.epoch_loop) is None)
+            for loop in loops
+        ) or (not loops and not self.index.functions)
+
+    @cached_property
+    def entry(self) -> Entry | None:
+        """Where to set up the process group: before the statement that starts training."""
+        if self.trains_at_module_level:
+            last_import = None
+            for statement in self.index.module.body:
+                if is_lone(statement, (cst.Import, cst.ImportFrom)):
+                    last_import = statement
+                elif not _is_docstring(statement):
+                    break
+            if last_import is None:
+                return Entry(setup_before=self.index.module.body[0], setup_after=None)
+            return Entry(setup_before=None, setup_after=last_import)
+        block: Sequence[cst.BaseStatement] = self.index.module.body
+        if self.main_guard is not None and isinstance(self.main_guard.body, cst.IndentedBlock):
+            block = self.main_guard.body.body
+        for position, candidate in enumerate(block):
+            if isinstance(candidate, cst.FunctionDef | cst.ClassDef | cst.If):
+                continue
+            for node in walk(candidate):
+                if isinstance(node, cst.Call) and self.graph.calls_script(node):
+                    return Entry(
+                        setup_before=candidate,
+                        setup_after=None,
+                        body=block[position:],
+                        at_module_level=block is self.index.module.body,
+                    )
+        return None
+
+    def after_setup(self, node: cst.CSTNode) -> bool:
+        """Whether `node` runs once the process group exists (functions are called later)."""
+        entry = self.entry
+        if entry is None:
+            return False
+        if self.index.function_of(node) is not None:
+            return True
+        anchor = entry.setup_after or entry.setup_before
+        assert anchor is not None
+        if entry.setup_after is not None:
+            return self.index.line(node) > self.index.line(anchor)
+        return self.index.line(node) >= self.index.line(anchor)
+
+
+def _passes_parameters(call: cst.Call) -> bool:
+    """`f(model.parameters(), ...)` or `f([{"params": m.parameters()}])`: an optimizer's shape."""
+    return any(
+        is_method_call(node, *PARAMETERS) for arg in call.args[:1] for node in walk(arg.value)
+    )
+
+
+def _looks_like_training(loader: Loader) -> bool:
+    text = " ".join(
+        filter(None, [loader.name, dotted(loader.call.args[0].value) if loader.call.args else None])
+    ).lower()
+    if any(word in text for word in ("val", "test", "eval", "dev")):
+        return False
+    shuffle = call_arg(loader.call, 2, "shuffle")
+    return "train" in text or (shuffle is not None and is_name(shuffle.value, "True"))
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    if not is_lone(statement, cst.Expr):
+        return False
+    assert isinstance(statement, cst.SimpleStatementLine)
+    return isinstance(cast(cst.Expr, statement.body[0]).value, cst.SimpleString)

@@ -1,0 +1,134 @@
+"""Value tracing: what the script assigns to a name, and the expressions a value may come
+from, through names, `self.` attributes, parameters and the script's own functions."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+
+from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.tree import dotted, walk
+
+Scope = cst.FunctionDef | None
+# How many names, attributes, arguments and returns `origins` follows.
+MAX_STEPS = 6
+
+
+class Values:
+    """The values names are given, and where a value comes from."""
+
+    def __init__(self, index: SourceIndex, graph: CallGraph) -> None:
+        self.index = index
+        self.graph = graph
+
+    def values_of(self, name: str, scope: Scope) -> list[tuple[cst.BaseExpression, Scope]]:
+        """The values the script gives the dotted name `name` read in `scope`, each with the
+        function it is given in: `self.x` in any method of the class; otherwise in `scope`,
+        else (unless `name` is one of its parameters) at module level."""
+        if name.startswith("self."):
+            owner = self.index.class_of(scope) if scope is not None else None
+            methods = owner.body.body if owner is not None else ()
+            return [
+                (value, method)
+                for method in methods
+                if isinstance(method, cst.FunctionDef)
+                for value in self.assignments(name, method)
+            ]
+        if scope is not None:
+            found = self.assignments(name, scope)
+            if found or name.partition(".")[0] in self.graph.parameters_of(scope):
+                return [(value, scope) for value in found]
+        return [(value, None) for value in self.assignments(name, None)]
+
+    def assignments(self, name: str, scope: cst.CSTNode | None) -> list[cst.BaseExpression]:
+        """Values assigned to `name` (a dotted name) in `scope` (a function, or the module)."""
+        values: list[cst.BaseExpression] = []
+        for node in self._assignments_by_scope.get(scope, ()):
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    values.extend(_values_for(target.target, node.value, name))
+            elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                values.extend(_values_for(node.target, node.value, name))
+        return values
+
+    def origins(
+        self, expr: cst.BaseExpression, scope: Scope, depth: int = 0
+    ) -> list[cst.BaseExpression]:
+        """The expressions `expr` (read in `scope`) may have been computed by: followed
+        through the names it was assigned, `self.` attributes set in any method of the class,
+        the arguments bound to a parameter at the call sites, and what the script's own
+        functions return. Empty when it cannot be followed (a parameter never bound, an
+        unknown name)."""
+        if depth > MAX_STEPS:
+            return []
+        graph = self.graph
+        if isinstance(expr, cst.Call):
+            callee = graph.callee(expr)
+            if callee is None:
+                return [expr]
+            return [
+                end
+                for value in graph.returned_values(callee)
+                for end in self.origins(value, callee, depth + 1)
+            ]
+        name = dotted(expr)
+        if name is None:
+            return [expr]
+        if scope is not None and name in graph.parameters_of(scope):
+            ends = []
+            for site in graph.call_sites(scope):
+                argument = graph.bound_argument(site, scope, name)
+                if argument is not None:
+                    ends += self.origins(argument, self.index.function_of(site), depth + 1)
+            return ends
+        return [
+            end
+            for value, where in self.values_of(name, scope)
+            for end in self.origins(value, where, depth + 1)
+        ]
+
+    def runs_after(self, anchor: cst.CSTNode, node: cst.CSTNode, name: str) -> bool:
+        """Whether `node`, a use of `name`, runs after `anchor` (where `name` was rebound):
+        later in the same function, or in another function that does not bind `name` itself
+        (that one holds the object from before)."""
+        index = self.index
+        scope = index.function_of(node)
+        if scope is index.function_of(anchor):
+            return index.precedes(anchor, node) and not index.inside(node, anchor)
+        return scope is not None and not self.binds(scope, name)
+
+    def binds(self, scope: cst.FunctionDef, name: str) -> bool:
+        return any(
+            isinstance(node, cst.Assign)
+            and any(dotted(target.target) == name for target in node.targets)
+            and self.index.function_of(node) is scope
+            for node in walk(scope)
+        )
+
+    @cached_property
+    def _assignments_by_scope(self) -> dict[cst.CSTNode | None, list[cst.Assign | cst.AnnAssign]]:
+        """Assignments (plain and annotated) by the function they are in, in source order."""
+        index = self.index
+        by_scope: dict[cst.CSTNode | None, list[cst.Assign | cst.AnnAssign]] = {}
+        nodes: list[cst.Assign | cst.AnnAssign] = [*index.assigns, *index.annotated_assigns]
+        for node in sorted(nodes, key=index.order):
+            by_scope.setdefault(index.function_of(node), []).append(node)
+        return by_scope
+
+
+def _values_for(
+    target: cst.BaseExpression, value: cst.BaseExpression, name: str
+) -> list[cst.BaseExpression]:
+    if dotted(target) == name:
+        return [value]
+    if isinstance(target, cst.Tuple | cst.List):
+        for index, element in enumerate(target.elements):
+            if dotted(element.value) == name:
+                if isinstance(value, cst.Tuple | cst.List) and index < len(value.elements):
+                    return [value.elements[index].value]
+                return [
+                    cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])
+                ]
+    return []

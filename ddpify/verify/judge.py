@@ -1,0 +1,826 @@
+"""Judge a verification: the five named checks, each pass, fail, not exercised or could not
+check, from what the processes recorded and what the original's process measured.
+
+Tolerance. The converted ranks average float32 gradients computed over N slices of the
+batch; the original sums the whole batch at once. The two agree to the last bits, not
+bitwise, so parameters are compared elementwise with |converted - original| <= atol +
+rtol * |original| (rtol 1e-5, atol 1e-6). Adaptive optimizers (Adam and its family) divide
+each element's step by its own gradient scale: where a gradient nearly cancels to zero a
+last-bit difference in it becomes a step difference of up to about lr. For them, and only
+for them, a few elements (at most ADAPTIVE_SHARE of the elements) may exceed the tolerance
+if each stays within 2 x lr per step taken; the report counts and names them. With one
+process nothing is averaged and the parameters must be identical.
+
+Each named check is a class of its own; all of them read one frozen _Facts, built once from
+the verification.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+from ddpify.verify.records import ProcessRecord, StepRecord
+from ddpify.verify.runner import ProcessRun, Run, Verification, VerifyOptions
+
+ADAPTIVE_OPTIMIZERS = frozenset(
+    {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "SparseAdam", "Adagrad", "Adadelta",
+     "RMSprop", "Adafactor", "Rprop"}
+)  # fmt: skip
+ADAPTIVE_SHARE = 1e-3
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+LINE_SIMILARITY = 0.8
+CHECK_NAMES = ("runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once")
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_EXERCISED = "not exercised"
+    UNCHECKED = "could not check"
+
+
+@dataclass
+class Check:
+    name: str
+    status: Status
+    summary: str
+    details: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    checks: list[Check]
+    exit_code: int  # 0 equivalent, 1 not equivalent, 2 could not run or establish
+    verdict: str
+    setup: list[str]  # how the runs were made: processes, device, batch, tolerance
+    changes: list[str]  # exactly what the harness changed to make the check possible
+
+
+def judge(verification: Verification) -> Outcome:
+    facts = _Facts.of(verification)
+    # judged first: whether the parameters diverged decides how side-effects-once reads
+    # checkpoints that differ
+    equivalence = _Equivalence(facts).check()
+    checks = [
+        _Runs(facts).check(),
+        _ReplicasInSync(facts).check(),
+        equivalence,
+        _DataSharding(facts).check(),
+        _SideEffectsOnce(facts, diverged=equivalence.status is Status.FAIL).check(),
+    ]
+    if not facts.original_ran:
+        exit_code, verdict = 2, "could not run the original script"
+    elif any(check.status is Status.FAIL for check in checks):
+        exit_code, verdict = 1, "not equivalent"
+    elif any(check.status is Status.UNCHECKED for check in checks):
+        exit_code, verdict = 2, "could not establish equivalence"
+    else:
+        exit_code, verdict = 0, "equivalent"
+    return Outcome(checks, exit_code, verdict, _setup(facts), _changes(facts))
+
+
+def fmt(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2g}" if value else "0"
+
+
+def shown(indices: Iterable[int], limit: int = 8) -> str:
+    items = sorted(indices)
+    text = ", ".join(map(str, items[:limit]))
+    return f"[{text}{', ...' if len(items) > limit else ''}]"
+
+
+def tail(text: str, lines: int = 12) -> list[str]:
+    return [f"    {line}" for line in text.rstrip().splitlines()[-lines:]]
+
+
+def follows_a_peer(stderr: str) -> bool:
+    """A rank's error only says a peer went away (gloo's, NCCL's wording)."""
+    return any(
+        words in stderr
+        for words in ("Connection closed by peer", "Connection reset by peer", "remote worker")
+    )
+
+
+def stack_lines(process: ProcessRun, script_name: str) -> list[str]:
+    if not process.stack:
+        return [f"rank {process.rank}: no stack (the process ended before the dump)"]
+    innermost = process.stack[0]
+    own = next((f for f in process.stack if f.source or f.file.endswith("/" + script_name)), None)
+    where = f"{innermost.file.rsplit('/', 1)[-1]}:{innermost.line} in {innermost.function}"
+    if own is None:
+        return [f"rank {process.rank}: stuck in {where}"]
+    text = f"rank {process.rank}: stuck at {script_name}:{own.line} in {own.function}"
+    text += f": {own.source}" if own.source else ""
+    if own is not innermost:
+        text += f"  (innermost: {where})"
+    return [text]
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What every check reads: the two runs, their processes' records and what the original's
+    process measured. Frozen, so that no check can change what the checks after it see."""
+
+    verification: Verification
+    options: VerifyOptions
+    n: int  # the converted run's processes
+    original: Run | None
+    converted: Run | None
+    comparison: dict[str, Any] | None
+    orig_record: ProcessRecord  # an empty record if the original never started
+    ranks: tuple[ProcessRecord, ...]  # the converted run's, by rank
+    original_ran: bool  # it succeeded and took a step
+    converted_ran: bool  # every rank succeeded and took the same, nonzero, number of steps
+
+    @classmethod
+    def of(cls, verification: Verification) -> _Facts:
+        original, converted = verification.original, verification.converted
+        first = original.processes[0] if original else None
+        orig_record = first.record if first else ProcessRecord()
+        ranks = tuple(p.record for p in converted.processes) if converted else ()
+        return cls(
+            verification=verification,
+            options=verification.options,
+            n=verification.options.nproc,
+            original=original,
+            converted=converted,
+            comparison=verification.comparison,
+            orig_record=orig_record,
+            ranks=ranks,
+            original_ran=bool(original and original.succeeded and orig_record.primary_steps),
+            converted_ran=bool(
+                converted
+                and converted.succeeded
+                and len({len(r.primary_steps) for r in ranks}) == 1
+                and ranks[0].primary_steps
+            ),
+        )
+
+    @property
+    def expected_steps(self) -> int:
+        """The steps both runs should have recorded (fewer than --steps if a script ends)."""
+        counts = [len(r.primary_steps) for r in [self.orig_record, *self.ranks]]
+        return min(counts) if counts else 0
+
+    def complete(self) -> bool:
+        return self.original_ran and self.converted_ran
+
+    def why_no_comparison(self) -> str:
+        if self.comparison is not None and "error" in self.comparison:
+            return f"measuring the tensors failed: {self.comparison['error']}"
+        if not self.original_ran:
+            return "the original did not run"
+        return "the converted run left no parameters to compare"
+
+    def batch_semantics(self) -> tuple[str | None, str]:
+        """("per-gpu" | "global" | None, explanation)."""
+        batch, ordinal = self.verification.train_batch, self.verification.train_loader
+        if ordinal is None or batch is None:
+            return None, "the converted script's training batches do not come from a DataLoader"
+        per_rank = batch // self.n
+        loader = self.orig_record.loader(ordinal)
+        if loader is None or loader.declared_batch_size is None:
+            return None, "the original has no matching DataLoader to compare batches with"
+        declared = loader.declared_batch_size
+        if loader.batch_size != batch:
+            return None, (
+                f"could not give the original's DataLoader #{loader.ordinal} a batch of "
+                f"{batch} (a custom batch_sampler?)"
+            )
+        if per_rank == declared:
+            kind = "per-gpu" if self.n > 1 else "per-gpu (= global with one process)"
+            return "per-gpu", (
+                f"batch {kind}: {per_rank} per rank, {batch} in all; the original "
+                f"ran at {batch} (its script says {declared})"
+            )
+        if per_rank * self.n == declared:
+            return "global", (
+                f"batch global: {per_rank} per rank x {self.n} = the original's {declared}"
+            )
+        return "neither", (
+            f"the converted script's per-rank batch {per_rank} is neither the original's "
+            f"{declared} (per-gpu) nor {declared}/{self.n} (global)"
+        )
+
+    def step_record(self, record: ProcessRecord, optimizer: int, step: int) -> StepRecord | None:
+        return next((s for s in record.steps if s.optimizer == optimizer and s.step == step), None)
+
+    def allowance(self, row: dict[str, Any]) -> tuple[bool, str]:
+        """Whether an adaptive optimizer's few amplified elements explain `row`."""
+        step = self.step_record(self.orig_record, row["optimizer"], row["step"])
+        if step is None or step.kind not in ADAPTIVE_OPTIMIZERS or not step.lr:
+            return False, ""
+        bound = 2 * max(step.lr) * row["step"]
+        share = row["outside"] / max(1, row["elements"])
+        if share <= ADAPTIVE_SHARE and row["max_abs"] <= bound:
+            return True, f"allowed for {step.kind}, each <= 2 x lr x step = {fmt(bound)}"
+        return False, ""
+
+
+class _NamedCheck(ABC):
+    """One of the five named checks, judged from the facts they all share."""
+
+    name: ClassVar[str]  # as the report shows it, one of CHECK_NAMES
+
+    def __init__(self, facts: _Facts) -> None:
+        self.facts = facts
+
+    @abstractmethod
+    def check(self) -> Check: ...
+
+
+class _Runs(_NamedCheck):
+    """Both runs ran: the original as one process taking steps, the converted one as N
+    processes that formed one process group and took as many steps each."""
+
+    name = "runs"
+
+    def check(self) -> Check:
+        facts = self.facts
+        details: list[str] = []
+        status = Status.PASS
+        original, converted = facts.original, facts.converted
+        if original is None or converted is None:
+            return Check(self.name, Status.UNCHECKED, "the runs did not take place")
+        process = original.processes[0]
+        steps = len(facts.orig_record.primary_steps)
+        if original.timed_out:
+            status = Status.FAIL
+            details += [f"original: timed out after {facts.options.timeout:g} s"]
+            details += stack_lines(process, original.script.name)
+        elif not process.succeeded:
+            status = Status.FAIL
+            details += [f"original: exit code {process.returncode}", *tail(process.stderr)]
+        elif not steps:
+            status = Status.FAIL
+            details.append("original: it took no optimizer step (does it train?)")
+        original_text = f"original: 1 process, {steps} step(s) in {original.duration:.1f} s"
+
+        conv_steps = [len(r.primary_steps) for r in facts.ranks]
+        if converted.timed_out:
+            status = Status.FAIL
+            details.append(
+                f"converted: hung: timed out after {facts.options.timeout:g} s; all "
+                f"{facts.n} processes killed; where each rank was:"
+            )
+            for proc in converted.processes:
+                details += ["  " + line for line in stack_lines(proc, converted.script.name)]
+        elif not converted.succeeded:
+            status = Status.FAIL
+            crashed = [p for p in converted.processes if p.returncode and not p.killed]
+            # the rank that failed first is the cause; its peers' errors usually follow from it
+            first = min(crashed, key=lambda p: (follows_a_peer(p.stderr), p.duration), default=None)
+            for proc in converted.processes:
+                if proc.killed:
+                    state = "killed after a peer failed"
+                else:
+                    last = proc.stderr.strip().splitlines()[-1:] or [""]
+                    state = f"exit {proc.returncode} after {proc.duration:.1f} s: {last[0][:160]}"
+                details.append(f"converted rank {proc.rank}: {state}")
+            if first is not None:
+                details += [f"rank {first.rank}'s stderr ends:", *tail(first.stderr)]
+            for proc in converted.processes:
+                if proc.killed:
+                    details += ["  " + line for line in stack_lines(proc, converted.script.name)]
+        else:
+            sizes = {r.world_size for r in facts.ranks}
+            if sizes != {facts.n}:
+                status = Status.FAIL
+                details.append(
+                    f"converted: its processes did not form one process group of {facts.n} "
+                    f"(world sizes seen: {sorted(map(str, sizes))})"
+                )
+            if len(set(conv_steps)) > 1:
+                status = Status.FAIL
+                details.append(f"converted: the ranks took different numbers of steps {conv_steps}")
+            if not any(conv_steps):
+                status = Status.FAIL
+                details.append("converted: it took no optimizer step")
+        backend = facts.ranks[0].backend if facts.ranks else None
+        device = "CPU" if not (facts.ranks and facts.ranks[0].cuda) else "GPU"
+        converted_text = (
+            f"converted: {facts.n} processes ({backend or 'no process group'}, {device}), "
+            f"{min(conv_steps, default=0)} step(s) each in {converted.duration:.1f} s"
+        )
+        if status is Status.PASS and steps < facts.options.steps:
+            details.append(f"the scripts ended after {facts.expected_steps} steps")
+        return Check(
+            self.name,
+            status,
+            f"{original_text}; {converted_text}",
+            details,
+            {
+                "original_seconds": round(original.duration, 2),
+                "converted_seconds": round(converted.duration, 2),
+                "timed_out": converted.timed_out or original.timed_out,
+                "steps": {"original": steps, "converted": conv_steps},
+                "stacks": {
+                    f"{p.role}{p.rank}": [f"{f.file}:{f.line} in {f.function}" for f in p.stack]
+                    for p in [*converted.processes, process]
+                    if p.stack and (p.timed_out or p.killed)
+                },
+            },
+        )
+
+
+class _ReplicasInSync(_NamedCheck):
+    """Every rank holds the same parameters as rank 0 after each step."""
+
+    name = "replicas-in-sync"
+
+    def check(self) -> Check:
+        facts = self.facts
+        name = self.name
+        if facts.n == 1:
+            return Check(name, Status.NOT_EXERCISED, "one process: no replicas to compare")
+        if facts.comparison is None or "error" in facts.comparison:
+            return Check(name, Status.UNCHECKED, facts.why_no_comparison())
+        rows = sorted(facts.comparison["replicas"], key=lambda r: (r["step"], r["rank"]))
+        for row in rows:
+            if not row["exact"]:
+                first = row["first_outside"] or {}
+                return Check(
+                    name,
+                    Status.FAIL,
+                    f"after step {row['step']} rank {row['rank']} differs from rank 0: "
+                    f"{first.get('name', row['worst'])} by up to {fmt(row['max_abs'])}",
+                    [
+                        "the ranks' models drift apart: is the model wrapped in DDP (and are "
+                        "the initial parameters the same on every rank)?"
+                    ],
+                    {"step": row["step"], "rank": row["rank"], "max_abs": row["max_abs"]},
+                )
+        steps = sorted({row["step"] for row in rows})
+        wanted = min((len(r.primary_steps) for r in facts.ranks), default=0)
+        if not facts.converted_ran or len(steps) < wanted or not steps:
+            return Check(
+                name, Status.UNCHECKED,
+                f"identical after steps {steps or 'none'}, but the converted run did not finish",
+            )  # fmt: skip
+        return Check(
+            name,
+            Status.PASS,
+            f"all {facts.n} ranks hold bit-identical parameters after each of steps "
+            f"{steps[0]}-{steps[-1]}",
+            data={"steps": steps},
+        )
+
+
+class _Equivalence(_NamedCheck):
+    """The converted run's parameters match the original's after each step, within the tolerance."""
+
+    name = "equivalence"
+
+    def check(self) -> Check:
+        facts = self.facts
+        name = self.name
+        tolerance = f"rtol {facts.options.rtol:g}, atol {facts.options.atol:g}"
+        if facts.comparison is None or "error" in facts.comparison:
+            return Check(name, Status.UNCHECKED, facts.why_no_comparison())
+        semantics, batch_text = facts.batch_semantics()
+        if semantics is None:
+            return Check(name, Status.UNCHECKED, batch_text)
+        rows = sorted(facts.comparison["equivalence"], key=lambda r: (r["step"], r["optimizer"]))
+        details = [batch_text]
+        if semantics == "neither":
+            return Check(name, Status.FAIL, batch_text, [])
+        notes = []
+        if facts.n > 1 and any(c.kind == "batchnorm" for r in facts.ranks for c in r.changes):
+            notes.append(
+                "BatchNorm in training mode: each rank normalises its own batch with per-rank "
+                "statistics, the original the whole batch: not expected to match (SyncBatchNorm "
+                "would); no tolerance widened for it"
+            )
+        drawn = sorted(
+            {c.detail.split()[0] for r in facts.ranks for c in r.changes if c.kind == "random"}
+        )
+        if drawn:
+            notes.append(
+                f"random numbers drawn while training ({', '.join(drawn)}): every process "
+                "starts from the same seed, so each rank draws what the others draw where the "
+                "original drew fresh numbers for its whole batch; not expected to match (and "
+                "identical draws on every rank may be a bug of its own: seed each rank apart)"
+            )
+        exact_needed = facts.n == 1
+        worst_abs = max((row["max_abs"] for row in rows), default=0.0)
+        worst_rel = max((row["max_rel"] for row in rows), default=0.0)
+        allowances = []
+        for row in rows:
+            label = f"step {row['step']}"
+            if row["optimizer"]:
+                label += f" (optimizer {row['optimizer']})"
+            line = (
+                f"{label}: max abs {fmt(row['max_abs'])}, max rel {fmt(row['max_rel'])}, "
+                f"{row['outside']} of {row['elements']:,} elements outside ({tolerance})"
+            )
+            if row["missing"] or row["extra"]:
+                return Check(
+                    name, Status.FAIL,
+                    f"the parameters do not correspond: missing {row['missing'][:5]}, "
+                    f"extra {row['extra'][:5]}",
+                    details + notes,
+                )  # fmt: skip
+            allowed, why = (False, "")
+            if not row["within"]:
+                allowed, why = facts.allowance(row)
+                line += f": {why}" if allowed else ""
+            if not row["within"] and not allowed:
+                first = row["first_outside"] or {}
+                mine = facts.step_record(facts.orig_record, row["optimizer"], row["step"])
+                kind = f", {mine.kind}" if mine else ""
+                which = f" (optimizer {row['optimizer']}{kind})" if row["optimizer"] else ""
+                summary = (
+                    f"diverged at step {row['step']}{which}: {first.get('name')} differs by up to "
+                    f"{fmt(first.get('max_abs', math.inf))} (max rel "
+                    f"{fmt(first.get('max_rel', math.inf))}; {first.get('outside', '?')} of "
+                    f"{first.get('elements', '?')} elements outside {tolerance})"
+                )
+                details.append(line)
+                theirs = facts.step_record(facts.ranks[0], row["optimizer"], row["step"])
+                if mine and theirs and mine.lr != theirs.lr:
+                    ratio = theirs.lr[0] / mine.lr[0] if mine.lr and mine.lr[0] else math.nan
+                    details.append(
+                        f"learning rate: {list(theirs.lr)} in the converted run, "
+                        f"{list(mine.lr)} in the original (x{ratio:g})"
+                    )
+                return Check(
+                    name, Status.FAIL, summary, details + notes,
+                    {"step": row["step"], "parameter": first.get("name"),
+                     "max_abs": first.get("max_abs"), "max_rel": first.get("max_rel"),
+                     "rows": rows},
+                )  # fmt: skip
+            if allowed:
+                allowances.append(row["step"])
+            details.append(line)
+        steps = sorted({row["step"] for row in rows})
+        if not facts.complete() or not steps or len(steps) < facts.expected_steps:
+            return Check(
+                name, Status.UNCHECKED,
+                f"steps {steps or 'none'} agree, but a run did not finish",
+                details + notes,
+            )  # fmt: skip
+        data = {
+            "steps": steps, "max_abs": worst_abs, "max_rel": worst_rel,
+            "rtol": facts.options.rtol, "atol": facts.options.atol, "batch": semantics,
+            "rows": rows,
+        }  # fmt: skip
+        summary = (
+            f"steps {steps[0]}-{steps[-1]} match: max abs {fmt(worst_abs)}, "
+            f"max rel {fmt(worst_rel)} ({tolerance})"
+        )
+        if exact_needed:
+            if all(row["exact"] for row in rows):
+                summary = f"steps {steps[0]}-{steps[-1]}: bit-identical (one process)"
+            else:
+                details.append(
+                    f"not bit-identical with one process: it needs the tolerance {tolerance} "
+                    "(max abs above); a single rank still goes through DDP's gradient buckets "
+                    "and the division by the world size"
+                )
+        if allowances:
+            summary += "; a few elements within the adaptive-optimizer allowance"
+            details.append(
+                "adaptive-optimizer allowance: Adam-like steps divide by each element's own "
+                "gradient scale, so where a gradient nearly cancels to 0 a last-bit difference "
+                f"becomes a step difference up to ~lr; at most {ADAPTIVE_SHARE:.1%} of the "
+                "elements may exceed the tolerance, each by at most 2 x lr x steps"
+            )
+        return Check(name, Status.PASS, summary, details + notes, data)
+
+
+class _DataSharding(_NamedCheck):
+    """Each step the ranks train on disjoint samples that together are the original's batch."""
+
+    name = "data-sharding"
+
+    def check(self) -> Check:
+        facts = self.facts
+        name = self.name
+        if not facts.ranks or not facts.orig_record.primary_steps:
+            return Check(name, Status.UNCHECKED, "no steps to compare")
+        steps = facts.expected_steps
+        for k in range(steps):
+            original = facts.orig_record.primary_steps[k].indices
+            per_rank = [r.primary_steps[k].indices for r in facts.ranks]
+            if original is None or any(indices is None for indices in per_rank):
+                return Check(
+                    name, Status.UNCHECKED,
+                    "the batches' sample indices could not be read (not a DataLoader with a "
+                    "sampler)",
+                )  # fmt: skip
+            shards = [list(i) for i in per_rank if i is not None]
+            for a in range(len(shards)):
+                for b in range(a + 1, len(shards)):
+                    shared = set(shards[a]) & set(shards[b])
+                    if shared:
+                        return Check(
+                            name, Status.FAIL,
+                            f"step {k + 1}: ranks {a} and {b} both trained on samples "
+                            f"{shown(shared)} ({len(shared)} of {len(shards[a])} shared)",
+                            ["each rank trains on the same data: is the training DataLoader "
+                             "missing a DistributedSampler?"]
+                            if len(shared) == len(shards[a]) else [],
+                            {"step": k + 1, "ranks": [a, b], "shared": len(shared)},
+                        )  # fmt: skip
+            together = sorted(i for shard in shards for i in shard)
+            if together != sorted(original):
+                missing = set(original) - set(together)
+                extra = set(together) - set(original)
+                return Check(
+                    name, Status.FAIL,
+                    f"step {k + 1}: the ranks' samples together are not the original's batch: "
+                    f"missing {shown(missing)}, extra {shown(extra)}",
+                    [f"original batch {k + 1}: {len(original)} samples; ranks: "
+                     f"{[len(s) for s in shards]}"],
+                    {"step": k + 1},
+                )  # fmt: skip
+        if not facts.complete() or steps == 0:
+            return Check(
+                name, Status.UNCHECKED,
+                f"steps 1-{steps} were sharded, but a run did not finish" if steps
+                else "no step completed on every rank",
+            )  # fmt: skip
+        sizes = [len(r.primary_steps[0].indices or ()) for r in facts.ranks]
+        total = len(facts.orig_record.primary_steps[0].indices or ())
+        return Check(
+            name,
+            Status.PASS,
+            f"steps 1-{steps}: {facts.n} ranks x {sizes[0] if len(set(sizes)) == 1 else sizes} "
+            f"disjoint samples = the original's batch of {total}",
+            data={"steps": steps, "per_rank": sizes, "original": total},
+        )
+
+
+class _SideEffectsOnce(_NamedCheck):
+    """Prints, file writes and checkpoints happen once, on rank 0, as the original's do."""
+
+    name = "side-effects-once"
+
+    def __init__(self, facts: _Facts, diverged: bool) -> None:
+        super().__init__(facts)
+        # when the parameters diverged, checkpoints differ for that reason, not their own
+        self.diverged = diverged
+
+    def epochs_differ(self) -> str:
+        """Why rank 0 may legitimately print or save less often within the run: its epochs
+        have more steps than the original's (empty when they have as many)."""
+        facts = self.facts
+        mine = facts.orig_record.loader(facts.verification.train_loader)
+        theirs = facts.ranks[0].loader(facts.verification.train_loader) if facts.ranks else None
+        if mine is None or theirs is None or mine.length is None or theirs.length is None:
+            return ""
+        if mine.length == theirs.length:
+            return ""
+        return (
+            f"not comparable within {facts.options.steps} steps: a converted rank's epoch has "
+            f"{theirs.length} steps, the original's {mine.length} (see data-sharding)"
+        )
+
+    def check(self) -> Check:
+        facts = self.facts
+        name = self.name
+        if not facts.complete():
+            return Check(name, Status.UNCHECKED, "a run did not finish: outputs not comparable")
+        assert facts.original is not None and facts.converted is not None
+        parts = [self._prints(), self._files(), self._checkpoints()]
+        statuses = [status for status, _, _ in parts]
+        if Status.FAIL in statuses:
+            status = Status.FAIL
+        elif Status.UNCHECKED in statuses:
+            status = Status.UNCHECKED
+        elif Status.PASS in statuses:
+            status = Status.PASS
+        else:
+            status = Status.NOT_EXERCISED
+        failing = [f"{label}: {text}" for s, label, text in parts if s is Status.FAIL]
+        summary = (
+            "; ".join(failing)
+            if failing
+            else "; ".join(f"{label} {s.value}" for s, label, _ in parts)
+        )
+        details = [f"{label} [{s.value}]: {text}" for s, label, text in parts]
+        return Check(
+            name, status, summary, details,
+            {label: {"status": s.value, "detail": text} for s, label, text in parts},
+        )  # fmt: skip
+
+    def _prints(self) -> tuple[Status, str, str]:
+        """Each line the original printed is printed by rank 0, as often, and by no other
+        rank. Lines match with their numbers masked and a little slack, since a conversion
+        may change what a line shows (a device index becomes `cpu`)."""
+        facts = self.facts
+        assert facts.original is not None and facts.converted is not None
+        label = "prints"
+        original = mask(facts.original.processes[0].stdout)
+        if not original:
+            return Status.NOT_EXERCISED, label, "the original printed nothing within the run"
+        printed = [mask(p.stdout) for p in facts.converted.processes]
+        for rank in range(1, facts.n):
+            repeated = next(
+                (line for line in printed[rank] if similar_to_any(line, original)), None
+            )
+            if repeated is not None:
+                times = 1 + sum(1 for line in printed[rank] if similar(line, repeated))
+                return (
+                    Status.FAIL,
+                    label,
+                    (
+                        f"{repeated!r} printed by rank {rank} too ({times} times on ranks 0 and "
+                        f"{rank}, where the original prints it once): print on rank 0 only"
+                    ),
+                )
+        remaining = list(printed[0])
+        for line in original:
+            match = next((i for i, mine in enumerate(remaining) if similar(mine, line)), None)
+            if match is None and (why := self.epochs_differ()):
+                return Status.UNCHECKED, label, f"{line!r} not printed by rank 0: {why}"
+            if match is None:
+                return (
+                    Status.FAIL,
+                    label,
+                    (f"{line!r}, printed by the original, is not printed by rank 0 (as often)"),
+                )
+            del remaining[match]
+        return (
+            Status.PASS,
+            label,
+            (f"the original's {len(original)} line(s) printed once each, by rank 0 only"),
+        )
+
+    def _files(self) -> tuple[Status, str, str]:
+        facts = self.facts
+        assert facts.converted is not None
+        label = "files"
+        written = Counter(w.path for w in facts.orig_record.writes if w.inside)
+        if not written:
+            return Status.NOT_EXERCISED, label, "the original wrote no file within the run"
+        by_rank = [Counter(w.path for w in r.writes if w.inside) for r in facts.ranks]
+        for path, count in written.items():
+            writers = [rank for rank in range(facts.n) if by_rank[rank][path]]
+            if [w for w in writers if w != 0]:
+                times = sum(by_rank[rank][path] for rank in writers)
+                return (
+                    Status.FAIL,
+                    label,
+                    (
+                        f"{path} written by ranks {', '.join(map(str, writers))} ({times} writes; "
+                        f"the original wrote it {count} times): write it on rank 0 only"
+                    ),
+                )
+            if by_rank[0][path] != count and (why := self.epochs_differ()):
+                return Status.UNCHECKED, label, f"{path} not written as often by rank 0: {why}"
+            if by_rank[0][path] != count:
+                return (
+                    Status.FAIL,
+                    label,
+                    (f"{path} written {by_rank[0][path]} times by rank 0, {count} by the original"),
+                )
+        names = ", ".join(sorted(written))
+        return Status.PASS, label, f"{names}: written by rank 0 only, as often as the original"
+
+    def _checkpoints(self) -> tuple[Status, str, str]:
+        facts = self.facts
+        label = "checkpoints"
+        saves = facts.orig_record.saves
+        if not saves:
+            return Status.NOT_EXERCISED, label, "the original saved no checkpoint within the run"
+        compared = {(row["path"], row["occurrence"]): row for row in (facts.comparison or {}).get(
+            "checkpoints", [])}  # fmt: skip
+        seen: Counter[str] = Counter()
+        for save in saves:
+            occurrence = seen[save.path]
+            seen[save.path] += 1
+            theirs = [s for s in facts.ranks[0].saves if s.path == save.path]
+            if len(theirs) <= occurrence and (why := self.epochs_differ()):
+                return Status.UNCHECKED, label, f"rank 0 did not save {save.path}: {why}"
+            if len(theirs) <= occurrence:
+                return Status.FAIL, label, f"rank 0 never saved {save.path} (save {occurrence + 1})"
+            keys, other = set(save.keys), set(theirs[occurrence].keys)
+            if keys != other:
+                prefixed = sorted(k for k in other - keys if "module." in k)
+                if prefixed and {k.replace("module.", "", 1) for k in prefixed} <= keys:
+                    return (
+                        Status.FAIL,
+                        label,
+                        (
+                            f"{save.path}: keys carry DDP's `module.` prefix "
+                            f"({', '.join(prefixed[:3])}...): save model.module.state_dict()"
+                        ),
+                    )
+                return (
+                    Status.FAIL,
+                    label,
+                    (
+                        f"{save.path}: keys differ: missing {sorted(keys - other)[:5]}, "
+                        f"extra {sorted(other - keys)[:5]}"
+                    ),
+                )
+            row = compared.get((save.path, occurrence))
+            if row is None:
+                return Status.UNCHECKED, label, f"{save.path}: the tensors were not compared"
+            if row["values_differ"]:
+                return (
+                    Status.FAIL,
+                    label,
+                    (f"{save.path}: values differ for {', '.join(row['values_differ'][:5])}"),
+                )
+            if not row["within"] and self.diverged:
+                return (
+                    Status.UNCHECKED,
+                    label,
+                    (
+                        f"{save.path}: same keys; its tensors differ as the parameters do (see "
+                        "equivalence)"
+                    ),
+                )
+            if not row["within"]:
+                step = theirs[occurrence].step
+                allowed, _ = facts.allowance({**row, "optimizer": 0, "step": max(step, 1)})
+                if not allowed:
+                    first = row["first_outside"] or {}
+                    return (
+                        Status.FAIL,
+                        label,
+                        (
+                            f"{save.path}: {first.get('name')} differs by up to "
+                            f"{fmt(first.get('max_abs', math.inf))}"
+                        ),
+                    )
+        paths = ", ".join(sorted(seen))
+        return (
+            Status.PASS,
+            label,
+            (
+                f"{paths}: {sum(seen.values())} save(s), same keys (no `module.` prefix) and the "
+                "same tensors as the original's"
+            ),
+        )
+
+
+def _setup(facts: _Facts) -> list[str]:
+    """How the runs were made: processes, device, batch, tolerance."""
+    lines = []
+    if facts.ranks:
+        backend = facts.ranks[0].backend or "?"
+        device = "GPU" if facts.ranks[0].cuda else "CPU"
+        lines.append(
+            f"{facts.n} processes ({backend}, {device}) against 1; "
+            f"{facts.options.steps} optimizer steps each"
+        )
+    semantics, text = facts.batch_semantics()
+    if semantics:
+        lines.append(text)
+    lines.append(
+        f"tolerance: |converted - original| <= {facts.options.atol:g} + "
+        f"{facts.options.rtol:g} x |original| elementwise"
+        + (" (bit-identical required with one process)" if facts.n == 1 else "")
+    )
+    return lines
+
+
+def _changes(facts: _Facts) -> list[str]:
+    """Exactly what the harness changed to make the check possible."""
+    lines = [
+        "every process seeded (torch, random, numpy: 0), one intra-op thread each",
+    ]
+    by_kind: dict[tuple[str, str], list[str]] = {}
+    for role, records in (("original", (facts.orig_record,)), ("converted", facts.ranks)):
+        for record in records:
+            for change in record.changes:
+                roles = by_kind.setdefault((change.kind, change.detail), [])
+                if role not in roles:
+                    roles.append(role)
+    titles = {
+        "cuda": "no GPU here: CUDA runs on the CPU",
+        "shuffle": "shuffling made deterministic",
+        "batch": "the original's training batch",
+        "dropout": "dropout neutralised",
+        "batchnorm": "noticed, not changed",
+        "random": "noticed, not changed",
+    }
+    for (kind, detail), roles in sorted(by_kind.items()):
+        lines.append(f"{titles.get(kind, kind)}: {detail} ({' and '.join(roles)})")
+    return lines
+
+
+def similar(a: str, b: str) -> bool:
+    return a == b or difflib.SequenceMatcher(None, a, b).ratio() >= LINE_SIMILARITY
+
+
+def similar_to_any(line: str, lines: list[str]) -> bool:
+    return any(similar(line, other) for other in lines)
+
+
+def mask(stdout: str) -> list[str]:
+    """Printed lines with their numbers masked: losses differ in the last digits, batch
+    sizes differ between the runs; the line itself is what must appear once."""
+    return [NUMBER.sub("#", line.rstrip()) for line in stdout.splitlines() if line.strip()]

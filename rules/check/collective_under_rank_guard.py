@@ -1,0 +1,178 @@
+"""DDP106: a collective, or a forward pass through DDP, that only rank 0 runs."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.api import COLLECTIVE_TEXT, RANK_ZERO_TEXT, TORCH_DISTRIBUTED_TEXT
+from ddpify.analysis.ranks import Polarity
+from ddpify.analysis.tree import dotted, walk
+from ddpify.rule import CheckContext, CheckRule, Example
+
+
+class CollectiveUnderRankGuard(CheckRule):
+    """
+    ## What it does
+    Finds collectives (`barrier`, `all_reduce`, `broadcast`, `all_gather`, ...,
+    `torch.distributed.checkpoint.save`/`load`, `get_state_dict`, `new_group`) and forward
+    passes through a DDP-wrapped model that run on rank 0 only: under a rank-0 test however
+    it is spelled (`if rank == 0:`, `if master_process:`, after `if rank != 0: return`, ...),
+    or in a function that is only ever called there. Not when the other ranks make the same
+    call in the `else:` or under the opposite test in the same function (the barrier pair
+    that lets rank 0 go first).
+
+    ## Why is this bad?
+    A collective completes when every rank joins it. Rank 0 waits for ranks that never come:
+    the job hangs until the timeout kills it. A forward through DDP can start one.
+    """
+
+    code = "DDP106"
+    name = "collective-under-rank-guard"
+    message = "collective on rank 0 only: the other ranks never join it and the job hangs"
+    requires = (
+        TORCH_DISTRIBUTED_TEXT,
+        COLLECTIVE_TEXT + "|DistributedDataParallel",
+        RANK_ZERO_TEXT,
+    )
+    valid = (
+        # The other ranks join in the `else:`.
+        """
+        import torch.distributed as dist
+
+        if dist.get_rank() == 0:
+            dist.scatter(output, scatter_list=chunks)
+        else:
+            dist.scatter(output)
+        """,
+        # Hugging Face's and YOLOv5's "rank 0 first": every rank passes one barrier each time.
+        """
+        from contextlib import contextmanager
+
+        import torch.distributed as dist
+
+
+        @contextmanager
+        def torch_distributed_zero_first(local_rank):
+            if local_rank not in [-1, 0]:
+                dist.barrier()
+            yield
+            if local_rank == 0:
+                dist.barrier()
+        """,
+        """
+        import torch.distributed as dist
+
+        dist.barrier()
+        if dist.get_rank() == 0:
+            print("saved")
+        """,
+        # Rank 0 evaluates the bare module, passed to a helper: no DDP forward.
+        """
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def evaluate(model, batch):
+            return model(batch)
+
+        model = DDP(model)
+        if dist.get_rank() == 0:
+            evaluate(model.module, batch)
+        """,
+        # Before the wrap, `model` is the bare module.
+        """
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if dist.get_rank() == 0:
+            model(example)
+        model = DDP(model)
+        """,
+    )
+    invalid = (
+        # A distributed checkpoint: every rank writes its own shard of it.
+        Example(
+            """
+            import torch.distributed as dist
+            import torch.distributed.checkpoint as dcp
+
+            if dist.get_rank() == 0:
+                dcp.save({"model": model.state_dict()}, checkpoint_id="checkpoints/step-100")
+            """
+        ),
+        Example(
+            """
+            import torch.distributed as dist
+
+            if dist.get_rank() == 0:
+                dist.barrier()
+            """
+        ),
+        Example(
+            """
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def evaluate(model, batch):
+                return model(batch)
+
+            model = DDP(model)
+            if dist.get_rank() == 0:
+                evaluate(model, batch)
+            """
+        ),
+    )
+
+    def check(self, ctx: CheckContext) -> None:
+        anatomy = ctx.anatomy
+        for call in anatomy.calls:
+            called = dotted(call.func)
+            forward = anatomy.bindings.may_hold(called)
+            if not (forward or anatomy.distributed.may_be_collective(call)):
+                continue
+            # The guard first: resolving names is the costliest question to ask.
+            if anatomy.ranks.guard(call) is None:
+                continue
+            forward = forward and anatomy.bindings.holds(called, call)
+            if not (forward or anatomy.distributed.is_collective(call)):
+                continue
+            if _other_ranks_join(anatomy, call):
+                continue
+            if forward:
+                ctx.report(call, "forward through the DDP model on rank 0 only: it can hang")
+            else:
+                ctx.report(call)
+
+
+def _other_ranks_join(anatomy: Anatomy, call: cst.Call) -> bool:
+    """The other ranks make the same call where rank 0 does not: in the `else:` of the rank
+    test (`if rank == 0: dist.scatter(out, lst) else: dist.scatter(out)`), or under the
+    opposite test in the same function (Hugging Face's and YOLOv5's barrier pair:
+    `if local_rank not in [-1, 0]: dist.barrier()` ... `if local_rank == 0: dist.barrier()`)."""
+    name = _last_name(call)
+    function = anatomy.function_of(call)
+    guard = anatomy.ranks.guard(call)
+    if (
+        isinstance(guard, cst.If)
+        and guard.orelse is not None
+        and anatomy.inside(call, guard.body)
+        and any(_last_name(other) == name for other in walk(guard.orelse))
+    ):
+        return True
+    for other in anatomy.calls:
+        if other is call or _last_name(other) != name or anatomy.function_of(other) is not function:
+            continue
+        for ancestor in anatomy.ancestors(other):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, cst.If) and anatomy.inside(other, ancestor.body):
+                test = anatomy.ranks.test(ancestor.test)
+                if test is not None and test.polarity is Polarity.OTHERS:
+                    return True
+    return False
+
+
+def _last_name(node: cst.CSTNode) -> str | None:
+    if not isinstance(node, cst.Call):
+        return None
+    return (dotted(node.func) or "").rsplit(".", 1)[-1] or None

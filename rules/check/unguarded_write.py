@@ -1,0 +1,387 @@
+"""DDP104: a checkpoint or file write that every rank runs."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import libcst as cst
+
+from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.effects import FILE_WRITES, path_names, root_names
+from ddpify.analysis.tree import dotted, is_name, walk
+from ddpify.emit import rank_zero_test
+from ddpify.rule import CheckContext, CheckRule, Example
+
+
+class UnguardedWrite(CheckRule):
+    """
+    ## What it does
+    In a distributed script, finds `torch.save`, `save_pretrained` and other file writes
+    that run on every rank. A write is on rank 0 only under a test of the rank, however it is
+    spelled (`rank == 0`, `local_rank in [-1, 0]`, a flag such as `master_process`, a helper
+    such as `is_main_process()`, the `else:` of `rank != 0`), after an early `if rank != 0:
+    return`, in a function decorated to run on rank 0 (`@master_only`) or whose every call is
+    guarded, or through an object made on rank 0 only (`if saver is not None:`). Functions
+    started by `mp.spawn` run on every rank. Per-rank files (a name that reads the rank) are
+    left alone.
+
+    ## Why is this bad?
+    N processes write the same file at the same time: at best wasted work, at worst a
+    corrupt checkpoint.
+    """
+
+    code = "DDP104"
+    name = "unguarded-write"
+    message = "file written by every rank: guard it with `if dist.get_rank() == 0:`"
+    requires = ("init_process_group",)
+    fix_safety = """
+        Safe: the fix guards the write, and the statements right after it that use the same
+        path (`os.replace(tmp, path)`), with the global rank (`not dist.is_initialized() or
+        dist.get_rank() == 0` when the script can also run without a process group). No fix
+        is offered when one of those statements runs a collective or a forward pass.
+    """
+    valid = (
+        """
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+
+
+        def save(model):
+            torch.save(model.module.state_dict(), "model.pt")
+
+
+        if dist.get_rank() == 0:
+            save(model)
+        torch.save(shard, f"shard_{dist.get_rank()}.pt")
+        dist.destroy_process_group()
+        """,
+        # nanoGPT: a flag; the one-process run sets it to True.
+        """
+        import os
+        import torch
+        import torch.distributed as dist
+
+        ddp = int(os.environ.get("RANK", -1)) != -1
+        if ddp:
+            dist.init_process_group("nccl")
+            ddp_rank = int(os.environ["RANK"])
+            master_process = ddp_rank == 0
+        else:
+            master_process = True
+        if master_process:
+            torch.save(checkpoint, "ckpt.pt")
+        """,
+        # torchvision's references: helpers in the script.
+        """
+        import torch
+        import torch.distributed as dist
+
+
+        def get_rank():
+            return dist.get_rank() if dist.is_initialized() else 0
+
+
+        def is_main_process():
+            return get_rank() == 0
+
+
+        def save_on_master(*args, **kwargs):
+            if is_main_process():
+                torch.save(*args, **kwargs)
+
+
+        dist.init_process_group("gloo")
+        save_on_master(model.module.state_dict(), "model.pt")
+        """,
+        # An early exit, and the `else` of a test for the other ranks.
+        """
+        import json
+        import torch
+        import torch.distributed as dist
+
+
+        def save(state, path, rank):
+            if rank != 0:
+                return
+            torch.save(state, path)
+
+
+        def write_metrics(history):
+            if not dist.get_rank() == 0:
+                pass
+            else:
+                with open("metrics.json", "w") as f:
+                    json.dump(history, f)
+
+
+        dist.init_process_group("gloo")
+        save(state, "model.pt", dist.get_rank())
+        write_metrics(history)
+        """,
+        # mmcv's @master_only, and an object made on rank 0 only (timm's saver).
+        """
+        import functools
+        import torch
+        import torch.distributed as dist
+
+
+        def master_only(func):
+            @functools.wraps(func)
+            def wrapper(*args, **kwargs):
+                if dist.get_rank() == 0:
+                    return func(*args, **kwargs)
+
+            return wrapper
+
+
+        @master_only
+        def save_checkpoint(model, path):
+            torch.save(model.module.state_dict(), path)
+
+
+        class Saver:
+            def save_checkpoint(self, state):
+                torch.save(state, "last.pt")
+
+
+        dist.init_process_group("gloo")
+        save_checkpoint(model, "model.pt")
+        saver = None
+        if dist.get_rank() == 0:
+            saver = Saver()
+        if saver is not None:
+            saver.save_checkpoint(state)
+        """,
+    )
+    invalid = (
+        Example(
+            """
+            import torch
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo")
+            torch.save(model.module.state_dict(), "model.pt")
+            dist.destroy_process_group()
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo")
+            if dist.get_rank() == 0:
+                torch.save(model.module.state_dict(), "model.pt")
+            dist.destroy_process_group()
+            """,
+        ),
+        # A write then a rename: both move under the guard, or rank 1 renames nothing.
+        Example(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+
+
+            def worker(rank, world_size):
+                dist.init_process_group("gloo", rank=rank, world_size=world_size)
+                torch.save(state, "last.pt.tmp")
+                os.replace("last.pt.tmp", "last.pt")
+                print("saved")
+                dist.destroy_process_group()
+
+
+            torch.multiprocessing.spawn(worker, args=(2,), nprocs=2)
+            """,
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+
+
+            def worker(rank, world_size):
+                dist.init_process_group("gloo", rank=rank, world_size=world_size)
+                if dist.get_rank() == 0:
+                    torch.save(state, "last.pt.tmp")
+                    os.replace("last.pt.tmp", "last.pt")
+                print("saved")
+                dist.destroy_process_group()
+
+
+            torch.multiprocessing.spawn(worker, args=(2,), nprocs=2)
+            """,
+        ),
+        # The script also runs as one process without a group: the guard must work there.
+        Example(
+            """
+            import torch
+            import torch.distributed as dist
+
+            if distributed:
+                dist.init_process_group("gloo")
+            torch.save(model.state_dict(), "model.pt")
+            if distributed:
+                dist.destroy_process_group()
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+
+            if distributed:
+                dist.init_process_group("gloo")
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                torch.save(model.state_dict(), "model.pt")
+            if distributed:
+                dist.destroy_process_group()
+            """,
+        ),
+    )
+
+    def check(self, ctx: CheckContext) -> None:
+        anatomy = ctx.anatomy
+        if not anatomy.distributed.initialises_process_group:
+            return
+        init = anatomy.distributed.initialises_process_group[0]
+        reported: list[cst.CSTNode] = []
+        for node in anatomy.simple_statements:
+            if anatomy.effects.of(node) not in FILE_WRITES or _per_rank(anatomy, node):
+                continue
+            if _private(anatomy, node) or not _writes_content(node):
+                continue
+            if any(anatomy.inside(node, outer) for outer in reported):
+                continue  # the `with open(...)` around it is reported already
+            function = anatomy.function_of(node)
+            if function is None and not anatomy.precedes(init, node):
+                continue
+            if (
+                function is not None
+                and not anatomy.graph.call_sites(function)
+                and function not in anatomy.distributed.spawned_functions
+            ):
+                continue  # never called here: cannot tell on which ranks it runs
+            if function is not None and _reported_at_its_calls(anatomy, function):
+                continue
+            if anatomy.ranks.guard(node) is not None:
+                continue
+            reported.append(node)
+            run = _statements_to_guard(anatomy, node)
+            ctx.report(node, fix=partial(_fix, statements=run) if run else None)
+
+
+def _reported_at_its_calls(anatomy: Anatomy, function: cst.FunctionDef) -> bool:
+    """Every call of `function` is itself a write (`saver.save_checkpoint(...)`): the finding
+    and its fix belong there, not in the body too."""
+    sites = anatomy.graph.call_sites(function)
+    return bool(sites) and all(
+        anatomy.effects.of(anatomy.statement_of(site)) in FILE_WRITES for site in sites
+    )
+
+
+def _per_rank(anatomy: Anatomy, statement: cst.CSTNode) -> bool:
+    """A file per rank: its name reads the rank (`f"shard_{rank}.pt"`)."""
+    return any(
+        isinstance(node, cst.Name | cst.Attribute | cst.Call)
+        and anatomy.ranks.rank_kind(node) is not None
+        for node in walk(statement)
+    )
+
+
+def _private(anatomy: Anatomy, write: cst.CSTNode) -> bool:
+    """Written where only this process looks: a temporary file, a buffer in memory, a file
+    named after the process (`os.getpid()`)."""
+    scope = anatomy.function_of(write)
+    bound_by_with: dict[str, cst.BaseExpression] = {}
+    for statement in anatomy.simple_statements:
+        if isinstance(statement, cst.With) and anatomy.function_of(statement) is scope:
+            bound_by_with.update(_with_names(statement))
+
+    def private_name(name: str, depth: int) -> bool:
+        values = [value for value, _ in anatomy.values.values_of(name, scope)]
+        if name in bound_by_with:
+            values.append(bound_by_with[name])
+        return depth < 3 and any(private_value(value, depth + 1) for value in values)
+
+    def private_value(expr: cst.CSTNode, depth: int) -> bool:
+        return any(
+            (isinstance(node, cst.Call) and (dotted(node.func) or "").startswith(_PRIVATE))
+            or (isinstance(node, cst.Name) and private_name(node.value, depth))
+            for node in walk(expr)
+        )
+
+    return any(private_name(name, 0) for name in path_names(write) if name.isidentifier())
+
+
+def _with_names(statement: cst.With) -> dict[str, cst.BaseExpression]:
+    """`with open(path) as f, lock() as held:` -> {"f": open(path), "held": lock()}."""
+    return {
+        item.asname.name.value: item.item
+        for item in statement.items
+        if item.asname is not None and isinstance(item.asname.name, cst.Name)
+    }
+
+
+# Calls that make a file or buffer of this process's own.
+_PRIVATE = (
+    "tempfile.",
+    "NamedTemporaryFile",
+    "TemporaryFile",
+    "TemporaryDirectory",
+    "mkstemp",
+    "mkdtemp",
+    "io.BytesIO",
+    "io.StringIO",
+    "BytesIO",
+    "StringIO",
+    "os.getpid",
+    "getpid",
+)
+
+
+def _writes_content(write: cst.CSTNode) -> bool:
+    """`with open(path, "w") as f:` writes through `f`; opened only to hold a lock
+    (`fcntl.flock(f, ...)`), it writes nothing."""
+    if not isinstance(write, cst.With):
+        return True
+    handles = set(_with_names(write))
+    if not handles:
+        return True
+    for node in walk(write.body):
+        if not isinstance(node, cst.Call):
+            continue
+        func = node.func
+        if isinstance(func, cst.Attribute) and is_name(func.value, *handles):
+            if func.attr.value in {"write", "writelines", "truncate"}:
+                return True
+        elif any(is_name(arg.value, *handles) for arg in node.args) and not (
+            dotted(func) or ""
+        ).startswith("fcntl."):
+            return True
+    return False
+
+
+def _statements_to_guard(anatomy: Anatomy, write: cst.CSTNode) -> list[cst.BaseStatement]:
+    """The write and the statements right after it that use the path it wrote
+    (`os.replace(tmp, path)` after `torch.save(state, tmp)`): guarding the write alone would
+    leave them failing on the other ranks. Empty when one of them must run on every rank (a
+    collective, a forward pass): then there is no safe fix."""
+    paths = path_names(write)
+    assert isinstance(write, cst.BaseStatement)
+    body = list(anatomy.body_of(write))
+    end = start = body.index(write)
+    while end + 1 < len(body) and paths & root_names(body[end + 1]):
+        end += 1
+    run = body[start : end + 1]
+    wrapped = set(anatomy.distributed.ddp_wraps)
+    for statement in run:
+        for node in walk(statement):
+            if isinstance(node, cst.Call) and (
+                anatomy.distributed.is_collective(node) or dotted(node.func) in wrapped
+            ):
+                return []
+    return run
+
+
+def _fix(ctx: CheckContext, statements: list[cst.BaseStatement]) -> None:
+    ctx.add_import("torch.distributed", asname="dist")
+    for statement in statements:
+        ctx.plan.guard(statement, rank_zero_test(ctx.anatomy.distributed.group_is_optional))

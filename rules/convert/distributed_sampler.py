@@ -1,0 +1,151 @@
+"""DDP004: shard the training data with a DistributedSampler, reshuffled every epoch."""
+
+from __future__ import annotations
+
+from ddpify.analysis.loaders import Loader
+from ddpify.fixes import insert_set_epoch, set_epoch_problem, shard_loader, shard_problem
+from ddpify.rule import ConvertContext, ConvertRule, Example
+
+
+class DistributedSampler(ConvertRule):
+    """
+    ## What it does
+    Gives the training `DataLoader` a `sampler=DistributedSampler(dataset, shuffle=...)`
+    carrying over the loader's own `shuffle=` (the two are mutually exclusive), and makes
+    `<loader>.sampler.set_epoch(epoch)` the first statement of the epoch loop, before the
+    loader is iterated. The epoch loop is found across the script's own functions and
+    methods (`train_one_epoch(model, loader)`, `self._run_epoch(epoch)`), including resume
+    loops such as `range(start_epoch, epochs)`. Validation loaders stay whole.
+
+    ## Why is this bad?
+    Without the sampler every process trains on the same batches: N GPUs do the work of
+    one. Without `set_epoch` the sampler shuffles the same way every epoch.
+    """
+
+    code = "DDP004"
+    step = 4
+    name = "distributed-sampler"
+    message = "shard the training DataLoader with DistributedSampler and call set_epoch"
+    fix_safety = """
+        Safe. A loader with its own sampler, over an IterableDataset (which takes no
+        sampler), or given `**kwargs` that cannot be followed is reported and nothing is
+        converted: sharding it needs a human.
+    """
+    examples = (
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(dataset, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            loader = DataLoader(dataset, sampler=DistributedSampler(dataset, shuffle=True))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                loader.sampler.set_epoch(epoch)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        # Loader options in a kwargs dict (pytorch/examples' mnist): the sampler goes before it.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            kwargs = {"batch_size": 64}
+            if use_cuda:
+                kwargs.update({"num_workers": 1, "pin_memory": True})
+            loader = DataLoader(data, **kwargs)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            kwargs = {"batch_size": 64}
+            if use_cuda:
+                kwargs.update({"num_workers": 1, "pin_memory": True})
+            loader = DataLoader(data, sampler=DistributedSampler(data, shuffle=False), **kwargs)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                loader.sampler.set_epoch(epoch)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+    )
+
+    def convert(self, ctx: ConvertContext) -> None:
+        anatomy = ctx.anatomy
+        loaders = anatomy.script.train_loaders
+        if not loaders:
+            where = (
+                anatomy.loaders.all[0].call
+                if anatomy.loaders.all
+                else anatomy.script.backward_calls[0]
+            )
+            reason = (
+                "cannot tell which DataLoader trains"
+                if anatomy.loaders.all
+                else "found no DataLoader to shard"
+            )
+            ctx.cannot(
+                where, f"{reason}: every process would train on the same data", blocking=True
+            )
+            return
+        sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
+        for loader in anatomy.loaders.all:
+            if not loader.trains:
+                ctx.info(loader.call, "not a training loader: every process evaluates all of it")
+        looped = {id(loop.loader) for loop in anatomy.script.train_loops if loop.loader is not None}
+        for loader in loaders:
+            if id(loader) not in looped:
+                ctx.cannot(
+                    loader.call,
+                    "no `for` loop over this loader found: call `sampler.set_epoch(epoch)` "
+                    "before each pass over it by hand",
+                )
+        for loop in anatomy.script.train_loops:
+            if loop.loader is None or not loop.loader.trains:
+                continue
+            if id(loop.loader) not in sharded:
+                continue  # no DistributedSampler of ours to call set_epoch on
+            if loop.epoch_loop is None:
+                ctx.info(loop.batch_loop, "one pass over the data: no set_epoch needed")
+                continue
+            problem = set_epoch_problem(loop)
+            if problem:
+                ctx.cannot(loop.epoch_loop, problem)
+                continue
+            insert_set_epoch(ctx.plan, loop)
+            ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
+
+    def _shard(self, ctx: ConvertContext, loader: Loader) -> bool:
+        """Give the loader a DistributedSampler; False (and why, reported) when it cannot."""
+        problem = shard_problem(ctx.anatomy, loader)
+        if problem:
+            ctx.cannot(loader.call, problem, blocking=True)
+            return False
+        shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
+        ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
+        return True

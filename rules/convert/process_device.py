@@ -1,0 +1,135 @@
+"""DDP002: hard-coded CUDA devices become the process's own device."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import libcst as cst
+
+from ddpify.analysis.api import is_cuda_literal
+from ddpify.analysis.tree import dotted, is_attribute
+from ddpify.emit import FALLBACK_DEVICE, expression
+from ddpify.rule import ConvertContext, ConvertRule, Example
+
+DEVICE_NAMES = ("device", "gpu")
+
+
+class ProcessDevice(ConvertRule):
+    """
+    ## What it does
+    Points `"cuda"`, `"cuda:0"`, `torch.device("cuda", 0)`, `.cuda()` and integer GPU ids
+    (`device = 0`) at the process's own device: `cuda:local_rank`, or the CPU where there is
+    no GPU, so the converted script also runs on a laptop with `gloo`.
+
+    A device that already falls back (`"cuda" if torch.cuda.is_available() else "cpu"`) is
+    left alone: after `torch.cuda.set_device(local_rank)`, an index-free `"cuda"` already
+    means the process's own GPU.
+
+    ## Why is this bad?
+    With `"cuda:0"` every process puts its replica on GPU 0: the others sit idle and GPU 0
+    runs out of memory.
+    """
+
+    code = "DDP002"
+    step = 2
+    name = "process-device"
+    message = "hard-coded CUDA devices become the process's own device"
+    fix_safety = "Safe: the device a tensor lands on is the process's GPU, or the CPU."
+    examples = (
+        Example(
+            """
+            import torch
+
+            model = Net().to("cuda:0")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                x, y = x.cuda(), y.cuda(non_blocking=True)
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            import torch
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device, non_blocking=True)
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        Example(
+            """
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x.to(device)).sum()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+    )
+
+    def convert(self, ctx: ConvertContext) -> None:
+        anatomy = ctx.anatomy
+
+        for call in anatomy.calls:
+            func = call.func
+            if is_attribute(func, "cuda") and not any(
+                name.startswith("torch.cuda") for name in anatomy.qualified_names(func)
+            ):
+                assert isinstance(func, cst.Attribute)
+                if dotted(func.value) == "torch":
+                    continue
+                target = ctx.device(call)
+                ctx.plan.replace(call, partial(_cuda_to_to, device=target))
+                ctx.changed(call, "`.cuda()` moves to the process's device")
+            elif anatomy.is_call_to(call, {"torch.device"}) and call.args:
+                first = call.args[0].value
+                if is_cuda_literal(first):
+                    target = ctx.device(call)
+                    ctx.plan.replace(call, partial(_constant, target))
+                    ctx.changed(call, '`torch.device("cuda...")` is the process\'s device')
+            elif is_attribute(func, "to") or anatomy.is_call_to(call, {"torch.load"}):
+                for arg in call.args:
+                    wanted = arg.keyword is None or arg.keyword.value in {"device", "map_location"}
+                    if wanted and is_cuda_literal(arg.value):
+                        target = ctx.device(call)
+                        ctx.plan.replace(arg.value, partial(_constant, target))
+                        ctx.changed(arg, "hard-coded CUDA device is the process's device")
+        for node in (a for a in anatomy.assigns if len(a.targets) == 1):
+            name = dotted(node.targets[0].target) or ""
+            if not any(word in name.lower() for word in DEVICE_NAMES):
+                continue
+            value = node.value
+            if isinstance(value, cst.Integer) or is_cuda_literal(value):
+                ctx.plan.replace(value, lambda _: expression(FALLBACK_DEVICE))
+                ctx.add_import("torch")
+                ctx.changed(node, f"`{name}` is the process's device, not a fixed GPU")
+            elif isinstance(value, cst.IfExp) and is_cuda_literal(value.body):
+                body = value.body
+                assert isinstance(body, cst.SimpleString)
+                if ":" in body.value:  # "cuda:1" if ... else "cpu": the index goes
+                    quote = body.value[-1]
+                    plain = cst.SimpleString(f"{quote}cuda{quote}")
+                    ctx.plan.replace(body, partial(_constant, plain))
+                    ctx.changed(node, f"`{name}` drops its fixed GPU index")
+
+
+def _constant(value: cst.BaseExpression, _: cst.CSTNode) -> cst.BaseExpression:
+    return value
+
+
+def _cuda_to_to(call: cst.Call, device: cst.BaseExpression) -> cst.Call:
+    assert isinstance(call.func, cst.Attribute)
+    keywords = [arg for arg in call.args if arg.keyword is not None]
+    args = [cst.Arg(device), *keywords]
+    if len(args) > 1:
+        args[0] = args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=args)

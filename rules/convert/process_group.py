@@ -1,0 +1,157 @@
+"""DDP001: set up the process group before training and tear it down after."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.emit import statement, statements
+from ddpify.options import Launcher
+from ddpify.rule import ConvertContext, ConvertRule, Example
+
+SETUP = """\
+local_rank = int(os.environ.get("LOCAL_RANK", 0))
+if torch.cuda.is_available():
+    torch.cuda.set_device(local_rank)
+if "RANK" in os.environ:  # launched by torchrun
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+else:  # plain `python`: a process group of one
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+"""
+RELEASE_COMMENT = "# release DDP before its process group"
+DEVICE = 'device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")\n'
+
+
+class ProcessGroup(ConvertRule):
+    """
+    ## What it does
+    Reads `LOCAL_RANK` from the environment torchrun sets, pins the process to its GPU with
+    `torch.cuda.set_device(local_rank)` *before* `init_process_group` (so NCCL never opens a
+    context on GPU 0 for every rank), picks `nccl` with CUDA and `gloo` without, and calls
+    `destroy_process_group()` when training ends, also when it raises.
+
+    The address and port come from torchrun (`env://`), never from the code: a hard-coded
+    `MASTER_PORT` makes two jobs on one machine collide. Run with plain `python`, the script
+    forms a process group of one through an in-memory store, so it still works unlaunched.
+
+    The setup goes after the imports of a module-level script, or in the
+    `if __name__ == "__main__":` block just before the call that starts training, with that
+    call wrapped in `try`/`finally`.
+
+    ## Why is this bad?
+    DDP needs a process group: without one, `DistributedDataParallel` raises.
+    """
+
+    code = "DDP001"
+    step = 1
+    name = "process-group"
+    message = "set up the process group (torchrun's env://) and destroy it when training ends"
+    fix_safety = """
+        Safe. The only names it introduces are `local_rank` and, when the script has no
+        `device` of its own, `device`.
+    """
+    examples = (
+        Example(
+            """
+            import torch
+
+
+            def main():
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+
+
+            if __name__ == "__main__":
+                main()
+            """,
+            """
+            import torch
+            import os
+            import torch.distributed as dist
+
+
+            def main():
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+
+
+            if __name__ == "__main__":
+                local_rank = int(os.environ.get("LOCAL_RANK", 0))
+                if torch.cuda.is_available():
+                    torch.cuda.set_device(local_rank)
+                if "RANK" in os.environ:  # launched by torchrun
+                    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+                else:  # plain `python`: a process group of one
+                    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+                device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+                try:
+                    main()
+                finally:
+                    dist.destroy_process_group()
+            """,
+        ),
+    )
+
+    def refuse(self, ctx: ConvertContext) -> None:
+        if ctx.anatomy.script.entry is None:  # and without a setup, no other step can run
+            ctx.cannot(
+                ctx.anatomy.script.backward_calls[0],
+                "found no statement that starts training (a module-level call or an "
+                '`if __name__ == "__main__":` block): nowhere to set up the process group',
+                blocking=True,
+            )
+
+    def convert(self, ctx: ConvertContext) -> None:
+        if ctx.options.launcher is not Launcher.TORCHRUN:
+            return  # DDP008 sets up spawned workers
+        anatomy = ctx.anatomy
+        entry = anatomy.script.entry
+        assert entry is not None  # `refuse` stopped the conversion without one
+        setup = SETUP if "device" in anatomy.module_names else SETUP + DEVICE
+        new = statements(setup)
+        ctx.add_import("os")
+        ctx.add_import("torch")
+        ctx.add_import("torch.distributed", asname="dist")
+        if entry.setup_after is not None:
+            anchor: cst.CSTNode = entry.setup_after
+            ctx.plan.insert_after(
+                anchor, [new[0].with_changes(leading_lines=[cst.EmptyLine()]), *new[1:]]
+            )
+        else:
+            assert entry.setup_before is not None
+            anchor = entry.setup_before
+            ctx.plan.insert_before(anchor, new)
+        ctx.changed(anchor, "process group set up from the environment torchrun provides")
+        destroy = statement("dist.destroy_process_group()\n")
+        if entry.body:
+            ctx.plan.wrap_rest_of_block(entry.body[0], lambda body: [_try_finally(body, destroy)])
+        else:
+            released = sorted(
+                {
+                    model.placed_name
+                    for model in anatomy.models.all
+                    if model.placed_name and "." not in model.placed_name
+                }
+            )
+            tail = [destroy]
+            if released:
+                names = ", ".join(released)
+                tail.insert(0, statement(f"del {names}  {RELEASE_COMMENT}\n"))
+            tail[0] = tail[0].with_changes(leading_lines=[cst.EmptyLine()])
+            ctx.plan.append_to_module(tail)
+        ctx.changed(anchor, "destroy_process_group() when training ends")
+
+
+def _try_finally(body: list[cst.BaseStatement], cleanup: cst.BaseStatement) -> cst.Try:
+    first = body[0]
+    assert isinstance(first, cst.SimpleStatementLine | cst.BaseCompoundStatement)
+    return cst.Try(
+        body=cst.IndentedBlock([first.with_changes(leading_lines=()), *body[1:]]),
+        finalbody=cst.Finally(cst.IndentedBlock([cleanup])),
+        leading_lines=first.leading_lines,
+    )

@@ -1,0 +1,96 @@
+"""DDP005: prints, logs and file writes happen once, on global rank 0."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.tree import dotted, walk
+from ddpify.emit import RANK_ZERO, expression
+from ddpify.rule import ConvertContext, ConvertRule, Example
+
+
+class RankZeroSideEffects(ConvertRule):
+    """
+    ## What it does
+    Runs `print`, logging calls, `torch.save`, TensorBoard and wandb logging, and
+    `with open(..., "w")` blocks on global rank 0 only: `if dist.get_rank() == 0:`.
+    Neighbouring statements share one guard. `dist.get_rank()` is the *global* rank, so a
+    run over several nodes still writes once (a `LOCAL_RANK == 0` guard writes once per
+    node, into the same file).
+
+    A statement that runs a collective or a forward pass through a model is never guarded:
+    the other ranks would wait for rank 0 forever. It is reported instead.
+
+    ## Why is this bad?
+    N processes print every line N times and write every checkpoint N times, concurrently,
+    into the same file.
+    """
+
+    code = "DDP005"
+    step = 5
+    name = "rank-zero-side-effects"
+    message = "print, log and write files on global rank 0 only"
+    fix_safety = "Safe: only statements free of collectives and forward passes are guarded."
+    examples = (
+        Example(
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                print(f"epoch {epoch}: {loss.item():.4f}")
+                torch.save(model.state_dict(), "model.pt")
+            """,
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                if dist.get_rank() == 0:
+                    print(f"epoch {epoch}: {loss.item():.4f}")
+                    torch.save(model.state_dict(), "model.pt")
+            """,
+        ),
+    )
+
+    def convert(self, ctx: ConvertContext) -> None:
+        anatomy = ctx.anatomy
+        model_names = set().union(*(model.names for model in anatomy.models.all))
+        for node in anatomy.simple_statements:
+            kind = anatomy.effects.of(node)
+            if (
+                kind is None
+                or not anatomy.script.after_setup(node)
+                or anatomy.ranks.guard(node) is not None
+            ):
+                continue
+            blocker = _must_run_everywhere(anatomy, node, model_names)
+            if blocker:
+                ctx.cannot(node, f"{kind} not guarded: it runs {blocker}, which every rank must")
+                continue
+            ctx.plan.guard(node, expression(RANK_ZERO))
+            ctx.changed(node, f"{kind} on rank 0 only")
+
+
+def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[str]) -> str:
+    for node in walk(statement):
+        if not isinstance(node, cst.Call):
+            continue
+        if dotted(node.func) in models:
+            return "a forward pass"
+        if any(dotted(arg.value) in models for arg in node.args) and not anatomy.is_call_to(
+            node, {"torch.save"}
+        ):
+            return "a call that uses the model (it may run a forward pass)"
+        if anatomy.distributed.is_collective(node):
+            return "a collective"
+    return ""

@@ -1,0 +1,179 @@
+"""DDP003: wrap each trained model in DDP once it is on its device; raw uses go through .module."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.api import DDP_TRANSPARENT
+from ddpify.analysis.models import Model
+from ddpify.analysis.tree import dotted, is_method_call, walk
+from ddpify.emit import statement
+from ddpify.rule import ConvertContext, ConvertRule, Example
+
+WRAP = "{name} = DDP({name}, device_ids=[{rank}] if torch.cuda.is_available() else None)\n"
+
+
+class WrapModel(ConvertRule):
+    """
+    ## What it does
+    Wraps every model an optimizer trains in `DistributedDataParallel` right after the
+    statement that moves it to its device (`device_ids` only on CUDA), replaces
+    `nn.DataParallel`, and sends the uses that need the bare model -- `state_dict()`,
+    `load_state_dict()`, custom methods and attributes such as `model.generate(...)` or
+    `model.config` -- through `.module`.
+
+    ## Why is this bad?
+    Without the wrapper nothing averages the gradients: every process trains its own
+    model. Through the wrapper, `state_dict()` keys gain a `module.` prefix that the
+    single-GPU code cannot load, and custom attributes raise `AttributeError`.
+    """
+
+    code = "DDP003"
+    step = 3
+    name = "wrap-model"
+    message = "wrap the model in DistributedDataParallel; raw uses go through `.module`"
+    fix_safety = """
+        Safe for models the optimizer trains. A model built in a way the analysis does not
+        follow is reported, and then nothing is converted.
+    """
+    examples = (
+        Example(
+            """
+            import torch
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            torch.save(model.state_dict(), "model.pt")
+            """,
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = Net().to(device)
+            model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            torch.save(model.module.state_dict(), "model.pt")
+            """,
+        ),
+    )
+
+    def convert(self, ctx: ConvertContext) -> None:
+        anatomy = ctx.anatomy
+        if not anatomy.models.all:
+            ctx.cannot(
+                anatomy.script.optimizer_calls[0],
+                "found no model among the optimizer's arguments",
+                blocking=True,
+            )
+            return
+        for model in anatomy.models.all:
+            if model.placement is None or model.placed_name is None:
+                ctx.cannot(
+                    model.optimizer_call, "cannot tell where the model is built", blocking=True
+                )
+                continue
+            ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
+            ctx.plan.insert_after(
+                model.placement,
+                [
+                    statement(
+                        WRAP.format(name=model.placed_name, rank=ctx.local_rank(model.placement))
+                    )
+                ],
+            )
+            ctx.changed(model.placement, f"`{model.placed_name}` wrapped in DDP")
+            for call in model.data_parallel:
+                _drop_data_parallel(ctx, call)
+            for attribute in _raw_uses(anatomy, model):
+                ctx.plan.replace(attribute.value, _through_module)
+                ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
+            for saved in _whole_model_saves(anatomy, model):
+                ctx.plan.replace(saved, _through_module)
+                ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
+        for loop in _accumulating_loops(anatomy):
+            ctx.info(
+                loop,
+                "gradient accumulation: every backward all-reduces; `with model.no_sync():` "
+                "around the micro-batches that do not step saves that traffic",
+            )
+
+
+def _through_module(value: cst.BaseExpression) -> cst.BaseExpression:
+    return cst.Attribute(value=value, attr=cst.Name("module"))
+
+
+def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
+    anatomy = ctx.anatomy
+    assignment = anatomy.parent(call)
+    line = anatomy.statement_of(call)
+    holder = anatomy.parent(anatomy.parent(line) or line)
+    if isinstance(assignment, cst.Assign) and dotted(assignment.targets[0].target) == dotted(
+        call.args[0].value
+    ):
+        body = anatomy.body_of(line)
+        if len(body) == 1 and isinstance(holder, cst.If) and holder.orelse is None:
+            ctx.plan.replace(holder, lambda _: cst.RemovalSentinel.REMOVE)
+        else:
+            ctx.plan.replace(line, lambda _: cst.RemovalSentinel.REMOVE)
+    else:
+        inner = call.args[0].value
+        ctx.plan.replace(call, lambda _: inner)
+    ctx.changed(call, "nn.DataParallel replaced: DDP runs one process per GPU instead")
+
+
+def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
+    """`model.x` where `x` is not served by the wrapper, at places that run after the wrap."""
+    assert model.placement is not None
+    return [
+        node
+        for node in walk(anatomy.module)
+        if isinstance(node, cst.Attribute)
+        and node.attr.value not in DDP_TRANSPARENT
+        and dotted(node.value) in model.names
+        and anatomy.values.runs_after(model.placement, node, dotted(node.value) or "")
+    ]
+
+
+def _accumulating_loops(anatomy: Anatomy) -> list[cst.For]:
+    """Batch loops whose optimizer step is conditional: gradients accumulate over batches."""
+    found = []
+    for loop in anatomy.script.train_loops:
+        for node in walk(loop.batch_loop.body):
+            if is_method_call(node, "step") and any(
+                isinstance(a, cst.If) for a in _between(anatomy, node, loop.batch_loop)
+            ):
+                found.append(loop.batch_loop)
+                break
+    return found
+
+
+def _between(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> list[cst.CSTNode]:
+    chain = []
+    for ancestor in anatomy.ancestors(node):
+        if ancestor is top:
+            break
+        chain.append(ancestor)
+    return chain
+
+
+def _whole_model_saves(anatomy: Anatomy, model: Model) -> list[cst.BaseExpression]:
+    """`torch.save(model, ...)` after the wrap: it would pickle the wrapper."""
+    assert model.placement is not None
+    saves = []
+    for call in anatomy.calls:
+        if not anatomy.is_call_to(call, {"torch.save"}) or not call.args:
+            continue
+        first = call.args[0].value
+        name = dotted(first)
+        if name in model.names and anatomy.values.runs_after(model.placement, call, name or ""):
+            saves.append(first)
+    return saves

@@ -1,0 +1,101 @@
+"""Converted scripts really run: under torchrun with two CPU processes (gloo), and alone."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, TORCHRUN, run, torchrun
+
+torch = pytest.importorskip("torch")
+
+EXPECTED = FIXTURES / "convert" / "expected"
+
+# script, arguments, epoch (or step) lines it prints once, checkpoint it writes
+CASES = [
+    ("seed000_single_gpu.py", [], 10, None),
+    ("seed004_single_gpu.py", ["3", "1"], 6, "checkpoint.pt"),
+    ("main_argparse.py", [], 3, "best.pt"),
+    ("custom_methods.py", [], 3, "char_model.pt"),
+    ("resume.py", [], 3, "ckpt.pt"),
+    ("while_steps.py", [], 6, "final.pt"),
+    ("trainer_owns_loader.py", [], 3, "out/last.pt"),
+]
+PROGRESS = re.compile(r"^\[?(epoch|step|GPU)", re.IGNORECASE)
+
+
+def progress_lines(output: bytes) -> list[str]:
+    return [line for line in output.decode().splitlines() if PROGRESS.match(line)]
+
+
+def assert_checkpoint_is_plain(path: Path) -> None:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    tensors = state.get("model", state) if isinstance(state, dict) else state
+    keys = list(tensors)
+    assert keys and not any(key.startswith("module.") for key in keys), keys
+
+
+@pytest.mark.parametrize(("name", "args", "lines", "checkpoint"), CASES, ids=[c[0] for c in CASES])
+def test_runs_under_torchrun_with_two_processes(
+    tmp_path: Path, name: str, args: list[str], lines: int, checkpoint: str | None
+) -> None:
+    shutil.copy(EXPECTED / name, tmp_path / name)
+    shutil.copy(FIXTURES / "convert" / "scripts" / "tqdm_stub.py", tmp_path)
+    result = torchrun([name, *args], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    printed = progress_lines(result.stdout)
+    assert len(printed) == lines, printed  # once per epoch, not once per process
+    assert b"terminate called" not in result.stderr
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.pt"))
+    assert written == ([checkpoint] if checkpoint else [])
+    if checkpoint:
+        assert_checkpoint_is_plain(tmp_path / checkpoint)
+
+
+@pytest.mark.parametrize("name", ["seed004_single_gpu.py", "main_argparse.py"])
+def test_runs_as_one_plain_process(tmp_path: Path, name: str) -> None:
+    shutil.copy(EXPECTED / name, tmp_path / name)
+    args = ["3", "1"] if name.startswith("seed004") else []
+    result = run([sys.executable, name, *args], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert len(progress_lines(result.stdout)) == (6 if name.startswith("seed004") else 3)
+
+
+@pytest.mark.parametrize("name", ["seed004_single_gpu.py", "module_level.py"])
+def test_spawn_launcher_output_runs_with_plain_python(tmp_path: Path, name: str) -> None:
+    """One process per GPU: on this CPU-only machine, mp.spawn starts one."""
+    shutil.copy(FIXTURES / "convert" / "expected_spawn" / name, tmp_path / name)
+    args = ["3", "1"] if name.startswith("seed004") else []
+    result = run([sys.executable, name, *args], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert len(progress_lines(result.stdout)) == (6 if name.startswith("seed004") else 3)
+    assert len(list(tmp_path.glob("*.pt"))) == 1
+
+
+def test_the_two_ranks_train_on_disjoint_halves(tmp_path: Path) -> None:
+    """The sampler really shards: each rank reports the indices it saw; no overlap."""
+    source = (EXPECTED / "module_level.py").read_text()
+    probe = (
+        "\nimport json\njson.dump(list(loader.sampler), open(f'seen{dist.get_rank()}.json', 'w'))\n"
+    )
+    marker = "del model"
+    (tmp_path / "probe.py").write_text(source.replace(marker, probe + marker, 1))
+    result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    import json
+
+    seen = [set(json.loads((tmp_path / f"seen{r}.json").read_text())) for r in (0, 1)]
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+
+
+@pytest.mark.slow
+def test_exits_cleanly_ten_times_in_a_row(tmp_path: Path) -> None:
+    shutil.copy(EXPECTED / "trainer_class.py", tmp_path / "trainer_class.py")
+    codes = [
+        run([*TORCHRUN, "trainer_class.py"], cwd=tmp_path, timeout=240).returncode
+        for _ in range(10)
+    ]
+    assert codes == [0] * 10

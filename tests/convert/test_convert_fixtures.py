@@ -1,0 +1,170 @@
+"""Whole scripts: each input converts to its reviewed golden output, and only once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from ddpify.convert import convert_source
+from ddpify.options import BatchMode, ConvertOptions, Launcher, ScaleLR
+
+INPUTS = sorted([*FIXTURES.glob("convert/scripts/*.py"), *FIXTURES.glob("convert/seeds/*.py")])
+NO_OPS = {"already_ddp.py", "not_training_utils.py", "tqdm_stub.py"}
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name)
+def test_converts_to_golden_output(path: Path) -> None:
+    result = convert_source(path.read_bytes(), path.name, ConvertOptions())
+    expected = (FIXTURES / "convert" / "expected" / path.name).read_bytes()
+    assert result.output == expected
+    assert not result.problems and not result.refused
+    assert result.changed == (path.name not in NO_OPS)
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name)
+def test_converting_the_output_again_changes_nothing(path: Path) -> None:
+    converted = (FIXTURES / "convert" / "expected" / path.name).read_bytes()
+    result = convert_source(converted, path.name, ConvertOptions())
+    assert result.output == converted
+    assert result.skipped is not None
+
+
+SPAWNED = sorted(FIXTURES.glob("convert/expected_spawn/*.py"))
+
+
+@pytest.mark.parametrize("expected", SPAWNED, ids=lambda p: p.name)
+def test_spawn_launcher_golden_output(expected: Path) -> None:
+    source = next(path for path in INPUTS if path.name == expected.name)
+    options = ConvertOptions(launcher=Launcher.SPAWN)
+    result = convert_source(source.read_bytes(), source.name, options)
+    assert result.output == expected.read_bytes()
+    again = convert_source(result.output, source.name, options)
+    assert again.output == result.output
+
+
+def test_spawn_refuses_a_function_reading_a_global_only_main_sets() -> None:
+    source = b"""\
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(dataset, shuffle=True)
+    model = Net().to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    args = parse()
+    main()
+"""
+    options = ConvertOptions(launcher=Launcher.SPAWN)
+    result = convert_source(source, "train.py", options)
+    assert result.refused and result.output == source
+    assert [(note.code, note.line) for note in result.problems] == [("DDP008", 8)]
+
+
+def test_already_distributed_is_left_alone_and_says_why() -> None:
+    path = FIXTURES / "convert" / "scripts" / "already_ddp.py"
+    result = convert_source(path.read_bytes(), path.name, ConvertOptions())
+    assert result.skipped is not None and result.skipped.startswith("already distributed")
+
+
+def test_a_module_that_does_not_train_is_left_alone() -> None:
+    path = FIXTURES / "convert" / "scripts" / "not_training_utils.py"
+    result = convert_source(path.read_bytes(), path.name, ConvertOptions())
+    assert result.skipped is not None and "not a training script" in result.skipped
+
+
+def test_crlf_two_space_indent_and_encoding_cookie_are_kept() -> None:
+    source = (FIXTURES / "convert" / "seeds" / "seed000_single_gpu.py").read_text()
+    source = "# -*- coding: latin-1 -*-\n# caf\xe9\n" + source.replace("    ", "  ")
+    data = source.replace("\n", "\r\n").encode("latin-1")
+    output = convert_source(data, "x.py", ConvertOptions()).output
+    assert b"\n" not in output.replace(b"\r\n", b"")
+    assert output.startswith(b"# -*- coding: latin-1 -*-\r\n# caf\xe9\r\n")
+    text = output.decode("latin-1")
+    assert "\r\n  dist.init_process_group(" in text  # the script's own two-space indent
+    assert "\r\n  loader.sampler.set_epoch(epoch)\r\n" in text
+
+
+def test_global_batch_and_linear_lr_scaling() -> None:
+    path = FIXTURES / "convert" / "seeds" / "seed000_single_gpu.py"
+    options = ConvertOptions(batch=BatchMode.GLOBAL, scale_lr=ScaleLR.LINEAR)
+    text = convert_source(path.read_bytes(), path.name, options).output.decode()
+    assert "batch_size=64 // dist.get_world_size()" in text
+    assert "lr=1e-3 * dist.get_world_size()" in text
+
+
+def test_a_training_loop_without_a_dataloader_is_refused() -> None:
+    source = b"""\
+import torch
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 2)
+for epoch in range(3):
+    for i in range(0, 64, 8):
+        loss = model(x[i : i + 8]).sum()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "manual.py", ConvertOptions())
+    assert result.refused and result.output == source
+    assert [(note.code, note.line) for note in result.problems] == [("DDP004", 9)]
+
+
+def test_a_collective_inside_a_print_is_not_guarded() -> None:
+    source = (
+        (FIXTURES / "convert" / "seeds" / "seed000_single_gpu.py")
+        .read_text()
+        .replace(
+            'print(f"Epoch {epoch}: loss={total_loss/len(loader):.4f}")',
+            "print(model(batch_x).sum())",
+        )
+    )
+    result = convert_source(source.encode(), "x.py", ConvertOptions())
+    assert "    print(model(batch_x).sum())\n" in result.output.decode()
+    assert [note.code for note in result.problems] == ["DDP005"]
+
+
+ITERABLE_DATASET_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        yield torch.randn(4)
+
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in DataLoader(Stream(), batch_size=8):
+        model(x).sum().backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("loader", "reason"),
+    [
+        ("DataLoader(Stream(), batch_size=8)", "reads an IterableDataset, which takes no sampler"),
+        ("DataLoader(data, **options)", "takes `*args` or `**kwargs` that cannot be followed"),
+        ("DataLoader(data, **dict(shuffle=True))", "`shuffle` is set in a `**kwargs` dict"),
+    ],
+)
+def test_a_loader_that_cannot_take_a_sampler_is_refused(loader: str, reason: str) -> None:
+    source = ITERABLE_DATASET_SCRIPT.replace("DataLoader(Stream(), batch_size=8)", loader)
+    result = convert_source(source.encode(), "stream.py", ConvertOptions())
+    assert result.refused and result.output == source.encode()
+    [problem] = result.problems
+    assert (problem.code, problem.line, problem.blocking) == ("DDP004", 13, True)
+    assert reason in problem.message

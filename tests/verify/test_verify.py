@@ -1,0 +1,448 @@
+"""`ddpify verify`: originals against their DDP versions, really run as CPU processes (gloo).
+
+Every test that runs scripts asserts afterwards that no process of the run is left: none of
+the process groups the runner started has a member, no process mentions the run's temporary
+folder, and the folder is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT, run
+
+from ddpify.verify.judge import Outcome, Status, judge, mask, similar
+from ddpify.verify.report import render_json, render_table
+from ddpify.verify.runner import Verification, VerifyOptions, parse_stack, run_verification
+
+pytest.importorskip("torch")
+
+VERIFY = FIXTURES / "verify"
+TRAIN = VERIFY / "train.py"
+CHECKS = ("runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once")
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if text.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def assert_nothing_left(pgids: list[int], temp_dir: Path, kept: bool = False) -> None:
+    assert pgids, "the runner started no process"
+    for pgid in pgids:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)  # no member of the group is alive
+    assert processes_mentioning(str(temp_dir)) == []
+    assert temp_dir.exists() == kept
+
+
+def verify(
+    original: Path,
+    converted: Path,
+    *args: str,
+    nproc: int = 2,
+    steps: int = 2,
+    timeout: float = 120,
+    keep: bool = False,
+) -> tuple[Verification, Outcome]:
+    options = VerifyOptions(
+        original=original,
+        converted=converted,
+        script_args=args,
+        nproc=nproc,
+        steps=steps,
+        timeout=timeout,
+        keep=keep,
+    )
+    verification = run_verification(options)
+    assert_nothing_left(verification.pgids, verification.temp_dir, kept=keep)
+    return verification, judge(verification)
+
+
+def statuses(outcome: Outcome) -> dict[str, Status]:
+    return {check.name: check.status for check in outcome.checks}
+
+
+def check(outcome: Outcome, name: str) -> str:
+    """One check's summary and details as text, for assertions on what it says."""
+    found = next(c for c in outcome.checks if c.name == name)
+    return "\n".join([found.summary, *found.details])
+
+
+# -- equivalent pairs ---------------------------------------------------------------------
+
+
+def test_seed000_hard_coded_cuda_pair_through_the_cli(tmp_path: Path) -> None:
+    result = run(
+        [sys.executable, "-m", "ddpify.verify",
+         str(FIXTURES / "convert" / "seeds" / "seed000_single_gpu.py"),
+         str(FIXTURES / "convert" / "expected" / "seed000_single_gpu.py"),
+         "--steps", "2", "--json"],
+        cwd=tmp_path, timeout=240,
+    )  # fmt: skip
+    report = json.loads(result.stdout)
+    assert_nothing_left(report["pgids"], Path(report["temp_dir"]))
+    assert result.returncode == 0, result.stdout.decode()
+    assert report["verdict"] == "equivalent"
+    assert [c["name"] for c in report["checks"]] == list(CHECKS)
+    assert {c["name"]: c["status"] for c in report["checks"]} == {
+        "runs": "pass",
+        "replicas-in-sync": "pass",
+        "equivalence": "pass",
+        "data-sharding": "pass",
+        "side-effects-once": "not exercised",  # it prints once an epoch: not within 2 steps
+    }
+    # the original hard-codes "cuda": it ran on the CPU, and the report says so
+    assert any("CUDA runs on the CPU: .to('cuda')" in line for line in report["changes"])
+    equivalence = report["checks"][2]["data"]
+    assert equivalence["batch"] == "per-gpu" and equivalence["steps"] == [1, 2]
+    assert equivalence["max_abs"] < 1e-4
+    # Adam turns last-bit differences into a few larger ones: allowed, counted and said
+    details = "\n".join(report["checks"][2]["details"])
+    assert "allowed for Adam" in details and "adaptive-optimizer allowance" in details
+    assert all(row["outside"] <= row["elements"] * 1e-3 for row in equivalence["rows"])
+    # progress on stderr, the report on stdout
+    assert b"converted: 2 steps in" in result.stderr and b"original:" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("original", "converted", "args"),
+    [
+        (
+            FIXTURES / "convert" / "scripts" / "main_argparse.py",
+            FIXTURES / "convert" / "expected" / "main_argparse.py",
+            (),
+        ),
+        (
+            FIXTURES / "convert" / "seeds" / "seed004_single_gpu.py",
+            FIXTURES / "convert" / "expected" / "seed004_single_gpu.py",
+            ("3", "1"),
+        ),
+    ],
+    ids=["main_argparse", "seed004-with-args"],
+)
+def test_converted_fixtures_are_equivalent(
+    original: Path, converted: Path, args: tuple[str, ...]
+) -> None:
+    verification, outcome = verify(original, converted, *args)
+    assert outcome.exit_code == 0, render_table(verification, outcome)
+    assert statuses(outcome)["equivalence"] is Status.PASS
+    assert statuses(outcome)["data-sharding"] is Status.PASS
+    assert "per-gpu" in check(outcome, "equivalence")
+
+
+def test_hand_written_ddp_script_passes_every_check() -> None:
+    verification, outcome = verify(TRAIN, VERIFY / "ddp_correct.py", steps=3)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert set(statuses(outcome).values()) == {Status.PASS}, table
+    # the end of epoch 0 (step 2) prints and saves: side effects exercised, all three parts
+    side_effects = next(c for c in outcome.checks if c.name == "side-effects-once")
+    assert {part["status"] for part in side_effects.data.values()} == {"pass"}
+    assert "batch global: 8 per rank x 2 = the original's 16" in table
+    assert "dropout neutralised: F.dropout (p=0.1) made the identity" in table
+    assert "Tensor.cuda() / Module.cuda() stay on the CPU (original)" in table
+    assert "verdict: equivalent (exit 0)" in table
+
+
+def test_one_process_is_bit_identical_and_keep_keeps_the_records() -> None:
+    verification, outcome = verify(TRAIN, VERIFY / "ddp_correct.py", nproc=1, keep=True)
+    try:
+        kept = verification.temp_dir
+        assert (kept / "converted" / "work" / "ddp_correct.py").is_file()
+        assert (kept / "original" / "rank0" / "comparison.json").is_file()
+        assert f"kept: {kept}" in render_table(verification, outcome)
+    finally:
+        shutil.rmtree(verification.temp_dir)
+    assert outcome.exit_code == 0
+    assert statuses(outcome)["replicas-in-sync"] is Status.NOT_EXERCISED
+    equivalence = next(c for c in outcome.checks if c.name == "equivalence")
+    assert "bit-identical (one process)" in equivalence.summary
+    assert equivalence.data["max_abs"] == 0.0
+
+
+# -- broken DDP scripts fail on the right check ---------------------------------------------
+
+
+def test_missing_distributed_sampler_fails_data_sharding() -> None:
+    _, outcome = verify(TRAIN, VERIFY / "ddp_no_sampler.py")
+    assert outcome.exit_code == 1
+    assert statuses(outcome)["data-sharding"] is Status.FAIL
+    text = check(outcome, "data-sharding")
+    assert "step 1: ranks 0 and 1 both trained on samples [0, 1, 2" in text
+    assert "missing a DistributedSampler" in text
+    assert statuses(outcome)["replicas-in-sync"] is Status.PASS  # same data, same updates
+
+
+def test_checkpoint_saved_on_every_rank_fails_side_effects(tmp_path: Path) -> None:
+    result = run(
+        [sys.executable, "-m", "ddpify.verify", str(TRAIN),
+         str(VERIFY / "ddp_save_every_rank.py"), "--steps", "3", "--json"],
+        cwd=tmp_path, timeout=240,
+    )  # fmt: skip
+    report = json.loads(result.stdout)
+    assert_nothing_left(report["pgids"], Path(report["temp_dir"]))
+    assert result.returncode == 1
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["side-effects-once"]["status"] == "fail"
+    assert by_name["side-effects-once"]["data"]["files"]["status"] == "fail"
+    assert "checkpoint.pt written by ranks 0, 1" in by_name["side-effects-once"]["summary"]
+    for name in ("runs", "replicas-in-sync", "equivalence", "data-sharding"):
+        assert by_name[name]["status"] == "pass", name
+
+
+def test_state_dict_of_the_wrapper_fails_checkpoint_keys() -> None:
+    _, outcome = verify(TRAIN, VERIFY / "ddp_state_dict_module.py", steps=3)
+    assert outcome.exit_code == 1
+    assert statuses(outcome)["side-effects-once"] is Status.FAIL
+    assert statuses(outcome)["equivalence"] is Status.PASS
+    text = check(outcome, "side-effects-once")
+    assert "keys carry DDP's `module.` prefix (model.module.0.bias" in text
+    assert "save model.module.state_dict()" in text
+
+
+def test_learning_rate_scaled_fails_equivalence_at_step_one() -> None:
+    _, outcome = verify(TRAIN, VERIFY / "ddp_lr_scaled.py")
+    assert outcome.exit_code == 1
+    equivalence = next(c for c in outcome.checks if c.name == "equivalence")
+    assert equivalence.status is Status.FAIL
+    assert equivalence.data["step"] == 1 and equivalence.data["parameter"] == "0.weight"
+    assert equivalence.summary.startswith("diverged at step 1: 0.weight differs by up to")
+    assert "learning rate: [0.2] in the converted run, [0.1] in the original (x2)" in "\n".join(
+        equivalence.details
+    )
+    assert statuses(outcome)["data-sharding"] is Status.PASS
+    assert statuses(outcome)["side-effects-once"] is not Status.FAIL  # the cause is reported once
+
+
+def test_collective_inside_rank_zero_guard_hangs_until_the_timeout() -> None:
+    started = time.monotonic()
+    verification, outcome = verify(TRAIN, VERIFY / "ddp_hang.py", steps=3, timeout=20)
+    elapsed = time.monotonic() - started
+    assert verification.converted is not None and verification.converted.timed_out
+    assert all(p.timed_out for p in verification.converted.processes)
+    assert outcome.exit_code == 1
+    assert statuses(outcome)["runs"] is Status.FAIL
+    text = check(outcome, "runs")
+    assert "hung: timed out after 20 s; all 2 processes killed" in text
+    # where each rank was: rank 0 in the barrier only it calls, rank 1 in its next backward
+    assert "rank 0: stuck at ddp_hang.py:41 in main: dist.barrier()" in text
+    assert "in barrier)" in text
+    assert "rank 1: stuck at ddp_hang.py:36 in main: loss.backward()" in text
+    assert elapsed < 20 + 60  # the timeout, then the original's run
+
+
+def test_batchnorm_is_per_rank_statistics_and_the_report_says_so(tmp_path: Path) -> None:
+    original, converted = tmp_path / "train_bn.py", tmp_path / "ddp_bn.py"
+    original.write_text(TRAIN.read_text().replace("nn.Dropout(0.1)", "nn.BatchNorm1d(16)"))
+    converted.write_text(
+        (VERIFY / "ddp_correct.py").read_text().replace("nn.Dropout(0.1)", "nn.BatchNorm1d(16)")
+    )
+    _, outcome = verify(original, converted)
+    assert statuses(outcome)["equivalence"] is Status.FAIL  # no tolerance widened for it
+    assert "per-rank statistics" in check(outcome, "equivalence")
+    assert any("BatchNorm in training mode (left unchanged)" in c for c in outcome.changes)
+    assert statuses(outcome)["data-sharding"] is Status.PASS
+
+
+@pytest.mark.slow  # beyond the default run's time budget: `python -m pytest -m slow`
+def test_noise_drawn_while_training_is_named_as_the_cause() -> None:
+    """A GAN's torch.randn: every rank draws the same noise, the original fresh noise for the
+    whole batch. Two optimizers: the one that diverged is named."""
+    _, outcome = verify(
+        FIXTURES / "convert" / "scripts" / "gan_two_models.py",
+        FIXTURES / "convert" / "expected" / "gan_two_models.py",
+    )
+    equivalence = next(c for c in outcome.checks if c.name == "equivalence")
+    assert equivalence.status is Status.FAIL
+    assert equivalence.summary.startswith("diverged at step 1 (optimizer 1, Adam): net.0.weight")
+    assert "random numbers drawn while training (randn)" in check(outcome, "equivalence")
+    assert statuses(outcome)["data-sharding"] is Status.PASS
+
+
+def test_a_rank_that_crashes_fails_runs_with_its_error(tmp_path: Path) -> None:
+    crash = tmp_path / "ddp_crash.py"
+    crash.write_text(
+        (VERIFY / "ddp_correct.py")
+        .read_text()
+        .replace(
+            "            optimizer.step()\n",
+            "            optimizer.step()\n"
+            "            if rank == 1:\n"
+            "                raise RuntimeError('rank 1 breaks')\n",
+        )
+    )
+    _, outcome = verify(TRAIN, crash)
+    assert outcome.exit_code == 1
+    text = check(outcome, "runs")
+    assert "rank 1's stderr ends:" in text and "RuntimeError: rank 1 breaks" in text
+
+
+# -- could not run ------------------------------------------------------------------------
+
+
+def test_original_that_crashes_exits_2(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text(TRAIN.read_text().replace("def main():", "def main():\n    1 / 0", 1))
+    _, outcome = verify(broken, VERIFY / "ddp_correct.py")
+    assert outcome.exit_code == 2
+    assert outcome.verdict == "could not run the original script"
+    assert "ZeroDivisionError: division by zero" in check(outcome, "runs")
+    assert statuses(outcome)["equivalence"] is Status.UNCHECKED
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["missing.py", str(VERIFY / "ddp_correct.py")],
+        [str(TRAIN), str(VERIFY)],
+        [str(TRAIN), str(VERIFY / "ddp_correct.py"), "--nproc", "0"],
+        [str(TRAIN), str(VERIFY / "ddp_correct.py"), "--steps", "0"],
+    ],
+    ids=["missing-file", "directory", "nproc-0", "steps-0"],
+)
+def test_bad_arguments_exit_2_without_running_anything(tmp_path: Path, args: list[str]) -> None:
+    result = run([sys.executable, "-m", "ddpify.verify", *args], cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert processes_mentioning("ddpify.verify.harness") == []
+
+
+def start_verifier(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """`ddpify verify` on the hanging pair, once its harness processes run (2 ranks and the
+    original, which starts early and waits)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ddpify.verify", str(TRAIN), str(VERIFY / "ddp_hang.py")],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    harnesses: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(harnesses) < 3 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+        harnesses = [
+            pid for pid in processes_mentioning("ddpify.verify.harness")
+            if _parent(pid) == process.pid
+        ]  # fmt: skip
+    return process, harnesses
+
+
+def test_ctrl_c_stops_every_process_and_removes_the_folder(tmp_path: Path) -> None:
+    process, harnesses = start_verifier(tmp_path)
+    try:
+        assert len(harnesses) == 3, "the harness processes never started"
+        folder = _temp_folder(harnesses[0])
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, err.decode()
+    assert b"interrupted; every process stopped" in err
+    assert_nothing_left(harnesses, folder)
+
+
+def test_runs_end_with_a_killed_verifier(tmp_path: Path) -> None:
+    """SIGKILL leaves the verifier no chance to clean up: its processes notice and end."""
+    process, harnesses = start_verifier(tmp_path)
+    try:
+        assert len(harnesses) == 3, "the harness processes never started"
+        folder = _temp_folder(harnesses[0])
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_group_alive(pgid) for pgid in harnesses):
+        time.sleep(0.2)
+    try:
+        assert not any(_group_alive(pgid) for pgid in harnesses)
+        assert processes_mentioning(str(folder)) == []
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # nobody was left to remove it
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _temp_folder(pid: int) -> Path:
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    out = Path(args[args.index(b"--out") + 1].decode())
+    return out.parent.parent  # TEMP/converted/rank0
+
+
+# -- the pieces, without processes ---------------------------------------------------------
+
+
+def test_the_verify_command_does_not_import_torch(tmp_path: Path) -> None:
+    code = "import sys, ddpify.verify.command\nassert 'torch' not in sys.modules\n"
+    result = run([sys.executable, "-c", code], cwd=ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+
+
+def test_printed_lines_match_with_numbers_masked() -> None:
+    assert mask("epoch 3 loss 0.1234\n\n[GPU0] step 1e-3\n") == [
+        "epoch # loss #",
+        "[GPU#] step #",
+    ]
+    assert similar("[GPU#] Epoch # | Batch size: #", "[GPUcpu] Epoch # | Batch size: #")
+    assert not similar("epoch # loss #", "saved checkpoint to best.pt")
+
+
+def test_faulthandler_dump_gives_the_script_line(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import x\n\ndef main():\n    dist.barrier()\n")
+    dump = (
+        "Timeout (0:00:17)!\n"
+        "Thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n\n'
+        "Thread 0x00007f0000000000 (most recent call first):\n"
+        '  File "/site-packages/torch/distributed/distributed_c10d.py", line 5356 in barrier\n'
+        f'  File "{script}", line 4 in main\n'
+        '  File "<frozen runpy>", line 88 in _run_code\n'
+    )
+    frames = parse_stack(dump, script)
+    assert [(f.function, f.line) for f in frames] == [
+        ("barrier", 5356), ("main", 4), ("_run_code", 88)
+    ]  # fmt: skip
+    assert frames[1].source == "dist.barrier()"
+
+
+def test_json_report_of_a_run_that_never_started_is_still_json() -> None:
+    verification = Verification(VerifyOptions(TRAIN, TRAIN), temp_dir=Path("/nonexistent"))
+    outcome = judge(verification)
+    report = json.loads(render_json(verification, outcome))
+    assert report["exit_code"] == 2
+    assert report["checks"][0]["status"] == "could not check"
