@@ -10,7 +10,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.script import TrainLoop
-from ddpify.analysis.tree import call_arg
+from ddpify.analysis.tree import call_arg, dotted
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
 
@@ -55,14 +55,24 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     dataset = call_arg(call, 0, "dataset")
     if dataset is None:
         return "the training DataLoader has no dataset argument"
+    if not _names_value(dataset.value) and _in_own_scope(anatomy, call):
+        # The dataset would be named in a statement of its own, outside the comprehension
+        # or lambda whose variables it reads.
+        return (
+            "the training DataLoader's dataset is built inside a comprehension or lambda: "
+            "build it first, then give the loader a DistributedSampler by hand"
+        )
     if anatomy.loaders.is_iterable_dataset(dataset.value, anatomy.function_of(call)):
         return (
             "the training DataLoader reads an IterableDataset, which takes no sampler: "
             "shard it by rank in its `__iter__`"
         )
     shuffle = anatomy.loaders.argument(call, "shuffle") or []
-    if any(not passed.direct for passed in shuffle):
-        return "`shuffle` is set in a `**kwargs` dict: replace it with the sampler by hand"
+    if any(not passed.direct for passed in shuffle) and _shuffle_dict(anatomy, call) is None:
+        return (
+            "`shuffle` is set in a `**kwargs` dict other than a variable read only by this "
+            "loader: replace it with the sampler by hand"
+        )
     if any(isinstance(p.where, cst.Arg) and p.where.keyword is None for p in shuffle):
         return "`shuffle` passed by position: pass it by keyword first"
     return None
@@ -78,7 +88,7 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
     assert dataset is not None
     code = cst.Module([]).code_for_node
     dataset_code = code(dataset.value)
-    if not isinstance(dataset.value, cst.Name | cst.Attribute):
+    if not _names_value(dataset.value):
         # Built inline: the loader and the sampler must share one dataset, so name it.
         dataset_code = anatomy.free_name(("dataset", "train_dataset", "train_set"))
         built: list[cst.BaseExpression] = []
@@ -92,6 +102,10 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
             loader.statement, [lambda: statement(f"{dataset_code} = {code(built[-1])}\n")]
         )
     shuffle_code = code(shuffle.value) if shuffle is not None else "False"
+    holder = _shuffle_dict(anatomy, call)
+    if holder is not None:
+        # The dict's `shuffle` goes to the sampler; DataLoader refuses both at once.
+        shuffle_code = f'{holder.value}.pop("shuffle", False)'
     sampler_name = imported_sampler(anatomy, call)
     if sampler_name is None:
         sampler_name = "DistributedSampler"
@@ -111,6 +125,51 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
         return updated.with_changes(args=args)
 
     plan.replace(call, shard)
+
+
+def _shuffle_dict(anatomy: Anatomy, call: cst.Call) -> cst.Name | None:
+    """The `**name` dict that may hold the loader's `shuffle` (pytorch/examples' mnist sets it
+    in `cuda_kwargs`, merged into `train_kwargs`), when nothing reads the dict after the
+    loader is made: the sampler can then take `shuffle` out of it (`name.pop("shuffle",
+    False)`). None when `shuffle` is passed otherwise too, or the dict is read again."""
+    loaders = anatomy.loaders
+    scope = anatomy.function_of(call)
+    holders = []
+    for arg in call.args:
+        if arg.star != "**":
+            continue
+        entries = loaders.dict_entries(arg.value, scope) or []
+        if any(key == "shuffle" for key, _ in entries):
+            holders.append(arg.value)
+    direct = any(passed.direct for passed in loaders.argument(call, "shuffle") or [])
+    if direct or len(holders) != 1 or not isinstance(holders[0], cst.Name):
+        return None
+    return None if loaders.read_after(holders[0]) else holders[0]
+
+
+def _names_value(expr: cst.BaseExpression) -> bool:
+    """`data`, `self.data`, `datasets["train"]`, `splits[phase]`: an expression that reads a
+    value without computing one, so the sampler may spell it again."""
+    if isinstance(expr, cst.Name | cst.Attribute):
+        return dotted(expr) is not None
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+        key = expr.slice[0].slice
+        return (
+            _names_value(expr.value)
+            and isinstance(key, cst.Index)
+            and isinstance(key.value, cst.Name | cst.SimpleString | cst.Integer)
+        )
+    return False
+
+
+def _in_own_scope(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    """Whether `node` sits in a comprehension or lambda, whose variables no statement sees."""
+    return any(
+        isinstance(
+            ancestor, cst.ListComp | cst.SetComp | cst.DictComp | cst.GeneratorExp | cst.Lambda
+        )
+        for ancestor in anatomy.ancestors(node)
+    )
 
 
 def imported_sampler(anatomy: Anatomy, user: cst.CSTNode) -> str | None:

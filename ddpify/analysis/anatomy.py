@@ -48,11 +48,11 @@ class Anatomy(SourceIndex):
 
     @cached_property
     def script(self) -> TrainingScript:
-        return TrainingScript(self, self.graph, self.loaders)
+        return TrainingScript(self, self.graph, self.values, self.loaders)
 
     @cached_property
     def models(self) -> Models:
-        return Models(self, self.script)
+        return Models(self, self.graph, self.script, self.effects)
 
     @cached_property
     def distributed(self) -> DistributedCode:

@@ -65,7 +65,10 @@ LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarning
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 # The last parts of the names `SideEffects.of` resolves (print, torch.save, logging.*, ...).
 SIDE_EFFECT_NAMES = {"print", "save", "dump", "savez", *LOG_LEVELS}
-ITER_WRAPPERS = {"enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "progress_bar"}
+ITER_WRAPPERS = {
+    "enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "tqdm.notebook.tqdm",
+    "progress_bar",
+}  # fmt: skip
 # Module attributes that behave the same on the DDP wrapper; anything else needs `.module`.
 DDP_TRANSPARENT = {
     "module", "parameters", "named_parameters", "train", "eval", "zero_grad", "to", "cuda",

@@ -167,9 +167,31 @@ class Loaders:
             if any(arg.keyword is None for arg in expr.args):
                 return None
             return [(arg.keyword.value, Passed(arg.value, arg)) for arg in expr.args if arg.keyword]
+        if isinstance(expr, cst.IfExp):  # `{"num_workers": 1} if use_cuda else {}`
+            branches = [self.dict_entries(b, scope, depth + 1) for b in (expr.body, expr.orelse)]
+            if branches[0] is None or branches[1] is None:
+                return None
+            return branches[0] + branches[1]
         if isinstance(expr, cst.Name):
             return self._name_entries(expr.value, scope, depth)
         return None
+
+    def read_after(self, name: cst.Name) -> bool:
+        """Whether the variable `name` reads is read again after `name` (later in its scope,
+        or in a loop around it), or outside the function that binds it."""
+        index = self.index
+        scope = index.function_of(name)
+        if scope is None or name.value in self.graph.parameters_of(scope):
+            return True  # a global or a parameter: other code may read it
+        loops = [a for a in index.ancestors(name) if isinstance(a, cst.For | cst.While)]
+        for other in walk(scope):
+            if not isinstance(other, cst.Name) or other.value != name.value or other is name:
+                continue
+            if index.function_of(other) is not scope:
+                return True  # a nested function's closure
+            if index.precedes(name, other) or any(index.inside(other, loop) for loop in loops):
+                return True
+        return False
 
     def _name_entries(self, name: str, scope: Scope, depth: int) -> list[tuple[str, Passed]] | None:
         """Every key the dict variable `name` is given anywhere in the scope that binds it (in

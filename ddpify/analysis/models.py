@@ -9,6 +9,8 @@ from functools import cached_property
 import libcst as cst
 
 from ddpify.analysis.api import DATA_PARALLEL, PARAMETERS
+from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.effects import SideEffects
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, walk
@@ -28,18 +30,19 @@ class Model:
 class Models:
     """The trained models and their placement."""
 
-    def __init__(self, index: SourceIndex, script: TrainingScript) -> None:
+    def __init__(
+        self, index: SourceIndex, graph: CallGraph, script: TrainingScript, effects: SideEffects
+    ) -> None:
         self.index = index
+        self.graph = graph
         self.script = script
+        self.effects = effects
 
     @cached_property
     def all(self) -> list[Model]:
         models: list[Model] = []
         for optimizer in self.script.optimizer_calls:
-            params = call_arg(optimizer, 0, "params")
-            if params is None:
-                continue
-            for node in walk(params.value):
+            for node in (n for s in self.script.parameter_sources(optimizer) for n in walk(s)):
                 if is_method_call(node, *PARAMETERS):
                     assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
                     name = self._model_root(dotted(node.func.value))
@@ -106,6 +109,7 @@ class Models:
         if unique:
             statement, name = max(unique.values(), key=lambda item: self.index.line(item[0]))
             model.placement, model.placed_name = self._unconditional(statement), name
+            model.placement = self._after_initialisation(model.placement, model.names)
             return
         # Never moved (a CPU script): wrap right after it is built, before the optimizer.
         scope = self.index.function_of(model.optimizer_call)
@@ -120,8 +124,49 @@ class Models:
         ]
         if built:
             last = built[-1]
-            model.placement = self.index.statement_of(last)
+            model.placement = self._after_initialisation(self.index.statement_of(last), model.names)
             model.placed_name = dotted(last.targets[0].target)
+
+    def _after_initialisation(
+        self, placement: cst.BaseStatement, names: set[str]
+    ) -> cst.BaseStatement:
+        """The last of the statements right after `placement`, in its block, that still
+        change the model (`model.apply(init_fn)`, `init_weights(model)`, a checkpoint loaded
+        into it, layers frozen or replaced): DDP copies rank 0's weights to the other ranks
+        only when it wraps the model, and hooks only the parameters that then need a
+        gradient. The scan stops at a statement that trains, rebinds the model, or hands the
+        model itself to something that may keep it (`trainer = Trainer(model)`)."""
+        holder = self.index.parent(placement)
+        if not isinstance(holder, cst.IndentedBlock | cst.Module):
+            return placement
+        body = list(holder.body)
+        start = next(i for i, statement in enumerate(body) if statement is placement)
+        backward = set(self.script.backward_calls)
+        last = placement
+        for later in body[start + 1 :]:
+            if self.graph.reaches(later, lambda node: node in backward):
+                break
+            if _binds(later, names) or _hands_over(later, names):
+                break
+            if self._changes_model(later, names):
+                last = later
+        return last
+
+    def _changes_model(self, statement: cst.BaseStatement, names: set[str]) -> bool:
+        """Whether `statement` may change the model: it names the model other than to hand
+        its parameters to an optimizer (`model.parameters()`) or to print or log it."""
+        if self.effects.of(statement) in {"print", "logging"}:
+            return False
+        parameters = {
+            id(node.func.value)
+            for node in walk(statement)
+            if isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in PARAMETERS
+        }
+        return any(
+            _names_model(node, names) and id(node) not in parameters for node in walk(statement)
+        )
 
     def _unconditional(self, statement: cst.BaseStatement) -> cst.BaseStatement:
         """The statement itself, or the `if`/`with`/`try` it sits in (the outermost below its
@@ -144,3 +189,42 @@ def _moved_value(value: cst.BaseExpression) -> cst.BaseExpression:
     ):
         return value.func.value
     return value
+
+
+def _names_model(node: cst.CSTNode, names: set[str]) -> bool:
+    return isinstance(node, cst.Name | cst.Attribute) and dotted(node) in names
+
+
+def _binds(statement: cst.CSTNode, names: set[str]) -> bool:
+    """`model = ...` (or `for model in ...`, `with ... as model`): a new object from here on.
+    `model.fc = ...` changes the model, and does not count."""
+    for node in walk(statement):
+        targets: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Assign):
+            targets = [target.target for target in node.targets]
+        elif isinstance(node, cst.AnnAssign | cst.AugAssign | cst.For):
+            targets = [node.target]
+        elif isinstance(node, cst.AsName) and isinstance(node.name, cst.BaseExpression):
+            targets = [node.name]
+        for target in targets:
+            elements = (
+                [element.value for element in target.elements]
+                if isinstance(target, cst.Tuple | cst.List)
+                else [target]
+            )
+            if any(dotted(element) in names for element in elements):
+                return True
+    return False
+
+
+def _hands_over(statement: cst.CSTNode, names: set[str]) -> bool:
+    """A call given the model object itself whose result is kept (`trainer = Trainer(model)`,
+    `ema = ModelEma(model)`): what it keeps would be the bare model, not the wrapper."""
+    for node in walk(statement):
+        if isinstance(node, cst.Assign | cst.AnnAssign) and node.value is not None:
+            for inner in walk(node.value):
+                if isinstance(inner, cst.Call) and any(
+                    _names_model(arg.value, names) for arg in inner.args
+                ):
+                    return True
+    return False

@@ -25,6 +25,7 @@ from ddpify.analysis.tree import (
     is_name,
     walk,
 )
+from ddpify.analysis.values import MAX_STEPS, Values
 
 
 @dataclass
@@ -52,9 +53,12 @@ class Entry:
 class TrainingScript:
     """The training a script does, as one process."""
 
-    def __init__(self, index: SourceIndex, graph: CallGraph, loaders: Loaders) -> None:
+    def __init__(
+        self, index: SourceIndex, graph: CallGraph, values: Values, loaders: Loaders
+    ) -> None:
         self.index = index
         self.graph = graph
+        self.values = values
         self.loaders = loaders
 
     @cached_property
@@ -80,8 +84,34 @@ class TrainingScript:
         return (
             bool(self.backward_calls)
             and self.index.uses_torch
-            and any(_passes_parameters(call) for call in self.index.calls)
+            and (
+                any(_passes_parameters(call) for call in self.index.calls)
+                or any(self._builds_from_parameters(call) for call in self.optimizer_calls)
+            )
             and bool(self.optimizer_calls)
+        )
+
+    def parameter_sources(self, optimizer: cst.Call) -> list[cst.BaseExpression]:
+        """The expressions an optimizer's `params` may come from: the argument itself, and
+        what a name it reads was built from (`groups = [{"params": [p for n, p in
+        model.named_parameters() if ...]}]`, Hugging Face's no-decay groups)."""
+        params = call_arg(optimizer, 0, "params")
+        if params is None:
+            return []
+        scope = self.index.function_of(optimizer)
+        traced = [
+            origin
+            for name in {dotted(node) for node in walk(params.value) if isinstance(node, cst.Name)}
+            if name is not None
+            for origin in self.values.origins(cst.Name(name), scope)
+        ]
+        return [params.value, *traced]
+
+    def _builds_from_parameters(self, optimizer: cst.Call) -> bool:
+        return any(
+            is_method_call(node, *PARAMETERS)
+            for source in self.parameter_sources(optimizer)
+            for node in walk(source)
         )
 
     @cached_property
@@ -102,7 +132,7 @@ class TrainingScript:
             loader = self.loaders.loader_for(self.loaders.resolve(batch_loop.iter, scope))
             train = TrainLoop(batch_loop, loader)
             # The epoch loop: the next loop out, and the loader's name as seen from there.
-            expression: str | None = dotted(strip_iteration(batch_loop.iter))
+            expression = self._loader_name(batch_loop.iter, scope)
             function = scope
             for node, kind in chain[batch_index + 1 :]:
                 if kind == "call":
@@ -117,6 +147,24 @@ class TrainingScript:
                 break
             loops.append(train)
         return loops
+
+    def _loader_name(
+        self, iterable: cst.BaseExpression, scope: cst.FunctionDef | None
+    ) -> str | None:
+        """The name the batch loop's loader goes by where the loop is: `loader` for `for x in
+        loader` and `enumerate(loader)`, and also for `pbar` or `batches` made by `pbar =
+        tqdm(loader)` or `batches = iter(loader)` (the wrapper has no sampler)."""
+        expr = strip_iteration(iterable)
+        for _ in range(MAX_STEPS):
+            name = dotted(expr)
+            if name is None:
+                return None
+            values = self.values.assignments(name, scope)
+            inner = strip_iteration(values[0]) if len(values) == 1 else None
+            if inner is None or inner is values[0]:
+                return name
+            expr = inner
+        return None
 
     def _name_at_call_site(
         self, name: str | None, function: cst.FunctionDef | None, site: cst.Call

@@ -28,8 +28,11 @@ class DistributedSampler(ConvertRule):
     message = "shard the training DataLoader with DistributedSampler and call set_epoch"
     fix_safety = """
         Safe. A loader with its own sampler, over an IterableDataset (which takes no
-        sampler), or given `**kwargs` that cannot be followed is reported and nothing is
-        converted: sharding it needs a human.
+        sampler), given `**kwargs` that cannot be followed, or built in a comprehension from
+        a computed dataset, or an epoch loop where `set_epoch` cannot be placed, is reported
+        and nothing is converted: sharding it needs a human. A `shuffle` the loader gets from
+        a `**` dict moves into the sampler with `dict.pop("shuffle", False)`, only when
+        nothing reads the dict afterwards.
     """
     examples = (
         Example(
@@ -93,6 +96,83 @@ class DistributedSampler(ConvertRule):
                     optimizer.step()
             """,
         ),
+        # `shuffle` set in a dict merged into the loader's kwargs (pytorch/examples' mnist
+        # sets it for CUDA only): the sampler takes it out of the dict.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                train_kwargs = {"batch_size": 64}
+                if use_cuda:
+                    cuda_kwargs = {"num_workers": 1, "pin_memory": True, "shuffle": True}
+                    train_kwargs.update(cuda_kwargs)
+                loader = DataLoader(data, **train_kwargs)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(10):
+                    for x, y in loader:
+                        loss = model(x).sum()
+                        loss.backward()
+                        optimizer.step()
+
+            main()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def main():
+                train_kwargs = {"batch_size": 64}
+                if use_cuda:
+                    cuda_kwargs = {"num_workers": 1, "pin_memory": True, "shuffle": True}
+                    train_kwargs.update(cuda_kwargs)
+                loader = DataLoader(data, sampler=DistributedSampler(data, shuffle=train_kwargs.pop("shuffle", False)), **train_kwargs)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(10):
+                    loader.sampler.set_epoch(epoch)
+                    for x, y in loader:
+                        loss = model(x).sum()
+                        loss.backward()
+                        optimizer.step()
+
+            main()
+            """,  # noqa: E501
+        ),
+        # Options chosen by a conditional expression; a progress bar made each epoch.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+
+            kwargs = {"num_workers": 1, "pin_memory": True} if use_cuda else {}
+            loader = DataLoader(data, batch_size=64, shuffle=True, **kwargs)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                pbar = tqdm(loader, desc=f"epoch {epoch}")
+                for x, y in pbar:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+            from tqdm import tqdm
+
+            kwargs = {"num_workers": 1, "pin_memory": True} if use_cuda else {}
+            loader = DataLoader(data, batch_size=64, sampler=DistributedSampler(data, shuffle=True), **kwargs)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                loader.sampler.set_epoch(epoch)
+                pbar = tqdm(loader, desc=f"epoch {epoch}")
+                for x, y in pbar:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,  # noqa: E501
+        ),
     )
 
     def convert(self, ctx: ConvertContext) -> None:
@@ -119,11 +199,12 @@ class DistributedSampler(ConvertRule):
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
         looped = {id(loop.loader) for loop in anatomy.script.train_loops if loop.loader is not None}
         for loader in loaders:
-            if id(loader) not in looped:
+            if id(loader) in sharded and id(loader) not in looped:
                 ctx.cannot(
                     loader.call,
                     "no `for` loop over this loader found: call `sampler.set_epoch(epoch)` "
                     "before each pass over it by hand",
+                    blocking=True,  # without it, every pass repeats the first one's order
                 )
         for loop in anatomy.script.train_loops:
             if loop.loader is None or not loop.loader.trains:
@@ -135,7 +216,7 @@ class DistributedSampler(ConvertRule):
                 continue
             problem = set_epoch_problem(loop)
             if problem:
-                ctx.cannot(loop.epoch_loop, problem)
+                ctx.cannot(loop.epoch_loop, problem, blocking=True)
                 continue
             insert_set_epoch(ctx.plan, loop)
             ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from functools import partial
+from typing import cast
 
 import libcst as cst
 
@@ -12,6 +14,8 @@ from ddpify.emit import FALLBACK_DEVICE, expression
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 DEVICE_NAMES = ("device", "gpu")
+# `ngpu`, `num_gpus`, `n_devices`, `gpu_count`: how many, not which.
+COUNT_NAME = re.compile(r"^(n|num|n_|num_)(gpu|device)s?$|(gpus|devices|count)$")
 
 
 class ProcessDevice(ConvertRule):
@@ -60,6 +64,33 @@ class ProcessDevice(ConvertRule):
                 optimizer.step()
             """,
         ),
+        # A GPU count is not a GPU; a fixed index in a conditional device is.
+        Example(
+            """
+            import torch
+
+            ngpu = 1
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            model = Net(ngpu).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x.to(device)).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            import torch
+
+            ngpu = 1
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net(ngpu).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x.to(device)).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Example(
             """
             import torch
@@ -95,6 +126,9 @@ class ProcessDevice(ConvertRule):
                     target = ctx.device(call)
                     ctx.plan.replace(call, partial(_constant, target))
                     ctx.changed(call, '`torch.device("cuda...")` is the process\'s device')
+                elif isinstance(first, cst.IfExp) and _indexed_cuda(first.body):
+                    ctx.plan.replace(first.body, partial(_constant, _plain_cuda(first.body)))
+                    ctx.changed(call, '`torch.device("cuda:N" if ...)` drops its fixed GPU index')
             elif is_attribute(func, "to") or anatomy.is_call_to(call, {"torch.load"}):
                 for arg in call.args:
                     wanted = arg.keyword is None or arg.keyword.value in {"device", "map_location"}
@@ -104,7 +138,8 @@ class ProcessDevice(ConvertRule):
                         ctx.changed(arg, "hard-coded CUDA device is the process's device")
         for node in (a for a in anatomy.assigns if len(a.targets) == 1):
             name = dotted(node.targets[0].target) or ""
-            if not any(word in name.lower() for word in DEVICE_NAMES):
+            last = name.rsplit(".", 1)[-1].lower()
+            if not any(word in last for word in DEVICE_NAMES) or COUNT_NAME.search(last):
                 continue
             value = node.value
             if isinstance(value, cst.Integer) or is_cuda_literal(value):
@@ -114,11 +149,20 @@ class ProcessDevice(ConvertRule):
             elif isinstance(value, cst.IfExp) and is_cuda_literal(value.body):
                 body = value.body
                 assert isinstance(body, cst.SimpleString)
-                if ":" in body.value:  # "cuda:1" if ... else "cpu": the index goes
-                    quote = body.value[-1]
-                    plain = cst.SimpleString(f"{quote}cuda{quote}")
-                    ctx.plan.replace(body, partial(_constant, plain))
+                if _indexed_cuda(body):  # "cuda:1" if ... else "cpu": the index goes
+                    ctx.plan.replace(body, partial(_constant, _plain_cuda(body)))
                     ctx.changed(node, f"`{name}` drops its fixed GPU index")
+
+
+def _indexed_cuda(node: cst.BaseExpression) -> bool:
+    """`"cuda:1"`: a GPU named by its index."""
+    return is_cuda_literal(node) and ":" in cast(cst.SimpleString, node).value
+
+
+def _plain_cuda(node: cst.BaseExpression) -> cst.SimpleString:
+    """`"cuda"` in the quotes of `node`: the current device, once `set_device` has run."""
+    quote = cast(cst.SimpleString, node).value[-1]
+    return cst.SimpleString(f"{quote}cuda{quote}")
 
 
 def _constant(value: cst.BaseExpression, _: cst.CSTNode) -> cst.BaseExpression:

@@ -64,6 +64,38 @@ class WrapModel(ConvertRule):
             torch.save(model.module.state_dict(), "model.pt")
             """,
         ),
+        # Initialised and resumed after the move (pytorch/examples' dcgan): DDP copies rank
+        # 0's weights to the others once, when it wraps, so it wraps what they became.
+        Example(
+            """
+            import torch
+
+            netG = Generator().to(device)
+            netG.apply(weights_init)
+            if resume:
+                netG.load_state_dict(torch.load(resume))
+            optimizer = torch.optim.Adam(netG.parameters(), lr=2e-4)
+            for x in loader:
+                loss = netG(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            netG = Generator().to(device)
+            netG.apply(weights_init)
+            if resume:
+                netG.load_state_dict(torch.load(resume))
+            netG = DDP(netG, device_ids=[local_rank] if torch.cuda.is_available() else None)
+            optimizer = torch.optim.Adam(netG.parameters(), lr=2e-4)
+            for x in loader:
+                loss = netG(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
     )
 
     def convert(self, ctx: ConvertContext) -> None:

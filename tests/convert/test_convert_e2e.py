@@ -23,6 +23,7 @@ CASES = [
     ("resume.py", [], 3, "ckpt.pt"),
     ("while_steps.py", [], 6, "final.pt"),
     ("trainer_owns_loader.py", [], 3, "out/last.pt"),
+    ("mnist_kwargs_pbar.py", [], 3, "mnist_kwargs.pt"),
 ]
 PROGRESS = re.compile(r"^\[?(epoch|step|GPU)", re.IGNORECASE)
 
@@ -89,6 +90,39 @@ def test_the_two_ranks_train_on_disjoint_halves(tmp_path: Path) -> None:
 
     seen = [set(json.loads((tmp_path / f"seen{r}.json").read_text())) for r in (0, 1)]
     assert seen[0] and seen[1] and not seen[0] & seen[1]
+
+
+def test_kwargs_loader_shards_and_reshuffles_every_epoch(tmp_path: Path) -> None:
+    """pytorch/examples' mnist layout (`shuffle` in a merged kwargs dict, a progress bar made
+    each epoch): each epoch the ranks read disjoint halves of the data in the order
+    `DistributedSampler.set_epoch(epoch)` promises, and the order changes between epochs."""
+    import json
+
+    source = (EXPECTED / "mnist_kwargs_pbar.py").read_text()
+    probe = (
+        "    with open(f'read{dist.get_rank()}.json', 'w') as f:\n"
+        "        json.dump(dataset.read, f)\n"
+    )
+    marker = "    if dist.get_rank() == 0:\n        torch.save("
+    assert marker in source
+    (tmp_path / "probe.py").write_text("import json\n" + source.replace(marker, probe + marker, 1))
+    shutil.copy(FIXTURES / "convert" / "scripts" / "tqdm_stub.py", tmp_path)
+    result = torchrun(["probe.py", "--epochs", "3"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    read = [json.loads((tmp_path / f"read{rank}.json").read_text()) for rank in (0, 1)]
+    size, per_rank = 64, 32
+    for rank in (0, 1):
+        assert len(read[rank]) == 3 * per_rank
+    epochs = [[read[rank][e * per_rank : (e + 1) * per_rank] for rank in (0, 1)] for e in range(3)]
+    for epoch, (first, second) in enumerate(epochs, 1):
+        assert sorted(first + second) == list(range(size))  # disjoint, and all of it
+        for rank, seen in enumerate((first, second)):
+            sampler = torch.utils.data.DistributedSampler(
+                range(size), num_replicas=2, rank=rank, shuffle=True
+            )
+            sampler.set_epoch(epoch)
+            assert seen == list(sampler)
+    assert epochs[0][0] != epochs[1][0] != epochs[2][0]
 
 
 @pytest.mark.slow

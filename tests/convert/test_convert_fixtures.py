@@ -168,3 +168,74 @@ def test_a_loader_that_cannot_take_a_sampler_is_refused(loader: str, reason: str
     [problem] = result.problems
     assert (problem.code, problem.line, problem.blocking) == ("DDP004", 13, True)
     assert reason in problem.message
+
+
+PHASES_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+splits = {x: TensorDataset(torch.randn(8, 4)) for x in ["train", "val"]}
+loaders = {x: DataLoader(splits[x], batch_size=2, shuffle=True) for x in ["train", "val"]}
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for phase in ["train", "val"]:
+        for (x,) in loaders[phase]:
+            model(x).sum().backward()
+            optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "reason"),
+    [
+        # The phase loop's loader cannot be named where the epoch starts: no set_epoch.
+        ("", "", 5, "no `for` loop over this loader found"),
+        # Naming a computed dataset would move it out of the comprehension's scope.
+        ("DataLoader(splits[x],", "DataLoader(TensorDataset(torch.randn(8, x == 'train')),", 5,
+         "built inside a comprehension or lambda"),
+    ],
+)  # fmt: skip
+def test_loaders_in_a_container_are_refused_not_half_converted(
+    old: str, new: str, line: int, reason: str
+) -> None:
+    source = PHASES_SCRIPT.replace(old, new) if old else PHASES_SCRIPT
+    result = convert_source(source.encode(), "phases.py", ConvertOptions())
+    assert result.refused and result.output == source.encode()
+    assert [(p.code, p.line, p.blocking) for p in result.problems] == [("DDP004", line, True)]
+    assert reason in result.problems[0].message
+
+
+def test_a_kwargs_dict_read_again_keeps_its_shuffle_and_is_refused() -> None:
+    source = ITERABLE_DATASET_SCRIPT.replace(
+        "    for x in DataLoader(Stream(), batch_size=8):",
+        "    options = {'shuffle': True}\n"
+        "    for x in DataLoader(data, **options):\n"
+        "        print(options.get('shuffle'))",
+    )
+    result = convert_source(source.encode(), "again.py", ConvertOptions())
+    assert result.refused and result.output == source.encode()
+    assert "`shuffle` is set in a `**kwargs` dict" in result.problems[0].message
+
+
+def test_a_schedule_length_computed_from_the_dataset_beforehand_is_refused() -> None:
+    source = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+total = 3 * len(train_ds) // 8
+sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=total)
+for epoch in range(3):
+    for x, y in loader:
+        model(x).sum().backward()
+        optimizer.step()
+        sched.step()
+"""
+    result = convert_source(source.encode(), "sched.py", ConvertOptions())
+    assert result.refused and result.output == source.encode()
+    [problem] = result.problems
+    assert (problem.code, problem.line) == ("DDP009", 7)
+    assert "computed from the dataset" in problem.message

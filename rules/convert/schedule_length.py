@@ -1,0 +1,161 @@
+"""DDP009: a learning-rate schedule sized from the dataset follows the sharded loader."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpify.analysis.loaders import Loader
+from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.rule import ConvertContext, ConvertRule, Example
+
+SCHEDULERS = "torch.optim.lr_scheduler"
+
+
+class ScheduleLength(ConvertRule):
+    """
+    ## What it does
+    Finds learning-rate schedulers sized from the training data's length, such as
+    `OneCycleLR(optimizer, max_lr, total_steps=epochs * len(train_ds) // bs)`, and sizes
+    them from what each process now reads: `len(train_ds)` of the training loader's
+    dataset (or `len(loader.dataset)`) becomes `len(loader.sampler)`, the number of samples
+    the loader's `DistributedSampler` gives this process. A schedule sized from
+    `len(loader)` already counts this process's batches and stays as it is. A length it
+    cannot rewrite in place (computed into a variable first, or with the loader not yet
+    made) is refused.
+
+    ## Why is this bad?
+    Each process now takes 1/N of the single-GPU steps per epoch, while a schedule sized
+    from the whole dataset still expects all of them: one-cycle and cosine schedules stop
+    at a fraction of their course, at a learning rate that was never meant to be final.
+    """
+
+    code = "DDP009"
+    step = 9
+    name = "schedule-length"
+    message = "learning-rate schedules sized from the dataset count this process's samples"
+    fix_safety = "Safe: the schedule then spans the steps each process really takes."
+    examples = (
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=epochs * len(train_ds) // bs)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    sched.step()
+            """,  # noqa: E501
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=epochs * len(loader.sampler) // bs)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    sched.step()
+            """,  # noqa: E501
+        ),
+        # Sized from the loader: it already counts this process's batches.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=epochs * len(loader))
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    sched.step()
+            """  # noqa: E501
+        ),
+    )
+
+    def convert(self, ctx: ConvertContext) -> None:
+        anatomy = ctx.anatomy
+        loaders = [loader for loader in anatomy.script.train_loaders if loader.name]
+        if not loaders:
+            return
+        for call in anatomy.calls:
+            if not anatomy.is_call_to(call, (SCHEDULERS,)):
+                continue
+            for arg in call.args:
+                for length in _lengths(arg.value):
+                    loader = _loader_of(length, loaders)
+                    if loader is not None:
+                        self._resize(ctx, call, length, loader)
+                for name in {dotted(n) for n in walk(arg.value) if isinstance(n, cst.Name)}:
+                    self._refuse_computed(ctx, call, name, loaders)
+
+    def _resize(
+        self, ctx: ConvertContext, scheduler: cst.Call, length: cst.Call, loader: Loader
+    ) -> None:
+        anatomy = ctx.anatomy
+        visible = anatomy.function_of(loader.call) is anatomy.function_of(scheduler)
+        if not visible or not anatomy.precedes(loader.call, scheduler):
+            ctx.cannot(
+                length,
+                "learning-rate schedule sized from the dataset before its loader is made: "
+                "size it from the loader's sampler by hand",
+                blocking=True,
+            )
+            return
+        sampler = cst.parse_expression(f"{loader.name}.sampler")
+        ctx.plan.replace(length, lambda updated: updated.with_changes(args=[cst.Arg(sampler)]))
+        ctx.changed(
+            length, f"schedule sized from this process's samples: len({loader.name}.sampler)"
+        )
+
+    def _refuse_computed(
+        self, ctx: ConvertContext, scheduler: cst.Call, name: str | None, loaders: list[Loader]
+    ) -> None:
+        """`total = epochs * len(train_ds)`, then `OneCycleLR(..., total_steps=total)`."""
+        if name is None:
+            return
+        scope = ctx.anatomy.function_of(scheduler)
+        for value, _ in ctx.anatomy.values.values_of(name, scope):
+            for length in _lengths(value):
+                if _loader_of(length, loaders) is not None:
+                    ctx.cannot(
+                        length,
+                        f"`{name}`, a learning-rate schedule's length, is computed from the "
+                        "dataset: each process now takes 1/N of those steps; compute it from "
+                        "len(train_loader) by hand",
+                        blocking=True,
+                    )
+
+
+def _lengths(expr: cst.BaseExpression) -> list[cst.Call]:
+    """The `len(x)` calls in `expr`."""
+    return [
+        node
+        for node in walk(expr)
+        if isinstance(node, cst.Call) and is_name(node.func, "len") and len(node.args) == 1
+    ]
+
+
+def _loader_of(length: cst.Call, loaders: list[Loader]) -> Loader | None:
+    """The training loader whose data `len(...)` measures whole: its dataset by the name the
+    loader is given it, or `<loader>.dataset`."""
+    measured = dotted(length.args[0].value)
+    for loader in loaders:
+        dataset = call_arg(loader.call, 0, "dataset")
+        names = {f"{loader.name}.dataset"}
+        if dataset is not None and dotted(dataset.value):
+            names.add(dotted(dataset.value) or "")
+        if measured in names:
+            return loader
+    return None
