@@ -1,0 +1,538 @@
+"""How ddpify does on real public single-GPU training scripts, listed in bench/corpus.tsv.
+
+The corpus file names scripts, not their code: one line per script, tab-separated,
+
+    repo  commit  path  runnable  args  note
+
+(``repo`` is ``owner/name`` on GitHub, ``commit`` the 40-hex commit the script was read at,
+``runnable`` is ``yes`` when the script runs on a CPU-only machine with no network and no
+torchvision, ``args`` the command-line arguments of a short CPU run, ``note`` free text). No
+public code is kept in this repository: the scripts are read from git directories brought
+onto the machine beforehand (the search tool's ``fetch``), under MIRROR_DIR as
+``OWNER+NAME/repo`` (a git directory, or a clone holding ``.git``).
+
+For each line, in a fresh temporary folder:
+
+1. the repository's tree at that commit is extracted whole (blobs the snapshot lacks are
+   skipped and counted): scripts import their siblings, packages from the repository root
+   (``mingpt``, ``TCN``, ...) and data kept beside them (``../data/names``);
+2. data the note asks for is synthesized: each ``make:PATH=KIND`` token writes PATH (relative
+   to the script's folder) with KIND ``text`` (lines of words, after two holding every letter)
+   or ``names`` (one lowercase name a line), from a fixed seed;
+3. ``python -m ddpify SCRIPT -o SCRIPT_ddp.py`` runs in the script's folder and is classified:
+   *converted* (exit 0, output differs), *left alone* (exit 0, output identical or not
+   written; the reason is ddpify's ``unchanged:`` line), *refused* (exit 1; the reason is the
+   first ``cannot:`` line), *error* (anything else, or a timeout);
+4. a runnable script that was converted then runs as
+   ``python -m torch.distributed.run --standalone --nproc_per_node=2 SCRIPT_ddp.py ARGS``
+   (gloo on the loopback interface, OMP_NUM_THREADS=1, the repository root on PYTHONPATH):
+   *ok* (exit 0), *crashed* (the last exception line of its stderr), or *timeout* (still
+   running at --timeout: hung, or merely training longer than that);
+5. and ``python -m ddpify verify SCRIPT SCRIPT_ddp.py --steps N -- ARGS`` gives its verdict:
+   *equivalent* (exit 0), *not equivalent* (1) or *could not run* (2), with the first check
+   that did not pass.
+
+``{work}`` in ``args`` stands for the absolute path of the script's folder (``verify`` runs
+each script in a fresh folder of its own, so data must be named by absolute path to be found).
+Every subprocess runs in its own process group and the whole group is killed at its timeout.
+The run prints one row per script, totals, then the full reason of every crash and failed
+verification. Nothing is asserted; the exit status is 0 unless the arguments are unusable.
+
+    python bench/corpus.py bench/corpus.tsv /work/.mirror
+    python bench/corpus.py bench/corpus.tsv /work/.mirror --only makemore --steps 3
+    python bench/corpus.py bench/corpus.tsv /work/.mirror --timeout 120 --keep
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COLUMNS = ("repo", "commit", "path", "runnable", "args", "note")
+MAKE = re.compile(r"make:(?P<path>[^\s=]+)=(?P<kind>\w+)")
+# The last line of a traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`.
+EXCEPTION = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?(?P<line>[A-Za-z_][\w.]*(?:Error|Exception|Exit)\b.*)$"
+)
+LINE_NUMBER = re.compile(r" \(line \d+\)")  # reasons differing only by line count as one
+RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s*")
+LAUNCHER_VARIABLES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+)  # fmt: skip
+VERIFY_EXITS = {0: "equivalent", 1: "not equivalent", 2: "could not run"}
+CONVERT_TIMEOUT = 120.0
+REASON_WIDTH = 58
+NAME_WIDTH = 56
+# Character-level scripts prime their samplers with fixed strings (minGPT's chargpt: "O God,
+# O God!"): the text kind holds every letter so that any prime encodes.
+PANGRAM = (
+    "The quick brown fox jumps over the lazy dog! O God, O God? 0123456789; 'a' \"b\" (c) [d]: e-f."
+)
+SYLLABLES = ("ka", "lo", "mi", "ten", "ra", "su", "ve", "don", "pa", "li", "or", "the", "an", "es")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of the corpus file."""
+
+    line: int
+    repo: str
+    commit: str
+    path: str
+    runnable: bool
+    args: str
+    note: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.repo}/{self.path}"
+
+
+@dataclass
+class Finished:
+    """How one subprocess ended."""
+
+    returncode: int | None  # None: killed at its timeout
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+@dataclass
+class Result:
+    entry: Entry
+    outcome: str = "error"  # converted, left alone, refused, error
+    reason: str = ""
+    run: str = ""  # ok, crashed, timeout; empty when not run
+    run_reason: str = ""
+    verify: str = ""  # equivalent, not equivalent, could not run, timeout; empty when not run
+    verify_reason: str = ""
+    missing_blobs: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def read_corpus(path: Path) -> list[Entry]:
+    """The corpus file's entries; a malformed line is reported on stderr and skipped."""
+    entries: list[Entry] = []
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not raw.strip() or raw.startswith("#"):
+            continue
+        cells = raw.split("\t")
+        if tuple(cell.strip() for cell in cells[: len(COLUMNS)]) == COLUMNS[: len(cells)]:
+            continue  # the header
+        if len(cells) < 5:
+            print(f"{path}:{number}: expected at least 5 tab-separated cells", file=sys.stderr)
+            continue
+        cells += [""] * (len(COLUMNS) - len(cells))
+        repo, commit, script, runnable, args, note = (cell.strip() for cell in cells[:6])
+        entries.append(Entry(number, repo, commit, script, runnable.lower() == "yes", args, note))
+    return entries
+
+
+def git_dir(mirror: Path, repo: str) -> Path | None:
+    """The git directory fetched for `repo`: MIRROR/OWNER+NAME/repo or .../repo/.git."""
+    prefix = repo.replace("/", "+")
+    try:
+        folders = sorted(mirror.iterdir())
+    except OSError:
+        return None
+    exact = [f for f in folders if f.name == prefix]
+    loose = [
+        f
+        for f in folders
+        if f.name.lower().startswith(prefix.lower()) and not f.name.endswith((".part", ".tar"))
+    ]
+    for folder in exact or loose:
+        for candidate in (folder / "repo" / ".git", folder / "repo", folder / ".git", folder):
+            if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
+                return candidate
+    return None
+
+
+def extract(git: Path, commit: str, into: Path) -> tuple[int, int]:
+    """Write the tree of `commit` under `into`; (files written, blobs the snapshot lacks)."""
+    listing = subprocess.run(
+        ["git", f"--git-dir={git}", "ls-tree", "-r", "-z", commit],
+        capture_output=True,
+        check=True,
+    ).stdout
+    blobs: list[tuple[str, str, str]] = []
+    for item in listing.split(b"\0"):
+        if not item:
+            continue
+        meta, _, raw_name = item.partition(b"\t")
+        mode, kind, sha = meta.decode().split()
+        if kind == "blob" and mode in ("100644", "100755"):
+            blobs.append((mode, sha, raw_name.decode("utf-8", "surrogateescape")))
+    request = "".join(f"{sha}\n" for _, sha, _ in blobs).encode()
+    output = subprocess.run(
+        ["git", f"--git-dir={git}", "cat-file", "--batch"],
+        input=request,
+        capture_output=True,
+        check=True,
+    ).stdout
+    written = missing = 0
+    position = 0
+    for mode, _, name in blobs:
+        end = output.index(b"\n", position)
+        header = output[position:end].decode().split()
+        position = end + 1
+        if len(header) < 3 or header[1] != "blob":  # "<sha> missing"
+            missing += 1
+            continue
+        size = int(header[2])
+        data = output[position : position + size]
+        position += size + 1
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        if mode == "100755":
+            target.chmod(0o755)
+        written += 1
+    return written, missing
+
+
+def synthesize(kind: str, rng: random.Random) -> str | None:
+    if kind == "text":
+        vocabulary = sorted(
+            {"".join(rng.choices(SYLLABLES, k=rng.randint(1, 3))) for _ in range(400)}
+        )
+        lines = [PANGRAM, PANGRAM.upper()]  # every letter, digit and common punctuation mark
+        for _ in range(1500):
+            words = rng.choices(vocabulary, k=rng.randint(6, 14))
+            lines.append(" ".join(words).capitalize() + ".")
+        return "\n".join(lines) + "\n"
+    if kind == "names":
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        names = {"".join(rng.choices(letters, k=rng.randint(3, 9))) for _ in range(2000)}
+        return "\n".join(sorted(names)) + "\n"
+    return None
+
+
+def make_data(entry: Entry, folder: Path) -> list[str]:
+    """Write what the note's make: tokens ask for; problems, if any."""
+    problems = []
+    for match in MAKE.finditer(entry.note):
+        text = synthesize(match["kind"], random.Random(f"{entry.name}:{match['path']}"))
+        if text is None:
+            problems.append(f"unknown make kind {match['kind']!r}")
+            continue
+        target = folder / match["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return problems
+
+
+def environment(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    paths = [str(root), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env.update(
+        PYTHONPATH=os.pathsep.join(paths),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        CUDA_VISIBLE_DEVICES="",
+        MPLBACKEND="Agg",
+    )
+    return env
+
+
+def run(command: Sequence[str], cwd: Path, env: dict[str, str], timeout: float) -> Finished:
+    """Run `command` in its own process group; kill the whole group at `timeout` and when done
+    (a DataLoader worker or a torchrun child must not outlive it)."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        returncode: int | None
+        try:
+            returncode = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        stderr = err.read().decode("utf-8", "replace")
+    return Finished(returncode, stdout, stderr, time.monotonic() - started)
+
+
+def lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def last_error(stderr: str) -> str:
+    """The last exception line of a (possibly multi-rank) stderr, else its last line."""
+    found = [
+        RANK_PREFIX.sub("", match["line"]).strip()
+        for raw in stderr.splitlines()
+        if (match := EXCEPTION.match(raw.strip()))
+    ]
+    found = [line for line in found if not line.startswith(("torch.distributed.elastic", "["))]
+    useful = [line for line in found if "ChildFailedError" not in line]
+    if useful:
+        return useful[-1]
+    rest = lines(stderr)
+    return RANK_PREFIX.sub("", rest[-1]) if rest else "(no stderr)"
+
+
+def classify_conversion(finished: Finished, script: Path, output: Path) -> tuple[str, str]:
+    err = lines(finished.stderr)
+    if finished.timed_out:
+        return "error", f"ddpify still running after {CONVERT_TIMEOUT:g} s"
+    if finished.returncode == 0:
+        if output.is_file() and output.read_bytes() != script.read_bytes():
+            return "converted", f"{sum(' DDP' in line for line in err)} changes reported"
+        unchanged = [line.split("unchanged:", 1)[1].strip() for line in err if "unchanged:" in line]
+        return "left alone", unchanged[0] if unchanged else (err[-1] if err else "no reason given")
+    if finished.returncode == 1:
+        cannot = [line.split("cannot:", 1)[1].strip() for line in err if "cannot:" in line]
+        return "refused", cannot[0] if cannot else (err[-1] if err else "no reason given")
+    return "error", f"exit {finished.returncode}: {err[-1] if err else '(no stderr)'}"
+
+
+def verify_reason(finished: Finished) -> str:
+    """The first check that did not pass, from verify's JSON report; else its stderr."""
+    try:
+        report = json.loads(finished.stdout)
+    except ValueError:
+        return last_error(finished.stderr)
+    if not isinstance(report, dict):
+        return last_error(finished.stderr)
+    for check in report.get("checks") or []:
+        if not isinstance(check, dict):
+            continue
+        status = str(check.get("status", ""))
+        if status not in ("pass", "passed", "ok", "not exercised"):
+            reason = f"{check.get('name', '?')} {status}: {check.get('summary', '')}"
+            details = "\n".join(str(line) for line in check.get("details") or [])
+            if any(EXCEPTION.match(line.strip()) for line in details.splitlines()):
+                reason += f" | {last_error(details)}"
+            return reason
+    return str(report.get("verdict", ""))
+
+
+def measure(entry: Entry, mirror: Path, work: Path, timeout: float, steps: int) -> Result:
+    result = Result(entry)
+    git = git_dir(mirror, entry.repo)
+    if git is None:
+        result.reason = f"no git directory for {entry.repo} under {mirror}"
+        return result
+    root = work / "tree"
+    try:
+        _, result.missing_blobs = extract(git, entry.commit, root)
+    except (subprocess.CalledProcessError, ValueError, OSError) as error:
+        result.reason = f"could not extract {entry.commit[:12]}: {error}"
+        return result
+    script = root / entry.path
+    if not script.is_file():
+        result.reason = f"{entry.path} not in {entry.commit[:12]} (or its blob is missing)"
+        return result
+    folder = script.parent
+    result.notes += make_data(entry, folder)
+    output = folder / f"{script.stem}_ddp.py"
+    env = environment(root)
+    python = sys.executable
+    converted = run(
+        [python, "-m", "ddpify", script.name, "-o", output.name], folder, env, CONVERT_TIMEOUT
+    )
+    result.outcome, result.reason = classify_conversion(converted, script, output)
+    if result.outcome != "converted" or not entry.runnable:
+        return result
+
+    args = shlex.split(entry.args.replace("{work}", str(folder)))
+    torchrun = [
+        python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        output.name, *args,
+    ]  # fmt: skip
+    ran = run(torchrun, folder, env, timeout)
+    if ran.timed_out:
+        result.run, result.run_reason = "timeout", f"still running after {timeout:g} s"
+    elif ran.returncode == 0:
+        result.run = "ok"
+    else:
+        result.run, result.run_reason = "crashed", last_error(ran.stderr)
+
+    verify = [
+        python, "-m", "ddpify", "verify", script.name, output.name, "--steps", str(steps),
+        "--timeout", f"{timeout:g}", "--json", "--", *args,
+    ]  # fmt: skip
+    # verify runs the conversion, then the original, each with --timeout.
+    limit = 2 * timeout + 60
+    checked = run(verify, folder, env, limit)
+    if checked.timed_out:
+        result.verify, result.verify_reason = "timeout", f"verify still running at {limit:g} s"
+    else:
+        code = checked.returncode
+        result.verify = VERIFY_EXITS.get(code if code is not None else -1, f"exit {code}")
+        if code != 0:
+            result.verify_reason = verify_reason(checked)
+    return result
+
+
+def clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def short_name(entry: Entry) -> str:
+    name = entry.name
+    return name if len(name) <= NAME_WIDTH else "…" + name[-(NAME_WIDTH - 1) :]
+
+
+def print_row(index: int, result: Result) -> None:
+    reason = result.reason
+    print(
+        f"{index:>3} {short_name(result.entry):<{NAME_WIDTH}} {result.outcome:<10} "
+        f"{clip(reason, REASON_WIDTH):<{REASON_WIDTH}} {result.run or '-':<7} "
+        f"{result.verify or '-':<14} {result.seconds:>5.0f}",
+        flush=True,
+    )
+
+
+def print_header() -> None:
+    print(
+        f"{'#':>3} {'repo/path':<{NAME_WIDTH}} {'outcome':<10} {'reason':<{REASON_WIDTH}} "
+        f"{'run':<7} {'verify':<14} {'secs':>5}"
+    )
+    print("-" * (3 + NAME_WIDTH + 10 + REASON_WIDTH + 7 + 14 + 5 + 6))
+
+
+def print_totals(results: list[Result]) -> None:
+    outcomes = Counter(result.outcome for result in results)
+    repos = {result.entry.repo for result in results}
+    runnable = [r for r in results if r.entry.runnable]
+    tried = [r for r in results if r.outcome == "converted" and r.entry.runnable]
+    print()
+    print(f"scripts: {len(results)} from {len(repos)} repositories ({len(runnable)} runnable)")
+    print(
+        "ddpify: "
+        + ", ".join(
+            f"{outcomes.get(name, 0)} {name}"
+            for name in ("converted", "left alone", "refused", "error")
+        )
+    )
+    runs = Counter(r.run for r in tried)
+    verdicts = Counter(r.verify for r in tried)
+    print(
+        f"converted and runnable: {len(tried)}; ran ok under torchrun: {runs.get('ok', 0)}"
+        f" (crashed {runs.get('crashed', 0)}, timeout {runs.get('timeout', 0)});"
+        f" verified equivalent: {verdicts.get('equivalent', 0)}"
+        f" (not equivalent {verdicts.get('not equivalent', 0)},"
+        f" could not run {verdicts.get('could not run', 0)},"
+        f" timeout {verdicts.get('timeout', 0)})"
+    )
+    reasons = Counter(
+        LINE_NUMBER.sub("", r.reason) for r in results if r.outcome in ("left alone", "refused")
+    )
+    if reasons:
+        print("reasons for leaving alone or refusing:")
+        for reason, count in reasons.most_common():
+            print(f"  {count:>3}  {reason}")
+
+
+def print_details(results: list[Result]) -> None:
+    detailed = [
+        r for r in results if r.run_reason or r.verify_reason or r.notes or r.outcome == "error"
+    ]
+    if not detailed:
+        return
+    print()
+    print("details:")
+    for result in detailed:
+        print(f"  {result.entry.name}")
+        if result.outcome == "error":
+            print(f"    ddpify: {result.reason}")
+        if result.run_reason:
+            print(f"    run ({result.run}): {result.run_reason}")
+        if result.verify_reason:
+            print(f"    verify ({result.verify}): {result.verify_reason}")
+        for note in result.notes:
+            print(f"    note: {note}")
+
+
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Convert, run and verify the public training scripts of a corpus file."
+    )
+    parser.add_argument("corpus", type=Path, help="the corpus file, e.g. bench/corpus.tsv")
+    parser.add_argument("mirror", type=Path, help="folder holding the OWNER+NAME git snapshots")
+    parser.add_argument("--only", default="", help="only entries whose repo/path contains this")
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds for each run and verify run"
+    )
+    parser.add_argument("--steps", type=int, default=2, help="optimizer steps verify compares")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary work folders")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_arguments(argv)
+    if not options.corpus.is_file():
+        print(f"{options.corpus}: no such file", file=sys.stderr)
+        return 2
+    if not options.mirror.is_dir():
+        print(f"{options.mirror}: no such folder", file=sys.stderr)
+        return 2
+    entries = [e for e in read_corpus(options.corpus) if options.only in e.name]
+    temp = Path(tempfile.mkdtemp(prefix="ddpify-corpus-"))
+    print(
+        f"ddpify on {len(entries)} scripts from {options.corpus}; snapshots in {options.mirror};"
+        f" timeout {options.timeout:g} s, verify --steps {options.steps}"
+    )
+    print_header()
+    results: list[Result] = []
+    try:
+        for index, entry in enumerate(entries, start=1):
+            started = time.monotonic()
+            work = temp / f"{index:03d}"
+            work.mkdir()
+            result = measure(entry, options.mirror, work, options.timeout, options.steps)
+            result.seconds = time.monotonic() - started
+            results.append(result)
+            print_row(index, result)
+            if not options.keep:
+                shutil.rmtree(work, ignore_errors=True)
+    finally:
+        if options.keep:
+            print(f"kept: {temp}")
+        else:
+            shutil.rmtree(temp, ignore_errors=True)
+    print_totals(results)
+    print_details(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
