@@ -8,6 +8,7 @@ from typing import cast
 
 import libcst as cst
 
+from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import is_cuda_literal
 from ddpify.analysis.tree import dotted, is_attribute
 from ddpify.emit import FALLBACK_DEVICE, expression
@@ -62,6 +63,35 @@ class ProcessDevice(ConvertRule):
                 loss = model(x).sum()
                 loss.backward()
                 optimizer.step()
+            """,
+        ),
+        # A GPU index by default that no caller overrides is the same GPU on every process.
+        Example(
+            """
+            import torch
+
+            def main(args, rank=0):
+                model = Net().to(rank)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = model(x.to(rank)).sum()
+                    loss.backward()
+                    optimizer.step()
+
+            main(args)
+            """,
+            """
+            import torch
+
+            def main(args, rank=0):
+                model = Net().to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = model(x.to(device)).sum()
+                    loss.backward()
+                    optimizer.step()
+
+            main(args)
             """,
         ),
         # A GPU count is not a GPU; a fixed index in a conditional device is.
@@ -132,7 +162,10 @@ class ProcessDevice(ConvertRule):
             elif is_attribute(func, "to") or anatomy.is_call_to(call, {"torch.load"}):
                 for arg in call.args:
                     wanted = arg.keyword is None or arg.keyword.value in {"device", "map_location"}
-                    if wanted and is_cuda_literal(arg.value):
+                    fixed = is_cuda_literal(arg.value) or (
+                        is_attribute(func, "to") and _gpu_index(anatomy, arg.value)
+                    )
+                    if wanted and fixed:
                         target = ctx.device(call)
                         ctx.plan.replace(arg.value, partial(_constant, target))
                         ctx.changed(arg, "hard-coded CUDA device is the process's device")
@@ -152,6 +185,25 @@ class ProcessDevice(ConvertRule):
                 if _indexed_cuda(body):  # "cuda:1" if ... else "cpu": the index goes
                     ctx.plan.replace(body, partial(_constant, _plain_cuda(body)))
                     ctx.changed(node, f"`{name}` drops its fixed GPU index")
+
+
+def _gpu_index(anatomy: Anatomy, value: cst.BaseExpression) -> bool:
+    """`.to(0)`, or `.to(rank)` with `rank` a parameter whose default is a number that no call
+    passes (`def main(args, rank=0)`): a fixed GPU, the same one on every process."""
+    if isinstance(value, cst.Integer):
+        return True
+    if not isinstance(value, cst.Name):
+        return False
+    function = anatomy.function_of(value)
+    if function is None or anatomy.values.assignments(value.value, function):
+        return False
+    for param in function.params.params:
+        if param.name.value == value.value:
+            return isinstance(param.default, cst.Integer) and not any(
+                anatomy.graph.bound_argument(site, function, value.value) is not None
+                for site in anatomy.graph.call_sites(function)
+            )
+    return False
 
 
 def _indexed_cuda(node: cst.BaseExpression) -> bool:
