@@ -96,11 +96,13 @@ def could_train(source: bytes) -> bool:
 
 
 def _why_left_alone(anatomy: Anatomy) -> str | None:
+    # Already distributed first: a DDP script whose optimizer is built elsewhere (nanoGPT's
+    # `model.configure_optimizers()`) is that, not "not a training script".
+    marker = anatomy.distributed.distributed_call
+    if marker is not None:
+        return f"already distributed (line {anatomy.line(marker)}): see `ddpify check`"
     if not anatomy.script.is_training_script:
         return NOT_TRAINING
     if anatomy.other_framework is not None:
         return f"uses {anatomy.other_framework}, which does its own distribution"
-    marker = anatomy.distributed.distributed_call
-    if marker is not None:
-        return f"already distributed (line {anatomy.line(marker)}): see `ddpify check`"
     return None
