@@ -106,6 +106,18 @@ class Models:
                 if inner is not None and dotted(inner.value) in model.names:
                     model.data_parallel.append(call)
         unique = {id(statement): (statement, name) for statement, name in moves}
+        # The instance the optimizer trains: the last move before the optimizer is made, in
+        # its function, when there is one (a model made again after training, to reload the
+        # saved weights, stays bare); else the last move of all.
+        scope = self.index.function_of(model.optimizer_call)
+        before = {
+            key: (statement, name)
+            for key, (statement, name) in unique.items()
+            if self.index.function_of(statement) is scope
+            and self.index.precedes(statement, model.optimizer_call)
+        }
+        if before:
+            unique = before
         if unique:
             statement, name = max(unique.values(), key=lambda item: self.index.line(item[0]))
             model.placement, model.placed_name = self._unconditional(statement), name

@@ -96,8 +96,32 @@ class Values:
         index = self.index
         scope = index.function_of(node)
         if scope is index.function_of(anchor):
-            return index.precedes(anchor, node) and not index.inside(node, anchor)
+            return (
+                index.precedes(anchor, node)
+                and not index.inside(node, anchor)
+                and not self._made_anew(name, scope, anchor, node)
+            )
         return scope is not None and not self.binds(scope, name)
+
+    def _made_anew(self, name: str, scope: Scope, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:
+        """Whether `name` is given a new object between `anchor` and `node` (`model =
+        Net()` to reload saved weights), not one made from itself (`model = compile(model)`)."""
+        index = self.index
+        for assign in self._assignments_by_scope.get(scope, ()):
+            if not (index.precedes(anchor, assign) and index.precedes(assign, node)):
+                continue
+            if index.inside(assign, anchor) or index.inside(node, assign):
+                continue
+            targets = (
+                [target.target for target in assign.targets]
+                if isinstance(assign, cst.Assign)
+                else [assign.target]
+            )
+            if assign.value is None or not any(dotted(target) == name for target in targets):
+                continue
+            if not any(dotted(inner) == name for inner in walk(assign.value)):
+                return True
+        return False
 
     def binds(self, scope: cst.FunctionDef, name: str) -> bool:
         return any(

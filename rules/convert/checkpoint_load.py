@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
+from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.tree import call_arg
-from ddpify.emit import expression, with_keyword
+from ddpify.emit import expression, statement, with_keyword
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 
@@ -11,13 +14,16 @@ class CheckpointLoad(ConvertRule):
     """
     ## What it does
     Adds `map_location=device` (the process's own device) and `weights_only=True` to
-    `torch.load` calls that lack them.
+    `torch.load` calls that lack them. A load of the file a `torch.save` earlier in the same
+    function wrote (on rank 0 only, DDP005) is preceded by `dist.barrier()`, reached by
+    every rank, as in PyTorch's DDP tutorial.
 
     ## Why is this bad?
     A checkpoint saved from `cuda:0` loads back onto `cuda:0` in every process: GPU 0 holds
     N copies and runs out of memory, the other GPUs hold none. `weights_only=True` is
     torch's default since 2.6; spelling it out keeps older versions from unpickling
-    arbitrary objects.
+    arbitrary objects. Without the barrier the other ranks read a file rank 0 has not
+    finished writing, or not started.
     """
 
     code = "DDP006"
@@ -29,6 +35,37 @@ class CheckpointLoad(ConvertRule):
         `argparse.Namespace`, say); such a load then fails loudly, never silently.
     """
     examples = (
+        # Saved (by rank 0 once DDP005 guards it), then read back by every rank.
+        Example(
+            """
+            import torch
+
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            torch.save(model.state_dict(), "model.pt")
+            model = Net()
+            model.load_state_dict(torch.load("model.pt"))
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            torch.save(model.state_dict(), "model.pt")
+            model = Net()
+            dist.barrier()
+            model.load_state_dict(torch.load("model.pt", map_location=device, weights_only=True))
+            """,
+        ),
         Example(
             """
             import torch
@@ -79,3 +116,28 @@ class CheckpointLoad(ConvertRule):
 
             ctx.plan.replace(call, extend)
             ctx.changed(call, f"torch.load gets {' and '.join(k for k, _ in added)}")
+        for call in anatomy.distributed.torch_load_calls:
+            if _reads_what_was_just_saved(anatomy, call):
+                ctx.plan.insert_before(anatomy.statement_of(call), [statement("dist.barrier()\n")])
+                ctx.add_import("torch.distributed", asname="dist")
+                ctx.changed(call, "every rank waits for rank 0's save before it loads the file")
+
+
+def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
+    """Whether `load` reads the path a `torch.save` earlier in the same function wrote: the
+    save runs on rank 0 only (DDP005), so the other ranks must wait for it."""
+    path = call_arg(load, 0, "f")
+    if path is None or anatomy.ranks.guard(load) is not None:
+        return False
+    code = cst.Module([]).code_for_node
+    for save in anatomy.calls:
+        written = call_arg(save, 1, "f")
+        if (
+            written is not None
+            and anatomy.function_of(save) is anatomy.function_of(load)
+            and anatomy.precedes(save, load)
+            and code(written.value) == code(path.value)
+            and anatomy.is_call_to(save, {"torch.save"})
+        ):
+            return True
+    return False
