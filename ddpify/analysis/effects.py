@@ -10,6 +10,13 @@ from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import call_arg, dotted, walk
 
+# Moving, copying and removing files: after a save on rank 0, only rank 0 has them.
+FILE_OPERATIONS = frozenset(
+    {
+        "os.rename", "os.replace", "os.remove", "os.unlink", "shutil.copyfile", "shutil.copy",
+        "shutil.copy2", "shutil.move",
+    }
+)  # fmt: skip
 # What `SideEffects.of` calls the writes that must happen on one rank.
 FILE_WRITES = frozenset({"checkpoint write", "file write"})
 
@@ -36,7 +43,7 @@ class SideEffects:
         """What the statement writes or prints, when that should happen on one rank only."""
         if isinstance(statement, cst.With):
             for item in statement.items:
-                if isinstance(item.item, cst.Call) and _opens_for_writing(item.item):
+                if isinstance(item.item, cst.Call) and opens_for_writing(item.item):
                     return "file write"
             return None
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
@@ -59,6 +66,8 @@ class SideEffects:
             if attr in {"save_pretrained", "save_model", "save_checkpoint"}:
                 return "checkpoint write"
             if attr in {"write_text", "write_bytes", "savefig", "to_csv"}:
+                return "file write"
+            if f"{base}.{attr}" in FILE_OPERATIONS:  # the best checkpoint copied, old ones removed
                 return "file write"
         if not self.index.may_name(call, SIDE_EFFECT_NAMES):
             return None
@@ -111,7 +120,7 @@ def root_names(node: cst.CSTNode) -> set[str]:
     }
 
 
-def _opens_for_writing(call: cst.Call) -> bool:
+def opens_for_writing(call: cst.Call) -> bool:
     if dotted(call.func) != "open":
         return False
     mode = call_arg(call, 1, "mode")

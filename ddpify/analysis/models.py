@@ -3,6 +3,7 @@ goes to its device (where the DDP wrap belongs)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -187,6 +188,8 @@ class Models:
         for ancestor in self.index.ancestors(statement):
             if isinstance(ancestor, cst.FunctionDef | cst.For | cst.While | cst.Module):
                 break
+            if ancestor is self.script.main_guard:
+                break  # the `if __name__ == "__main__":` block is where the script runs
             if isinstance(ancestor, cst.If | cst.With | cst.Try):
                 anchor = ancestor
         return anchor
@@ -229,14 +232,21 @@ def _binds(statement: cst.CSTNode, names: set[str]) -> bool:
     return False
 
 
+# Copies of the model (an EMA, an averaged model, a teacher): made from the bare module, so
+# that their state dicts carry no `module.` prefix.
+COPIES = re.compile(r"(^|\.)(deepcopy|\w*ema\w*|AveragedModel)$", re.IGNORECASE)
+
+
 def _hands_over(statement: cst.CSTNode, names: set[str]) -> bool:
     """A call given the model object itself whose result is kept (`trainer = Trainer(model)`,
     `ema = ModelEma(model)`): what it keeps would be the bare model, not the wrapper."""
     for node in walk(statement):
         if isinstance(node, cst.Assign | cst.AnnAssign) and node.value is not None:
             for inner in walk(node.value):
-                if isinstance(inner, cst.Call) and any(
-                    _names_model(arg.value, names) for arg in inner.args
+                if (
+                    isinstance(inner, cst.Call)
+                    and any(_names_model(arg.value, names) for arg in inner.args)
+                    and not COPIES.search(dotted(inner.func) or "")
                 ):
                     return True
     return False

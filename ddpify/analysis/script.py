@@ -261,11 +261,25 @@ class TrainingScript:
             for node in walk(candidate):
                 if isinstance(node, cst.Call) and self.graph.calls_script(node):
                     return Entry(
-                        setup_before=candidate,
+                        setup_before=self._first_needing_group(block[:position]) or candidate,
                         setup_after=None,
                         body=block[position:],
                         at_module_level=block is self.index.module.body,
                     )
+        return None
+
+    def _first_needing_group(
+        self, statements: Sequence[cst.BaseStatement]
+    ) -> cst.BaseStatement | None:
+        """The first of `statements` (those before the call that starts training) that makes
+        a training loader, an optimizer or moves something to a device: the sampler and the
+        DDP wrap it will get need the process group, so the setup goes before it."""
+        needing = {id(loader.call) for loader in self.train_loaders}
+        needing |= {id(call) for call in self.optimizer_calls}
+        for statement in statements:
+            for node in walk(statement):
+                if id(node) in needing or is_method_call(node, "to", "cuda"):
+                    return statement
         return None
 
     def after_setup(self, node: cst.CSTNode) -> bool:

@@ -16,7 +16,8 @@ class CheckpointLoad(ConvertRule):
     Adds `map_location=device` (the process's own device) and `weights_only=True` to
     `torch.load` calls that lack them. A load of the file a `torch.save` earlier in the same
     function wrote (on rank 0 only, DDP005) is preceded by `dist.barrier()`, reached by
-    every rank, as in PyTorch's DDP tutorial.
+    every rank, as in PyTorch's DDP tutorial; so is a load after the training loop of its
+    function, in a script that saves checkpoints (the best model, reloaded at the end).
 
     ## Why is this bad?
     A checkpoint saved from `cuda:0` loads back onto `cuda:0` in every process: GPU 0 holds
@@ -129,6 +130,9 @@ def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
     path = call_arg(load, 0, "f")
     if path is None or anatomy.ranks.guard(load) is not None:
         return False
+    saves = [call for call in anatomy.calls if anatomy.is_call_to(call, {"torch.save"})]
+    if saves and _after_training(anatomy, load):
+        return True  # the best checkpoint reloaded at the end: saved wherever training saves
     code = cst.Module([]).code_for_node
     for save in anatomy.calls:
         written = call_arg(save, 1, "f")
@@ -137,7 +141,22 @@ def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
             and anatomy.function_of(save) is anatomy.function_of(load)
             and anatomy.precedes(save, load)
             and code(written.value) == code(path.value)
-            and anatomy.is_call_to(save, {"torch.save"})
+            and save in saves
         ):
             return True
+    return False
+
+
+def _after_training(anatomy: Anatomy, load: cst.Call) -> bool:
+    """Whether `load` runs after a training loop of its own function is done."""
+    function = anatomy.function_of(load)
+    for loop in anatomy.script.train_loops:
+        outer = loop.epoch_loop or loop.batch_loop
+        for candidate in (outer, loop.batch_loop):
+            if (
+                anatomy.function_of(candidate) is function
+                and anatomy.precedes(candidate, load)
+                and not anatomy.inside(load, candidate)
+            ):
+                return True
     return False

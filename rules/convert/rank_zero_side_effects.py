@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.effects import opens_for_writing
 from ddpify.analysis.tree import dotted, walk
 from ddpify.emit import RANK_ZERO, expression
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -79,6 +80,29 @@ class RankZeroSideEffects(ConvertRule):
                 continue
             ctx.plan.guard(node, expression(RANK_ZERO))
             ctx.changed(node, f"{kind} on rank 0 only")
+        for assign in anatomy.assigns:
+            value = assign.value
+            if (
+                isinstance(value, cst.Call)
+                and opens_for_writing(value)
+                and anatomy.ranks.guard(assign) is None
+            ):
+                # Its writes are spread over the run (`csv.writer(f).writerow(...)` each
+                # epoch): guarding them one by one is not enough, and not guarding them
+                # leaves every rank writing the same file.
+                ctx.cannot(
+                    assign,
+                    "a file opened for writing and kept open: every process would write it; "
+                    "open it and write to it on rank 0 only by hand",
+                    blocking=True,
+                )
+
+
+def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`torch.save(model, ...)`, `print(model)`, `str(model)`: the model saved or shown, not run."""
+    return anatomy.is_call_to(call, {"torch.save"}) or dotted(call.func) in {
+        "print", "str", "repr", "format",
+    }  # fmt: skip
 
 
 def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[str]) -> str:
@@ -87,8 +111,8 @@ def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[s
             continue
         if dotted(node.func) in models:
             return "a forward pass"
-        if any(dotted(arg.value) in models for arg in node.args) and not anatomy.is_call_to(
-            node, {"torch.save"}
+        if any(dotted(arg.value) in models for arg in node.args) and not _shows_model(
+            anatomy, node
         ):
             return "a call that uses the model (it may run a forward pass)"
         if anatomy.distributed.is_collective(node):

@@ -239,3 +239,35 @@ for epoch in range(3):
     [problem] = result.problems
     assert (problem.code, problem.line) == ("DDP009", 7)
     assert "computed from the dataset" in problem.message
+
+
+DECISIONS_SCRIPT = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+log = open("metrics.csv", "w")
+loader = torch.utils.data.DataLoader(data, shuffle=True)
+for epoch in range(3):
+    running = 0.0
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        running += loss.item()
+    epoch_loss = running / 10
+    scheduler.step(epoch_loss)
+    log.write(f"{epoch},{epoch_loss}\\n")
+"""
+
+
+def test_rank_local_decisions_and_files_kept_open_are_refused() -> None:
+    """A plateau scheduler stepped on this process's own loss would part the learning
+    rates; a file kept open for writing would be written by every process."""
+    result = convert_source(DECISIONS_SCRIPT.encode(), "decide.py", ConvertOptions())
+    assert result.refused and result.output == DECISIONS_SCRIPT.encode()
+    found = {(p.code, p.line) for p in result.problems if p.blocking}
+    assert found == {("DDP005", 6), ("DDP010", 16)}
+    [plateau] = [p for p in result.problems if p.code == "DDP010"]
+    assert "`epoch_loss`" in plateau.message
