@@ -263,8 +263,8 @@ class UnguardedWrite(CheckRule):
                 continue
             if anatomy.ranks.guard(node) is not None:
                 continue
-            reported.append(node)
             run = _statements_to_guard(anatomy, node)
+            reported += [node, *run]  # the rename after a save is part of this finding
             ctx.report(node, fix=partial(_fix, statements=run) if run else None)
 
 

@@ -24,6 +24,7 @@ CASES = [
     ("while_steps.py", [], 6, "final.pt"),
     ("trainer_owns_loader.py", [], 3, "out/last.pt"),
     ("mnist_kwargs_pbar.py", [], 3, "mnist_kwargs.pt"),
+    ("init_after_move_onecycle.py", [], 4, "onecycle.pt"),
 ]
 PROGRESS = re.compile(r"^\[?(epoch|step|GPU)", re.IGNORECASE)
 
@@ -123,6 +124,29 @@ def test_kwargs_loader_shards_and_reshuffles_every_epoch(tmp_path: Path) -> None
             sampler.set_epoch(epoch)
             assert seen == list(sampler)
     assert epochs[0][0] != epochs[1][0] != epochs[2][0]
+
+
+def test_replicas_start_alike_and_the_schedule_runs_its_course(tmp_path: Path) -> None:
+    """A seed drawn at random per process and weights initialised after the move: wrapped
+    after the initialisation, the replicas are bit-identical at the end; the one-cycle
+    schedule sized from the dataset spans exactly the steps each process takes."""
+    source = (EXPECTED / "init_after_move_onecycle.py").read_text()
+    probe = (
+        "torch.save(model.module.state_dict(), f'params{dist.get_rank()}.pt')\n"
+        "open(f'steps{dist.get_rank()}.txt', 'w').write("
+        "f'{sched.last_epoch} {sched.total_steps}')\n"
+    )
+    marker = 'if dist.get_rank() == 0:\n    print(f"steps'
+    assert marker in source
+    (tmp_path / "probe.py").write_text(source.replace(marker, probe + marker, 1))
+    result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    params = [torch.load(tmp_path / f"params{rank}.pt", weights_only=True) for rank in (0, 1)]
+    assert params[0].keys() == params[1].keys()
+    assert all(torch.equal(params[0][key], params[1][key]) for key in params[0])
+    for rank in (0, 1):
+        taken, total = (tmp_path / f"steps{rank}.txt").read_text().split()
+        assert taken == total == str(3 * 32 // 8)
 
 
 @pytest.mark.slow
