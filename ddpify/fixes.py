@@ -46,6 +46,8 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     call = loader.call
     samplers = [anatomy.loaders.argument(call, name) for name in SAMPLER_ARGUMENTS]
     if any(samplers):
+        if plain_sampler(anatomy, loader) is not None:
+            return None
         return "the training DataLoader has its own sampler: shard it by hand"
     if None in samplers:
         return (
@@ -83,6 +85,10 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
     `shuffle=` (the two are mutually exclusive)."""
     assert shard_problem(anatomy, loader) is None
     call = loader.call
+    plain = plain_sampler(anatomy, loader)
+    if plain is not None:
+        _replace_sampler(plan, anatomy, plain, importer)
+        return
     dataset = call_arg(call, 0, "dataset")
     shuffle = call_arg(call, 2, "shuffle")
     assert dataset is not None
@@ -125,6 +131,47 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
         return updated.with_changes(args=args)
 
     plan.replace(call, shard)
+
+
+PLAIN_SAMPLERS = {
+    "torch.utils.data.RandomSampler": "True",
+    "torch.utils.data.sampler.RandomSampler": "True",
+    "torch.utils.data.SequentialSampler": "False",
+    "torch.utils.data.sampler.SequentialSampler": "False",
+}
+
+
+def plain_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
+    """The `RandomSampler(dataset)` or `SequentialSampler(dataset)` the loader is given as
+    `sampler=` (torchvision's references build it in `load_data()`), made in one place with
+    the dataset alone: a DistributedSampler with the same shuffle takes its place."""
+    passed = anatomy.loaders.argument(loader.call, "sampler") or []
+    if len(passed) != 1 or anatomy.loaders.argument(loader.call, "batch_sampler"):
+        return None
+    scope = anatomy.function_of(loader.call)
+    origins = anatomy.values.origins(passed[0].value, scope)
+    if len(origins) != 1 or not isinstance(origins[0], cst.Call):
+        return None
+    made = origins[0]
+    if not anatomy.is_call_to(made, tuple(PLAIN_SAMPLERS)):
+        return None
+    only = call_arg(made, 0, "data_source")
+    return made if only is not None and len(made.args) == 1 else None
+
+
+def _replace_sampler(plan: EditPlan, anatomy: Anatomy, made: cst.Call, importer: Importer) -> None:
+    shuffle = next(
+        value
+        for name, value in PLAIN_SAMPLERS.items()
+        if name in anatomy.qualified_names(made.func)
+    )
+    sampler_name = imported_sampler(anatomy, made)
+    if sampler_name is None:
+        sampler_name = "DistributedSampler"
+        importer.add_import("torch.utils.data", "DistributedSampler")
+    dataset = cst.Module([]).code_for_node(made.args[0].value)
+    sampler = cst.parse_expression(f"{sampler_name}({dataset}, shuffle={shuffle})")
+    plan.replace(made, lambda _: sampler)
 
 
 def _shuffle_dict(anatomy: Anatomy, call: cst.Call) -> cst.Name | None:

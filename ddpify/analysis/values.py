@@ -64,6 +64,18 @@ class Values:
         if depth > MAX_STEPS:
             return []
         graph = self.graph
+        position = _constant_index(expr)
+        if position is not None:  # `a, b = make()` reads `make()[1]`: what make returns there
+            assert isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Call)
+            callee = graph.callee(expr.value)
+            if callee is None:
+                return [expr]
+            return [
+                end
+                for value in graph.returned_values(callee)
+                if isinstance(value, cst.Tuple) and position < len(value.elements)
+                for end in self.origins(value.elements[position].value, callee, depth + 1)
+            ]
         if isinstance(expr, cst.Call):
             callee = graph.callee(expr)
             if callee is None:
@@ -140,6 +152,19 @@ class Values:
         for node in sorted(nodes, key=index.order):
             by_scope.setdefault(index.function_of(node), []).append(node)
         return by_scope
+
+
+def _constant_index(expr: cst.BaseExpression) -> int | None:
+    """`N` for `f(...)[N]`."""
+    if (
+        isinstance(expr, cst.Subscript)
+        and isinstance(expr.value, cst.Call)
+        and len(expr.slice) == 1
+        and isinstance(expr.slice[0].slice, cst.Index)
+        and isinstance(expr.slice[0].slice.value, cst.Integer)
+    ):
+        return int(expr.slice[0].slice.value.value)
+    return None
 
 
 def _values_for(

@@ -139,6 +139,45 @@ class DistributedSampler(ConvertRule):
             main()
             """,  # noqa: E501
         ),
+        # torchvision's references: a RandomSampler made in load_data() and passed as
+        # `sampler=` becomes a DistributedSampler that shuffles alike.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader, RandomSampler
+
+            def load_data(path):
+                dataset = make_dataset(path)
+                return dataset, RandomSampler(dataset)
+
+            dataset, train_sampler = load_data("data")
+            loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, RandomSampler, DistributedSampler
+
+            def load_data(path):
+                dataset = make_dataset(path)
+                return dataset, DistributedSampler(dataset, shuffle=True)
+
+            dataset, train_sampler = load_data("data")
+            loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                loader.sampler.set_epoch(epoch)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
         # Options chosen by a conditional expression; a progress bar made each epoch.
         Example(
             """
