@@ -64,7 +64,7 @@ OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed",
 LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarnings"}
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 # The last parts of the names `SideEffects.of` resolves (print, torch.save, logging.*, ...).
-SIDE_EFFECT_NAMES = {"print", "save", "dump", "savez", *LOG_LEVELS}
+SIDE_EFFECT_NAMES = {"print", "save", "dump", "savez", "savetxt", *LOG_LEVELS}
 ITER_WRAPPERS = {
     "enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "tqdm.notebook.tqdm",
     "progress_bar",

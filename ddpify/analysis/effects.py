@@ -69,6 +69,12 @@ class SideEffects:
                 return "file write"
             if f"{base}.{attr}" in FILE_OPERATIONS:  # the best checkpoint copied, old ones removed
                 return "file write"
+            if attr in {"mkdir", "makedirs"} and base == "os" and not _exist_ok(call):
+                return "file write"  # two ranks creating it at once: one gets FileExistsError
+            if attr == "save_image":
+                return "file write"
+            if base == "sys.stdout" and attr == "write":
+                return "print"
         if not self.index.may_name(call, SIDE_EFFECT_NAMES):
             return None
         names = self.index.qualified_names(func)
@@ -78,9 +84,18 @@ class SideEffects:
             return "checkpoint write"
         if any(name.startswith("logging.") for name in names) and not names & LOG_SETUP:
             return "logging"
-        if any(name in {"json.dump", "numpy.save", "numpy.savez"} for name in names):
+        if any(
+            name in {"json.dump", "numpy.save", "numpy.savez", "numpy.savetxt"} for name in names
+        ):
             return "file write"
         return None
+
+
+def _exist_ok(call: cst.Call) -> bool:
+    arg = call_arg(call, None, "exist_ok")
+    return arg is not None and not (
+        isinstance(arg.value, cst.Name) and arg.value.value in {"False", "None"}
+    )
 
 
 def path_names(write: cst.CSTNode) -> set[str]:

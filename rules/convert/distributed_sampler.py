@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
+from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.loaders import Loader
+from ddpify.analysis.tree import call_arg, is_name, walk
 from ddpify.fixes import insert_set_epoch, set_epoch_problem, shard_loader, shard_problem
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -262,10 +266,63 @@ class DistributedSampler(ConvertRule):
 
     def _shard(self, ctx: ConvertContext, loader: Loader) -> bool:
         """Give the loader a DistributedSampler; False (and why, reported) when it cannot."""
-        problem = shard_problem(ctx.anatomy, loader)
+        problem = shard_problem(ctx.anatomy, loader) or _not_only_training(ctx.anatomy, loader)
         if problem:
             ctx.cannot(loader.call, problem, blocking=True)
             return False
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         return True
+
+
+def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
+    """Why sharding this `DataLoader(...)` would shard more than the training data, if it
+    would: one call that also makes the evaluation loader (`make_loader(split)`), a stream
+    of ordered chunks (`batch_size=None`: a hidden state carried from one to the next), a
+    split drawn at random differently on every process, or BatchNorm statistics recomputed
+    over it."""
+    train_loops = {id(loop.batch_loop) for loop in anatomy.script.train_loops}
+    for node in walk(anatomy.module):
+        if not isinstance(node, cst.For | cst.CompFor) or id(node) in train_loops:
+            continue
+        if anatomy.loaders.resolve(node.iter, anatomy.function_of(node)) is loader.call:
+            return (
+                "the training DataLoader is made by the same call as a loader that only "
+                "evaluates: sharding it would shard the evaluation too; make them apart first"
+            )
+    size = call_arg(loader.call, 1, "batch_size")
+    if size is not None and is_name(size.value, "None"):
+        return (
+            "the training DataLoader yields ready-made chunks (`batch_size=None`): split "
+            "into ranks they would interleave an ordered stream; shard the stream by hand"
+        )
+    for call in anatomy.calls:
+        if (
+            anatomy.is_call_to(call, {"torch.utils.data.random_split"})
+            and not call_arg(call, 2, "generator")
+            and not _seeded(anatomy)
+        ):
+            return (
+                "random_split without a generator and no fixed torch.manual_seed: every "
+                "process would draw its own split; pass "
+                "generator=torch.Generator().manual_seed(0) by hand"
+            )
+        if anatomy.is_call_to(call, {"torch.optim.swa_utils.update_bn"}) and call.args:
+            given = anatomy.loaders.resolve(call.args[0].value, anatomy.function_of(call))
+            if given is loader.call:
+                return (
+                    "update_bn recomputes BatchNorm statistics over the training loader: "
+                    "sharded, each process would keep its own half's; give it a whole loader "
+                    "by hand"
+                )
+    return None
+
+
+def _seeded(anatomy: Anatomy) -> bool:
+    """A `torch.manual_seed(<number>)`: every process draws the same random numbers."""
+    return any(
+        anatomy.is_call_to(call, {"torch.manual_seed"})
+        and bool(call.args)
+        and isinstance(call.args[0].value, cst.Integer)
+        for call in anatomy.calls
+    )

@@ -13,7 +13,7 @@ local_rank = int(os.environ.get("LOCAL_RANK", 0))
 if torch.cuda.is_available():
     torch.cuda.set_device(local_rank)
 if "RANK" in os.environ:  # launched by torchrun
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
 else:  # plain `python`: a process group of one
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 """
@@ -85,7 +85,7 @@ class ProcessGroup(ConvertRule):
                 if torch.cuda.is_available():
                     torch.cuda.set_device(local_rank)
                 if "RANK" in os.environ:  # launched by torchrun
-                    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+                    dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
                 else:  # plain `python`: a process group of one
                     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
                 device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
@@ -93,7 +93,7 @@ class ProcessGroup(ConvertRule):
                     main()
                 finally:
                     dist.destroy_process_group()
-            """,
+            """,  # noqa: E501
         ),
     )
 

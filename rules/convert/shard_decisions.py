@@ -92,11 +92,9 @@ def _shard_value(
         if name is None:
             continue
         for assign in walk(scope or anatomy.module):
-            targets: list[cst.BaseExpression] = []
-            if isinstance(assign, cst.AugAssign):
-                targets = [assign.target]
-            elif isinstance(assign, cst.Assign):
-                targets = [target.target for target in assign.targets]
+            # Summed over the batches (`running_loss += loss.item()`); a value assigned in
+            # the loop (`val_score = evaluate(model, val_loader)`) may well be global.
+            targets = [assign.target] if isinstance(assign, cst.AugAssign) else []
             if any(dotted(target) == name for target in targets) and any(
                 anatomy.inside(assign, loop) for loop in batch_loops
             ):

@@ -20,7 +20,7 @@ def {worker}(local_rank, world_size, port{params}):
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
 {device}    dist.init_process_group(
-        "nccl" if torch.cuda.is_available() else "gloo",
+        "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo",
         init_method=f"tcp://127.0.0.1:{{port}}",
         rank=local_rank,
         world_size=world_size,
@@ -108,7 +108,7 @@ class SpawnEntry(ConvertRule):
                 if torch.cuda.is_available():
                     torch.cuda.set_device(local_rank)
                 dist.init_process_group(
-                    "nccl" if torch.cuda.is_available() else "gloo",
+                    "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo",
                     init_method=f"tcp://127.0.0.1:{port}",
                     rank=local_rank,
                     world_size=world_size,

@@ -7,11 +7,11 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import DDP_TRANSPARENT
 from ddpify.analysis.models import Model
-from ddpify.analysis.tree import dotted, is_method_call, walk
+from ddpify.analysis.tree import dotted, is_method_call, is_name, walk
 from ddpify.emit import statement
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
-WRAP = "{name} = DDP({name}, device_ids=[{rank}] if torch.cuda.is_available() else None)\n"
+WRAP = "{name} = DDP({name}, device_ids=[{rank}] if next({name}.parameters()).is_cuda else None)\n"
 
 
 class WrapModel(ConvertRule):
@@ -55,14 +55,14 @@ class WrapModel(ConvertRule):
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             model = Net().to(device)
-            model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+            model = DDP(model, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             for x, y in loader:
                 loss = model(x).sum()
                 loss.backward()
                 optimizer.step()
             torch.save(model.module.state_dict(), "model.pt")
-            """,
+            """,  # noqa: E501
         ),
         # Initialised and resumed after the move (pytorch/examples' dcgan): DDP copies rank
         # 0's weights to the others once, when it wraps, so it wraps what they became.
@@ -88,7 +88,7 @@ class WrapModel(ConvertRule):
             netG.apply(weights_init)
             if resume:
                 netG.load_state_dict(torch.load(resume))
-            netG = DDP(netG, device_ids=[local_rank] if torch.cuda.is_available() else None)
+            netG = DDP(netG, device_ids=[local_rank] if next(netG.parameters()).is_cuda else None)
             optimizer = torch.optim.Adam(netG.parameters(), lr=2e-4)
             for x in loader:
                 loss = netG(x).sum()
@@ -111,6 +111,15 @@ class WrapModel(ConvertRule):
             if model.placement is None or model.placed_name is None:
                 ctx.cannot(
                     model.optimizer_call, "cannot tell where the model is built", blocking=True
+                )
+                continue
+            if _trained_on_one_branch(anatomy, model.optimizer_call):
+                ctx.cannot(
+                    model.optimizer_call,
+                    f"`{model.placed_name}` gets an optimizer on one branch only (`... if "
+                    "fine_tune else None`): frozen, it must stay bare (DDP refuses a model "
+                    "with nothing to train); wrap it on the training branch by hand",
+                    blocking=True,
                 )
                 continue
             ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
@@ -137,6 +146,19 @@ class WrapModel(ConvertRule):
                 "gradient accumulation: every backward all-reduces; `with model.no_sync():` "
                 "around the micro-batches that do not step saves that traffic",
             )
+
+
+def _trained_on_one_branch(anatomy: Anatomy, optimizer: cst.Call) -> bool:
+    """`Adam(encoder.parameters()) if fine_tune_encoder else None`: the other branch trains
+    nothing."""
+    for ancestor in anatomy.ancestors(optimizer):
+        if isinstance(ancestor, cst.IfExp):
+            other = ancestor.orelse if anatomy.inside(optimizer, ancestor.body) else ancestor.body
+            if is_name(other, "None"):
+                return True
+        if isinstance(ancestor, cst.BaseStatement):
+            return False
+    return False
 
 
 def _through_module(value: cst.BaseExpression) -> cst.BaseExpression:

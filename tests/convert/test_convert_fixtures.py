@@ -271,3 +271,65 @@ def test_rank_local_decisions_and_files_kept_open_are_refused() -> None:
     assert found == {("DDP005", 6), ("DDP010", 16)}
     [plateau] = [p for p in result.problems if p.code == "DDP010"]
     assert "`epoch_loss`" in plateau.message
+
+
+def test_a_model_trained_on_one_branch_only_is_refused() -> None:
+    """With `fine_tune_encoder` false the encoder is frozen, and DDP refuses a module with
+    nothing to train: wrapping it unconditionally would crash before the first step."""
+    source = """\
+import torch
+
+encoder = Encoder().to(device)
+decoder = Decoder().to(device)
+decoder_optimizer = torch.optim.Adam(decoder.parameters(), lr=4e-4)
+encoder_optimizer = torch.optim.Adam(encoder.parameters(), lr=1e-4) if fine_tune_encoder else None
+for epoch in range(2):
+    for x, y in torch.utils.data.DataLoader(data, shuffle=True):
+        loss = decoder(encoder(x)).sum()
+        loss.backward()
+        decoder_optimizer.step()
+"""
+    result = convert_source(source.encode(), "captions.py", ConvertOptions())
+    assert result.refused and result.output == source.encode()
+    assert ("DDP003", 6) in {(p.code, p.line) for p in result.problems if p.blocking}
+
+
+SHARD_MORE_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader, random_split
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_set, val_set = random_split(full, [80, 20])
+loader = DataLoader(train_set, batch_size=8, shuffle=True)
+for epoch in range(2):
+    for x, y in loader:
+        (model(x) - y).pow(2).mean().backward()
+        optimizer.step()
+"""
+
+
+UPDATE_BN = "optimizer.step()\n    torch.optim.swa_utils.update_bn(loader, model)\n"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "reason"),
+    [
+        ("", "", "every process would draw its own split"),
+        ("batch_size=8, shuffle=True", "batch_size=None", "ready-made chunks"),
+        ("optimizer.step()\n", UPDATE_BN, "update_bn recomputes BatchNorm statistics"),
+    ],
+)
+def test_sharding_what_is_more_than_training_data_is_refused(
+    old: str, new: str, reason: str
+) -> None:
+    """An unseeded split (only that case leaves the script unseeded), an ordered stream of
+    chunks, BatchNorm statistics recomputed over the loader."""
+    source = SHARD_MORE_SCRIPT
+    if old:
+        source = source.replace(old, new).replace(
+            "import torch\n", "import torch\n\ntorch.manual_seed(1)\n", 1
+        )
+    result = convert_source(source.encode(), "more.py", ConvertOptions())
+    assert result.refused and result.output == source.encode()
+    assert any(reason in p.message for p in result.problems if p.code == "DDP004"), result.problems
