@@ -17,7 +17,8 @@ class CheckpointLoad(ConvertRule):
     `torch.load` calls that lack them. A load of the file a `torch.save` earlier in the same
     function wrote (on rank 0 only, DDP005) is preceded by `dist.barrier()`, reached by
     every rank, as in PyTorch's DDP tutorial; so is a load after the training loop of its
-    function, in a script that saves checkpoints (the best model, reloaded at the end).
+    function, or after a call in its function that trains (`fit(model, ...)`), in a script
+    that saves checkpoints (the best model, reloaded at the end).
 
     ## Why is this bad?
     A checkpoint saved from `cuda:0` loads back onto `cuda:0` in every process: GPU 0 holds
@@ -148,8 +149,16 @@ def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
 
 
 def _after_training(anatomy: Anatomy, load: cst.Call) -> bool:
-    """Whether `load` runs after a training loop of its own function is done."""
+    """Whether `load` runs after a training loop of its own function is done, or after a
+    call in its function that trains (`history = fit(model, ...)`, then the best weights)."""
     function = anatomy.function_of(load)
+    backward = set(anatomy.script.backward_calls)
+    statement = anatomy.statement_of(load)
+    for earlier in anatomy.body_of(statement):
+        if earlier is statement:
+            break
+        if anatomy.graph.reaches(earlier, lambda node: node in backward):
+            return True
     for loop in anatomy.script.train_loops:
         outer = loop.epoch_loop or loop.batch_loop
         for candidate in (outer, loop.batch_loop):

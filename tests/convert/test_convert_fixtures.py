@@ -333,3 +333,36 @@ def test_sharding_what_is_more_than_training_data_is_refused(
     result = convert_source(source.encode(), "more.py", ConvertOptions())
     assert result.refused and result.output == source.encode()
     assert any(reason in p.message for p in result.problems if p.code == "DDP004"), result.problems
+
+
+def test_the_best_weights_saved_while_training_are_read_after_a_barrier() -> None:
+    """Keras-style: `fit()` trains and saves the best weights (rank 0 only), `main()` reads
+    them back once `fit()` returns: every rank waits for the save first."""
+    source = """\
+import torch
+
+
+def fit(model, loader, optimizer):
+    for epoch in range(2):
+        for x, y in loader:
+            (model(x) - y).pow(2).mean().backward()
+            optimizer.step()
+        torch.save(model.state_dict(), "best.pt")
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+    fit(model, loader, optimizer)
+    model.load_state_dict(torch.load("best.pt"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "fit.py", ConvertOptions())
+    output = result.output.decode()
+    assert not result.refused
+    assert "    dist.barrier()\n    model.module.load_state_dict(torch.load(" in output
+    assert output.count("dist.barrier()") == 1
