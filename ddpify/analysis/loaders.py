@@ -13,7 +13,7 @@ from ddpify.analysis.api import DATALOADER, ITER_WRAPPERS, ITERABLE_DATASETS, LO
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, methods, walk
-from ddpify.analysis.values import MAX_STEPS, Scope, Values
+from ddpify.analysis.values import MAX_STEPS, Scope, Values, constant_index
 
 # Methods of a dict that leave its keys as they are.
 _READS = {"get", "items", "keys", "values", "copy", "__getitem__", "__contains__"}
@@ -54,15 +54,10 @@ class Loaders:
         if depth > MAX_STEPS:
             return None
         expr = strip_iteration(expr)
-        if (
-            isinstance(expr, cst.Subscript)
-            and isinstance(expr.value, cst.Call)
-            and len(expr.slice) == 1
-            and isinstance(expr.slice[0].slice, cst.Index)
-            and isinstance(expr.slice[0].slice.value, cst.Integer)
-        ):
+        index = constant_index(expr)
+        if index is not None:
+            assert isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Call)
             callee = self.graph.callee(expr.value)
-            index = int(expr.slice[0].slice.value.value)
             for value in self.graph.returned_values(callee) if callee is not None else []:
                 if isinstance(value, cst.Tuple) and index < len(value.elements):
                     found = self.resolve(value.elements[index].value, callee, depth + 1)

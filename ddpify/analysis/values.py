@@ -64,7 +64,7 @@ class Values:
         if depth > MAX_STEPS:
             return []
         graph = self.graph
-        position = _constant_index(expr)
+        position = constant_index(expr)
         if position is not None:  # `a, b = make()` reads `make()[1]`: what make returns there
             assert isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Call)
             callee = graph.callee(expr.value)
@@ -154,7 +154,7 @@ class Values:
         return by_scope
 
 
-def _constant_index(expr: cst.BaseExpression) -> int | None:
+def constant_index(expr: cst.BaseExpression) -> int | None:
     """`N` for `f(...)[N]`."""
     if (
         isinstance(expr, cst.Subscript)
