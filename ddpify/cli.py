@@ -98,7 +98,7 @@ def convert(
     name = src if source_path is None else str(source_path)
     try:
         source = sys.stdin.buffer.read() if source_path is None else read_source(source_path)
-        result = convert_source(source, name, options)
+        result = convert_source(source, name, options, source_path)
         if target is not None and not target.parent.is_dir():
             raise InputError(f"{target}: the output folder {target.parent} does not exist")
     except InputError as error:

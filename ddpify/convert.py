@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.edits import add_imports
@@ -57,13 +58,17 @@ def batch_semantics(options: ConvertOptions) -> str:
     )
 
 
-def convert_source(source: bytes, name: str, options: ConvertOptions) -> ConvertResult:
-    """Convert one script's bytes. Raises `InputError` for input that does not parse."""
+def convert_source(
+    source: bytes, name: str, options: ConvertOptions, path: Path | None = None
+) -> ConvertResult:
+    """Convert one script's bytes. Raises `InputError` for input that does not parse.
+    `path`, the file the bytes were read from, lets the analysis read the helpers the
+    script imports from its own project."""
     if not could_train(source):
         check_syntax(source, name)
         return ConvertResult(source, source, skipped=NOT_TRAINING)
     module = parse_source(source, name)
-    anatomy = Anatomy(module)
+    anatomy = Anatomy(module, path)
     skipped = _why_left_alone(anatomy)
     if skipped is not None:
         return ConvertResult(source, source, skipped=skipped)

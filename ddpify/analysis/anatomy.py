@@ -12,12 +12,16 @@ never builds the call graph:
 - `distributed` — process groups, DDP wraps, collectives (distributed.py);
 - `effects` — prints, logs and file writes (effects.py);
 - `ranks` — rank tests and rank-0 guards (ranks.py);
-- `bindings` — which uses of a name hold the DDP wrapper (wrapped.py).
+- `bindings` — which uses of a name hold the DDP wrapper (wrapped.py);
+- `project` — functions imported from the script's other files (project.py).
 """
 
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
+
+import libcst as cst
 
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.distributed import DistributedCode
@@ -25,6 +29,7 @@ from ddpify.analysis.effects import SideEffects
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import Loaders
 from ddpify.analysis.models import Models
+from ddpify.analysis.project import Project
 from ddpify.analysis.ranks import Ranks
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.values import Values
@@ -32,7 +37,12 @@ from ddpify.analysis.wrapped import DdpBindings
 
 
 class Anatomy(SourceIndex):
-    """One parsed module and the analyses of it, each computed once and shared by every rule."""
+    """One parsed module and the analyses of it, each computed once and shared by every rule.
+    `path` is where the module was read from, when it was read from a file."""
+
+    def __init__(self, module: cst.Module, path: Path | None = None) -> None:
+        super().__init__(module)
+        self.path = path
 
     @cached_property
     def graph(self) -> CallGraph:
@@ -69,3 +79,7 @@ class Anatomy(SourceIndex):
     @cached_property
     def bindings(self) -> DdpBindings:
         return DdpBindings(self, self.graph, self.distributed)
+
+    @cached_property
+    def project(self) -> Project:
+        return Project(self, self.path)

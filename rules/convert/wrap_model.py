@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
@@ -137,6 +140,8 @@ class WrapModel(ConvertRule):
             for attribute in _raw_uses(anatomy, model):
                 ctx.plan.replace(attribute.value, _through_module)
                 ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
+            for call, argument in _handed_to_helpers(anatomy, model):
+                _through_helper(ctx, call, argument)
             for saved in _whole_model_saves(anatomy, model):
                 ctx.plan.replace(saved, _through_module)
                 ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
@@ -146,6 +151,45 @@ class WrapModel(ConvertRule):
                 "gradient accumulation: every backward all-reduces; `with model.no_sync():` "
                 "around the micro-batches that do not step saves that traffic",
             )
+
+
+def _handed_to_helpers(anatomy: Anatomy, model: Model) -> list[tuple[cst.Call, cst.Arg]]:
+    """Calls after the wrap that hand the model to a function of another project file."""
+    assert model.placement is not None
+    handed = []
+    for call in anatomy.calls:
+        for argument in call.args:
+            name = dotted(argument.value)
+            if name in model.names and anatomy.values.runs_after(model.placement, call, name):
+                handed.append((call, argument))
+    return handed
+
+
+def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> None:
+    """A helper of another file that reads the model's own attributes gets the bare model,
+    when it only reads them or evaluates; one that may train with it is refused."""
+    use = ctx.anatomy.project.model_use(call, argument)
+    if use is None or not use.attributes:
+        return  # not a helper of the project, or the wrapper serves all it asks
+    where = f"`{use.helper.name}()` ({_shown(ctx.anatomy, use.helper.path)})"
+    read = ", ".join(f"`.{attribute}`" for attribute in use.attributes)
+    if use.trains:
+        ctx.cannot(
+            call,
+            f"{where} reads {read} of the model, which the DDP wrapper does not have, and may "
+            "train it: given the bare model it would train without averaging gradients; "
+            "read those attributes through `.module` in that file by hand",
+            blocking=True,
+        )
+        return
+    ctx.plan.replace(argument.value, _through_module)
+    ctx.changed(call, f"{where} reads {read}: it gets the bare model")
+
+
+def _shown(anatomy: Anatomy, path: Path) -> str:
+    if anatomy.path is None:
+        return str(path)
+    return os.path.relpath(path, anatomy.path.resolve().parent)
 
 
 def _trained_on_one_branch(anatomy: Anatomy, optimizer: cst.Call) -> bool:

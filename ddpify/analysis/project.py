@@ -1,0 +1,220 @@
+"""The script's own project: functions it imports from files beside it, and what they do
+with a model they are given.
+
+A training script often hands its model to a helper in another file of its repository:
+`evaluate(model, val_loader)` from `evaluate.py`, `compute_loss(outputs, targets, model)`
+from `utils/loss.py`. Once the model is wrapped, such a helper gets the DDP wrapper, which
+serves `forward`, `parameters()`, `train()` and the like but not the model's own
+attributes: `net.n_classes` raises AttributeError. A helper is found the way Python finds
+it when the script runs: a module beside the script, or in the package the script sits in
+(up to `MAX_PARENTS` folders up). Only its text is read: nothing is imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import libcst as cst
+
+from ddpify.analysis.api import DDP_TRANSPARENT
+from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.tree import dotted, is_method_call, walk
+
+# How many folders above the script a package root is looked for in (`repo/pkg/train.py`
+# importing `pkg.utils.loss`).
+MAX_PARENTS = 3
+# How many calls deep a model is followed from the script into its project's functions.
+MAX_DEPTH = 3
+# Contexts under which a forward pass records no graph.
+NO_GRAD = ("no_grad", "inference_mode")
+
+
+@dataclass(frozen=True)
+class Helper:
+    """A function of the script's project, defined in another of its files."""
+
+    function: cst.FunctionDef
+    graph: CallGraph  # of the helper's own file
+    path: Path
+
+    @property
+    def index(self) -> SourceIndex:
+        return self.graph.index
+
+    @property
+    def name(self) -> str:
+        return self.function.name.value
+
+
+@dataclass(frozen=True)
+class ModelUse:
+    """What a helper does with a model it is given."""
+
+    helper: Helper
+    # Attributes it reads or sets that the DDP wrapper does not serve (`n_classes`).
+    attributes: tuple[str, ...]
+    # It runs the model with autograd on, or calls backward: it may train it.
+    trains: bool
+
+
+class Project:
+    """The script's own modules, as far as they can be found from the script's path."""
+
+    def __init__(self, index: SourceIndex, path: Path | None) -> None:
+        self.index = index
+        self.path = path
+
+    @cached_property
+    def roots(self) -> list[Path]:
+        """Folders a module of the project may be imported from: the script's own first."""
+        if self.path is None:
+            return []
+        folder = self.path.resolve().parent
+        return [folder, *list(folder.parents)[:MAX_PARENTS]]
+
+    def helper(self, call: cst.Call) -> Helper | None:
+        """The function of another project file that `call` calls, when one is found."""
+        if not isinstance(call.func, cst.Name | cst.Attribute):
+            return None
+        for qualified in self.index.qualified_names(call.func):
+            found = _find(qualified, self.roots)
+            if found is not None:
+                return found
+        return None
+
+    def model_use(self, call: cst.Call, argument: cst.Arg) -> ModelUse | None:
+        """What the helper `call` calls does with the model passed as `argument`; None when
+        `call` calls no function of the project, or the helper does nothing with it."""
+        helper = self.helper(call)
+        if helper is None:
+            return None
+        parameter = _parameter(helper.function, call, argument)
+        if parameter is None:
+            return None
+        attributes: set[str] = set()
+        trains = _follow(helper, parameter, attributes, depth=0)
+        return ModelUse(helper, tuple(sorted(attributes)), trains)
+
+
+def _follow(helper: Helper, parameter: str, attributes: set[str], depth: int) -> bool:
+    """Collect into `attributes` what `helper` (and the project functions it hands the model
+    on to) reads of `parameter` past the wrapper; whether any of them may train with it."""
+    trains = False
+    function = helper.function
+    for node in walk(function.body):
+        if isinstance(node, cst.Attribute) and dotted(node.value) == parameter:
+            if node.attr.value not in DDP_TRANSPARENT:
+                attributes.add(node.attr.value)
+        elif isinstance(node, cst.Call):
+            runs = dotted(node.func) == parameter and not _without_grad(helper, node)
+            if runs or is_method_call(node, "backward"):
+                trains = True
+            for arg in node.args:
+                if dotted(arg.value) != parameter or depth + 1 >= MAX_DEPTH:
+                    continue
+                inner = _callee(helper, node)
+                inner_parameter = inner and _parameter(inner.function, node, arg)
+                if inner is not None and inner_parameter:
+                    trains |= _follow(inner, inner_parameter, attributes, depth + 1)
+    return trains
+
+
+def _callee(helper: Helper, call: cst.Call) -> Helper | None:
+    """The function `call`, in a helper's file, calls: one of that file or of its project."""
+    function = helper.graph.callee(call)
+    if function is not None and helper.index.class_of(function) is None:
+        return Helper(function, helper.graph, helper.path)
+    roots = [helper.path.parent, *list(helper.path.parent.parents)[:MAX_PARENTS]]
+    for qualified in helper.index.qualified_names(call.func):
+        found = _find(qualified, roots)
+        if found is not None:
+            return found
+    return None
+
+
+def _without_grad(helper: Helper, call: cst.Call) -> bool:
+    """Whether `call` runs under `torch.no_grad()`/`inference_mode()`: a `with` around it in
+    its function, or a decorator of the function."""
+    for decorator in helper.function.decorators:
+        text = dotted(
+            decorator.decorator.func
+            if isinstance(decorator.decorator, cst.Call)
+            else decorator.decorator
+        )
+        if text and text.rsplit(".", 1)[-1] in NO_GRAD:
+            return True
+    for ancestor in helper.index.ancestors(call):
+        if ancestor is helper.function:
+            break
+        if isinstance(ancestor, cst.With):
+            for item in ancestor.items:
+                context = item.item
+                func = context.func if isinstance(context, cst.Call) else context
+                text = dotted(func)
+                if text and text.rsplit(".", 1)[-1] in NO_GRAD:
+                    return True
+    return False
+
+
+def _parameter(function: cst.FunctionDef, call: cst.Call, argument: cst.Arg) -> str | None:
+    """The name of `function`'s parameter that `argument` of `call` binds."""
+    params = function.params
+    if argument.keyword is not None:
+        every = (*params.posonly_params, *params.params, *params.kwonly_params)
+        names = {param.name.value for param in every}
+        return argument.keyword.value if argument.keyword.value in names else None
+    if argument.star:
+        return None
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if any(arg.star for arg in call.args[: call.args.index(argument)]):
+        return None
+    position = positional.index(argument)
+    ordered = [*params.posonly_params, *params.params]
+    if position >= len(ordered):
+        return None
+    return ordered[position].name.value
+
+
+def _find(qualified: str, roots: list[Path]) -> Helper | None:
+    """The module-level function `qualified` (`pkg.utils.loss.compute_loss`) names, in a
+    file under one of `roots`."""
+    module_name, _, function_name = qualified.lstrip(".").rpartition(".")
+    if not module_name or qualified.startswith("."):
+        return None  # a relative import: the script is not run as a file
+    for path in _module_files(module_name, roots):
+        graph = _read(path)
+        if graph is None:
+            continue
+        for function in graph.defined(function_name):
+            if graph.index.class_of(function) is None:
+                return Helper(function, graph, path)
+        return None  # the module is found: Python would stop at it
+    return None
+
+
+def _module_files(module_name: str, roots: list[Path]) -> Iterator[Path]:
+    relative = Path(*module_name.split("."))
+    for root in roots:
+        for candidate in (root / relative.with_suffix(".py"), root / relative / "__init__.py"):
+            if candidate.is_file():
+                yield candidate
+
+
+_READ: dict[tuple[Path, int, int], CallGraph] = {}
+
+
+def _read(path: Path) -> CallGraph | None:
+    """The call graph of the module at `path` (read once per version of the file), or None
+    if it cannot be read."""
+    try:
+        stat = path.stat()
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        if key not in _READ:
+            _READ[key] = CallGraph(SourceIndex(cst.parse_module(path.read_bytes())))
+    except (OSError, cst.ParserSyntaxError):
+        return None
+    return _READ[key]
