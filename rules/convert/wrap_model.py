@@ -8,9 +8,9 @@ from pathlib import Path
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import DDP_TRANSPARENT
+from ddpify.analysis.api import DDP_TRANSPARENT, PARAMETERS
 from ddpify.analysis.models import Model
-from ddpify.analysis.tree import dotted, is_method_call, is_name, walk
+from ddpify.analysis.tree import dotted, is_attribute, is_method_call, is_name, walk
 from ddpify.emit import statement
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -125,6 +125,18 @@ class WrapModel(ConvertRule):
                     blocking=True,
                 )
                 continue
+            changed = _trainable_changed_later(anatomy, model)
+            if changed is not None:
+                ctx.cannot(
+                    changed,
+                    f"which parameters of `{model.placed_name}` train changes after the DDP wrap "
+                    "(`requires_grad`): DDP averages only the ones that needed a gradient when "
+                    "it wrapped, so the others would train apart in every process, and one "
+                    "that stops getting a gradient makes it raise; wrap the model again after "
+                    "the change by hand",
+                    blocking=True,
+                )
+                continue
             ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
             ctx.plan.insert_after(
                 model.placement,
@@ -151,6 +163,39 @@ class WrapModel(ConvertRule):
                 "gradient accumulation: every backward all-reduces; `with model.no_sync():` "
                 "around the micro-batches that do not step saves that traffic",
             )
+
+
+def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | None:
+    """A change of which of the model's parameters train, after the wrap: `for p in
+    model.backbone.parameters(): p.requires_grad = True` at some epoch (fine-tuning that
+    unfreezes), `model.encoder.requires_grad_(False)`."""
+    assert model.placement is not None
+
+    def of_model(node: cst.CSTNode) -> str | None:
+        name = dotted(node)
+        for known in model.names:
+            if name is not None and (name == known or name.startswith(known + ".")):
+                return known
+        return None
+
+    for node in walk(anatomy.module):
+        root = None
+        if is_method_call(node, "requires_grad_"):
+            assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            root = of_model(node.func.value)
+        elif (
+            isinstance(node, cst.For)
+            and is_method_call(node.iter, *PARAMETERS)
+            and any(
+                is_attribute(inner, "requires_grad") or is_method_call(inner, "requires_grad_")
+                for inner in walk(node.body)
+            )
+        ):
+            assert isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
+            root = of_model(node.iter.func.value)
+        if root is not None and anatomy.values.runs_after(model.placement, node, root):
+            return node
+    return None
 
 
 def _handed_to_helpers(anatomy: Anatomy, model: Model) -> list[tuple[cst.Call, cst.Arg]]:

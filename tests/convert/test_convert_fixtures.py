@@ -366,3 +366,40 @@ if __name__ == "__main__":
     assert not result.refused
     assert "    dist.barrier()\n    model.module.load_state_dict(torch.load(" in output
     assert output.count("dist.barrier()") == 1
+
+
+UNFREEZE_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(data, shuffle=True)
+model = Net().to(device)
+for p in model.backbone.parameters():
+    p.requires_grad = False
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    if epoch == 5:
+        for p in model.backbone.parameters():
+            p.requires_grad = True
+    for x, y in loader:
+        model(x).sum().backward()
+        optimizer.step()
+"""
+
+
+def test_parameters_unfrozen_after_the_wrap_are_refused() -> None:
+    """DDP hooks the parameters that need a gradient when it wraps: ones unfrozen later
+    would train apart in every process. Frozen before the wrap is fine."""
+    result = convert_source(UNFREEZE_SCRIPT.encode(), "finetune.py", ConvertOptions())
+    assert result.refused and result.output == UNFREEZE_SCRIPT.encode()
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP003", 11)
+    assert "`requires_grad`" in problem.message
+    frozen_once = UNFREEZE_SCRIPT.replace("    if epoch == 5:\n", "    if False:\n").replace(
+        "    if False:\n        for p in model.backbone.parameters():\n"
+        "            p.requires_grad = True\n",
+        "",
+    )
+    converted = convert_source(frozen_once.encode(), "finetune.py", ConvertOptions())
+    assert not converted.refused
+    assert b"    p.requires_grad = False\nmodel = DDP(model" in converted.output
