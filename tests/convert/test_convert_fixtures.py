@@ -403,3 +403,45 @@ def test_parameters_unfrozen_after_the_wrap_are_refused() -> None:
     converted = convert_source(frozen_once.encode(), "finetune.py", ConvertOptions())
     assert not converted.refused
     assert b"    p.requires_grad = False\nmodel = DDP(model" in converted.output
+
+
+EARLY_STOP_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = Net().to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+best, patience = float("inf"), 0
+for epoch in range(100):
+    running = 0.0
+    for i, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        if not torch.isfinite(loss):
+            continue
+        loss.backward()
+        optimizer.step()
+        running += loss.item()
+        if dry_run and i > 10:
+            break
+    epoch_loss = running / len(loader)
+    if epoch_loss < best:
+        best, patience = epoch_loss, 0
+    elif patience > 3:
+        break
+    else:
+        patience += 1
+"""
+
+
+def test_leaving_the_loop_on_a_value_of_this_process_s_batches_is_refused() -> None:
+    """Early stopping on the training loss, a step skipped on a NaN: one process would
+    leave (or skip) alone and the others hang in the next all-reduce. A break on the batch
+    index is the same everywhere and is not reported."""
+    result = convert_source(EARLY_STOP_SCRIPT.encode(), "early.py", ConvertOptions())
+    assert result.refused and result.output == EARLY_STOP_SCRIPT.encode()
+    found = {(p.code, p.line) for p in result.problems if p.blocking}
+    assert found == {("DDP010", 12), ("DDP010", 20)}
+    messages = sorted(p.message for p in result.problems)
+    assert messages[0].startswith("`break` decided on `epoch_loss`")
+    assert messages[1].startswith("`continue` decided on `loss`")
