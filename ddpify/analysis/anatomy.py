@@ -13,7 +13,8 @@ never builds the call graph:
 - `effects` — prints, logs and file writes (effects.py);
 - `ranks` — rank tests and rank-0 guards (ranks.py);
 - `bindings` — which uses of a name hold the DDP wrapper (wrapped.py);
-- `project` — functions imported from the script's other files (project.py).
+- `project` — functions imported from the script's other files (project.py);
+- `streams` — training loops that draw their batches at random (streams.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ddpify.analysis.models import Models
 from ddpify.analysis.project import Project
 from ddpify.analysis.ranks import Ranks
 from ddpify.analysis.script import TrainingScript
+from ddpify.analysis.streams import Streams
 from ddpify.analysis.values import Values
 from ddpify.analysis.wrapped import DdpBindings
 
@@ -83,3 +85,7 @@ class Anatomy(SourceIndex):
     @cached_property
     def project(self) -> Project:
         return Project(self, self.path)
+
+    @cached_property
+    def streams(self) -> Streams:
+        return Streams(self, self.graph, self.script)

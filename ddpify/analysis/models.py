@@ -26,6 +26,9 @@ class Model:
     placement: cst.BaseStatement | None = None
     placed_name: str | None = None
     data_parallel: list[cst.Call] = field(default_factory=list)
+    # The other name of the same object where it is moved: `model` in `m = model.to(device)`
+    # (`Module.to` returns the module itself), which the script may go on using.
+    alias: str | None = None
 
 
 class Models:
@@ -122,6 +125,7 @@ class Models:
         if unique:
             statement, name = max(unique.values(), key=lambda item: self.index.line(item[0]))
             model.placement, model.placed_name = self._unconditional(statement), name
+            model.alias = _moved_alias(statement, name)
             model.placement = self._after_initialisation(model.placement, model.names)
             return
         # Never moved (a CPU script): wrap right after it is built, before the optimizer.
@@ -204,6 +208,19 @@ def _moved_value(value: cst.BaseExpression) -> cst.BaseExpression:
     ):
         return value.func.value
     return value
+
+
+def _moved_alias(statement: cst.BaseStatement, name: str) -> str | None:
+    """`model` for `m = model.to(device)`: the moved object's other name."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return None
+    for small in statement.body:
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            source = _moved_value(small.value)
+            alias = dotted(source) if source is not small.value else None
+            if dotted(small.targets[0].target) == name and alias and alias != name:
+                return alias
+    return None
 
 
 def _names_model(node: cst.CSTNode, names: set[str]) -> bool:

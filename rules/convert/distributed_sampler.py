@@ -6,7 +6,9 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.loaders import Loader
-from ddpify.analysis.tree import call_arg, is_name, walk
+from ddpify.analysis.streams import RandomBatches
+from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.emit import statements
 from ddpify.fixes import insert_set_epoch, set_epoch_problem, shard_loader, shard_problem
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -20,6 +22,13 @@ class DistributedSampler(ConvertRule):
     loader is iterated. The epoch loop is found across the script's own functions and
     methods (`train_one_epoch(model, loader)`, `self._run_epoch(epoch)`), including resume
     loops such as `range(start_epoch, epochs)`. Validation loaders stay whole.
+
+    A script without a DataLoader that draws every step's batch at random (nanoGPT's
+    `get_batch` with `torch.randint`, `random.choice` of a training pair) has no passes to
+    shard: each process draws a stream of its own instead, from generators seeded just
+    before training with the script's seed plus the rank (`torch.manual_seed(1337 +
+    dist.get_rank())`; torch's generator starts alike in every process even unseeded,
+    Python's and NumPy's do not). Each step then sees world_size times the batch.
 
     ## Why is this bad?
     Without the sampler every process trains on the same batches: N GPUs do the work of
@@ -39,6 +48,43 @@ class DistributedSampler(ConvertRule):
         nothing reads the dict afterwards.
     """
     examples = (
+        # Batches drawn at random every step (nanoGPT): a stream of its own per process.
+        Example(
+            """
+            import torch
+
+            torch.manual_seed(1337)
+
+            def get_batch():
+                ix = torch.randint(len(data) - block_size, (batch_size,))
+                return data[ix], targets[ix]
+
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            for step in range(max_iters):
+                x, y = get_batch()
+                loss = model(x, y)
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+
+            torch.manual_seed(1337)
+
+            def get_batch():
+                ix = torch.randint(len(data) - block_size, (batch_size,))
+                return data[ix], targets[ix]
+
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            torch.manual_seed(1337 + dist.get_rank())  # every process draws batches of its own
+            for step in range(max_iters):
+                x, y = get_batch()
+                loss = model(x, y)
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Example(
             """
             import torch
@@ -221,6 +267,10 @@ class DistributedSampler(ConvertRule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         loaders = anatomy.script.train_loaders
+        stream = anatomy.streams.random_batches if not loaders else None
+        if stream is not None:
+            _seed_per_process(ctx, stream)
+            return
         if not loaders:
             where = (
                 anatomy.loaders.all[0].call
@@ -273,6 +323,91 @@ class DistributedSampler(ConvertRule):
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         return True
+
+
+def _seed_per_process(ctx: ConvertContext, stream: RandomBatches) -> None:
+    """Batches drawn at random every step: each process draws its own, from generators
+    seeded with the script's seed plus the process's rank, set just before training."""
+    anatomy = ctx.anatomy
+    loader_names = {loader.name for loader in anatomy.loaders.all if loader.name}
+    if loader_names and anatomy.graph.reaches(
+        stream.loop.body, lambda node: dotted(node) in loader_names
+    ):
+        ctx.cannot(
+            stream.loop,
+            "the training loop both draws at random and reads a DataLoader: cannot tell "
+            "which gives the batches; shard them by hand",
+            blocking=True,
+        )
+        return
+    if stream.anchor is None:
+        ctx.cannot(stream.loop, "found no statement to seed the processes before", blocking=True)
+        return
+    scope = anatomy.function_of(stream.anchor)
+    lines = []
+    for family in sorted(stream.families):
+        if not stream.needs_seed(family):
+            ctx.info(
+                stream.loop,
+                f"batches drawn with `{family}` unseeded: every process already draws its own",
+            )
+            continue
+        seeds = stream.seeds.get(family, [])
+        base = _seed_at(anatomy, seeds[-1], scope) if len(seeds) == 1 else None
+        if base is None and family == "torch":
+            base = "torch.initial_seed()"
+        if base is None:
+            ctx.cannot(
+                seeds[-1] if seeds else stream.loop,
+                f"`{family}` is seeded with a value that cannot be read where training starts: "
+                "every process would draw the same batches; seed it with the seed plus "
+                "`dist.get_rank()` by hand",
+                blocking=True,
+            )
+            return
+        function = "torch.manual_seed" if family == "torch" else _seed_function(seeds[-1])
+        lines.append(f"{function}({base} + dist.get_rank())\n")
+    if not lines:
+        return
+    lines[0] = lines[0].rstrip("\n") + "  # every process draws batches of its own\n"
+    new = statements("".join(lines))
+    ctx.plan.insert_before(stream.anchor, new)
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.changed(
+        stream.loop,
+        "batches drawn at random: each process draws its own, seeded with the seed plus its "
+        "rank (the data is not split; every step sees world_size times the batch)",
+    )
+
+
+def _seed_at(anatomy: Anatomy, seed: cst.Call, scope: cst.FunctionDef | None) -> str | None:
+    """The seed `seed` sets, as an expression valid in `scope`: a number, or a name of the
+    module or of `scope` itself."""
+    value = seed.args[0].value
+    if isinstance(value, cst.Integer):
+        return value.value
+    name = dotted(value)
+    if name is None:
+        return None
+    head = name.split(".")[0]
+    if anatomy.function_of(seed) is scope or (
+        head in anatomy.module_names and (scope is None or head not in _bound_in(scope))
+    ):
+        return name
+    return None
+
+
+def _bound_in(function: cst.FunctionDef) -> set[str]:
+    names = {param.name.value for param in function.params.params}
+    for node in walk(function.body):
+        if isinstance(node, cst.AssignTarget | cst.AnnAssign) and isinstance(node.target, cst.Name):
+            names.add(node.target.value)
+    return names
+
+
+def _seed_function(seed: cst.Call) -> str:
+    """`random.seed`, `np.random.seed`: as the script spells it."""
+    return dotted(seed.func) or "random.seed"
 
 
 def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:

@@ -133,9 +133,10 @@ class ProcessGroup(ConvertRule):
         else:
             released = sorted(
                 {
-                    model.placed_name
+                    name
                     for model in anatomy.models.all
-                    if model.placed_name and "." not in model.placed_name
+                    for name in (model.placed_name, model.alias)
+                    if name and "." not in name
                 }
             )
             tail = [destroy]

@@ -138,14 +138,10 @@ class WrapModel(ConvertRule):
                 )
                 continue
             ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
-            ctx.plan.insert_after(
-                model.placement,
-                [
-                    statement(
-                        WRAP.format(name=model.placed_name, rank=ctx.local_rank(model.placement))
-                    )
-                ],
-            )
+            wrap = WRAP.format(name=model.placed_name, rank=ctx.local_rank(model.placement))
+            if model.alias is not None and _used_after(anatomy, model, model.alias):
+                wrap = f"{model.alias} = {wrap}"  # `m = model.to(device)`: both names train
+            ctx.plan.insert_after(model.placement, [statement(wrap)])
             ctx.changed(model.placement, f"`{model.placed_name}` wrapped in DDP")
             for call in model.data_parallel:
                 _drop_data_parallel(ctx, call)
@@ -163,6 +159,28 @@ class WrapModel(ConvertRule):
                 "gradient accumulation: every backward all-reduces; `with model.no_sync():` "
                 "around the micro-batches that do not step saves that traffic",
             )
+
+
+def _used_after(anatomy: Anatomy, model: Model, name: str) -> bool:
+    """Whether `name` is read after the model's placement, still naming the same object: in
+    the placement's function (a parameter or local there names nothing elsewhere), or
+    anywhere for a module-level name."""
+    assert model.placement is not None
+    scope = anatomy.function_of(model.placement)
+    return any(
+        isinstance(node, cst.Name)
+        and node.value == name
+        and not _is_attribute_name(anatomy, node)
+        and (scope is None or anatomy.function_of(node) is scope)
+        and anatomy.values.runs_after(model.placement, node, name)
+        for node in walk(scope or anatomy.module)
+    )
+
+
+def _is_attribute_name(anatomy: Anatomy, node: cst.Name) -> bool:
+    """`model` in `self.model`: an attribute's name, not the variable."""
+    parent = anatomy.parent(node)
+    return isinstance(parent, cst.Attribute) and parent.attr is node
 
 
 def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | None:

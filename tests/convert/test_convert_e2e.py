@@ -25,6 +25,7 @@ CASES = [
     ("trainer_owns_loader.py", [], 3, "out/last.pt"),
     ("mnist_kwargs_pbar.py", [], 3, "mnist_kwargs.pt"),
     ("init_after_move_onecycle.py", [], 4, "onecycle.pt"),
+    ("random_batches.py", [], 4, "bigram.pt"),
 ]
 PROGRESS = re.compile(r"^\[?(epoch|step|GPU)", re.IGNORECASE)
 
@@ -57,13 +58,16 @@ def test_runs_under_torchrun_with_two_processes(
         assert_checkpoint_is_plain(tmp_path / checkpoint)
 
 
-@pytest.mark.parametrize("name", ["seed004_single_gpu.py", "main_argparse.py"])
-def test_runs_as_one_plain_process(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "lines"),
+    [("seed004_single_gpu.py", 6), ("main_argparse.py", 3), ("random_batches.py", 4)],
+)
+def test_runs_as_one_plain_process(tmp_path: Path, name: str, lines: int) -> None:
     shutil.copy(EXPECTED / name, tmp_path / name)
     args = ["3", "1"] if name.startswith("seed004") else []
     result = run([sys.executable, name, *args], cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    assert len(progress_lines(result.stdout)) == (6 if name.startswith("seed004") else 3)
+    assert len(progress_lines(result.stdout)) == lines
 
 
 @pytest.mark.parametrize("name", ["seed004_single_gpu.py", "module_level.py"])
@@ -157,3 +161,34 @@ def test_exits_cleanly_ten_times_in_a_row(tmp_path: Path) -> None:
         for _ in range(10)
     ]
     assert codes == [0] * 10
+
+
+def test_random_batches_are_drawn_apart_and_the_replicas_stay_in_sync(tmp_path: Path) -> None:
+    """nanoGPT's `get_batch`: with the seed offset by the rank, the two processes draw
+    different windows, the same ones on every run; both train the one model (`model` and
+    its alias `m` both name the wrapper) and end bit-identical."""
+    source = (EXPECTED / "random_batches.py").read_text()
+    draw = "    ix = torch.randint(len(data) - block_size, (batch_size,))\n"
+    assert draw in source
+    record = draw + "    drawn.append(ix.tolist())\n"
+    end = "if dist.get_rank() == 0:\n    torch.save("
+    assert end in source
+    dump = (
+        "torch.save(model.module.state_dict(), f'params{dist.get_rank()}.pt')\n"
+        "json.dump(drawn, open(f'drawn{dist.get_rank()}.json', 'w'))\n"
+    )
+    probe = "import json\ndrawn = []\n" + source.replace(draw, record).replace(end, dump + end)
+    (tmp_path / "probe.py").write_text(probe)
+    import json
+
+    runs = []
+    for _ in range(2):
+        result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
+        assert result.returncode == 0, result.stderr.decode()[-3000:]
+        runs.append([json.loads((tmp_path / f"drawn{r}.json").read_text()) for r in (0, 1)])
+    first, second = runs
+    assert len(first[0]) == len(first[1]) == 40
+    assert first[0] != first[1]  # each process its own windows
+    assert first == second  # reproducible
+    params = [torch.load(tmp_path / f"params{rank}.pt", weights_only=True) for rank in (0, 1)]
+    assert all(torch.equal(params[0][key], params[1][key]) for key in params[0])

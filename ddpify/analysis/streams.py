@@ -1,0 +1,161 @@
+"""Batches drawn at random every step, without a DataLoader.
+
+nanoGPT's `get_batch` (`ix = torch.randint(len(data) - block_size, (batch_size,))`), the
+char-RNN tutorials' `random_training_set()` (`random.randint(...)`), `np.random.choice` over
+an array: each step of the training loop draws its samples afresh, with replacement, and
+the number of steps does not depend on the data's size. There is no epoch to shard: the
+distributed equivalent of a DistributedSampler is a stream of draws of its own in every
+process, which means random generators seeded differently in every process. torch's
+default generator starts from the same fixed seed in every process, so torch's draws
+always need it; Python's and NumPy's global generators start from OS entropy, so only a
+script that seeds them does.
+
+A loop that walks over the data in order (`for i in range(0, len(x), bs)`, `x[i]`) is
+not such a stream: it makes passes, and those must be sharded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import libcst as cst
+
+from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.script import TrainingScript
+from ddpify.analysis.tree import dotted, is_name, walk
+
+# Calls that draw sample indices (or samples), and the generator family they draw from.
+DRAWS = {
+    "torch.randint": "torch",
+    "random.randint": "random",
+    "random.randrange": "random",
+    "random.choice": "random",
+    "random.choices": "random",
+    "random.sample": "random",
+    "numpy.random.randint": "numpy",
+    "numpy.random.choice": "numpy",
+}
+SEEDS = {
+    "torch.manual_seed": "torch",
+    "torch.random.manual_seed": "torch",
+    "random.seed": "random",
+    "numpy.random.seed": "numpy",
+}
+# Families whose global generator starts alike in every process (torch's fixed default).
+ALIKE_UNSEEDED = {"torch"}
+
+
+@dataclass
+class RandomBatches:
+    """A training loop that draws its batches at random on every pass."""
+
+    loop: cst.For | cst.While  # one step per pass
+    draws: list[cst.Call]
+    families: set[str]
+    # The families' seeding calls, by family (`torch.manual_seed(1337)`).
+    seeds: dict[str, list[cst.Call]] = field(default_factory=dict)
+    # Where a per-process seed goes: before the outermost loop around `loop`, in its block.
+    anchor: cst.BaseStatement | None = None
+
+    def needs_seed(self, family: str) -> bool:
+        return family in ALIKE_UNSEEDED or bool(self.seeds.get(family))
+
+
+class Streams:
+    """Training loops fed by random draws instead of a DataLoader."""
+
+    def __init__(self, index: SourceIndex, graph: CallGraph, script: TrainingScript) -> None:
+        self.index = index
+        self.graph = graph
+        self.script = script
+
+    @cached_property
+    def random_batches(self) -> RandomBatches | None:
+        """The training loop that draws its batches at random, when every backward pass
+        runs in one such loop."""
+        found: RandomBatches | None = None
+        for backward in self.script.backward_calls:
+            chain = self.graph.loops_around(backward)
+            loops = [node for node, kind in chain if kind == "loop"]
+            if not loops:
+                return None
+            loop = loops[0]
+            assert isinstance(loop, cst.For | cst.While)
+            if found is not None and found.loop is loop:
+                continue
+            if found is not None or self._walks_the_data(loop):
+                return None
+            draws = self._draws(loop)
+            if not draws:
+                return None
+            families = {self._family(draw) for draw in draws} - {None}
+            found = RandomBatches(loop, draws, {f for f in families if f})
+            found.anchor = self._anchor(loop)
+        if found is not None:
+            for call in self.index.calls:
+                family = self._seed_family(call)
+                if family in found.families and call.args:
+                    found.seeds.setdefault(family, []).append(call)
+        return found
+
+    def _draws(self, loop: cst.For | cst.While) -> list[cst.Call]:
+        """The draws a pass of `loop` makes, in it or in the functions it calls."""
+        draws: list[cst.Call] = []
+
+        def collect(node: cst.CSTNode) -> bool:
+            if isinstance(node, cst.Call) and self._family(node) is not None:
+                draws.append(node)
+            return False  # look at every node
+
+        self.graph.reaches(loop.body, collect)
+        return draws
+
+    def _family(self, call: cst.Call) -> str | None:
+        if not self.index.may_name(call, {name.rsplit(".", 1)[-1] for name in DRAWS}):
+            return None
+        for name in self.index.qualified_names(call.func):
+            if name in DRAWS:
+                return DRAWS[name]
+        return None
+
+    def _seed_family(self, call: cst.Call) -> str | None:
+        if not self.index.may_name(call, {"manual_seed", "seed"}):
+            return None
+        for name in self.index.qualified_names(call.func):
+            if name in SEEDS:
+                return SEEDS[name]
+        return None
+
+    def _walks_the_data(self, loop: cst.For | cst.While) -> bool:
+        """Whether the loop makes passes over the data in order: it iterates over something
+        other than `range(n)`, steps through a range (`range(0, len(x), bs)`), or indexes
+        with its own counter (`x[i:i + bs]`)."""
+        if isinstance(loop, cst.While):
+            return False
+        iterable = loop.iter
+        if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "range")):
+            return True
+        if len(iterable.args) > 2:
+            return True
+        counters = {dotted(node) for node in walk(loop.target)} - {None}
+        for node in walk(loop.body):
+            if isinstance(node, cst.SubscriptElement) and any(
+                dotted(inner) in counters for inner in walk(node.slice)
+            ):
+                return True
+        return False
+
+    def _anchor(self, loop: cst.For | cst.While) -> cst.BaseStatement | None:
+        """The outermost loop around `loop` in its function (or `loop` itself): the
+        statement a per-process seed goes before."""
+        outermost: cst.CSTNode = loop
+        for ancestor in self.index.ancestors(loop):
+            if isinstance(ancestor, cst.FunctionDef | cst.Module):
+                break
+            if isinstance(ancestor, cst.For | cst.While):
+                outermost = ancestor
+        if isinstance(outermost, cst.BaseStatement):
+            return outermost
+        return None
