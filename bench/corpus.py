@@ -18,7 +18,9 @@ For each line, in a fresh temporary folder:
    (``mingpt``, ``TCN``, ...) and data kept beside them (``../data/names``);
 2. data the note asks for is synthesized: each ``make:PATH=KIND`` token writes PATH (relative
    to the script's folder) with KIND ``text`` (lines of words, after two holding every letter)
-   or ``names`` (one lowercase name a line), from a fixed seed;
+   or ``names`` (one lowercase name a line), from a fixed seed; each ``set:NAME=VALUE`` token
+   gives a module-level constant the script hard-codes (``max_iters = 5000``) a short-run
+   value, in the original, before it is converted;
 3. ``python -m ddpify SCRIPT -o SCRIPT_ddp.py`` runs in the script's folder and is classified:
    *converted* (exit 0, output differs), *left alone* (exit 0, output identical or not
    written; the reason is ddpify's ``unchanged:`` line), *refused* (exit 1; the reason is the
@@ -65,6 +67,7 @@ from pathlib import Path
 
 COLUMNS = ("repo", "commit", "path", "runnable", "args", "note")
 MAKE = re.compile(r"make:(?P<path>[^\s=]+)=(?P<kind>\w+)")
+SET = re.compile(r"set:(?P<name>\w+)=(?P<value>[^\s;]+)")
 # The last line of a traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`.
 EXCEPTION = re.compile(
     r"^(?:\[rank\d+\]:\s*)?(?P<line>[A-Za-z_][\w.]*(?:Error|Exception|Exit)\b.*)$"
@@ -245,6 +248,19 @@ def make_data(entry: Entry, folder: Path) -> list[str]:
     return problems
 
 
+def shorten(entry: Entry, script: Path) -> list[str]:
+    """Give the module-level constants the note's set: tokens name their short-run values."""
+    problems = []
+    text = script.read_text(encoding="utf-8")
+    for match in SET.finditer(entry.note):
+        line = re.compile(rf"^{match['name']}\s*=[^#\n]*", re.MULTILINE)
+        text, count = line.subn(f"{match['name']} = {match['value']} ", text, count=1)
+        if not count:
+            problems.append(f"no module-level {match['name']} = ... to set")
+    script.write_text(text, encoding="utf-8")
+    return problems
+
+
 def environment(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     paths = [str(root), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
@@ -361,6 +377,7 @@ def measure(entry: Entry, mirror: Path, work: Path, timeout: float, steps: int) 
         return result
     folder = script.parent
     result.notes += make_data(entry, folder)
+    result.notes += shorten(entry, script)
     output = folder / f"{script.stem}_ddp.py"
     env = environment(root)
     python = sys.executable

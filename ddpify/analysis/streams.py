@@ -100,6 +100,20 @@ class Streams:
                     found.seeds.setdefault(family, []).append(call)
         return found
 
+    @cached_property
+    def without_loader(self) -> str | None:
+        """How a training loop without a DataLoader or random draws gets its data, for the
+        refusal: "ordered" (it slices tensors in order, `x[i:i + bs]`), "whole" (every step
+        the same whole tensors: full-batch training), or None when there is no such loop."""
+        for backward in self.script.backward_calls:
+            loops = [node for node, kind in self.graph.loops_around(backward) if kind == "loop"]
+            if not loops:
+                continue
+            loop = loops[0]
+            assert isinstance(loop, cst.For | cst.While)
+            return "ordered" if self._walks_the_data(loop) else "whole"
+        return None
+
     def _draws(self, loop: cst.For | cst.While) -> list[cst.Call]:
         """The draws a pass of `loop` makes, in it or in the functions it calls."""
         draws: list[cst.Call] = []

@@ -8,7 +8,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
-from ddpify.emit import statements
+from ddpify.emit import statement, statements
 from ddpify.fixes import insert_set_epoch, set_epoch_problem, shard_loader, shard_problem
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -21,7 +21,11 @@ class DistributedSampler(ConvertRule):
     `<loader>.sampler.set_epoch(epoch)` the first statement of the epoch loop, before the
     loader is iterated. The epoch loop is found across the script's own functions and
     methods (`train_one_epoch(model, loader)`, `self._run_epoch(epoch)`), including resume
-    loops such as `range(start_epoch, epochs)`. Validation loaders stay whole.
+    loops such as `range(start_epoch, epochs)`. Validation loaders stay whole. A step loop
+    that reads the loader through `next(it)`, making `it = iter(loader)` again when a pass
+    runs out (or a generator's `while True: for batch in loader: yield batch`), gets
+    `loader.sampler.set_epoch(loader.sampler.epoch + 1)` before every new pass;
+    `itertools.cycle(loader)` replays its first pass, so it needs none.
 
     A script without a DataLoader that draws every step's batch at random (nanoGPT's
     `get_batch` with `torch.randint`, `random.choice` of a training pair) has no passes to
@@ -272,19 +276,7 @@ class DistributedSampler(ConvertRule):
             _seed_per_process(ctx, stream)
             return
         if not loaders:
-            where = (
-                anatomy.loaders.all[0].call
-                if anatomy.loaders.all
-                else anatomy.script.backward_calls[0]
-            )
-            reason = (
-                "cannot tell which DataLoader trains"
-                if anatomy.loaders.all
-                else "found no DataLoader to shard"
-            )
-            ctx.cannot(
-                where, f"{reason}: every process would train on the same data", blocking=True
-            )
+            _refuse_unsharded(ctx)
             return
         sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
         for loader in anatomy.loaders.all:
@@ -293,6 +285,8 @@ class DistributedSampler(ConvertRule):
         looped = {id(loop.loader) for loop in anatomy.script.train_loops if loop.loader is not None}
         for loader in loaders:
             if id(loader) in sharded and id(loader) not in looped:
+                if _passes_by_hand(ctx, loader):
+                    continue
                 ctx.cannot(
                     loader.call,
                     "no `for` loop over this loader found: call `sampler.set_epoch(epoch)` "
@@ -323,6 +317,91 @@ class DistributedSampler(ConvertRule):
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         return True
+
+
+def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
+    """A loader read through `next()` in a step loop: `it = iter(loader)` made again when it
+    runs out, or a generator's `while True: for batch in loader: yield batch`. Each pass
+    that starts inside a loop gets `<loader>.sampler.set_epoch(<loader>.sampler.epoch + 1)`
+    first, a count that changes every pass. `itertools.cycle(loader)` replays the first
+    pass: the script never reshuffles, and neither need the sampler. False when the passes
+    cannot all be found."""
+    anatomy = ctx.anatomy
+    starts: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+    cycles: list[cst.Call] = []
+    for node in walk(anatomy.module):
+        if isinstance(node, cst.Call) and node.args:
+            source = node.args[0].value
+            if is_name(node.func, "iter"):
+                kind = "iter"
+            elif anatomy.is_call_to(node, {"itertools.cycle"}):
+                kind = "cycle"
+            else:
+                continue
+        elif isinstance(node, cst.For):
+            source, kind = node.iter, "for"
+        else:
+            continue
+        if anatomy.loaders.resolve(source, anatomy.function_of(node)) is not loader.call:
+            continue
+        if kind == "cycle":
+            assert isinstance(node, cst.Call)
+            cycles.append(node)
+        else:
+            starts.append((node, source))
+    if cycles:
+        if starts:
+            return False
+        for cycle in cycles:
+            ctx.info(
+                cycle,
+                "itertools.cycle replays the first pass over the loader: the script never "
+                "reshuffles, and neither does the sampler (no set_epoch needed)",
+            )
+        return True
+    again = [
+        (node, source)
+        for node, source in starts
+        if any(kind == "loop" for _, kind in anatomy.graph.loops_around(node))
+    ]
+    if not starts or any(dotted(source) is None for _, source in again):
+        return False
+    for node, source in again:
+        name = dotted(source)
+        where = node if isinstance(node, cst.For) else anatomy.statement_of(node)
+        ctx.plan.insert_before(
+            where, [statement(f"{name}.sampler.set_epoch({name}.sampler.epoch + 1)\n")]
+        )
+        ctx.changed(where, "set_epoch before every new pass over the loader")
+    if not again:
+        ctx.info(loader.call, "one pass over the data: no set_epoch needed")
+    return True
+
+
+def _refuse_unsharded(ctx: ConvertContext) -> None:
+    """No training loader to shard, and no random stream: say how the data does come."""
+    anatomy = ctx.anatomy
+    if anatomy.loaders.all:
+        where: cst.CSTNode = anatomy.loaders.all[0].call
+        reason = "cannot tell which DataLoader trains: every process would train on the same data"
+    else:
+        where = anatomy.script.backward_calls[0]
+        feeding = anatomy.streams.without_loader
+        if feeding == "ordered":
+            reason = (
+                "found no DataLoader to shard: the training loop walks its tensors in order "
+                "(`x[i:i + bs]`), and every process would walk all of them; split them by "
+                "rank by hand, or feed them through a DataLoader"
+            )
+        elif feeding == "whole":
+            reason = (
+                "found no DataLoader to shard: every step trains on the same whole tensors "
+                "(full batch), so every process would compute the same gradient, with no "
+                "speed-up; split them by rank by hand, or feed them through a DataLoader"
+            )
+        else:
+            reason = "found no DataLoader to shard: every process would train on the same data"
+    ctx.cannot(where, reason, blocking=True)
 
 
 def _seed_per_process(ctx: ConvertContext, stream: RandomBatches) -> None:

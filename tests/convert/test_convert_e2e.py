@@ -26,6 +26,7 @@ CASES = [
     ("mnist_kwargs_pbar.py", [], 3, "mnist_kwargs.pt"),
     ("init_after_move_onecycle.py", [], 4, "onecycle.pt"),
     ("random_batches.py", [], 4, "bigram.pt"),
+    ("step_loop_next.py", [], 3, "steps.pt"),
 ]
 PROGRESS = re.compile(r"^\[?(epoch|step|GPU)", re.IGNORECASE)
 
@@ -192,3 +193,32 @@ def test_random_batches_are_drawn_apart_and_the_replicas_stay_in_sync(tmp_path: 
     assert first == second  # reproducible
     params = [torch.load(tmp_path / f"params{rank}.pt", weights_only=True) for rank in (0, 1)]
     assert all(torch.equal(params[0][key], params[1][key]) for key in params[0])
+
+
+def test_a_step_loop_reshuffles_at_every_new_iterator(tmp_path: Path) -> None:
+    """`next(it)` with the iterator made again on StopIteration: every pass reads the shard
+    `set_epoch(pass)` promises, the ranks' shards are disjoint, and the order changes."""
+    import json
+
+    source = (EXPECTED / "step_loop_next.py").read_text()
+    marker = "    if dist.get_rank() == 0:\n        torch.save("
+    assert marker in source
+    probe = f"    json.dump(dataset.read, open(f'read{{dist.get_rank()}}.json', 'w'))\n{marker}"
+    (tmp_path / "probe.py").write_text("import json\n" + source.replace(marker, probe, 1))
+    result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    read = [json.loads((tmp_path / f"read{rank}.json").read_text()) for rank in (0, 1)]
+    size, per_rank, passes = 32, 16, 6  # 12 steps of 8 samples from 16 per rank
+    assert len(read[0]) == len(read[1]) == passes * per_rank
+    orders = []
+    for epoch in range(passes):
+        shards = [read[rank][epoch * per_rank : (epoch + 1) * per_rank] for rank in (0, 1)]
+        assert sorted(shards[0] + shards[1]) == list(range(size))
+        for rank, seen in enumerate(shards):
+            sampler = torch.utils.data.DistributedSampler(
+                range(size), num_replicas=2, rank=rank, shuffle=True
+            )
+            sampler.set_epoch(epoch)
+            assert seen == list(sampler)
+        orders.append(shards[0])
+    assert len({tuple(order) for order in orders}) == passes

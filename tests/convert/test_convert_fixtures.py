@@ -445,3 +445,27 @@ def test_leaving_the_loop_on_a_value_of_this_process_s_batches_is_refused() -> N
     messages = sorted(p.message for p in result.problems)
     assert messages[0].startswith("`break` decided on `epoch_loss`")
     assert messages[1].startswith("`continue` decided on `loss`")
+
+
+def test_a_cycled_loader_is_sharded_without_set_epoch() -> None:
+    """`itertools.cycle(loader)` replays the first pass: the script never reshuffles, so
+    the sampler needs no set_epoch to stay equivalent."""
+    source = """\
+import itertools
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = Net().to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+batches = itertools.cycle(loader)
+for step in range(1000):
+    x, y = next(batches)
+    model(x).sum().backward()
+    optimizer.step()
+"""
+    result = convert_source(source.encode(), "cycle.py", ConvertOptions())
+    assert not result.refused and not result.problems
+    assert b"sampler=DistributedSampler(data, shuffle=True)" in result.output
+    assert b"set_epoch" not in result.output
+    assert any("itertools.cycle replays" in note.message for note in result.notes)
