@@ -104,13 +104,18 @@ class Streams:
     def without_loader(self) -> str | None:
         """How a training loop without a DataLoader or random draws gets its data, for the
         refusal: "ordered" (it slices tensors in order, `x[i:i + bs]`), "whole" (every step
-        the same whole tensors: full-batch training), or None when there is no such loop."""
+        the same whole tensors: full-batch training), "untraced" (it iterates over something
+        not traced to a DataLoader), or None when there is no such loop."""
         for backward in self.script.backward_calls:
             loops = [node for node, kind in self.graph.loops_around(backward) if kind == "loop"]
             if not loops:
                 continue
             loop = loops[0]
             assert isinstance(loop, cst.For | cst.While)
+            if isinstance(loop, cst.For) and not (
+                isinstance(loop.iter, cst.Call) and is_name(loop.iter.func, "range")
+            ):
+                return "untraced"
             return "ordered" if self._walks_the_data(loop) else "whole"
         return None
 

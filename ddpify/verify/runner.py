@@ -45,6 +45,41 @@ FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<function
 Progress = Callable[[str], None]
 
 
+# What of the script's own folder is copied next to it, for data it reads by a relative path
+# (`open("input.txt")`): files up to this size, this many folders deep, this much in all.
+STAGE_FILE_LIMIT = 50 * 2**20
+STAGE_TOTAL_LIMIT = 200 * 2**20
+STAGE_DEPTH = 2
+
+
+def stage_folder(source: Path, workdir: Path) -> None:
+    """Copy the files of `source` (the script's folder) into `workdir`, within the limits
+    above, skipping hidden folders and caches: each run gets its own copy, so whatever a
+    script writes over them never reaches the user's files."""
+    total = 0
+    for folder, folders, files in os.walk(source):
+        here = Path(folder)
+        depth = len(here.relative_to(source).parts)
+        folders[:] = [
+            name
+            for name in sorted(folders)
+            if depth < STAGE_DEPTH and not name.startswith(".") and name != "__pycache__"
+        ]
+        for name in sorted(files):
+            path = here / name
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            if size > STAGE_FILE_LIMIT or total + size > STAGE_TOTAL_LIMIT or path.is_symlink():
+                continue
+            target = workdir / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                shutil.copy2(path, target)
+                total += size
+
+
 @dataclass(frozen=True)
 class VerifyOptions:
     original: Path
@@ -223,6 +258,7 @@ class ProcessStarter:
         workdir = folder / "work"
         workdir.mkdir(parents=True)
         script = workdir / source.name
+        stage_folder(source.resolve().parent, workdir)
         shutil.copy2(source, script)
         port = free_port() if role == "converted" else None
         processes: list[tuple[subprocess.Popen[bytes], ProcessRun]] = []

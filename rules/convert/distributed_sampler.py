@@ -399,6 +399,12 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
                 "(full batch), so every process would compute the same gradient, with no "
                 "speed-up; split them by rank by hand, or feed them through a DataLoader"
             )
+        elif feeding == "untraced":
+            reason = (
+                "found no DataLoader to shard: the training loop iterates over something not "
+                "traced to a DataLoader made in this file (made in another module, or a "
+                "custom iterator); give it a DistributedSampler by hand"
+            )
         else:
             reason = "found no DataLoader to shard: every process would train on the same data"
     ctx.cannot(where, reason, blocking=True)

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.tree import child_nodes, dotted, is_method_call, walk
+from ddpify.emit import statements
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
@@ -14,13 +15,15 @@ PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
 class ShardDecisions(ConvertRule):
     """
     ## What it does
-    Finds a `ReduceLROnPlateau` stepped on a value the training loop accumulates from its
-    batches (`scheduler.step(epoch_loss)` where `running_loss += loss.item()` in the batch
-    loop) and refuses the conversion, naming the value. It refuses the same way a
-    `break`, `continue` or `return` in a training loop (early stopping on the training loss,
-    a step skipped on a NaN loss) or a `while` loop's test decided on such a value. Decided
-    on a value computed from a loader every process reads whole (the validation loss), on a
-    step counter or on the index `enumerate` gives, they are left as they are.
+    Makes every process take the same branch where a training loop's `break`, `continue`
+    or `return` is decided on a value of this process's own batches (early stopping on the
+    training loss, a step skipped on a NaN loss): the test becomes a flag, all-reduced with
+    MAX just before the `if`, so every process takes the branch when one would. A `while`
+    test or an `elif` decided on such a value, and a `ReduceLROnPlateau` stepped on one
+    (`scheduler.step(epoch_loss)` where `running_loss += loss.item()` in the batch loop), are
+    refused, naming the value. Decided on a value computed from a loader every process
+    reads whole (the validation loss), on a step counter or on the index `enumerate` gives,
+    they are left as they are.
 
     ## Why is this bad?
     Under DDP each process sums the loss of its own shard: the values differ between
@@ -35,7 +38,10 @@ class ShardDecisions(ConvertRule):
     step = 10
     name = "shard-decisions"
     message = "decisions on values computed from one process's shard are refused"
-    fix_safety = "No fix: the conversion stops and says which value to all-reduce."
+    fix_safety = """
+        Safe: one small all-reduce per decision. With the flag the branch is taken in every
+        process when any one would take it; the values printed stay rank 0's own.
+    """
     examples = (
         # The validation loader is read whole by every process: the same value everywhere.
         Example(
@@ -53,6 +59,40 @@ class ShardDecisions(ConvertRule):
                     val_loss += model(x).sum().item()
                 scheduler.step(val_loss)
             """
+        ),
+        # Early stopping on the training loss: every process stops when one does.
+        Example(
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                running = 0.0
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    running += loss.item()
+                if running / len(train_loader) < 0.01:
+                    break
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                running = 0.0
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    running += loss.item()
+                stop = torch.tensor(float(running / len(train_loader) < 0.01))  # taken everywhere if taken in one process
+                dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+                if stop.item():
+                    break
+            """,  # noqa: E501
         ),
         # A dry run's `break` on the batch index: every process counts the same batches.
         Example(
@@ -94,24 +134,134 @@ class ShardDecisions(ConvertRule):
                     "epochs; all-reduce it first (dist.all_reduce) by hand",
                     blocking=True,
                 )
+        taken: set[str] = set()
+        averaged: set[str] = set()
         for test, exit_ in _loop_exits(anatomy):
             local = _shard_value(anatomy, test, anatomy.function_of(test))
             if local is None:
                 continue
-            what = (
-                "skip a step"
-                if exit_ == "continue"
-                else "go round the loop once more"
-                if exit_ == "while"
-                else "leave the training loop"
-            )
+            branch = anatomy.parent(test)
+            if isinstance(branch, cst.If) and not _is_elif(anatomy, branch):
+                if _is_batch_mean(anatomy, local, test) and local not in averaged:
+                    _average(ctx, branch, local, taken)
+                    averaged.add(local)
+                elif local not in averaged:
+                    _agree(ctx, branch, exit_, local, taken)
+                continue
             ctx.cannot(
                 test,
                 f"`{exit_}` decided on `{local}`, computed from this process's batches only: "
-                f"one process would {what} while the others wait for it in an all-reduce "
-                "(a hang); all-reduce the value (or the flag) before the test, by hand",
+                "one process would go round the loop once more while the others wait for "
+                "it in an all-reduce (a hang); all-reduce the value (or the flag) before "
+                "the test, by hand",
                 blocking=True,
             )
+
+
+def _agree(ctx: ConvertContext, branch: cst.If, exit_: str, local: str, taken: set[str]) -> None:
+    """Take the branch in every process when one process would: the test becomes a flag,
+    all-reduced with MAX before the `if` (a CPU tensor: gloo carries it on GPU nodes too)."""
+    anatomy = ctx.anatomy
+    in_body = _exit_in(branch.with_changes(orelse=None)) is not None
+    base = ("skip" if exit_ == "continue" else "stop") if in_body else "taken"
+    candidates = [base, f"{base}_flag", *(f"{base}_{n}" for n in range(2, 20))]
+    flag = anatomy.free_name([name for name in candidates if name not in taken])
+    taken.add(flag)
+    test = branch.test
+    text = anatomy.module.code_for_node(test)
+    value = (
+        f"float({text})"
+        if isinstance(test, cst.Comparison | cst.UnaryOperation)
+        else f"float(bool({text}))"
+    )
+    ctx.plan.insert_before(
+        branch,
+        statements(
+            f"{flag} = torch.tensor({value})  # taken everywhere if taken in one process\n"
+            f"dist.all_reduce({flag}, op=dist.ReduceOp.MAX)\n"
+        ),
+    )
+    ctx.plan.replace(test, lambda _: cst.parse_expression(f"{flag}.item()"))
+    ctx.add_import("torch")
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.changed(
+        branch,
+        f"`{exit_}` decided on `{local}`, a value of this process's batches: every process "
+        "takes it when one does (flag all-reduced with MAX)",
+    )
+
+
+def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> bool:
+    """Whether `name` holds a mean over this process's batches, a number: `loss.item()`, or
+    `running / len(train_loader)` with `running += loss.item()` in the batch loop. The mean
+    of those over the processes is the value the single-process script computed. (A sum
+    over `len(dataset)`, or a count, is not: averaged it would shrink by the world size.)"""
+    scope = anatomy.function_of(test)
+    values = anatomy.values.values_of(name, scope)
+    if len(values) != 1:
+        return False
+    value, where = values[0]
+    if is_method_call(value, "item"):
+        return True
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
+        return False
+    right = value.right
+    if not (
+        isinstance(right, cst.Call)
+        and dotted(right.func) == "len"
+        and len(right.args) == 1
+        and isinstance(value.left, cst.Name)
+    ):
+        return False
+    loader = anatomy.loaders.loader_for(anatomy.loaders.resolve(right.args[0].value, where))
+    if loader is None or not loader.trains:
+        return False
+    running = value.left.value
+    sums = [
+        node
+        for loop in anatomy.script.train_loops
+        for node in walk(loop.batch_loop.body)
+        if isinstance(node, cst.AugAssign)
+        and dotted(node.target) == running
+        and isinstance(node.operator, cst.AddAssign)
+    ]
+    return bool(sums) and all(
+        any(is_method_call(inner, "item") for inner in walk(node.value)) for node in sums
+    )
+
+
+def _average(ctx: ConvertContext, branch: cst.If, local: str, taken: set[str]) -> None:
+    """`local` becomes its mean over the processes just before the decision: every process
+    then decides on the single-process script's value."""
+    anatomy = ctx.anatomy
+    candidates = ["mean", f"{local}_mean", *(f"mean_{n}" for n in range(2, 20))]
+    tensor = anatomy.free_name([name for name in candidates if name not in taken])
+    taken.add(tensor)
+    new = statements(
+        f"{tensor} = torch.tensor(float({local}))\n"
+        f"dist.all_reduce({tensor})\n"
+        f"{local} = {tensor}.item() / dist.get_world_size()  # the mean over all processes\n"
+    )
+    # Right after the value is computed, when that is in the decision's block: whatever
+    # reports it (a print) then shows the mean too.
+    [(value, _)] = anatomy.values.values_of(local, anatomy.function_of(branch))
+    made = anatomy.statement_of(value)
+    if anatomy.parent(made) is anatomy.parent(branch) and anatomy.precedes(made, branch):
+        ctx.plan.insert_after(made, new)
+    else:
+        ctx.plan.insert_before(branch, new)
+    ctx.add_import("torch")
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.changed(
+        branch,
+        f"`{local}`, a mean over this process's batches, is averaged over all processes "
+        "before the decision: every process decides alike, as the single-process script did",
+    )
+
+
+def _is_elif(anatomy: Anatomy, branch: cst.If) -> bool:
+    parent = anatomy.parent(branch)
+    return isinstance(parent, cst.If) and parent.orelse is branch
 
 
 def _loop_exits(anatomy: Anatomy) -> list[tuple[cst.BaseExpression, str]]:

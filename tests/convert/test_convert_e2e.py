@@ -27,6 +27,7 @@ CASES = [
     ("init_after_move_onecycle.py", [], 4, "onecycle.pt"),
     ("random_batches.py", [], 4, "bigram.pt"),
     ("step_loop_next.py", [], 3, "steps.pt"),
+    ("early_stop_local.py", [], 40, "early.pt"),
 ]
 PROGRESS = re.compile(r"^\[?(epoch|step|GPU)", re.IGNORECASE)
 
@@ -222,3 +223,34 @@ def test_a_step_loop_reshuffles_at_every_new_iterator(tmp_path: Path) -> None:
             assert seen == list(sampler)
         orders.append(shards[0])
     assert len({tuple(order) for order in orders}) == passes
+
+
+def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> None:
+    """The even samples (rank 0's half) are easy, the odd ones (rank 1's) noisy: rank 0's
+    own loss soon drops under the early-stopping threshold, rank 1's never does. Averaged
+    before the test, the loss is the single-process script's: no process stops alone (no
+    hang), both train all 40 epochs as the original does, and end bit-identical."""
+    source = (EXPECTED / "early_stop_local.py").read_text()
+    marker = "    if dist.get_rank() == 0:\n        torch.save("
+    assert marker in source
+    probe = (
+        "    torch.save(model.module.state_dict(), f'params{dist.get_rank()}.pt')\n"
+        "    open(f'epochs{dist.get_rank()}.txt', 'w').write(str(epoch))\n"
+    )
+    (tmp_path / "probe.py").write_text(source.replace(marker, probe + marker, 1))
+    result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert [(tmp_path / f"epochs{rank}.txt").read_text() for rank in (0, 1)] == ["39", "39"]
+    params = [torch.load(tmp_path / f"params{rank}.pt", weights_only=True) for rank in (0, 1)]
+    assert all(torch.equal(params[0][key], params[1][key]) for key in params[0])
+    alone = run(
+        [sys.executable, str(FIXTURES / "convert" / "scripts" / "early_stop_local.py")],
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert alone.returncode == 0
+    single = [line for line in alone.stdout.decode().splitlines() if line.startswith("epoch")]
+    printed = progress_lines(result.stdout)
+    assert len(single) == len(printed) == 40
+    # rank 0 prints the mean over both processes, close to the single-process loss
+    assert abs(float(printed[-1].split()[-1]) - float(single[-1].split()[-1])) < 0.5

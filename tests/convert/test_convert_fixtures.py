@@ -434,17 +434,38 @@ for epoch in range(100):
 """
 
 
-def test_leaving_the_loop_on_a_value_of_this_process_s_batches_is_refused() -> None:
+def test_leaving_the_loop_on_a_value_of_this_process_s_batches_is_agreed() -> None:
     """Early stopping on the training loss, a step skipped on a NaN: one process would
-    leave (or skip) alone and the others hang in the next all-reduce. A break on the batch
-    index is the same everywhere and is not reported."""
+    leave alone and the others hang in the next all-reduce. The epoch's mean loss is
+    averaged over the processes before the test; the NaN test becomes a flag every process
+    takes when one does (all-reduced with MAX). A break on the batch index is the same
+    everywhere and is left alone; an `elif` decided on such a value is refused."""
     result = convert_source(EARLY_STOP_SCRIPT.encode(), "early.py", ConvertOptions())
-    assert result.refused and result.output == EARLY_STOP_SCRIPT.encode()
-    found = {(p.code, p.line) for p in result.problems if p.blocking}
-    assert found == {("DDP010", 12), ("DDP010", 20)}
-    messages = sorted(p.message for p in result.problems)
-    assert messages[0].startswith("`break` decided on `epoch_loss`")
-    assert messages[1].startswith("`continue` decided on `loss`")
+    assert not result.refused and not result.problems
+    out = result.output.decode()
+    assert (
+        "        skip = torch.tensor(float(not torch.isfinite(loss)))  # taken everywhere if "
+        "taken in one process\n"
+        "        dist.all_reduce(skip, op=dist.ReduceOp.MAX)\n"
+        "        if skip.item():\n            continue\n"
+    ) in out
+    assert (
+        "    epoch_loss = running / len(loader)\n"
+        "    mean = torch.tensor(float(epoch_loss))\n"
+        "    dist.all_reduce(mean)\n"
+        "    epoch_loss = mean.item() / dist.get_world_size()  # the mean over all processes\n"
+        "    if epoch_loss < best:\n"
+    ) in out
+    assert "        if dry_run and i > 10:\n            break\n" in out
+    changed = {(n.code, n.line) for n in result.notes if n.code == "DDP010"}
+    assert changed == {("DDP010", 12), ("DDP010", 20)}
+    elif_stop = EARLY_STOP_SCRIPT.replace(
+        "    if epoch_loss < best:\n        best, patience = epoch_loss, 0\n    elif patience > 3:",
+        "    if patience > 3:\n        pass\n    elif epoch_loss > best:",
+    )
+    refused = convert_source(elif_stop.encode(), "early.py", ConvertOptions())
+    assert refused.refused
+    assert [(p.code, p.line) for p in refused.problems] == [("DDP010", 22)]
 
 
 def test_a_cycled_loader_is_sharded_without_set_epoch() -> None:
