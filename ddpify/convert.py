@@ -64,7 +64,7 @@ def convert_source(
     """Convert one script's bytes. Raises `InputError` for input that does not parse.
     `path`, the file the bytes were read from, lets the analysis read the helpers the
     script imports from its own project."""
-    if not could_train(source):
+    if not could_train(source, imports_helpers=path is not None):
         check_syntax(source, name)
         return ConvertResult(source, source, skipped=NOT_TRAINING)
     module = parse_source(source, name)
@@ -94,10 +94,11 @@ def convert_source(
 NOT_TRAINING = "not a training script (no optimizer and backward pass found)"
 
 
-def could_train(source: bytes) -> bool:
-    """A text prefilter: a file that never says `backward` or `optim` trains nothing, and
-    is dismissed without building a syntax tree."""
-    return b"backward" in source and b"optim" in source
+def could_train(source: bytes, imports_helpers: bool = False) -> bool:
+    """A text prefilter: a file that never says `optim`, or `backward` (unless its training
+    loop may sit in a helper it imports from its project), trains nothing, and is
+    dismissed without building a syntax tree."""
+    return b"optim" in source and (imports_helpers or b"backward" in source)
 
 
 def _why_left_alone(anatomy: Anatomy) -> str | None:

@@ -60,7 +60,7 @@ class Anatomy(SourceIndex):
 
     @cached_property
     def script(self) -> TrainingScript:
-        return TrainingScript(self, self.graph, self.values, self.loaders)
+        return TrainingScript(self, self.graph, self.values, self.loaders, self.project)
 
     @cached_property
     def models(self) -> Models:

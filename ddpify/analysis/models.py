@@ -158,7 +158,7 @@ class Models:
             return placement
         body = list(holder.body)
         start = next(i for i, statement in enumerate(body) if statement is placement)
-        backward = set(self.script.backward_calls)
+        backward = set(self.script.training_calls)
         last = placement
         for later in body[start + 1 :]:
             if self.graph.reaches(later, lambda node: node in backward):

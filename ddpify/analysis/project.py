@@ -12,6 +12,7 @@ it when the script runs: a module beside the script, or in the package the scrip
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -29,6 +30,8 @@ from ddpify.analysis.tree import dotted, is_method_call, walk
 MAX_PARENTS = 3
 # How many calls deep a model is followed from the script into its project's functions.
 MAX_DEPTH = 3
+# Marks, among the attributes a helper reads of a model, that it calls the model.
+RUNS = "()"
 # Contexts under which a forward pass records no graph.
 NO_GRAD = ("no_grad", "inference_mode")
 
@@ -59,6 +62,23 @@ class ModelUse:
     attributes: tuple[str, ...]
     # It runs the model with autograd on, or calls backward: it may train it.
     trains: bool
+    # It runs the model at all (a forward pass: every process must take part).
+    runs: bool = False
+
+
+@dataclass(frozen=True)
+class HelperEffects:
+    """What a helper (and the functions of its project it calls) does that DDP cares about."""
+
+    trains: bool  # calls `.backward()`
+    writes: tuple[str, ...]  # calls that write files (`torch.save`, `open(.., "w")`)
+    prints: bool  # print or logging calls
+    exits: tuple[str, ...]  # `break`/`continue`/`return` taken on a test inside a loop
+
+
+# Calls that write files, by their last name, and calls that print or log.
+WRITES = {"save", "savefig", "save_image", "savetxt", "to_csv", "copyfile", "rename", "unlink"}
+PRINTS = {"print", "info", "warning", "debug", "log", "write_line"}
 
 
 class Project:
@@ -75,6 +95,12 @@ class Project:
             return []
         folder = self.path.resolve().parent
         return [folder, *list(folder.parents)[:MAX_PARENTS]]
+
+    def shown(self, path: Path) -> str:
+        """`path` as reports show it: relative to the script's folder."""
+        if self.path is None:
+            return str(path)
+        return os.path.relpath(path, self.path.resolve().parent)
 
     def helper(self, call: cst.Call) -> Helper | None:
         """The function of another project file that `call` calls, when one is found."""
@@ -97,7 +123,65 @@ class Project:
             return None
         attributes: set[str] = set()
         trains = _follow(helper, parameter, attributes, depth=0)
-        return ModelUse(helper, tuple(sorted(attributes)), trains)
+        runs = RUNS in attributes
+        return ModelUse(helper, tuple(sorted(attributes - {RUNS})), trains, runs)
+
+    def effects(self, helper: Helper) -> HelperEffects:
+        """What `helper` does, through the functions it calls, `MAX_DEPTH` deep."""
+        found: dict[str, set[str]] = {"trains": set(), "writes": set(), "prints": set()}
+        exits: set[str] = set()
+        _scan(helper, found, exits, depth=0, seen=set())
+        return HelperEffects(
+            bool(found["trains"]), tuple(sorted(found["writes"])), bool(found["prints"]),
+            tuple(sorted(exits)),
+        )  # fmt: skip
+
+
+def _scan(
+    helper: Helper, found: dict[str, set[str]], exits: set[str], depth: int, seen: set[int]
+) -> None:
+    if id(helper.function) in seen:
+        return
+    seen.add(id(helper.function))
+    for node in walk(helper.function.body):
+        if isinstance(node, cst.Call):
+            name = dotted(node.func) or ""
+            last = name.rsplit(".", 1)[-1]
+            if is_method_call(node, "backward"):
+                found["trains"].add(name)
+            elif last in WRITES or (last == "open" and _opens_for_writing(node)):
+                found["writes"].add(name)
+            elif last in PRINTS:
+                found["prints"].add(name)
+            if depth + 1 < MAX_DEPTH:
+                callee = _callee(helper, node)
+                if callee is not None:
+                    _scan(callee, found, exits, depth + 1, seen)
+        elif isinstance(node, cst.If) and _in_loop(helper, node):
+            for branch in walk(node.body):
+                if isinstance(branch, cst.Break | cst.Continue | cst.Return):
+                    exits.add(type(branch).__name__.lower())
+
+
+def _in_loop(helper: Helper, node: cst.CSTNode) -> bool:
+    for ancestor in helper.index.ancestors(node):
+        if ancestor is helper.function:
+            return False
+        if isinstance(ancestor, cst.For | cst.While):
+            return True
+    return False
+
+
+def _opens_for_writing(call: cst.Call) -> bool:
+    for arg in call.args[1:2]:
+        if isinstance(arg.value, cst.SimpleString) and any(c in arg.value.value for c in "wax+"):
+            return True
+    return any(
+        arg.keyword is not None and arg.keyword.value == "mode"
+        and isinstance(arg.value, cst.SimpleString)
+        and any(c in arg.value.value for c in "wax+")
+        for arg in call.args
+    )  # fmt: skip
 
 
 def _follow(helper: Helper, parameter: str, attributes: set[str], depth: int) -> bool:
@@ -110,8 +194,10 @@ def _follow(helper: Helper, parameter: str, attributes: set[str], depth: int) ->
             if node.attr.value not in DDP_TRANSPARENT:
                 attributes.add(node.attr.value)
         elif isinstance(node, cst.Call):
-            runs = dotted(node.func) == parameter and not _without_grad(helper, node)
-            if runs or is_method_call(node, "backward"):
+            called = dotted(node.func) == parameter
+            if called:
+                attributes.add(RUNS)
+            if (called and not _without_grad(helper, node)) or is_method_call(node, "backward"):
                 trains = True
             for arg in node.args:
                 if dotted(arg.value) != parameter or depth + 1 >= MAX_DEPTH:

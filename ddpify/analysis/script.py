@@ -16,6 +16,7 @@ from ddpify.analysis.api import PARAMETERS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import Loader, Loaders, strip_iteration
+from ddpify.analysis.project import Helper, HelperEffects, Project
 from ddpify.analysis.tree import (
     call_arg,
     dotted,
@@ -41,6 +42,21 @@ class TrainLoop:
 
 
 @dataclass
+class ForeignTraining:
+    """A call of a function in another file of the script's project that trains (torchvision
+    references' `train_one_epoch(model, criterion, optimizer, data_loader, ...)` from
+    `engine.py`): the batch loop is there, the loader and the epoch loop here."""
+
+    call: cst.Call
+    helper: Helper
+    effects: HelperEffects
+    loader: Loader | None = None
+    loader_name: str | None = None  # the loader as the call is given it
+    epoch_loop: cst.For | cst.While | None = None
+    epoch_var: str | None = None
+
+
+@dataclass
 class Entry:
     """Where the process group is set up, and the statements the cleanup must follow."""
 
@@ -54,12 +70,55 @@ class TrainingScript:
     """The training a script does, as one process."""
 
     def __init__(
-        self, index: SourceIndex, graph: CallGraph, values: Values, loaders: Loaders
+        self,
+        index: SourceIndex,
+        graph: CallGraph,
+        values: Values,
+        loaders: Loaders,
+        project: Project | None = None,
     ) -> None:
         self.index = index
         self.graph = graph
         self.values = values
         self.loaders = loaders
+        self.project = project
+
+    @cached_property
+    def foreign_training(self) -> list[ForeignTraining]:
+        """Calls of the project's functions in other files that run a backward pass."""
+        if self.project is None or self.project.path is None or self.index.other_framework:
+            return []
+        found = []
+        for call in self.index.calls:
+            if self.graph.calls_script(call) or not call.args:
+                continue
+            helper = self.project.helper(call)
+            if helper is None:
+                continue
+            effects = self.project.effects(helper)
+            if not effects.trains:
+                continue
+            training = ForeignTraining(call, helper, effects)
+            scope = self.index.function_of(call)
+            for arg in call.args:
+                loader = self.loaders.loader_for(self.loaders.resolve(arg.value, scope))
+                if loader is not None:
+                    training.loader, training.loader_name = loader, dotted(arg.value)
+                    break
+            chain = self.graph.loops_around(call)
+            if chain and chain[0][1] == "loop":
+                loop = chain[0][0]
+                assert isinstance(loop, cst.For | cst.While)
+                training.epoch_loop = loop
+                training.epoch_var = self._epoch_variable(loop)
+            found.append(training)
+        return found
+
+    @cached_property
+    def training_calls(self) -> list[cst.Call]:
+        """The calls that train: backward passes, and calls of helpers of other files that
+        run them."""
+        return [*self.backward_calls, *(training.call for training in self.foreign_training)]
 
     @cached_property
     def backward_calls(self) -> list[cst.Call]:
@@ -82,7 +141,7 @@ class TrainingScript:
     def is_training_script(self) -> bool:
         # Cheapest first: the optimizer check is the only one that needs name resolution.
         return (
-            bool(self.backward_calls)
+            bool(self.backward_calls or self.foreign_training)
             and self.index.uses_torch
             and (
                 any(_passes_parameters(call) for call in self.index.calls)
@@ -202,6 +261,7 @@ class TrainingScript:
     def train_loaders(self) -> list[Loader]:
         """Loaders that feed a backward pass; by name and `shuffle=` when not traceable."""
         traced = [loop.loader for loop in self.train_loops if loop.loader is not None]
+        traced += [t.loader for t in self.foreign_training if t.loader is not None]
         if traced:
             for loader in traced:
                 loader.trains = True

@@ -152,7 +152,7 @@ def _after_training(anatomy: Anatomy, load: cst.Call) -> bool:
     """Whether `load` runs after a training loop of its own function is done, or after a
     call in its function that trains (`history = fit(model, ...)`, then the best weights)."""
     function = anatomy.function_of(load)
-    backward = set(anatomy.script.backward_calls)
+    backward = set(anatomy.script.training_calls)
     statement = anatomy.statement_of(load)
     for earlier in anatomy.body_of(statement):
         if earlier is statement:

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.loaders import Loader
+from ddpify.analysis.script import ForeignTraining
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.emit import statement, statements
@@ -283,6 +284,10 @@ class DistributedSampler(ConvertRule):
             if not loader.trains:
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
         looped = {id(loop.loader) for loop in anatomy.script.train_loops if loop.loader is not None}
+        for training in anatomy.script.foreign_training:
+            if training.loader is not None and id(training.loader) in sharded:
+                looped.add(id(training.loader))
+                _foreign_set_epoch(ctx, training)
         for loader in loaders:
             if id(loader) in sharded and id(loader) not in looped:
                 if _passes_by_hand(ctx, loader):
@@ -317,6 +322,28 @@ class DistributedSampler(ConvertRule):
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         return True
+
+
+def _foreign_set_epoch(ctx: ConvertContext, training: ForeignTraining) -> None:
+    """The batch loop is in a helper of another file (`train_one_epoch(model, loader, ...)`
+    from `engine.py`): `set_epoch` goes first in the epoch loop around its call, here."""
+    name = training.helper.name
+    if training.epoch_loop is None:
+        ctx.info(training.call, f"`{name}()` makes one pass over the data: no set_epoch needed")
+        return
+    body = training.epoch_loop.body
+    if training.epoch_var is None or training.loader_name is None:
+        ctx.cannot(
+            training.epoch_loop,
+            f"no epoch counter, or no name for the loader `{name}()` is given, in the loop "
+            "around it: call `sampler.set_epoch(epoch)` there by hand",
+            blocking=True,
+        )
+        return
+    assert isinstance(body, cst.IndentedBlock)
+    call = f"{training.loader_name}.sampler.set_epoch({training.epoch_var})\n"
+    ctx.plan.insert_before(body.body[0], [statement(call)])
+    ctx.changed(training.epoch_loop, "set_epoch at the start of every epoch")
 
 
 def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
@@ -385,7 +412,7 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
         where: cst.CSTNode = anatomy.loaders.all[0].call
         reason = "cannot tell which DataLoader trains: every process would train on the same data"
     else:
-        where = anatomy.script.backward_calls[0]
+        where = anatomy.script.training_calls[0]
         feeding = anatomy.streams.without_loader
         if feeding == "ordered":
             reason = (

@@ -100,7 +100,7 @@ class ProcessGroup(ConvertRule):
     def refuse(self, ctx: ConvertContext) -> None:
         if ctx.anatomy.script.entry is None:  # and without a setup, no other step can run
             ctx.cannot(
-                ctx.anatomy.script.backward_calls[0],
+                ctx.anatomy.script.training_calls[0],
                 "found no statement that starts training (a module-level call or an "
                 '`if __name__ == "__main__":` block): nowhere to set up the process group',
                 blocking=True,

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import opens_for_writing
+from ddpify.analysis.project import Helper
 from ddpify.analysis.tree import dotted, walk
 from ddpify.emit import RANK_ZERO, expression
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -80,6 +81,26 @@ class RankZeroSideEffects(ConvertRule):
                 continue
             ctx.plan.guard(node, expression(RANK_ZERO))
             ctx.changed(node, f"{kind} on rank 0 only")
+        for statement, helper, writes in _helpers_that_write(anatomy, model_names):
+            where = f"`{helper.name}()` ({anatomy.project.shown(helper.path)})"
+            ctx.plan.guard(statement, expression(RANK_ZERO))
+            ctx.changed(statement, f"{where} writes files ({writes}): on rank 0 only")
+        for training in anatomy.script.foreign_training:
+            where = f"`{training.helper.name}()` ({anatomy.project.shown(training.helper.path)})"
+            if training.effects.writes:
+                ctx.cannot(
+                    training.call,
+                    f"{where} trains and writes files (`{training.effects.writes[0]}`): "
+                    "every process would write them; put the writes under "
+                    "`if dist.get_rank() == 0:` in that file by hand",
+                    blocking=True,
+                )
+            elif training.effects.prints:
+                ctx.info(
+                    training.call,
+                    f"{where} prints on every process: put its prints under "
+                    "`if dist.get_rank() == 0:` in that file if once is wanted",
+                )
         for assign in anatomy.assigns:
             value = assign.value
             if (
@@ -96,6 +117,45 @@ class RankZeroSideEffects(ConvertRule):
                     "open it and write to it on rank 0 only by hand",
                     blocking=True,
                 )
+
+
+def _helpers_that_write(
+    anatomy: Anatomy, models: set[str]
+) -> list[tuple[cst.SimpleStatementLine, Helper, str]]:
+    """Statements that call a helper of another project file (`save_checkpoint(state,
+    is_best)` from `utils.py`) that writes files and neither trains nor runs a model it is
+    given: the whole call goes on rank 0."""
+    found = []
+    for statement in anatomy.simple_statements:
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            continue
+        expr = statement.body[0]
+        if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+            continue
+        call = expr.value
+        if anatomy.graph.calls_script(call) or anatomy.ranks.guard(statement) is not None:
+            continue
+        if not anatomy.script.after_setup(statement):
+            continue
+        helper = anatomy.project.helper(call)
+        if helper is None:
+            continue
+        effects = anatomy.project.effects(helper)
+        if not effects.writes or effects.trains:
+            continue
+        uses = [
+            anatomy.project.model_use(call, arg) for arg in call.args if dotted(arg.value) in models
+        ]
+        if any(use is None or use.runs for use in uses):
+            continue
+        if any(
+            anatomy.distributed.is_collective(node)
+            for node in walk(statement)
+            if isinstance(node, cst.Call)
+        ):
+            continue
+        found.append((statement, helper, ", ".join(f"`{w}`" for w in effects.writes)))
+    return found
 
 
 def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:

@@ -273,6 +273,9 @@ def _loop_exits(anatomy: Anatomy) -> list[tuple[cst.BaseExpression, str]]:
         loops.append(train_loop.batch_loop)
         if train_loop.epoch_loop is not None:
             loops.append(train_loop.epoch_loop)
+    for training in anatomy.script.foreign_training:
+        if training.epoch_loop is not None and training.epoch_loop not in loops:
+            loops.append(training.epoch_loop)
     found: list[tuple[cst.BaseExpression, str]] = []
     seen: set[int] = set()
     for loop in loops:
@@ -320,6 +323,7 @@ def _shard_value(
         return None
     batch_loops = [loop.batch_loop for loop in anatomy.script.train_loops]
     local = _local_in_loops(anatomy, tuple(batch_loops))
+    trainings = {id(training.call) for training in anatomy.script.foreign_training}
     for node in walk(expr):
         name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
         if name is None:
@@ -329,6 +333,8 @@ def _shard_value(
         if isinstance(node, cst.Attribute):
             continue
         for value, where in anatomy.values.values_of(name, scope):
+            if any(id(inner) in trainings for inner in walk(value)):
+                return name  # what a helper of another file that trains returns
             if _shard_value(anatomy, value, where, depth + 1) is not None:
                 return name
     return None

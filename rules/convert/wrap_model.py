@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
@@ -234,7 +231,7 @@ def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> N
     use = ctx.anatomy.project.model_use(call, argument)
     if use is None or not use.attributes:
         return  # not a helper of the project, or the wrapper serves all it asks
-    where = f"`{use.helper.name}()` ({_shown(ctx.anatomy, use.helper.path)})"
+    where = f"`{use.helper.name}()` ({ctx.anatomy.project.shown(use.helper.path)})"
     read = ", ".join(f"`.{attribute}`" for attribute in use.attributes)
     if use.trains:
         ctx.cannot(
@@ -247,12 +244,6 @@ def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> N
         return
     ctx.plan.replace(argument.value, _through_module)
     ctx.changed(call, f"{where} reads {read}: it gets the bare model")
-
-
-def _shown(anatomy: Anatomy, path: Path) -> str:
-    if anatomy.path is None:
-        return str(path)
-    return os.path.relpath(path, anatomy.path.resolve().parent)
 
 
 def _trained_on_one_branch(anatomy: Anatomy, optimizer: cst.Call) -> bool:

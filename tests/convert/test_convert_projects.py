@@ -107,3 +107,57 @@ def test_the_converted_project_trains_under_torchrun(tmp_path: Path) -> None:
 
     state = torch.load(project / "segmenter.pt", weights_only=True)
     assert sorted(state) == ["body.0.bias", "body.0.weight", "head.bias", "head.weight"]
+
+
+CLASSIFIER = FIXTURES / "convert" / "projects" / "classifier"
+
+
+def test_a_training_loop_in_another_file_is_converted_around_its_call() -> None:
+    """torchvision's references: `train_one_epoch(...)` from engine.py trains. Its loader is
+    sharded here, set_epoch goes first in the epoch loop around its call, and the helper
+    that writes checkpoints (utils.py) is called on rank 0 only."""
+    output, notes = convert(CLASSIFIER / "train.py")
+    assert output == (CLASSIFIER / "train.expected.py").read_bytes()
+    assert "set_epoch at the start of every epoch" in notes
+    assert "`save_on_master()` (utils.py) writes files (`torch.save`): on rank 0 only" in notes
+    assert any(note.startswith("`train_one_epoch()` (engine.py) prints on every") for note in notes)
+
+
+def test_the_cli_finds_the_loop_in_another_file(tmp_path: Path) -> None:
+    """Without the project (a script read from stdin) nothing says the helper trains."""
+    source = (CLASSIFIER / "train.py").read_bytes()
+    alone = ddpify("-", "--diff", cwd=tmp_path, stdin=source)
+    assert alone.returncode == 0 and alone.stdout == b""
+    assert b"not a training script" in alone.stderr
+
+
+def test_a_helper_that_trains_and_writes_files_is_refused(tmp_path: Path) -> None:
+    project = tmp_path / "classifier"
+    shutil.copytree(CLASSIFIER, project)
+    engine = project / "engine.py"
+    engine.write_text(
+        engine.read_text().replace(
+            "    return total / len(data_loader)\n",
+            "    torch.save(model.state_dict(), f'epoch{epoch}.pt')\n"
+            "    return total / len(data_loader)\n",
+        )
+    )
+    script = project / "train.py"
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    found = {(p.code, p.line): p.message for p in result.problems if p.blocking}
+    assert sorted(found) == [("DDP003", 36), ("DDP005", 36)]  # and `.state_dict` of DDP
+    assert found["DDP005", 36].startswith("`train_one_epoch()` (engine.py) trains and writes")
+
+
+def test_the_converted_classifier_trains_under_torchrun(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    project = tmp_path / "classifier"
+    shutil.copytree(CLASSIFIER, project)
+    result = torchrun(["train.expected.py"], cwd=project, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    lines = result.stdout.decode().splitlines()
+    assert len([line for line in lines if "train loss" in line]) == 3  # rank 0 only
+    for name in ("checkpoint.pth", "best.pth"):
+        state = torch.load(project / "out" / name, weights_only=True)
+        assert list(state["model"]) == ["0.weight", "0.bias", "2.weight", "2.bias"]
