@@ -128,21 +128,33 @@ class Models:
             model.alias = _moved_alias(statement, name)
             model.placement = self._after_initialisation(model.placement, model.names)
             return
-        # Never moved (a CPU script): wrap right after it is built, before the optimizer.
+        # Never moved (a CPU script): wrap right after it is built, before the optimizer; a
+        # global model updated by hand in a function, right after it is built.
         scope = self.index.function_of(model.optimizer_call)
-        built = [
+        built = self._built(model, scope)
+        if not built and scope is not None and model.optimizer_call in self.script.manual_updates:
+            built = self._built(model, None)
+        if built:
+            last = built[-1]
+            model.placement = self._after_initialisation(self.index.statement_of(last), model.names)
+            model.placed_name = dotted(last.targets[0].target)
+
+    def _built(self, model: Model, scope: cst.FunctionDef | None) -> list[cst.Assign]:
+        """Assignments of the model in `scope` that come before its optimizer (or, at module
+        level for an optimizer in a function, anywhere)."""
+        optimizer = model.optimizer_call
+        return [
             node
             for node in walk(scope or self.index.module)
             if isinstance(node, cst.Assign)
             and len(node.targets) == 1
             and dotted(node.targets[0].target) in model.names
             and self.index.function_of(node) is scope
-            and self.index.precedes(node, model.optimizer_call)
+            and (
+                self.index.precedes(node, optimizer)
+                or self.index.function_of(optimizer) is not scope
+            )
         ]
-        if built:
-            last = built[-1]
-            model.placement = self._after_initialisation(self.index.statement_of(last), model.names)
-            model.placed_name = dotted(last.targets[0].target)
 
     def _after_initialisation(
         self, placement: cst.BaseStatement, names: set[str]

@@ -112,6 +112,19 @@ class Project:
                 return found
         return None
 
+    def trainer_class(self, call: cst.Call) -> Path | None:
+        """The file of the project class `call` makes (`Trainer(model, ...)`), when the class
+        trains: a method of it, or of a base class of the project, calls backward."""
+        if not isinstance(call.func, cst.Name | cst.Attribute):
+            return None
+        for qualified in self.index.qualified_names(call.func):
+            found = _definition(qualified, self.roots)
+            if found is not None:
+                owner, graph, path = found
+                if isinstance(owner, cst.ClassDef):
+                    return path if _class_trains(owner, graph, path) else None
+        return None
+
     def model_use(self, call: cst.Call, argument: cst.Arg) -> ModelUse | None:
         """What the helper `call` calls does with the model passed as `argument`; None when
         `call` calls no function of the project, or the helper does nothing with it."""
@@ -268,18 +281,81 @@ def _parameter(function: cst.FunctionDef, call: cst.Call, argument: cst.Arg) -> 
 def _find(qualified: str, roots: list[Path]) -> Helper | None:
     """The module-level function `qualified` (`pkg.utils.loss.compute_loss`) names, in a
     file under one of `roots`."""
-    module_name, _, function_name = qualified.lstrip(".").rpartition(".")
-    if not module_name or qualified.startswith("."):
+    found = _definition(qualified, roots)
+    if found is None:
+        return None
+    function, graph, path = found
+    return Helper(function, graph, path) if isinstance(function, cst.FunctionDef) else None
+
+
+Definition = tuple[cst.FunctionDef | cst.ClassDef, CallGraph, Path]
+
+
+def _definition(qualified: str, roots: list[Path], depth: int = 0) -> Definition | None:
+    """The module-level function or class `qualified` names, in a file under one of
+    `roots`; through a package's re-exports (`from .trainer import *` in its
+    `__init__.py`), `MAX_DEPTH` deep."""
+    module_name, _, name = qualified.lstrip(".").rpartition(".")
+    if not module_name or qualified.startswith(".") or depth >= MAX_DEPTH:
         return None  # a relative import: the script is not run as a file
     for path in _module_files(module_name, roots):
         graph = _read(path)
         if graph is None:
             continue
-        for function in graph.defined(function_name):
-            if graph.index.class_of(function) is None:
-                return Helper(function, graph, path)
-        return None  # the module is found: Python would stop at it
+        index = graph.index
+        for function in graph.defined(name):
+            if index.class_of(function) is None and index.function_of(function) is None:
+                return function, graph, path
+        owner = index.classes.get(name)
+        if owner is not None and index.parent(owner) is index.module:
+            return owner, graph, path
+        return _reexported(name, graph, path, depth)
     return None
+
+
+def _reexported(name: str, graph: CallGraph, path: Path, depth: int) -> Definition | None:
+    """`name` imported into the module at `path` from a sibling (`from .x import name`,
+    `from .x import *`)."""
+    for statement in graph.index.module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if not isinstance(small, cst.ImportFrom) or small.module is None:
+                continue
+            if not isinstance(small.names, cst.ImportStar) and name not in {
+                alias.evaluated_name for alias in small.names
+            }:
+                continue
+            module = cst.Module([]).code_for_node(small.module)
+            if small.relative:
+                base = path.parent
+                for _ in range(len(small.relative) - 1):
+                    base = base.parent
+                found = _definition(f"{module}.{name}", [base], depth + 1)
+            else:
+                found = _definition(f"{module}.{name}", [path.parent], depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _class_trains(owner: cst.ClassDef, graph: CallGraph, path: Path, depth: int = 0) -> bool:
+    """Whether a method of the class, or of a base class of the project, calls backward."""
+    if any(is_method_call(node, "backward") for node in walk(owner.body)):
+        return True
+    if depth >= MAX_DEPTH:
+        return False
+    roots = [path.parent, *list(path.parent.parents)[:MAX_PARENTS]]
+    for base in owner.bases:
+        for qualified in graph.index.qualified_names(base.value):
+            found = _definition(qualified, roots)
+            if (
+                found is not None
+                and isinstance(found[0], cst.ClassDef)
+                and _class_trains(found[0], found[1], found[2], depth + 1)
+            ):
+                return True
+    return False
 
 
 def _module_files(module_name: str, roots: list[Path]) -> Iterator[Path]:

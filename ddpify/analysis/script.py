@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import cast
 
 import libcst as cst
@@ -115,6 +116,20 @@ class TrainingScript:
         return found
 
     @cached_property
+    def trainer_classes(self) -> list[tuple[cst.Call, Path]]:
+        """Objects made from a class of another project file that trains in its own methods
+        (pytorch-template's `Trainer(model, criterion, optimizer, ...)`), with its file."""
+        if self.project is None or self.project.path is None or self.index.other_framework:
+            return []
+        found = []
+        for call in self.index.calls:
+            if call.args and not self.graph.calls_script(call):
+                path = self.project.trainer_class(call)
+                if path is not None:
+                    found.append((call, path))
+        return found
+
+    @cached_property
     def training_calls(self) -> list[cst.Call]:
         """The calls that train: backward passes, and calls of helpers of other files that
         run them."""
@@ -135,13 +150,31 @@ class TrainingScript:
             call
             for call in self.index.calls
             if any(pattern.match(name) for name in self.index.qualified_names(call.func))
-        ]
+        ] + self.manual_updates
+
+    @cached_property
+    def manual_updates(self) -> list[cst.Call]:
+        """Updates made by hand, without an optimizer: `for p in model.parameters():
+        p.data.add_(p.grad, alpha=-lr)` (PyTorch's char-RNN tutorial), `p -= lr * p.grad`.
+        The `model.parameters()` call stands for the optimizer."""
+        found = []
+        for node in walk(self.index.module):
+            if not (isinstance(node, cst.For) and is_method_call(node.iter, *PARAMETERS)):
+                continue
+            target = dotted(node.target)
+            if target is not None and any(
+                is_attribute(inner, "grad") and dotted(inner.value) == target  # type: ignore[attr-defined]
+                for inner in walk(node.body)
+            ):
+                assert isinstance(node.iter, cst.Call)
+                found.append(node.iter)
+        return found
 
     @cached_property
     def is_training_script(self) -> bool:
         # Cheapest first: the optimizer check is the only one that needs name resolution.
-        return (
-            bool(self.backward_calls or self.foreign_training)
+        trains_here = (
+            bool(self.backward_calls)
             and self.index.uses_torch
             and (
                 any(_passes_parameters(call) for call in self.index.calls)
@@ -149,11 +182,17 @@ class TrainingScript:
             )
             and bool(self.optimizer_calls)
         )
+        # Or it hands its training to a helper of another of its files.
+        return trains_here or (
+            self.index.uses_torch and bool(self.foreign_training or self.trainer_classes)
+        )
 
     def parameter_sources(self, optimizer: cst.Call) -> list[cst.BaseExpression]:
         """The expressions an optimizer's `params` may come from: the argument itself, and
         what a name it reads was built from (`groups = [{"params": [p for n, p in
         model.named_parameters() if ...]}]`, Hugging Face's no-decay groups)."""
+        if optimizer in self.manual_updates:
+            return [optimizer]  # `model.parameters()` updated by hand
         params = call_arg(optimizer, 0, "params")
         if params is None:
             return []

@@ -98,6 +98,17 @@ class WrapModel(ConvertRule):
         ),
     )
 
+    def refuse(self, ctx: ConvertContext) -> None:
+        anatomy = ctx.anatomy
+        for call, path in anatomy.script.trainer_classes:
+            ctx.cannot(
+                call,
+                f"`{dotted(call.func)}` ({anatomy.project.shown(path)}) trains in its own "
+                "methods: the training loop, its writes and its prints are in that file, "
+                "which ddpify does not rewrite; convert it by hand",
+                blocking=True,
+            )
+
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         if not anatomy.models.all:

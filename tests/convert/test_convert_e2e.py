@@ -28,6 +28,7 @@ CASES = [
     ("random_batches.py", [], 4, "bigram.pt"),
     ("step_loop_next.py", [], 3, "steps.pt"),
     ("early_stop_local.py", [], 40, "early.pt"),
+    ("manual_sgd_pairs.py", [], 3, "classifier.pt"),
 ]
 PROGRESS = re.compile(r"^\[?(epoch|step|GPU)", re.IGNORECASE)
 

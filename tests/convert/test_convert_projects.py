@@ -161,3 +161,43 @@ def test_the_converted_classifier_trains_under_torchrun(tmp_path: Path) -> None:
     for name in ("checkpoint.pth", "best.pth"):
         state = torch.load(project / "out" / name, weights_only=True)
         assert list(state["model"]) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_a_trainer_class_of_another_file_is_refused_not_left_alone(tmp_path: Path) -> None:
+    """pytorch-template: `Trainer(model, ...)` re-exported by its package, the loop in a
+    base class of another package. ddpify does not rewrite that file: it says so."""
+    for folder, files in {
+        "trainer": {
+            "__init__.py": "from .trainer import *\n",
+            "trainer.py": "from base import BaseTrainer\n\n\n"
+            "class Trainer(BaseTrainer):\n    pass\n",
+        },
+        "base": {
+            "__init__.py": "from .base_trainer import *\n",
+            "base_trainer.py": "class BaseTrainer:\n"
+            "    def __init__(self, model, optimizer):\n"
+            "        self.model, self.optimizer = model, optimizer\n\n"
+            "    def train(self):\n"
+            "        for x in range(3):\n"
+            "            self.model(x).sum().backward()\n"
+            "            self.optimizer.step()\n",
+        },
+    }.items():
+        (tmp_path / folder).mkdir()
+        for name, text in files.items():
+            (tmp_path / folder / name).write_text(text)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom trainer import Trainer\n\n\ndef main():\n"
+        "    model = torch.nn.Linear(2, 1)\n"
+        "    optimizer = make_optimizer(model)\n"
+        "    trainer = Trainer(model, optimizer)\n"
+        "    trainer.train()\n\n\nmain()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused and result.skipped is None
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP003", 8)
+    assert problem.message.startswith("`Trainer` (trainer/trainer.py) trains in its own methods")
+    cli = ddpify("train.py", "-o", "out.py", cwd=tmp_path)
+    assert cli.returncode == 1 and not (tmp_path / "out.py").exists()
