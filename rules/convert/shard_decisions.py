@@ -325,6 +325,13 @@ def _shard_value(
     local = _local_in_loops(anatomy, tuple(batch_loops))
     trainings = {id(training.call) for training in anatomy.script.foreign_training}
     for node in walk(expr):
+        if isinstance(node, cst.Call):
+            # What a function of the script returns from its batch loop (`train_loss =
+            # train_epoch(model, loader, ...)` returning `running / len(loader.dataset)`).
+            callee = anatomy.graph.callee(node)
+            for returned in anatomy.graph.returned_values(callee) if callee is not None else ():
+                if _shard_value(anatomy, returned, callee, depth + 1) is not None:
+                    return dotted(node.func) or "the call"
         name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
         if name is None:
             continue

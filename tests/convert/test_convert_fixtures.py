@@ -490,3 +490,43 @@ for step in range(1000):
     assert b"sampler=DistributedSampler(data, shuffle=True)" in result.output
     assert b"set_epoch" not in result.output
     assert any("itertools.cycle replays" in note.message for note in result.notes)
+
+
+def test_a_value_returned_from_the_batch_loop_of_a_function_is_this_process_s() -> None:
+    """`train_loss = train_epoch(...)` returning `running / len(loader.dataset)`: early
+    stopping on it is taken by every process together (round-3 audit s12: rank 0 broke out
+    alone and rank 1 died waiting in the next all-reduce)."""
+    source = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = Net().to(device)
+optimizer = torch.optim.Adam(model.parameters())
+
+
+def train_epoch(model, loader):
+    running = 0.0
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        running += loss.item() * x.size(0)
+    return running / len(loader.dataset)
+
+
+best, patience = float("inf"), 0
+for epoch in range(100):
+    train_loss = train_epoch(model, loader)
+    if train_loss < best:
+        best, patience = train_loss, 0
+    else:
+        patience += 1
+        if patience >= 5:
+            break
+"""
+    result = convert_source(source.encode(), "es.py", ConvertOptions())
+    assert not result.refused and not result.problems
+    assert [(n.code, n.line) for n in result.notes if n.code == "DDP010"] == [("DDP010", 22)]
+    assert b"    taken = torch.tensor(float(train_loss < best))" in result.output
+    assert b"    if taken.item():\n" in result.output
