@@ -126,8 +126,9 @@ class CheckpointLoad(ConvertRule):
 
 
 def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
-    """Whether `load` reads the path a `torch.save` earlier in the same function wrote: the
-    save runs on rank 0 only (DDP005), so the other ranks must wait for it."""
+    """Whether `load` reads the path a `torch.save` earlier in the same function, or in
+    another function, wrote (the same path expression): the save runs on rank 0 only
+    (DDP005), so the other ranks must wait for it."""
     path = call_arg(load, 0, "f")
     if path is None or anatomy.ranks.guard(load) is not None:
         return False
@@ -135,15 +136,16 @@ def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
     if saves and _after_training(anatomy, load):
         return True  # the best checkpoint reloaded at the end: saved wherever training saves
     code = cst.Module([]).code_for_node
-    for save in anatomy.calls:
+    for save in saves:
         written = call_arg(save, 1, "f")
-        if (
-            written is not None
-            and anatomy.function_of(save) is anatomy.function_of(load)
-            and anatomy.precedes(save, load)
-            and code(written.value) == code(path.value)
-            and save in saves
-        ):
+        if written is None or code(written.value) != code(path.value):
+            continue
+        if anatomy.function_of(save) is anatomy.function_of(load):
+            if anatomy.precedes(save, load):
+                return True
+        elif anatomy.script.after_setup(load):
+            # Saved by another function (`pretrain()` writes the encoder `finetune()`
+            # loads): whichever runs first, a barrier where every rank loads costs a sync.
             return True
     return False
 
