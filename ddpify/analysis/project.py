@@ -102,9 +102,42 @@ class Project:
             return str(path)
         return os.path.relpath(path, self.path.resolve().parent)
 
+    @cached_property
+    def imported(self) -> set[str]:
+        """Names the script binds by importing a module or package of its own project (one
+        found under its roots): only calls through these can reach a helper."""
+        names = set()
+        for node in walk(self.index.module):
+            if isinstance(node, cst.Import):
+                for alias in node.names:
+                    top = cst.Module([]).code_for_node(alias.name).split(".")[0]
+                    if self._local(top):
+                        names.add(alias.evaluated_alias or top)
+            elif isinstance(node, cst.ImportFrom) and node.module is not None:
+                top = cst.Module([]).code_for_node(node.module).split(".")[0]
+                if node.relative or not self._local(top):
+                    continue
+                if isinstance(node.names, cst.ImportStar):
+                    names.add("*")
+                else:
+                    names.update(
+                        alias.evaluated_alias or alias.evaluated_name for alias in node.names
+                    )
+        return names
+
+    def _may_be_helper(self, call: cst.Call) -> bool:
+        """Cheap: whether the called name starts with a name imported from the project."""
+        name = dotted(call.func)
+        if name is None or not self.imported:
+            return False
+        return name.split(".")[0] in self.imported or "*" in self.imported
+
+    def _local(self, top: str) -> bool:
+        return any((root / f"{top}.py").is_file() or (root / top).is_dir() for root in self.roots)
+
     def helper(self, call: cst.Call) -> Helper | None:
         """The function of another project file that `call` calls, when one is found."""
-        if not isinstance(call.func, cst.Name | cst.Attribute):
+        if not self._may_be_helper(call):
             return None
         for qualified in self.index.qualified_names(call.func):
             found = _find(qualified, self.roots)
@@ -115,7 +148,7 @@ class Project:
     def trainer_class(self, call: cst.Call) -> Path | None:
         """The file of the project class `call` makes (`Trainer(model, ...)`), when the class
         trains: a method of it, or of a base class of the project, calls backward."""
-        if not isinstance(call.func, cst.Name | cst.Attribute):
+        if not self._may_be_helper(call):
             return None
         for qualified in self.index.qualified_names(call.func):
             found = _definition(qualified, self.roots)
