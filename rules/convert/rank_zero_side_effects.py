@@ -95,7 +95,14 @@ class RankZeroSideEffects(ConvertRule):
                     "`if dist.get_rank() == 0:` in that file by hand",
                     blocking=True,
                 )
-            elif training.effects.prints:
+            if training.effects.exits:
+                ctx.cannot(
+                    training.call,
+                    f"{where} leaves or skips steps of its loop on a test "
+                    f"(`{training.effects.exits[0]}`): if the test reads this process's own "
+                    "values (its loss), make every process take the same branch there",
+                )
+            if training.effects.prints and not training.effects.writes:
                 ctx.info(
                     training.call,
                     f"{where} prints on every process: put its prints under "
