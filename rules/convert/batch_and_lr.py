@@ -6,7 +6,7 @@ from functools import partial
 
 import libcst as cst
 
-from ddpify.analysis.tree import call_arg
+from ddpify.analysis.tree import call_arg, dotted
 from ddpify.emit import WORLD_SIZE, expression
 from ddpify.options import BatchMode, ScaleLR
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -50,6 +50,27 @@ class BatchAndLearningRate(ConvertRule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         options = ctx.options
+        for call in anatomy.calls:
+            reduction = call_arg(call, None, "reduction")
+            if (
+                reduction is not None
+                and isinstance(reduction.value, cst.SimpleString)
+                and reduction.value.evaluated_value == "sum"
+                and (dotted(call.func) or "").rsplit(".", 1)[-1].endswith("Loss")
+            ):
+                ctx.info(
+                    call,
+                    "a loss summed over the batch (`reduction='sum'`): DDP averages the "
+                    "processes' gradients, so a step moves as far as one process's sum says, "
+                    "1/world_size of the sum over the global batch; multiply the loss by "
+                    "dist.get_world_size() if the global sum is wanted",
+                )
+        if options.batch is BatchMode.GLOBAL and anatomy.streams.random_batches is not None:
+            ctx.cannot(
+                anatomy.streams.random_batches.loop,
+                "--batch global: batches drawn at random keep their size in every process; "
+                "divide it by the world size by hand",
+            )
         if options.batch is BatchMode.GLOBAL:
             for loader in anatomy.script.train_loaders:
                 size = call_arg(loader.call, 1, "batch_size")

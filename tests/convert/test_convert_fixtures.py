@@ -569,3 +569,24 @@ main(args)
         b"    model = Classifier()\n    dist.barrier()\n"
         b"    model.encoder.load_state_dict(torch.load("
     ) in result.output
+
+
+def test_a_summed_loss_is_reported_with_what_ddp_averaging_does_to_it() -> None:
+    source = """\
+import torch
+from torch import nn
+
+loader = torch.utils.data.DataLoader(data, batch_size=32, shuffle=True)
+model = Net()
+criterion = nn.BCELoss(reduction='sum')
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        criterion(model(x), y).backward()
+        optimizer.step()
+"""
+    result = convert_source(source.encode(), "summed.py", ConvertOptions())
+    assert not result.refused
+    [note] = [n for n in result.notes if n.code == "DDP007"]
+    assert note.line == 6 and "1/world_size of the sum over the global batch" in note.message
+    assert b"reduction='sum'" in result.output  # reported, not rewritten
