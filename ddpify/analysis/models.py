@@ -25,6 +25,9 @@ class Model:
     optimizer_call: cst.Call
     placement: cst.BaseStatement | None = None
     placed_name: str | None = None
+    # Other plain names given the same object before the wrap (`model_without_ddp = model`):
+    # they stay the bare model.
+    bare: set[str] = field(default_factory=set)
     data_parallel: list[cst.Call] = field(default_factory=list)
     # The other name of the same object where it is moved: `model` in `m = model.to(device)`
     # (`Module.to` returns the module itself), which the script may go on using.
@@ -90,6 +93,8 @@ class Models:
                     base = dotted(source) if source is not None else None
                     if base in model.names or (target in model.names and source is not None):
                         model.names.add(target)
+                        if base is not None and source is node.value and "." not in base:
+                            model.names.add(base)  # `model_without_ddp = model`: one object
                         if source is not node.value:
                             moves.append((self.index.statement_of(node), target))
                     if isinstance(node.value, cst.Call) and self.index.is_call_to(
@@ -127,6 +132,7 @@ class Models:
             model.placement, model.placed_name = self._unconditional(statement), name
             model.alias = _moved_alias(statement, name)
             model.placement = self._after_initialisation(model.placement, model.names)
+            model.bare = self._bare_aliases(model)
             return
         # Never moved (a CPU script): wrap right after it is built, before the optimizer; a
         # global model updated by hand in a function, right after it is built.
@@ -138,6 +144,25 @@ class Models:
             last = built[-1]
             model.placement = self._after_initialisation(self.index.statement_of(last), model.names)
             model.placed_name = dotted(last.targets[0].target)
+
+    def _bare_aliases(self, model: Model) -> set[str]:
+        """Names assigned the model by `b = a` in the placement's block, before the wrap."""
+        assert model.placement is not None
+        holder = self.index.parent(model.placement)
+        if not isinstance(holder, cst.IndentedBlock | cst.Module):
+            return set()
+        bare = set()
+        for statement in holder.body:
+            if statement is model.placement:
+                break
+            if _is_alias(statement, model.names):
+                assert isinstance(statement, cst.SimpleStatementLine)
+                assign = statement.body[0]
+                assert isinstance(assign, cst.Assign)
+                target = dotted(assign.targets[0].target)
+                if target is not None and target != model.placed_name:
+                    bare.add(target)
+        return bare
 
     def _built(self, model: Model, scope: cst.FunctionDef | None) -> list[cst.Assign]:
         """Assignments of the model in `scope` that come before its optimizer (or, at module
@@ -175,6 +200,8 @@ class Models:
         for later in body[start + 1 :]:
             if self.graph.reaches(later, lambda node: node in backward):
                 break
+            if _is_alias(later, names):
+                continue  # `model_without_ddp = model` (DeiT): the alias stays the bare model
             if _binds(later, names) or _hands_over(later, names):
                 break
             if self._changes_model(later, names):
@@ -237,6 +264,21 @@ def _moved_alias(statement: cst.BaseStatement, name: str) -> str | None:
 
 def _names_model(node: cst.CSTNode, names: set[str]) -> bool:
     return isinstance(node, cst.Name | cst.Attribute) and dotted(node) in names
+
+
+def _is_alias(statement: cst.CSTNode, names: set[str]) -> bool:
+    """`b = a` for two plain names of the model: a second name for the same object."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    assign = statement.body[0]
+    return (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+        and isinstance(assign.value, cst.Name)
+        and assign.targets[0].target.value in names
+        and assign.value.value in names
+    )
 
 
 def _binds(statement: cst.CSTNode, names: set[str]) -> bool:

@@ -231,7 +231,9 @@ def _handed_to_helpers(anatomy: Anatomy, model: Model) -> list[tuple[cst.Call, c
     for call in anatomy.calls:
         for argument in call.args:
             name = dotted(argument.value)
-            if name in model.names and anatomy.values.runs_after(model.placement, call, name):
+            if name in model.names - model.bare and anatomy.values.runs_after(
+                model.placement, call, name
+            ):
                 handed.append((call, argument))
     return handed
 
@@ -301,7 +303,7 @@ def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
         for node in walk(anatomy.module)
         if isinstance(node, cst.Attribute)
         and node.attr.value not in DDP_TRANSPARENT
-        and dotted(node.value) in model.names
+        and dotted(node.value) in model.names - model.bare
         and anatomy.values.runs_after(model.placement, node, dotted(node.value) or "")
     ]
 
@@ -337,6 +339,8 @@ def _whole_model_saves(anatomy: Anatomy, model: Model) -> list[cst.BaseExpressio
             continue
         first = call.args[0].value
         name = dotted(first)
-        if name in model.names and anatomy.values.runs_after(model.placement, call, name or ""):
+        if name in model.names - model.bare and anatomy.values.runs_after(
+            model.placement, call, name or ""
+        ):
             saves.append(first)
     return saves

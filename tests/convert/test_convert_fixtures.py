@@ -590,3 +590,37 @@ for epoch in range(2):
     [note] = [n for n in result.notes if n.code == "DDP007"]
     assert note.line == 6 and "1/world_size of the sum over the global batch" in note.message
     assert b"reduction='sum'" in result.output  # reported, not rewritten
+
+
+def test_a_bare_alias_made_before_the_wrap_stays_bare() -> None:
+    """DeiT: `model_without_ddp = model`, the optimizer and the checkpoints on the alias,
+    the training through `model`. `model` is wrapped (after the resume), the alias stays the
+    bare module, so its state dict needs no `.module` (round-3 audit p01: the alias was
+    wrapped and `model` trained without gradient averaging)."""
+    source = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def main(args):
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net()
+    model.to(device)
+    model_without_ddp = model
+    optimizer = torch.optim.AdamW(model_without_ddp.parameters(), lr=0.1)
+    if args.resume:
+        model_without_ddp.load_state_dict(torch.load(args.resume))
+    for epoch in range(3):
+        for x, y in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        torch.save(model_without_ddp.state_dict(), "ckpt.pt")
+
+
+main(args)
+"""
+    out = convert_source(source.encode(), "deit.py", ConvertOptions()).output.decode()
+    assert "    model = DDP(model, device_ids=" in out
+    assert "model_without_ddp = DDP" not in out
+    assert "torch.save(model_without_ddp.state_dict(), " in out
+    assert out.index("load_state_dict") < out.index("model = DDP(model")
