@@ -22,6 +22,8 @@ SUPPRESSION = re.compile(
 
 
 MAX_FIX_ROUNDS = 3
+# Selects every rule, opt-in ones too (as in ruff).
+ALL = "ALL"
 
 
 @dataclass(frozen=True)
@@ -32,15 +34,23 @@ class CheckResult:
 
 
 def selected_rules(
-    select: frozenset[str] | None = None, ignore: frozenset[str] = frozenset()
+    select: frozenset[str] | None = None,
+    ignore: frozenset[str] = frozenset(),
+    extend_select: frozenset[str] = frozenset(),
 ) -> list[type[CheckRule]]:
-    """The check rules in force: `select` and `ignore` take codes or code prefixes."""
+    """The check rules in force. `select`, `extend_select` and `ignore` take codes or code
+    prefixes (`ALL` is every rule); `select=None` is the default set, the rules that flag
+    near-certain bugs (`CheckRule.default`), and `extend_select` adds to either."""
 
-    def chosen(code: str) -> bool:
-        picked = select is None or any(code.startswith(prefix) for prefix in select)
-        return picked and not any(code.startswith(prefix) for prefix in ignore)
+    def matches(code: str, prefixes: frozenset[str]) -> bool:
+        return any(prefix == ALL or code.startswith(prefix) for prefix in prefixes)
 
-    return [rule for rule in check_rules() if chosen(rule.code)]
+    def chosen(rule: type[CheckRule]) -> bool:
+        picked = rule.default if select is None else matches(rule.code, select)
+        picked = picked or matches(rule.code, extend_select)
+        return picked and not matches(rule.code, ignore)
+
+    return [rule for rule in check_rules() if chosen(rule)]
 
 
 def check_source(
@@ -49,6 +59,7 @@ def check_source(
     *,
     select: frozenset[str] | None = None,
     ignore: frozenset[str] = frozenset(),
+    extend_select: frozenset[str] = frozenset(),
     fix: bool = False,
 ) -> CheckResult:
     """Check one file's bytes. Raises `InputError` for input that does not parse.
@@ -57,7 +68,7 @@ def check_source(
     passes none is decoded but not parsed (its syntax errors are not reported: it cannot
     hold a DDP finding).
     """
-    selected = selected_rules(select, ignore)
+    selected = selected_rules(select, ignore, extend_select)
     rules = applicable(selected, source)
     if not rules:
         decode(source, name)

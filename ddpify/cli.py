@@ -26,9 +26,12 @@ EPILOG = (
     "convert, 2 bad input or usage."
 )
 CHECK_EPILOG = (
-    "Settings come from \\[tool.ddpify] in the nearest pyproject.toml (select, ignore, "
-    "per-file-ignores, exclude, force-exclude); --select replaces its select and ignore, "
-    "--ignore adds to its ignore. `# noqa: DDP101` silences a line. "
+    "By default only the rules that find near-certain bugs run; advice is opt-in "
+    "(`ddpify rules` shows which is which; --select ALL runs every rule). "
+    "Settings come from \\[tool.ddpify] in the nearest pyproject.toml (select, "
+    "extend-select, ignore, per-file-ignores, exclude, force-exclude); --select replaces its "
+    "select, extend-select and ignore, --extend-select and --ignore add to its own. "
+    "`# noqa: DDP101` silences a line. "
     "Exit codes: 0 no findings, 1 findings remain (also after --fix), 2 a file could not "
     "be read or parsed, or bad usage."
 )
@@ -176,7 +179,17 @@ def check(
     ] = False,
     select: Annotated[
         str | None,
-        typer.Option(metavar="CODES", help="Check only these codes or prefixes: DDP101,DDP11."),
+        typer.Option(
+            metavar="CODES",
+            help="Check only these codes or prefixes: DDP101,DDP11 (ALL: every rule).",
+        ),
+    ] = None,
+    extend_select: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CODES",
+            help="Add these codes or prefixes to the selection (opt-in rules: DDP112).",
+        ),
     ] = None,
     ignore: Annotated[
         str | None, typer.Option(metavar="CODES", help="Skip these codes or prefixes.")
@@ -194,6 +207,7 @@ def check(
         options = load_options(
             targets,
             select=parse_codes(select) if select is not None else None,
+            extend_select=parse_codes(extend_select) if extend_select is not None else None,
             ignore=parse_codes(ignore) if ignore is not None else None,
             fix=fix,
         )
@@ -219,11 +233,16 @@ tools_app.command("verify", epilog=verify_command.EPILOG)(verify_command.verify)
 
 @tools_app.command("rules")
 def list_rules() -> None:
-    """List every rule: code, name and what it does."""
-    from ddpify.rule import all_rules
+    """List every rule: code, name, kind and what it does. A check rule is on by default
+    or opt-in (--extend-select), with its severity."""
+    from ddpify.rule import CheckRule, all_rules
 
     for rule in all_rules():
-        typer.echo(f"{rule.code}  {rule.name:<28} {rule.message}")
+        if isinstance(rule, type) and issubclass(rule, CheckRule):
+            kind = f"{'default' if rule.default else 'opt-in':<8}{rule.severity.value:<8}"
+        else:
+            kind = f"{'convert':<16}"
+        typer.echo(f"{rule.code}  {rule.name:<28} {kind}{rule.message}")
 
 
 @tools_app.command()

@@ -14,7 +14,7 @@ from typing import Any
 
 from ddpify import __version__
 from ddpify.options import OutputFormat as OutputFormat
-from ddpify.rule import check_rules
+from ddpify.rule import Severity, check_rules
 from ddpify.workspace import CheckReport
 
 SARIF_SCHEMA = (
@@ -22,6 +22,14 @@ SARIF_SCHEMA = (
 )
 SARIF_VERSION = "2.1.0"
 FALLBACK_INFORMATION_URI = "https://pypi.org/project/ddpify/"
+
+
+# GitHub's annotation command for each severity.
+GITHUB_COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.NOTE: "notice"}
+
+
+def severity(code: str) -> Severity:
+    return {rule.code: rule.severity for rule in check_rules()}.get(code, Severity.ERROR)
 
 
 def render(report: CheckReport, output_format: OutputFormat) -> str:
@@ -75,6 +83,7 @@ def render_json(report: CheckReport) -> str:
             "code": finding.code,
             "message": finding.message,
             "fixable": finding.fixable,
+            "severity": severity(finding.code).value,
         }
         for path, finding in report.findings
     ]
@@ -84,7 +93,8 @@ def render_json(report: CheckReport) -> str:
 def render_github(report: CheckReport) -> str:
     """GitHub Actions workflow commands: each finding annotates its line in the PR."""
     lines = [
-        f"::error file={_property(path)},line={finding.line},col={finding.column},"
+        f"::{GITHUB_COMMANDS[severity(finding.code)]} file={_property(path)},"
+        f"line={finding.line},col={finding.column},"
         f"title={_property(finding.code)}::{_data(finding.message)}"
         for path, finding in report.findings
     ]
@@ -119,7 +129,7 @@ def render_sarif(report: CheckReport) -> str:
                 "shortDescription": {"text": rule.message},
                 "fullDescription": {"text": rule.documentation()},
                 "help": {"text": rule.documentation(), "markdown": rule.documentation()},
-                "defaultConfiguration": {"level": "error"},
+                "defaultConfiguration": {"level": rule.severity.value, "enabled": rule.default},
             }
             for rule in rules
         ],
@@ -128,7 +138,7 @@ def render_sarif(report: CheckReport) -> str:
         {
             "ruleId": finding.code,
             "ruleIndex": index[finding.code],
-            "level": "error",
+            "level": severity(finding.code).value,
             "message": {"text": finding.message},
             "locations": [
                 {

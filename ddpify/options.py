@@ -44,8 +44,10 @@ class OutputFormat(str, Enum):
 class CheckOptions:
     """Everything one `ddpify check` run needs, from `[tool.ddpify]` and the command line."""
 
-    # Codes or code prefixes; None selects every check rule.
+    # Codes or code prefixes (`ALL`: every rule); None selects the default set.
     select: frozenset[str] | None = None
+    # Added to the selection, whichever it is (opt-in rules on top of the default set).
+    extend_select: frozenset[str] = frozenset()
     ignore: frozenset[str] = frozenset()
     # (glob, codes) pairs: the codes are ignored in the files the glob matches.
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()

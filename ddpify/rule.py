@@ -36,6 +36,17 @@ if TYPE_CHECKING:
     from ddpify.analysis.anatomy import Anatomy
 
 
+class Severity(str, Enum):
+    """How sure a check's finding is to be a bug; SARIF's result levels."""
+
+    # The job hangs, crashes or trains wrong.
+    ERROR = "error"
+    # Wrong in common set-ups (several nodes, a resume, a checkpoint read elsewhere).
+    WARNING = "warning"
+    # Advice: correct code may keep it on purpose.
+    NOTE = "note"
+
+
 class NoteKind(str, Enum):
     CHANGED = "changed"
     CANNOT = "cannot"
@@ -257,6 +268,11 @@ class CheckRule(Rule):
     # file none of the selected rules can apply to is never parsed. Every invalid example
     # must satisfy them (tested).
     requires: ClassVar[tuple[str | Callable[[bytes], bool], ...]] = ()
+    # On in the default set (near-certain bugs, as ruff's defaults), or opt-in (advice, or
+    # wrong only in some set-ups: `--select` / `extend-select`); `selection` says why.
+    default: ClassVar[bool] = True
+    severity: ClassVar[Severity] = Severity.ERROR
+    selection: ClassVar[str]
 
     def check(self, ctx: CheckContext) -> None:
         """Report this rule's findings (with fixes where it has them) through `ctx`."""
@@ -265,6 +281,12 @@ class CheckRule(Rule):
     @classmethod
     def pages_examples(cls) -> tuple[Example, ...]:
         return cls.invalid
+
+    @classmethod
+    def documentation(cls) -> str:
+        on = "On by default" if cls.default else f"Opt-in (`--extend-select {cls.code}`)"
+        default = f"## Default\n{on}, severity {cls.severity.value}: {cls.selection.strip()}\n"
+        return super().documentation() + "\n" + default
 
     @classmethod
     def may_apply(cls, source: bytes, lowered: bytes | None = None) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from ddpify.check import check_source, selected_rules
+from ddpify.check import ALL, CheckResult, check_source, selected_rules
 from ddpify.options import CheckOptions
 from ddpify.rule import Finding
 from ddpify.source import InputError, atomic_write, read_source
@@ -52,7 +52,9 @@ SKIPPED_FOLDERS = frozenset(
         "site-packages",
     }
 )
-CONFIG_KEYS = frozenset({"select", "ignore", "per-file-ignores", "exclude", "force-exclude"})
+CONFIG_KEYS = frozenset(
+    {"select", "extend-select", "ignore", "per-file-ignores", "exclude", "force-exclude"}
+)
 # A pool pays for itself only past a handful of files; the one-file pre-commit run never
 # starts one.
 PARALLEL_THRESHOLD = 8
@@ -103,9 +105,9 @@ def parse_codes(text: str) -> frozenset[str]:
 
 def validate_codes(codes: Iterable[str], where: str) -> None:
     """Every code must name a check rule or be a prefix of one."""
-    known = [rule.code for rule in selected_rules()]
+    known = [rule.code for rule in selected_rules(frozenset({ALL}))]
     for code in sorted(codes):
-        if not any(rule_code.startswith(code) for rule_code in known):
+        if code != ALL and not any(rule_code.startswith(code) for rule_code in known):
             raise ConfigError(f"{where}: no check rule matches {code!r}; `ddpify rules` lists them")
 
 
@@ -136,14 +138,16 @@ def load_options(
     paths: Sequence[str],
     *,
     select: frozenset[str] | None = None,
+    extend_select: frozenset[str] | None = None,
     ignore: frozenset[str] | None = None,
     fix: bool = False,
     cwd: Path | None = None,
 ) -> CheckOptions:
     """`[tool.ddpify]` from the nearest `pyproject.toml`, then the command line on top.
 
-    A command-line `--select` replaces the configuration's `select` and `ignore`; a
-    command-line `--ignore` alone adds to the configuration's `ignore`."""
+    A command-line `--select` replaces the configuration's `select`, `extend-select` and
+    `ignore`; a command-line `--extend-select` or `--ignore` alone adds to the
+    configuration's."""
     cwd = cwd or Path.cwd()
     config_path = find_config(paths, cwd)
     table: dict[str, Any] = {}
@@ -156,6 +160,7 @@ def load_options(
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; known keys: {known}")
 
     config_select = _codes(table, "select", where)
+    config_extend = _codes(table, "extend-select", where) or frozenset()
     config_ignore = _codes(table, "ignore", where) or frozenset()
     per_file = table.get("per-file-ignores", {})
     if not isinstance(per_file, dict):
@@ -173,17 +178,22 @@ def load_options(
 
     if select is not None:
         final_select: frozenset[str] | None = select
+        final_extend = extend_select or frozenset()
         final_ignore = ignore or frozenset()
     else:
         final_select = config_select
+        final_extend = config_extend | (extend_select or frozenset())
         final_ignore = config_ignore | (ignore or frozenset())
     validate_codes(final_select or (), "--select" if select is not None else where)
+    validate_codes(extend_select or (), "--extend-select")
+    validate_codes(config_extend, where)
     validate_codes(ignore or (), "--ignore")
     validate_codes(config_ignore, where)
     for glob, codes in per_file_ignores:
         validate_codes(codes, f"{where} per-file-ignores {glob!r}")
     return CheckOptions(
         select=final_select,
+        extend_select=final_extend,
         ignore=final_ignore,
         per_file_ignores=per_file_ignores,
         exclude=tuple(exclude),
@@ -293,6 +303,7 @@ def run_check(paths: Sequence[str], options: CheckOptions) -> CheckReport:
         _Job(
             path,
             options.select,
+            options.extend_select,
             options.ignore | _ignored_in(path, options),
             options.fix,
         )
@@ -304,7 +315,8 @@ def run_check(paths: Sequence[str], options: CheckOptions) -> CheckReport:
     else:
         results = [_check_one(job) for job in jobs]
     results += [FileResult(path, error=f"{path}: no such file or folder") for path in missing]
-    return CheckReport(tuple(results), tuple(selected_rules(options.select, options.ignore)))
+    rules = selected_rules(options.select, options.ignore, options.extend_select)
+    return CheckReport(tuple(results), tuple(rules))
 
 
 def _in_parallel(jobs: list[_Job], workers: int) -> list[FileResult]:
@@ -339,19 +351,30 @@ def _ignored_in(path: str, options: CheckOptions) -> frozenset[str]:
 class _Job:
     path: str
     select: frozenset[str] | None
+    extend_select: frozenset[str]
     ignore: frozenset[str]
     fix: bool
+
+    def check(self, source: bytes, fix: bool = False) -> CheckResult:
+        return check_source(
+            source,
+            self.path,
+            select=self.select,
+            extend_select=self.extend_select,
+            ignore=self.ignore,
+            fix=fix,
+        )
 
 
 def _check_one(job: _Job) -> FileResult:
     """Check (and fix) one file; runs in a worker process when there are many."""
     try:
         source = read_source(Path(job.path))
-        result = check_source(source, job.path, select=job.select, ignore=job.ignore)
+        result = job.check(source)
         fixable = sum(finding.fixable for finding in result.findings)
         if not (job.fix and fixable):
             return FileResult(job.path, tuple(result.findings))
-        fixed = check_source(source, job.path, select=job.select, ignore=job.ignore, fix=True)
+        fixed = job.check(source, fix=True)
         if fixed.fixed is None:
             return FileResult(job.path, tuple(fixed.findings))
         atomic_write(Path(job.path), fixed.fixed)

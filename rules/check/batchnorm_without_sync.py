@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 BATCHNORM = {"torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"}
 
@@ -23,6 +23,12 @@ class BatchNormWithoutSync(CheckRule):
     code = "DDP112"
     name = "batchnorm-without-sync"
     message = "BatchNorm in a DDP model: statistics are per process; consider SyncBatchNorm"
+    default = False
+    severity = Severity.NOTE
+    selection = (
+        "per-process BatchNorm statistics are a choice many correct DDP scripts make "
+        "on purpose (large per-GPU batches, speed)."
+    )
     requires = ("DistributedDataParallel", "BatchNorm")
     valid = (
         """

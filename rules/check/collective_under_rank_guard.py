@@ -30,6 +30,7 @@ class CollectiveUnderRankGuard(CheckRule):
     code = "DDP106"
     name = "collective-under-rank-guard"
     message = "collective on rank 0 only: the other ranks never join it and the job hangs"
+    selection = "the job hangs at the collective."
     requires = (
         TORCH_DISTRIBUTED_TEXT,
         COLLECTIVE_TEXT + "|DistributedDataParallel",

@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpify.analysis.api import DDP_WRAPPER
 from ddpify.analysis.tree import call_arg, dotted
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 
 class CompileBeforeDDP(CheckRule):
@@ -25,6 +25,13 @@ class CompileBeforeDDP(CheckRule):
     code = "DDP113"
     name = "compile-before-ddp"
     message = "torch.compile before the DDP wrap: compile the DDP-wrapped model instead"
+    default = False
+    severity = Severity.NOTE
+    selection = (
+        "both orders work: PyTorch recommends compiling the DDP-wrapped model "
+        "(DDPOptimizer splits the graph at bucket boundaries), but compiling first is "
+        "also supported."
+    )
     requires = ("DistributedDataParallel", "compile")
     valid = (
         """

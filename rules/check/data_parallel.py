@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddpify.analysis.api import DATA_PARALLEL
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 
 class DataParallelUsed(CheckRule):
@@ -21,6 +21,12 @@ class DataParallelUsed(CheckRule):
     code = "DDP114"
     name = "data-parallel"
     message = "nn.DataParallel: use DistributedDataParallel (`ddpify` converts the script)"
+    default = False
+    severity = Severity.NOTE
+    selection = (
+        "`nn.DataParallel` may be a deliberate single-process fallback; the "
+        "conversion itself is `ddpify`'s job."
+    )
     requires = ("DataParallel", r"(?<!Distributed)DataParallel")
     valid = (
         """

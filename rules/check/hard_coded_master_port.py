@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from ddpify.analysis.tree import call_arg, dotted
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 PORT_IN_URL = re.compile(r"^tcp://[^/]*:\d+")
 
@@ -26,6 +26,12 @@ class HardCodedMasterPort(CheckRule):
     code = "DDP110"
     name = "hard-coded-master-port"
     message = "hard-coded MASTER_PORT: two jobs on one machine collide; let torchrun choose"
+    default = False
+    severity = Severity.NOTE
+    selection = (
+        "a fixed port is what PyTorch's own `mp.spawn` tutorial does; it collides "
+        "only when two jobs share a machine."
+    )
     requires = ("MASTER_PORT|init_process_group",)
     valid = (
         """

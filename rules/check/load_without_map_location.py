@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ddpify.analysis.api import DISTRIBUTED_TEXT
 from ddpify.analysis.tree import call_arg
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 
 class LoadWithoutMapLocation(CheckRule):
@@ -21,6 +21,13 @@ class LoadWithoutMapLocation(CheckRule):
     code = "DDP108"
     name = "load-without-map-location"
     message = "torch.load without map_location: every rank loads onto the GPU it was saved from"
+    default = False
+    severity = Severity.WARNING
+    selection = (
+        "only checkpoints saved from a GPU move, and many scripts load weights saved "
+        "on the CPU or map them later; flag it when resumes from GPU checkpoints "
+        "matter."
+    )
     requires = (DISTRIBUTED_TEXT, "load")
     valid = (
         """

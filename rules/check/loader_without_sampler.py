@@ -31,6 +31,10 @@ class LoaderWithoutSampler(CheckRule):
     code = "DDP102"
     name = "loader-without-sampler"
     message = "training DataLoader without DistributedSampler: every rank trains on the same data"
+    selection = (
+        "every process trains on the whole dataset: N times the work for the gradient "
+        "of one process, with no error."
+    )
     requires = ("DataLoader", "backward", DISTRIBUTED_TEXT)
     fix_safety = """
         Safe: `sampler=DistributedSampler(dataset, shuffle=...)` takes over the loader's

@@ -12,7 +12,7 @@ from ddpify.analysis.effects import FILE_WRITES, path_names, root_names
 from ddpify.analysis.ranks import Polarity, RankTest
 from ddpify.analysis.tree import dotted, walk
 from ddpify.emit import rank_zero_test
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 
 class LocalRankGuard(CheckRule):
@@ -30,6 +30,12 @@ class LocalRankGuard(CheckRule):
     code = "DDP107"
     name = "local-rank-guard"
     message = "local rank picks the writer: on several nodes each node writes; use the global rank"
+    severity = Severity.WARNING
+    selection = (
+        "on one node this is correct, on several nodes every node's first process "
+        "writes the same shared file: a race that appears only when the job scales "
+        "out."
+    )
     requires = (TORCH_DISTRIBUTED_TEXT, LOCAL_RANK_ZERO_TEXT)
     fix_safety = """
         Safe: on one node the global and the local rank 0 are the same process. The fix

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.tree import dotted
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 
 class NoDestroyProcessGroup(CheckRule):
@@ -22,6 +22,12 @@ class NoDestroyProcessGroup(CheckRule):
     code = "DDP111"
     name = "no-destroy-process-group"
     message = "init_process_group without destroy_process_group when training ends"
+    default = False
+    severity = Severity.NOTE
+    selection = (
+        "the process exits anyway; PyTorch warns at exit, and long-running launchers "
+        "may still want it."
+    )
     requires = ("init_process_group",)
     valid = (
         """

@@ -38,6 +38,10 @@ class SamplerSetEpoch(CheckRule):
     code = "DDP101"
     name = "sampler-set-epoch"
     message = "DistributedSampler without set_epoch(epoch) at the start of each epoch"
+    selection = (
+        "every epoch then shuffles in the order of epoch 0 on every process; nothing "
+        "fails, the model silently trains on less varied data."
+    )
     requires = ("DistributedSampler", "backward")
     fix_safety = (
         "Safe: the fix inserts `<loader>.sampler.set_epoch(epoch)` as the epoch's first statement."

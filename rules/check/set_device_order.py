@@ -8,7 +8,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.tree import call_arg, walk
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 # What picks the process's device; `init_process_group(device_id=...)` does it too.
 SET_DEVICE = {
@@ -38,6 +38,13 @@ class SetDeviceOrder(CheckRule):
     name = "set-device-order"
     message = "call torch.cuda.set_device(local_rank) before init_process_group"
     # Code that never names CUDA, NCCL or `device_ids` is a CPU job (gloo): no device to set.
+    default = False
+    severity = Severity.NOTE
+    selection = (
+        "the order matters only when a collective runs before `set_device` (NCCL then "
+        "guesses the device); most scripts run none in between, and nanoGPT keeps "
+        "this order."
+    )
     requires = ("init_process_group", f"(?i){_GPU_WORDS.pattern}")
     valid = (
         """

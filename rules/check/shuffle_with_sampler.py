@@ -27,6 +27,7 @@ class ShuffleWithSampler(CheckRule):
     name = "shuffle-with-sampler"
     message = "shuffle=True with sampler=: DataLoader raises; the sampler does the shuffling"
     # `shuffle=True`, `"shuffle": True`, `kwargs["shuffle"] = True`, `setdefault("shuffle", True)`
+    selection = "the DataLoader raises ValueError when it is built."
     requires = ("DataLoader", r"shuffle[\"']?\s*(?:[=:,]|\]\s*=)\s*True", "sampler")
     fix_safety = """
         Safe: the loader could not be built before; `shuffle=True` is dropped. One set in a

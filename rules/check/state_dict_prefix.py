@@ -7,7 +7,7 @@ from functools import partial
 import libcst as cst
 
 from ddpify.analysis.tree import dotted, is_attribute
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 
 class StateDictPrefix(CheckRule):
@@ -25,6 +25,12 @@ class StateDictPrefix(CheckRule):
     code = "DDP105"
     name = "state-dict-prefix"
     message = "state_dict() of the DDP wrapper: keys get a `module.` prefix; use model.module"
+    severity = Severity.WARNING
+    selection = (
+        "a checkpoint whose keys all start with `module.` does not load into the "
+        "model the script builds without DDP (its evaluation, its export, a "
+        "single-GPU resume)."
+    )
     requires = ("DistributedDataParallel", "state_dict")
     fix_safety = "Safe: `model.module.state_dict()` holds the same tensors under plain keys."
     valid = (

@@ -10,7 +10,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import FILE_WRITES, path_names, root_names
 from ddpify.analysis.tree import dotted, is_name, walk
 from ddpify.emit import rank_zero_test
-from ddpify.rule import CheckContext, CheckRule, Example
+from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 
 class UnguardedWrite(CheckRule):
@@ -33,6 +33,12 @@ class UnguardedWrite(CheckRule):
     code = "DDP104"
     name = "unguarded-write"
     message = "file written by every rank: guard it with `if dist.get_rank() == 0:`"
+    severity = Severity.WARNING
+    selection = (
+        "processes writing one path race: the file can be torn or hold another rank's "
+        "numbers. Private paths (with the rank in them, temporary folders) are not "
+        "flagged."
+    )
     requires = ("init_process_group",)
     fix_safety = """
         Safe: the fix guards the write, and the statements right after it that use the same

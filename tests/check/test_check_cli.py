@@ -418,6 +418,7 @@ def test_json_format(check: Check, tmp_path: Path) -> None:
             "code": "DDP101",
             "message": "DistributedSampler without set_epoch(epoch) at the start of each epoch",
             "fixable": True,
+            "severity": "error",
         }
     ]
 
@@ -451,6 +452,40 @@ def test_github_format(check: Check, tmp_path: Path) -> None:
     ]
 
 
+# BatchNorm kept per process, on purpose: advice (DDP112), opt-in.
+WITH_BATCHNORM = FIXED.replace(
+    "torch.nn.Linear(4, 1))", "torch.nn.Sequential(torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1)))"
+)
+
+
+def test_advice_is_opt_in_from_the_command_line_and_the_configuration(
+    check: Check, tmp_path: Path
+) -> None:
+    write(tmp_path / "train.py", WITH_BATCHNORM)
+    assert check(cwd=tmp_path)[:2] == (0, ["All checks passed!"])
+    for args in (("--extend-select", "DDP112"), ("--select", "ALL"), ("--select", "DDP11")):
+        code, out, _ = check(*args, cwd=tmp_path)
+        assert code == 1 and [line.split()[1] for line in out[:-1]] == ["DDP112"], args
+    write(tmp_path / "pyproject.toml", '[tool.ddpify]\nextend-select = ["DDP112"]\n')
+    code, out, _ = check(cwd=tmp_path)
+    assert code == 1 and "DDP112" in out[0]
+    assert check("--ignore", "DDP112", cwd=tmp_path)[0] == 0
+    # --select replaces the configuration's extend-select.
+    assert check("--select", "DDP101", cwd=tmp_path)[0] == 0
+
+
+def test_severity_reaches_github_and_sarif(check: Check, tmp_path: Path) -> None:
+    write(tmp_path / "train.py", WITH_BATCHNORM)
+    code, out, _ = check("--select", "ALL", "--format", "github", cwd=tmp_path)
+    assert code == 1 and out[0].startswith("::notice file=train.py,")
+    code, out, _ = check("--select", "ALL", "--format", "sarif", cwd=tmp_path)
+    log = json.loads("\n".join(out))
+    (result,) = log["runs"][0]["results"]
+    assert result["level"] == "note"
+    rules = {rule["id"]: rule for rule in log["runs"][0]["tool"]["driver"]["rules"]}
+    assert rules["DDP112"]["defaultConfiguration"] == {"level": "note", "enabled": False}
+
+
 def test_an_unknown_format_is_a_usage_error(check: Check, tmp_path: Path) -> None:
     assert check("--format", "xml", cwd=tmp_path)[0] == 2
 
@@ -464,7 +499,11 @@ def test_help_rules_and_explain(tmp_path: Path) -> None:
         assert option in help_text
     assert "ddpify check" in ddpify("--help", cwd=tmp_path).stdout.decode()
     rules = ddpify("rules", cwd=tmp_path)
-    assert rules.returncode == 0 and "DDP101" in rules.stdout.decode()
+    listed = {line.split()[0]: line.split()[2:4] for line in rules.stdout.decode().splitlines()}
+    assert rules.returncode == 0
+    assert listed["DDP101"] == ["default", "error"]
+    assert listed["DDP112"] == ["opt-in", "note"]
+    assert listed["DDP004"][0] == "convert"
     explained = ddpify("explain", "ddp101", cwd=tmp_path)
     assert explained.returncode == 0
     assert explained.stdout.decode().startswith("# DDP101 ")

@@ -12,7 +12,9 @@ from conftest import FIXTURES
 from ddpify.check import check_source
 from ddpify.convert import convert_source
 from ddpify.options import ConvertOptions
+from ddpify.rule import check_rules
 
+ALL = frozenset({"ALL"})
 BROKEN = sorted(FIXTURES.glob("check/broken/*.py"))
 NESTED_GUARD = re.compile(
     rb"if [^\n]*dist\.get_rank\(\) == 0:\n[ \t]+if [^\n]*dist\.get_rank\(\) == 0:"
@@ -29,14 +31,24 @@ CORRECT = sorted(
 )
 
 
-def render(path: Path, source: bytes | None = None) -> str:
-    result = check_source(source or path.read_bytes(), path.name)
+def render(path: Path, source: bytes | None = None, select: frozenset[str] | None = ALL) -> str:
+    """The findings, every rule selected (opt-in ones too) unless `select` says otherwise."""
+    result = check_source(source or path.read_bytes(), path.name, select=select)
     return "".join(f"{f.line}:{f.column} {f.code} {f.message}\n" for f in result.findings)
 
 
 @pytest.mark.parametrize("path", BROKEN, ids=lambda p: p.name)
 def test_broken_scripts_get_exactly_their_findings(path: Path) -> None:
     assert render(path) == path.with_suffix(".txt").read_text()
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=lambda p: p.name)
+def test_the_default_set_reports_the_findings_of_its_rules_only(path: Path) -> None:
+    default = {rule.code for rule in check_rules() if rule.default}
+    expected = path.with_suffix(".txt").read_text().splitlines(keepends=True)
+    assert render(path, select=None) == "".join(
+        line for line in expected if line.split()[1] in default
+    )
 
 
 @pytest.mark.parametrize("path", CORRECT, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -46,7 +58,7 @@ def test_correct_ddp_scripts_and_the_converters_outputs_are_clean(path: Path) ->
 
 def test_fix_repairs_the_official_tutorial_and_leaves_what_has_no_fix() -> None:
     path = FIXTURES / "check" / "broken" / "tutorial_torchrun.py"
-    result = check_source(path.read_bytes(), path.name, fix=True)
+    result = check_source(path.read_bytes(), path.name, select=ALL, fix=True)
     assert result.fixed is not None
     text = result.fixed.decode()
     assert (
@@ -75,12 +87,12 @@ def test_noqa_and_ddpify_ignore_silence_a_line() -> None:
 
 @pytest.mark.parametrize("path", BROKEN, ids=lambda p: p.name)
 def test_fixing_a_broken_script_leaves_code_that_compiles_and_nothing_fixable(path: Path) -> None:
-    result = check_source(path.read_bytes(), path.name, fix=True)
+    result = check_source(path.read_bytes(), path.name, select=ALL, fix=True)
     if result.fixed is None:
         assert not any(finding.fixable for finding in result.findings)
         return
     compile(result.fixed, path.name, "exec")
-    again = check_source(result.fixed, path.name)
+    again = check_source(result.fixed, path.name, select=ALL)
     assert not any(finding.fixable for finding in again.findings), again.findings
     # A fix never nests a guard in the one it just wrote.
     assert not NESTED_GUARD.search(result.fixed)

@@ -102,6 +102,7 @@ def test_json_is_a_list_of_findings() -> None:
             "code": "DDP101",
             "message": "DistributedSampler without set_epoch",
             "fixable": True,
+            "severity": "error",
         }
     ]
     assert json.loads(render(report_of(), OutputFormat.JSON)) == []

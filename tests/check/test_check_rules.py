@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from ddpify.check import check_source, selected_rules
-from ddpify.rule import CheckRule, Example
+from ddpify.check import check_source
+from ddpify.rule import CheckRule, Example, Severity, check_rules
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-RULES = selected_rules()
+RULES = check_rules()
+ALL = frozenset({"ALL"})
 VALID = [
     pytest.param(rule, textwrap.dedent(code).lstrip("\n"), id=f"{rule.code}-valid-{index}")
     for rule in RULES
@@ -37,7 +38,7 @@ def test_invalid_code_is_flagged_and_fixed(rule: type[CheckRule], example: Examp
     result = check_source(source, "invalid.py", select=frozenset({rule.code}))
     assert result.findings and {finding.code for finding in result.findings} == {rule.code}
     # Checked with every rule, the example is flagged with this rule's code alone.
-    everything = check_source(source, "invalid.py")
+    everything = check_source(source, "invalid.py", select=frozenset({"ALL"}))
     assert {finding.code for finding in everything.findings} == {rule.code}
     fixed = check_source(source, "invalid.py", select=frozenset({rule.code}), fix=True)
     if example.after is None:
@@ -53,6 +54,16 @@ def test_every_check_rule_has_valid_and_invalid_examples() -> None:
         assert rule.valid and rule.invalid, rule.code
         page = rule.documentation()
         assert "## What it does" in page and "## Why is this bad?" in page
+
+
+def test_every_check_rule_says_whether_it_is_on_by_default_and_why() -> None:
+    for rule in RULES:
+        page = rule.documentation()
+        assert rule.selection.strip(), rule.code
+        on = "On by default" if rule.default else f"Opt-in (`--extend-select {rule.code}`)"
+        assert f"## Default\n{on}, severity {rule.severity.value}: " in page, rule.code
+        # Advice is never on by default.
+        assert not (rule.default and rule.severity is Severity.NOTE), rule.code
 
 
 # The text prefilter (`CheckRule.requires`) only ever skips work: it never changes a result.
@@ -80,11 +91,11 @@ def test_every_check_rule_has_a_text_prefilter() -> None:
 def test_the_prefilter_never_changes_findings(monkeypatch: pytest.MonkeyPatch) -> None:
     sources = [path.read_bytes() for path in PREFILTER_CASES]
     sources += [code.encode() for code in every_example()]
-    filtered = [check_source(source, "x.py").findings for source in sources]
+    filtered = [check_source(source, "x.py", select=ALL).findings for source in sources]
     # It does skip: most rules have nothing to look at in most of these files.
     skipped = sum(not rule.may_apply(source) for source in sources for rule in RULES)
     assert skipped > len(sources) * len(RULES) // 2
     monkeypatch.setattr(CheckRule, "may_apply", classmethod(lambda cls, source, lowered=None: True))
-    unfiltered = [check_source(source, "x.py").findings for source in sources]
+    unfiltered = [check_source(source, "x.py", select=ALL).findings for source in sources]
     assert sum(map(len, unfiltered)) > 10
     assert filtered == unfiltered
