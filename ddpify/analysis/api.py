@@ -126,7 +126,8 @@ def may_guard_rank(source: bytes) -> bool:
 
 def may_guard_local_rank(source: bytes) -> bool:
     """Whether `source` can hold a guard on the local rank (a cheap prefilter)."""
-    return _LOCAL_GUARD_TEXT.search(source) is not None
+    # A name that does not say "local" may still hold the local rank it was read from.
+    return b"LOCAL_RANK" in source or _LOCAL_GUARD_TEXT.search(source) is not None
 
 
 RANK_ZERO_TEXT = may_guard_rank

@@ -177,14 +177,18 @@ class Ranks:
             # `rank % ngpus_per_node`: 0 on the first process of every node.
             return "local" if self.rank_kind(expr.left, depth + 1) else None
         if isinstance(expr, cst.Name | cst.Attribute):
+            # Where the value comes from decides over the name it is given
+            # (`self.global_rank = int(os.environ["LOCAL_RANK"])` is a local rank).
+            traced = self._agreed(
+                [self.rank_kind(value, depth + 1) for value in self._values_of(expr)]
+            )
+            if traced is not None:
+                return traced
             last = (dotted(expr) or "").rsplit(".", 1)[-1].lower()
             if last in LOCAL_RANK_WORDS:
                 return "local"
             if last in GLOBAL_RANK_WORDS:
                 return "global"
-            return self._agreed(
-                [self.rank_kind(value, depth + 1) for value in self._values_of(expr)]
-            )
         return None
 
     def _comparison(self, expr: cst.Comparison, depth: int) -> RankTest | None:
@@ -244,6 +248,9 @@ class Ranks:
         values = [
             value for value in self._values_of(expr) if not is_name(value, "True", "None", "False")
         ]
+        getter = self._property(expr)
+        if getter is not None:  # `@property def is_master(self): return self.rank == 0`
+            values = self._returns(getter)
         if values:
             tests = [self.test(value, depth + 1) for value in values]
             found = _agreed_test(tests, Polarity.ZERO)
@@ -363,6 +370,21 @@ class Ranks:
         if name is None:
             return []
         return [value for value, _ in self.values.values_of(name, self.index.function_of(expr))]
+
+    def _property(self, expr: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The `@property` of the script's class that `self.name` reads, if it is one."""
+        if not (isinstance(expr, cst.Attribute) and is_name(expr.value, "self")):
+            return None
+        scope = self.index.function_of(expr)
+        owner = self.index.class_of(scope) if scope is not None else None
+        for method in owner.body.body if owner is not None else ():
+            if (
+                isinstance(method, cst.FunctionDef)
+                and method.name.value == expr.attr.value
+                and any(is_name(d.decorator, "property") for d in method.decorators)
+            ):
+                return method
+        return None
 
     def _returns(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
         """What `function` returns, its `0`/`False`/`True` fallbacks (no process group) left

@@ -33,10 +33,22 @@ class CollectiveUnderRankGuard(CheckRule):
     selection = "the job hangs at the collective."
     requires = (
         TORCH_DISTRIBUTED_TEXT,
-        COLLECTIVE_TEXT + "|DistributedDataParallel",
+        COLLECTIVE_TEXT + "|DistributedDataParallel|FullyShardedDataParallel",
         RANK_ZERO_TEXT,
     )
     valid = (
+        # FSDP's full state dict gathered on every rank, saved on rank 0.
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        model = FSDP(net)
+        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, policy):
+            state = model.state_dict()
+        if dist.get_rank() == 0:
+            torch.save(state, "model.pt")
+        """,
         # The other ranks join in the `else:`.
         """
         import torch.distributed as dist
@@ -91,6 +103,35 @@ class CollectiveUnderRankGuard(CheckRule):
         """,
     )
     invalid = (
+        # FSDP gathers the full state dict from every rank, even with rank0_only=True.
+        Example(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            model = FSDP(net)
+            if dist.get_rank() == 0:
+                with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, policy):
+                    state = model.state_dict()
+                torch.save(state, "model.pt")
+            """
+        ),
+        # metaseq: the rank test is a property of the trainer.
+        Example(
+            """
+            import torch.distributed as dist
+
+            class Trainer:
+                @property
+                def is_data_parallel_master(self):
+                    return dist.get_rank() == 0
+
+                def sync(self):
+                    if self.is_data_parallel_master:
+                        dist.barrier()
+            """
+        ),
         # A distributed checkpoint: every rank writes its own shard of it.
         Example(
             """
@@ -127,6 +168,10 @@ class CollectiveUnderRankGuard(CheckRule):
     def check(self, ctx: CheckContext) -> None:
         anatomy = ctx.anatomy
         for call in anatomy.calls:
+            if _fsdp_gather(anatomy, call):
+                if anatomy.ranks.guard(call) is not None and not _other_ranks_join(anatomy, call):
+                    ctx.report(call, FSDP_GATHER)
+                continue
             called = dotted(call.func)
             forward = anatomy.bindings.may_hold(called)
             if not (forward or anatomy.distributed.may_be_collective(call)):
@@ -143,6 +188,30 @@ class CollectiveUnderRankGuard(CheckRule):
                 ctx.report(call, "forward through the DDP model on rank 0 only: it can hang")
             else:
                 ctx.report(call)
+
+
+FSDP_GATHER = (
+    "FSDP state dict gathered on rank 0 only: every rank must call it (rank0_only=True keeps "
+    "the result on rank 0), or the job hangs"
+)
+FSDP = "torch.distributed.fsdp.FullyShardedDataParallel"
+FSDP_GATHERS = {"full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict"}
+
+
+def _fsdp_gather(anatomy: Anatomy, call: cst.Call) -> bool:
+    """A state dict FSDP (the wrapper class) gathers from every rank: `model.state_dict()` of
+    a model made by `FSDP(...)`, `FSDP.optim_state_dict(model, optimizer)`, ..."""
+    if not isinstance(call.func, cst.Attribute):
+        return False
+    method = call.func.attr.value
+    if method in FSDP_GATHERS:
+        return anatomy.is_call_to(call, {f"{FSDP}.{method}"})
+    if method != "state_dict" or call.args:
+        return False
+    made = anatomy.values.origins(call.func.value, anatomy.function_of(call))
+    return bool(made) and all(
+        isinstance(value, cst.Call) and anatomy.is_call_to(value, {FSDP}) for value in made
+    )
 
 
 def _other_ranks_join(anatomy: Anatomy, call: cst.Call) -> bool:

@@ -63,6 +63,39 @@ class LocalRankGuard(CheckRule):
         """,
     )
     invalid = (
+        # Named like the global rank, read from LOCAL_RANK: where the value comes from decides.
+        Example(
+            """
+            import os
+
+            import torch
+            import torch.distributed as dist
+
+
+            class Trainer:
+                def __init__(self):
+                    self.global_rank = int(os.environ["LOCAL_RANK"])
+
+                def save(self, state):
+                    if self.global_rank == 0:
+                        torch.save(state, "model.pt")
+            """,
+            """
+            import os
+
+            import torch
+            import torch.distributed as dist
+
+
+            class Trainer:
+                def __init__(self):
+                    self.global_rank = int(os.environ["LOCAL_RANK"])
+
+                def save(self, state):
+                    if dist.get_rank() == 0:
+                        torch.save(state, "model.pt")
+            """,
+        ),
         Example(
             """
             import torch

@@ -47,6 +47,26 @@ class SamplerSetEpoch(CheckRule):
         "Safe: the fix inserts `<loader>.sampler.set_epoch(epoch)` as the epoch's first statement."
     )
     valid = (
+        # The generator tells the sampler of every new pass.
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def batches(loader):
+            epoch = 0
+            while True:
+                loader.sampler.set_epoch(epoch)
+                for batch in loader:
+                    yield batch
+                epoch += 1
+
+        loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+        data = batches(loader)
+        for step in range(1000):
+            x, y = next(data)
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+        """,
         """
         from torch.utils.data import DataLoader, DistributedSampler
 
@@ -136,6 +156,25 @@ class SamplerSetEpoch(CheckRule):
         """,
     )
     invalid = (
+        # torchtitan-style: a generator loops over the loader forever, no pass reshuffles.
+        Example(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def batches(loader):
+                while True:
+                    for batch in loader:
+                        yield batch
+
+            loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+            data = batches(loader)
+            for step in range(1000):
+                x, y = next(data)
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Example(
             """
             from torch.utils.data import DataLoader, DistributedSampler
@@ -255,6 +294,7 @@ class SamplerSetEpoch(CheckRule):
 
     def check(self, ctx: CheckContext) -> None:
         anatomy = ctx.anatomy
+        judged: set[cst.Call] = set()
         for loop in anatomy.script.train_loops:
             if loop.epoch_loop is None:
                 continue
@@ -267,6 +307,7 @@ class SamplerSetEpoch(CheckRule):
             via = _sampler_path(anatomy, loader.call)
             if via is None:
                 continue
+            judged.add(loader.call)
             status, where = _set_epoch_status(anatomy, loop, loader)
             if status == "late":
                 assert where is not None
@@ -274,6 +315,51 @@ class SamplerSetEpoch(CheckRule):
             elif status == "missing" and loop.loader is not None:
                 fix = partial(_fix, loop=loop, via=via) if not set_epoch_problem(loop) else None
                 ctx.report(loop.epoch_loop, fix=fix)
+        for loader in anatomy.loaders.all:
+            if loader.call in judged or _sampler_path(anatomy, loader.call) is None:
+                continue
+            repeated = _passes_repeated_by_hand(anatomy, loader.call)
+            if repeated is not None and not _any_set_epoch(anatomy, loader.call):
+                ctx.report(repeated, REPEATED)
+
+
+# torchtitan's `while True: for batch in loader: yield batch`, a step loop's `iter(loader)`.
+REPEATED = (
+    "DistributedSampler without set_epoch: every pass over the loader made here repeats "
+    "the first pass's order"
+)
+
+
+def _passes_repeated_by_hand(anatomy: Anatomy, loader: cst.Call) -> cst.CSTNode | None:
+    """A pass over `loader` (`for ... in loader`, `iter(loader)`) made again and again by a
+    loop around it that is not an epoch loop the script's training loops know."""
+    for node in walk(anatomy.module):
+        if isinstance(node, cst.For):
+            source = node.iter
+        elif isinstance(node, cst.Call) and is_name(node.func, "iter") and node.args:
+            source = node.args[0].value
+        else:
+            continue
+        if anatomy.loaders.resolve(source, anatomy.function_of(node)) is not loader:
+            continue
+        around = anatomy.graph.loops_around(node)
+        if around and around[0][1] == "loop" and _endless(around[0][0]):
+            return node
+    return None
+
+
+def _endless(loop: cst.CSTNode) -> bool:
+    """`while True:`: a loop that only a `return`, a `break` or the consumer ends."""
+    return isinstance(loop, cst.While) and is_name(loop.test, "True")
+
+
+def _any_set_epoch(anatomy: Anatomy, loader: cst.Call) -> bool:
+    samplers = _training_samplers(anatomy, loader)
+    return any(
+        is_method_call(call, "set_epoch")
+        and _may_reach_training_sampler(anatomy, call, loader, samplers)
+        for call in anatomy.calls
+    )
 
 
 def _fix(ctx: CheckContext, loop: TrainLoop, via: str) -> None:

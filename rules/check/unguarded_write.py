@@ -8,6 +8,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import FILE_WRITES, path_names, root_names
+from ddpify.analysis.ranks import Polarity
 from ddpify.analysis.tree import dotted, is_name, walk
 from ddpify.emit import rank_zero_test
 from ddpify.rule import CheckContext, CheckRule, Example, Severity
@@ -47,6 +48,26 @@ class UnguardedWrite(CheckRule):
         is offered when one of those statements runs a collective or a forward pass.
     """
     valid = (
+        # detectron2: the other ranks wait while rank 0 creates the file if it is missing;
+        # then they find it and skip the write.
+        """
+        import json
+        import os
+
+        import torch.distributed as dist
+
+        def build_cache(path):
+            if get_local_rank() != 0:
+                dist.barrier()
+            if not os.path.exists(path):
+                with open(path, "w") as f:
+                    json.dump(index, f)
+            if get_local_rank() == 0:
+                dist.barrier()
+
+        dist.init_process_group("gloo")
+        build_cache("cache.json")
+        """,
         """
         import torch
         import torch.distributed as dist
@@ -267,11 +288,59 @@ class UnguardedWrite(CheckRule):
                 continue  # never called here: cannot tell on which ranks it runs
             if function is not None and _reported_at_its_calls(anatomy, function):
                 continue
-            if anatomy.ranks.guard(node) is not None:
+            if anatomy.ranks.guard(node) is not None or _rank_zero_first(anatomy, node):
                 continue
             run = _statements_to_guard(anatomy, node)
             reported += [node, *run]  # the rename after a save is part of this finding
             ctx.report(node, fix=partial(_fix, statements=run) if run else None)
+
+
+def _rank_zero_first(anatomy: Anatomy, write: cst.CSTNode) -> bool:
+    """detectron2's "rank 0 first" pair: the other ranks wait at a barrier
+    (`if get_local_rank() != 0: synchronize()`) while rank 0 creates the file if it is
+    missing (`if not os.path.exists(path):`), then find it there and skip the write."""
+    missing = None
+    for ancestor in anatomy.ancestors(write):
+        if isinstance(ancestor, cst.If) and _tests_missing(ancestor.test):
+            missing = ancestor
+            break
+    if missing is None:
+        return False
+    for ancestor in [missing, *anatomy.ancestors(missing)]:
+        if not isinstance(ancestor, cst.BaseStatement) or isinstance(
+            anatomy.parent(ancestor), cst.If
+        ):
+            continue
+        holder = anatomy.parent(ancestor)
+        if not isinstance(holder, cst.IndentedBlock | cst.Module):
+            continue
+        for sibling in holder.body[: list(holder.body).index(ancestor)]:
+            if not isinstance(sibling, cst.If) or sibling.orelse is not None:
+                continue
+            test = anatomy.ranks.test(sibling.test)
+            if test is not None and test.polarity is Polarity.OTHERS and _waits(anatomy, sibling):
+                return True
+    return False
+
+
+def _tests_missing(test: cst.BaseExpression) -> bool:
+    """`not os.path.exists(path)`, `not path.is_file()`, ..."""
+    if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)):
+        return False
+    call = test.expression
+    name = dotted(call.func) if isinstance(call, cst.Call) else None
+    return (name or "").rsplit(".", 1)[-1] in {"exists", "isfile", "is_file", "isdir", "is_dir"}
+
+
+def _waits(anatomy: Anatomy, guard: cst.If) -> bool:
+    """The block waits for the other ranks (a barrier, here or in a function it calls)."""
+    return anatomy.graph.reaches(
+        guard.body,
+        lambda node: (
+            isinstance(node, cst.Call)
+            and (dotted(node.func) or "").rsplit(".", 1)[-1] in {"barrier", "monitored_barrier"}
+        ),
+    )
 
 
 def _reported_at_its_calls(anatomy: Anatomy, function: cst.FunctionDef) -> bool:
