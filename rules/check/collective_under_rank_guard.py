@@ -6,8 +6,9 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import COLLECTIVE_TEXT, RANK_ZERO_TEXT, TORCH_DISTRIBUTED_TEXT
+from ddpify.analysis.calls import MAX_DEPTH
 from ddpify.analysis.ranks import Polarity
-from ddpify.analysis.tree import dotted, walk
+from ddpify.analysis.tree import dotted, is_name, walk
 from ddpify.rule import CheckContext, CheckRule, Example
 
 
@@ -20,11 +21,15 @@ class CollectiveUnderRankGuard(CheckRule):
     it is spelled (`if rank == 0:`, `if master_process:`, after `if rank != 0: return`, ...),
     or in a function that is only ever called there. Not when the other ranks make the same
     call in the `else:` or under the opposite test in the same function (the barrier pair
-    that lets rank 0 go first).
+    that lets rank 0 go first). A forward counts when it talks to the other ranks: with
+    gradients on, or when the model has buffers DDP broadcasts (BatchNorm, `register_buffer`
+    in the script's own classes); under `torch.no_grad()` a model without buffers does not
+    (nanoGPT's evaluation on the master process).
 
     ## Why is this bad?
     A collective completes when every rank joins it. Rank 0 waits for ranks that never come:
-    the job hangs until the timeout kills it. A forward through DDP can start one.
+    the job hangs until the timeout kills it. A forward through DDP can start one: DDP
+    broadcasts the model's buffers from rank 0 before every forward.
     """
 
     code = "DDP106"
@@ -37,6 +42,22 @@ class CollectiveUnderRankGuard(CheckRule):
         RANK_ZERO_TEXT,
     )
     valid = (
+        # nanoGPT: rank 0 evaluates through the wrapper without gradients, and the model has
+        # no buffers: DDP's forward talks to no other rank.
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(torch.nn.Linear(4, 1))
+
+        @torch.no_grad()
+        def estimate_loss():
+            return model(x).mean()
+
+        if dist.get_rank() == 0:
+            print(estimate_loss())
+        """,
         # FSDP's full state dict gathered on every rank, saved on rank 0.
         """
         import torch
@@ -103,6 +124,28 @@ class CollectiveUnderRankGuard(CheckRule):
         """,
     )
     invalid = (
+        # The same with a buffer: DDP broadcasts it from rank 0 at every forward.
+        Example(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            class Net(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("mask", torch.ones(4))
+
+            model = DDP(Net())
+
+            @torch.no_grad()
+            def estimate_loss():
+                return model(x).mean()
+
+            if dist.get_rank() == 0:
+                print(estimate_loss())
+            """
+        ),
         # FSDP gathers the full state dict from every rank, even with rank0_only=True.
         Example(
             """
@@ -180,12 +223,14 @@ class CollectiveUnderRankGuard(CheckRule):
             if anatomy.ranks.guard(call) is None:
                 continue
             forward = forward and anatomy.bindings.holds(called, call)
+            if forward and not _forward_syncs(anatomy, call):
+                continue  # a forward that talks to no other rank
             if not (forward or anatomy.distributed.is_collective(call)):
                 continue
             if _other_ranks_join(anatomy, call):
                 continue
             if forward:
-                ctx.report(call, "forward through the DDP model on rank 0 only: it can hang")
+                ctx.report(call, FORWARD)
             else:
                 ctx.report(call)
 
@@ -212,6 +257,88 @@ def _fsdp_gather(anatomy: Anatomy, call: cst.Call) -> bool:
     return bool(made) and all(
         isinstance(value, cst.Call) and anatomy.is_call_to(value, {FSDP}) for value in made
     )
+
+
+FORWARD = (
+    "forward through the DDP model on rank 0 only: DDP syncs its buffers (or readies the "
+    "backward) with ranks that never join, and the job hangs; use model.module"
+)
+NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
+NORMS_WITH_STATISTICS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
+
+
+def _forward_syncs(anatomy: Anatomy, call: cst.Call) -> bool:
+    """Whether a forward through DDP at `call` needs the other ranks: with gradients on (the
+    reducer then waits for every rank's backward), or when the wrapped model has buffers
+    that DDP broadcasts from rank 0 before each forward (BatchNorm's running statistics,
+    `register_buffer`). Under `torch.no_grad()` a model without buffers talks to no one
+    (nanoGPT's `estimate_loss` on the master process)."""
+    if not _without_grad(anatomy, call):
+        return True
+    wraps = list(anatomy.distributed.ddp_wraps.values())
+    return any(
+        _broadcasts_buffers(wrap) and wrap.args and _has_buffers(anatomy, wrap.args[0].value)
+        for wrap in wraps
+    )
+
+
+def _without_grad(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    for ancestor in anatomy.ancestors(node):
+        if isinstance(ancestor, cst.With) and any(
+            isinstance(item.item, cst.Call) and anatomy.is_call_to(item.item, NO_GRAD)
+            for item in ancestor.items
+        ):
+            return True
+        if isinstance(ancestor, cst.FunctionDef):
+            return any(
+                anatomy.is_call_to(decorator.decorator, NO_GRAD)
+                if isinstance(decorator.decorator, cst.Call)
+                else False
+                for decorator in ancestor.decorators
+            )
+    return False
+
+
+def _broadcasts_buffers(wrap: cst.Call) -> bool:
+    for arg in wrap.args:
+        if arg.keyword is not None and arg.keyword.value == "broadcast_buffers":
+            return not is_name(arg.value, "False")
+    return True
+
+
+def _has_buffers(
+    anatomy: Anatomy, expr: cst.BaseExpression, depth: int = 0, seen: set[str] | None = None
+) -> bool:
+    """Whether the model `expr` surely has buffers: BatchNorm layers or `register_buffer` in
+    the classes the script defines for it. Models from elsewhere cannot be told: no."""
+    seen = set() if seen is None else seen
+    if depth > MAX_DEPTH:
+        return False
+    for origin in anatomy.values.origins(expr, anatomy.function_of(expr)):
+        if not isinstance(origin, cst.Call):
+            continue
+        if isinstance(origin.func, cst.Attribute) and origin.func.attr.value in {"to", "cuda"}:
+            if _has_buffers(anatomy, origin.func.value, depth + 1, seen):  # model.to(device)
+                return True
+            continue
+        if _makes_buffers(anatomy, origin, depth, seen):
+            return True
+    return False
+
+
+def _makes_buffers(anatomy: Anatomy, node: cst.CSTNode, depth: int, seen: set[str]) -> bool:
+    for inner in walk(node):
+        if not isinstance(inner, cst.Call):
+            continue
+        name = (dotted(inner.func) or "").rsplit(".", 1)[-1]
+        if name in NORMS_WITH_STATISTICS or name == "register_buffer":
+            return True
+        owner = anatomy.classes.get(name)
+        if owner is not None and name not in seen and depth < MAX_DEPTH:
+            seen.add(name)
+            if _makes_buffers(anatomy, owner, depth + 1, seen):
+                return True
+    return False
 
 
 def _other_ranks_join(anatomy: Anatomy, call: cst.Call) -> bool:
