@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.tree import call_arg
+from ddpify.analysis.tree import call_arg, walk
 from ddpify.emit import expression, statement, with_keyword
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -118,11 +118,68 @@ class CheckpointLoad(ConvertRule):
 
             ctx.plan.replace(call, extend)
             ctx.changed(call, f"torch.load gets {' and '.join(k for k, _ in added)}")
+        shared: set[cst.Assign] = set()
         for call in anatomy.distributed.torch_load_calls:
             if _reads_what_was_just_saved(anatomy, call):
                 ctx.plan.insert_before(anatomy.statement_of(call), [statement("dist.barrier()\n")])
                 ctx.add_import("torch.distributed", asname="dist")
                 ctx.changed(call, "every rank waits for rank 0's save before it loads the file")
+                path = call_arg(call, 0, "f")
+                assert path is not None
+                for assign in _drawn_per_process(anatomy, path.value, anatomy.function_of(call)):
+                    if assign not in shared:
+                        shared.add(assign)
+                        _share(ctx, assign)
+
+
+# Modules whose values differ between processes that compute them "at the same time".
+PER_PROCESS = ("time.", "datetime.", "uuid.", "random.", "tempfile.", "socket.gethostname")
+
+
+def _drawn_per_process(
+    anatomy: Anatomy, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
+) -> list[cst.Assign]:
+    """The assignments `name = <clock or random draw>` the path `expr` is built from
+    (`run_dir = os.path.join(runs, time.strftime(...))`): each process draws its own, so
+    rank 0 would write where the others do not read."""
+    found: list[cst.Assign] = []
+    if depth > 3:
+        return found
+    for node in walk(expr):
+        if not isinstance(node, cst.Name):
+            continue
+        for value, where in anatomy.values.values_of(node.value, scope):
+            assign = anatomy.parent(value)
+            drawn = any(
+                isinstance(inner, cst.Call)
+                and any(
+                    name.startswith(PER_PROCESS) for name in anatomy.qualified_names(inner.func)
+                )
+                for inner in walk(value)
+            )
+            if drawn and isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+                found.append(assign)
+            elif not drawn:
+                found += _drawn_per_process(anatomy, value, where, depth + 1)
+    return found
+
+
+def _share(ctx: ConvertContext, assign: cst.Assign) -> None:
+    """Every process takes rank 0's value, right where it is drawn."""
+    name = cst.Module([]).code_for_node(assign.targets[0].target)
+    ctx.plan.insert_after(
+        ctx.anatomy.statement_of(assign),
+        [
+            statement(f"{name} = [{name}]\n"),
+            statement(f"dist.broadcast_object_list({name})  # every process takes rank 0's\n"),
+            statement(f"{name} = {name}[0]\n"),
+        ],
+    )
+    ctx.changed(
+        assign,
+        f"`{name}` differs between processes (a clock or a random draw): every process "
+        "takes rank 0's, so the others read the files rank 0 writes",
+    )
 
 
 def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:

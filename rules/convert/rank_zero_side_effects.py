@@ -67,12 +67,14 @@ class RankZeroSideEffects(ConvertRule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         model_names = set().union(*(model.names for model in anatomy.models.all))
+        guarded: list[cst.CSTNode] = []
         for node in anatomy.simple_statements:
             kind = anatomy.effects.of(node)
             if (
                 kind is None
                 or not anatomy.script.after_setup(node)
                 or anatomy.ranks.guard(node) is not None
+                or any(anatomy.inside(node, outer) for outer in guarded)
             ):
                 continue
             blocker = _must_run_everywhere(anatomy, node, model_names)
@@ -80,6 +82,7 @@ class RankZeroSideEffects(ConvertRule):
                 ctx.cannot(node, f"{kind} not guarded: it runs {blocker}, which every rank must")
                 continue
             ctx.plan.guard(node, expression(RANK_ZERO))
+            guarded.append(node)
             ctx.changed(node, f"{kind} on rank 0 only")
         for statement, helper, writes in _helpers_that_write(anatomy, model_names):
             where = f"`{helper.name}()` ({anatomy.project.shown(helper.path)})"

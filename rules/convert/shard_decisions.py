@@ -134,6 +134,17 @@ class ShardDecisions(ConvertRule):
                     "epochs; all-reduce it first (dist.all_reduce) by hand",
                     blocking=True,
                 )
+        for node, setting in _learning_rates(anatomy):
+            local = _shard_value(anatomy, setting, anatomy.function_of(node))
+            if local is not None:
+                ctx.cannot(
+                    node,
+                    f"the learning rate is computed from `{local}`, a value of this process's "
+                    "batches only (an LR finder, a loss-based rule): every process would "
+                    "pick its own and the replicas drift apart; all-reduce the value, or "
+                    "broadcast rank 0's choice (dist.broadcast_object_list), by hand",
+                    blocking=True,
+                )
         taken: set[str] = set()
         averaged: set[str] = set()
         for test, exit_ in _loop_exits(anatomy):
@@ -312,6 +323,28 @@ def _exit_in(branch: cst.If) -> str | None:
     return None
 
 
+def _learning_rates(anatomy: Anatomy) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+    """Where the script sets a learning rate: `lr=` of a call (an optimizer, a scheduler's
+    `max_lr=`), `group["lr"] = ...`."""
+    found: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+    for call in anatomy.calls:
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in {"lr", "max_lr", "base_lr"}:
+                found.append((call, arg.value))
+    for assign in anatomy.assigns:
+        for target in assign.targets:
+            node = target.target
+            if (
+                isinstance(node, cst.Subscript)
+                and len(node.slice) == 1
+                and isinstance(node.slice[0].slice, cst.Index)
+                and isinstance(node.slice[0].slice.value, cst.SimpleString)
+                and node.slice[0].slice.value.evaluated_value == "lr"
+            ):
+                found.append((assign, assign.value))
+    return found
+
+
 def _shard_value(
     anatomy: Anatomy, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
 ) -> str | None:
@@ -319,7 +352,7 @@ def _shard_value(
     over the training batch loop (`running_loss += loss.item()`) or assigned in it from the
     batch (`loss = criterion(model(x), y)`), followed through the values the names in `expr`
     are given."""
-    if depth > 2:
+    if depth > 4:
         return None
     batch_loops = [loop.batch_loop for loop in anatomy.script.train_loops]
     local = _local_in_loops(anatomy, tuple(batch_loops))
@@ -377,6 +410,18 @@ def _local_in_loops(anatomy: Anatomy, loops: tuple[cst.For, ...]) -> list[tuple[
             target = cst.Tuple(list(target.elements[1:]))
         names = {dotted(node) for node in walk(target)} - {None}
         for node in walk(loop.body):
+            if (
+                is_method_call(node, "append", "extend")
+                and isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and any(
+                    dotted(inner) in names or is_method_call(inner, "item")
+                    for arg in node.args
+                    for inner in walk(arg.value)
+                )
+            ):  # `losses.append(smoothed_loss)`: the list holds this process's values
+                names.add(dotted(node.func.value))
+                continue
             if isinstance(node, cst.Assign):
                 targets = [t.target for t in node.targets]
             elif isinstance(node, cst.AugAssign | cst.AnnAssign):
@@ -388,7 +433,7 @@ def _local_in_loops(anatomy: Anatomy, loops: tuple[cst.For, ...]) -> list[tuple[
                 continue
             if any(
                 (dotted(inner) in names) or is_method_call(inner, "item") for inner in walk(value)
-            ) or isinstance(node, cst.AugAssign):
+            ):
                 for target in targets:
                     names.update(dotted(inner) for inner in walk(target) if dotted(inner))
         found.append((loop, {name for name in names if name}))

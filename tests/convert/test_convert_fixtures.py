@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -271,6 +272,97 @@ def test_rank_local_decisions_and_files_kept_open_are_refused() -> None:
     assert found == {("DDP005", 6), ("DDP010", 16)}
     [plateau] = [p for p in result.problems if p.code == "DDP010"]
     assert "`epoch_loss`" in plateau.message
+
+
+LR_FINDER_SCRIPT = """\
+import numpy as np
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
+loader = torch.utils.data.DataLoader(data, shuffle=True)
+
+
+def find_lr(mult=1.5):
+    lr, losses, lrs = 1e-6, [], []
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        lrs.append(lr)
+        lr *= mult
+        optimizer.param_groups[0]["lr"] = lr
+    return lrs, losses
+
+
+lrs, losses = find_lr()
+chosen = lrs[int(np.argmin(losses))] / 10
+optimizer = torch.optim.SGD(model.parameters(), lr=chosen)
+for epoch in range(3):
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_learning_rate_chosen_from_this_processs_losses_is_refused() -> None:
+    """An LR finder's pick from each process's own losses would give every process its own
+    learning rate (held-out audit s19: the replicas drifted apart, exit 0). The finder's own
+    schedule (`lr *= mult`, the same everywhere) is not such a value."""
+    result = convert_source(LR_FINDER_SCRIPT.encode(), "lr_finder.py", ConvertOptions())
+    assert result.refused
+    assert [(p.code, p.line) for p in result.problems if p.blocking] == [("DDP010", 24)]
+    [problem] = result.problems
+    assert "`chosen`" in problem.message
+
+
+RUN_DIR_SCRIPT = """\
+import os
+import time
+
+import torch
+
+
+def main():
+    run_dir = os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(run_dir, exist_ok=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(data, shuffle=True)
+    for epoch in range(3):
+        for x, y in loader:
+            loss = (model(x) - y).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+        torch.save(model.state_dict(), os.path.join(run_dir, "best.pt"))
+    model.load_state_dict(torch.load(os.path.join(run_dir, "best.pt")))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_run_folder_named_after_the_clock_is_rank_0s_on_every_process() -> None:
+    """Each process reads the clock at its own moment: rank 0 would save into its folder and
+    the others load from theirs (held-out audit s16). The name is broadcast where it is
+    made, and nothing is guarded twice."""
+    result = convert_source(RUN_DIR_SCRIPT.encode(), "runs.py", ConvertOptions())
+    assert not result.refused
+    text = result.output.decode()
+    assert (
+        '    run_dir = os.path.join("runs", time.strftime("%Y%m%d-%H%M%S"))\n'
+        "    run_dir = [run_dir]\n"
+        "    dist.broadcast_object_list(run_dir)  # every process takes rank 0's\n"
+        "    run_dir = run_dir[0]\n"
+        "    os.makedirs(run_dir, exist_ok=True)\n"
+    ) in text
+    assert "    dist.barrier()\n    model.module.load_state_dict(" in text
+    assert not re.search(
+        rb"if dist\.get_rank\(\) == 0:\n.*\n[ \t]+if dist\.get_rank\(\) == 0:", result.output
+    )
 
 
 def test_a_model_trained_on_one_branch_only_is_refused() -> None:
