@@ -172,6 +172,22 @@ class Project:
         runs = RUNS in attributes
         return ModelUse(helper, tuple(sorted(attributes - {RUNS})), trains, runs)
 
+    def shows_outputs(self, call: cst.Call, use: ModelUse) -> bool:
+        """`save_some_examples(gen, val_loader, epoch, folder)`, a call on its own line: a
+        helper that runs the model without training it and writes files (images of what it
+        makes). It belongs on rank 0 with the bare model, whose forward waits for no one."""
+        statement = self.index.statement_of(call)
+        lone = (
+            isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and statement.body[0].value is call
+        )
+        if not (lone and use.runs) or use.trains:
+            return False
+        effects = self.effects(use.helper)
+        return bool(effects.writes) and not effects.trains
+
     def effects(self, helper: Helper) -> HelperEffects:
         """What `helper` does, through the functions it calls, `MAX_DEPTH` deep."""
         found: dict[str, set[str]] = {"trains": set(), "writes": set(), "prints": set()}

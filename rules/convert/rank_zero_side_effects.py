@@ -134,7 +134,8 @@ def _helpers_that_write(
 ) -> list[tuple[cst.SimpleStatementLine, Helper, str]]:
     """Statements that call a helper of another project file (`save_checkpoint(state,
     is_best)` from `utils.py`) that writes files and neither trains nor runs a model it is
-    given: the whole call goes on rank 0."""
+    given, or runs it only to write what it makes (`save_some_examples(gen, ...)`, given the
+    bare model by DDP003): the whole call goes on rank 0."""
     found = []
     for statement in anatomy.simple_statements:
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
@@ -156,7 +157,10 @@ def _helpers_that_write(
         uses = [
             anatomy.project.model_use(call, arg) for arg in call.args if dotted(arg.value) in models
         ]
-        if any(use is None or use.runs for use in uses):
+        if any(
+            use is None or (use.runs and not anatomy.project.shows_outputs(call, use))
+            for use in uses
+        ):
             continue
         if any(
             anatomy.distributed.is_collective(node)

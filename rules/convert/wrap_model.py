@@ -242,6 +242,11 @@ def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> N
     """A helper of another file that reads the model's own attributes gets the bare model,
     when it only reads them or evaluates; one that may train with it is refused."""
     use = ctx.anatomy.project.model_use(call, argument)
+    if use is not None and ctx.anatomy.project.shows_outputs(call, use):
+        where = f"`{use.helper.name}()` ({ctx.anatomy.project.shown(use.helper.path)})"
+        ctx.plan.replace(argument.value, _through_module)
+        ctx.changed(call, f"{where} runs the model to write what it makes: it gets the bare model")
+        return
     if use is None or not use.attributes:
         return  # not a helper of the project, or the wrapper serves all it asks
     where = f"`{use.helper.name}()` ({ctx.anatomy.project.shown(use.helper.path)})"
