@@ -38,6 +38,39 @@ class WrapModel(ConvertRule):
         follow is reported, and then nothing is converted.
     """
     examples = (
+        # A copy made after the wrap (the best weights, an EMA) is a copy of the bare model.
+        Example(
+            """
+            import copy
+
+            import torch
+
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                best = copy.deepcopy(model)
+            """,
+            """
+            import copy
+
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = torch.nn.Linear(4, 1)
+            model = DDP(model, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                best = copy.deepcopy(model.module)
+            """,
+        ),
         Example(
             """
             import torch
@@ -161,6 +194,13 @@ class WrapModel(ConvertRule):
             for saved in _whole_model_saves(anatomy, model):
                 ctx.plan.replace(saved, _through_module)
                 ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
+            for copied in _whole_model_saves(anatomy, model, COPIES):
+                ctx.plan.replace(copied, _through_module)
+                ctx.changed(
+                    copied,
+                    "the copy (EMA, teacher, best weights) is made from the bare model: its "
+                    "keys have no `module.`, and it is not a second DDP wrapper",
+                )
         for loop in _accumulating_loops(anatomy):
             ctx.info(
                 loop,
@@ -335,12 +375,28 @@ def _between(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> list[cst.
     return chain
 
 
-def _whole_model_saves(anatomy: Anatomy, model: Model) -> list[cst.BaseExpression]:
-    """`torch.save(model, ...)` after the wrap: it would pickle the wrapper."""
+# Calls that copy the model they are given: an EMA, a teacher, the best weights kept aside.
+COPIES = {
+    "copy.deepcopy",
+    "torch.optim.swa_utils.AveragedModel",
+    "timm.utils.ModelEma",
+    "timm.utils.ModelEmaV2",
+    "timm.utils.ModelEmaV3",
+    "timm.utils.model_ema.ModelEma",
+    "timm.utils.model_ema.ModelEmaV2",
+    "timm.utils.model_ema.ModelEmaV3",
+}
+
+
+def _whole_model_saves(
+    anatomy: Anatomy, model: Model, calls: set[str] | None = None
+) -> list[cst.BaseExpression]:
+    """`torch.save(model, ...)` after the wrap: it would pickle the wrapper (or, with
+    `calls`, one of those calls given the model: `copy.deepcopy(model)`)."""
     assert model.placement is not None
     saves = []
     for call in anatomy.calls:
-        if not anatomy.is_call_to(call, {"torch.save"}) or not call.args:
+        if not anatomy.is_call_to(call, calls or {"torch.save"}) or not call.args:
             continue
         first = call.args[0].value
         name = dotted(first)
