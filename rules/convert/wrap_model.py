@@ -69,7 +69,7 @@ class WrapModel(ConvertRule):
                     loss.backward()
                     optimizer.step()
                 best = copy.deepcopy(model.module)
-            """,
+            """,  # noqa: E501
         ),
         Example(
             """
