@@ -8,7 +8,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import opens_for_writing
 from ddpify.analysis.project import Helper
 from ddpify.analysis.tree import dotted, walk
-from ddpify.emit import RANK_ZERO, expression
+from ddpify.emit import RANK_ZERO, expression, with_keyword
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 
@@ -19,7 +19,8 @@ class RankZeroSideEffects(ConvertRule):
     `with open(..., "w")` blocks on global rank 0 only: `if dist.get_rank() == 0:`.
     Neighbouring statements share one guard. `dist.get_rank()` is the *global* rank, so a
     run over several nodes still writes once (a `LOCAL_RANK == 0` guard writes once per
-    node, into the same file).
+    node, into the same file). A `tqdm` progress bar gets `disable=dist.get_rank() != 0`:
+    one bar, rank 0's, instead of one per process drawn over each other.
 
     A statement that runs a collective or a forward pass through a model is never guarded:
     the other ranks would wait for rank 0 forever. It is reported instead.
@@ -35,6 +36,32 @@ class RankZeroSideEffects(ConvertRule):
     message = "print, log and write files on global rank 0 only"
     fix_safety = "Safe: only statements free of collectives and forward passes are guarded."
     examples = (
+        # One progress bar: rank 0's (the others still iterate, silently).
+        Example(
+            """
+            import torch
+            from tqdm import tqdm
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                for x, y in tqdm(loader, desc=f"epoch {epoch}"):
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            from tqdm import tqdm
+            import torch.distributed as dist
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                for x, y in tqdm(loader, desc=f"epoch {epoch}", disable=dist.get_rank() != 0):
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
         Example(
             """
             import torch
@@ -84,6 +111,12 @@ class RankZeroSideEffects(ConvertRule):
             ctx.plan.guard(node, expression(RANK_ZERO))
             guarded.append(node)
             ctx.changed(node, f"{kind} on rank 0 only")
+        for bar in _progress_bars(anatomy):
+            ctx.add_import("torch.distributed", asname="dist")
+            ctx.plan.replace(
+                bar, lambda updated: with_keyword(updated, "disable", expression(NOT_RANK_ZERO))
+            )
+            ctx.changed(bar, "progress bar shown on rank 0 only")
         for statement, helper, writes in _helpers_that_write(anatomy, model_names):
             where = f"`{helper.name}()` ({anatomy.project.shown(helper.path)})"
             ctx.plan.guard(statement, expression(RANK_ZERO))
@@ -127,6 +160,26 @@ class RankZeroSideEffects(ConvertRule):
                     "open it and write to it on rank 0 only by hand",
                     blocking=True,
                 )
+
+
+PROGRESS_BARS = {
+    "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange",
+    "tqdm.auto.trange",
+}  # fmt: skip
+NOT_RANK_ZERO = "dist.get_rank() != 0"
+
+
+def _progress_bars(anatomy: Anatomy) -> list[cst.Call]:
+    """`tqdm(loader)` made after the set-up, on every rank: one bar per process, drawn over
+    each other. `disable=` keeps rank 0's (the others still count their batches)."""
+    return [
+        call
+        for call in anatomy.calls
+        if anatomy.is_call_to(call, PROGRESS_BARS)
+        and not any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args)
+        and anatomy.script.after_setup(call)
+        and anatomy.ranks.guard(call) is None
+    ]
 
 
 def _helpers_that_write(
