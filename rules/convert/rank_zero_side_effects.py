@@ -7,8 +7,8 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import opens_for_writing
 from ddpify.analysis.project import Helper
-from ddpify.analysis.tree import dotted, walk
-from ddpify.emit import RANK_ZERO, expression, with_keyword
+from ddpify.analysis.tree import dotted, is_name, walk
+from ddpify.emit import RANK_ZERO, expression, statement, with_keyword
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 
@@ -20,7 +20,9 @@ class RankZeroSideEffects(ConvertRule):
     Neighbouring statements share one guard. `dist.get_rank()` is the *global* rank, so a
     run over several nodes still writes once (a `LOCAL_RANK == 0` guard writes once per
     node, into the same file). A `tqdm` progress bar gets `disable=dist.get_rank() != 0`:
-    one bar, rank 0's, instead of one per process drawn over each other.
+    one bar, rank 0's, instead of one per process drawn over each other. A dataset made
+    with `download=True` is made by rank 0 first while the others wait at a barrier, then
+    by them (they find the files): HF's and torchvision's "main process first".
 
     A statement that runs a collective or a forward pass through a model is never guarded:
     the other ranks would wait for rank 0 forever. It is reported instead.
@@ -111,16 +113,26 @@ class RankZeroSideEffects(ConvertRule):
             ctx.plan.guard(node, expression(RANK_ZERO))
             guarded.append(node)
             ctx.changed(node, f"{kind} on rank 0 only")
+        for first, last in _download_runs(anatomy):
+            ctx.add_import("torch.distributed", asname="dist")
+            ctx.plan.insert_before(first, [statement(FIRST_DOWNLOAD)])
+            ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)])
+            ctx.changed(
+                first,
+                "rank 0 downloads first while the others wait, then they find the files "
+                "(assumes one data folder for all processes: one node or a shared "
+                "filesystem; with a disk per node, test the local rank instead)",
+            )
         for bar in _progress_bars(anatomy):
             ctx.add_import("torch.distributed", asname="dist")
             ctx.plan.replace(
                 bar, lambda updated: with_keyword(updated, "disable", expression(NOT_RANK_ZERO))
             )
             ctx.changed(bar, "progress bar shown on rank 0 only")
-        for statement, helper, writes in _helpers_that_write(anatomy, model_names):
+        for line, helper, writes in _helpers_that_write(anatomy, model_names):
             where = f"`{helper.name}()` ({anatomy.project.shown(helper.path)})"
-            ctx.plan.guard(statement, expression(RANK_ZERO))
-            ctx.changed(statement, f"{where} writes files ({writes}): on rank 0 only")
+            ctx.plan.guard(line, expression(RANK_ZERO))
+            ctx.changed(line, f"{where} writes files ({writes}): on rank 0 only")
         for training in anatomy.script.foreign_training:
             where = f"`{training.helper.name}()` ({anatomy.project.shown(training.helper.path)})"
             if training.effects.writes:
@@ -160,6 +172,47 @@ class RankZeroSideEffects(ConvertRule):
                     "open it and write to it on rank 0 only by hand",
                     blocking=True,
                 )
+
+
+FIRST_DOWNLOAD = """\
+if dist.get_rank() != 0:
+    dist.barrier()  # rank 0 downloads first; the others then find the files
+"""
+THEN_THE_OTHERS = """\
+if dist.get_rank() == 0:
+    dist.barrier()
+"""
+
+
+def _download_runs(anatomy: Anatomy) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+    """Runs of neighbouring statements that download into a folder (`datasets.MNIST(root,
+    download=True)`), made by every process at once after the set-up: the first and the
+    last statement of each run. Every process runs them, so each passes one barrier."""
+    runs: list[tuple[cst.CSTNode, cst.CSTNode]] = []
+    previous: cst.CSTNode | None = None
+    for node in anatomy.simple_statements:
+        if not (isinstance(node, cst.SimpleStatementLine) and _downloads(node)):
+            continue
+        if not anatomy.script.after_setup(node) or anatomy.ranks.guard(node) is not None:
+            continue
+        body = anatomy.body_of(node)
+        position = list(body).index(node)
+        if runs and previous is not None and position and body[position - 1] is previous:
+            runs[-1] = (runs[-1][0], node)
+        else:
+            runs.append((node, node))
+        previous = node
+    return runs
+
+
+def _downloads(statement: cst.SimpleStatementLine) -> bool:
+    return any(
+        isinstance(node, cst.Arg)
+        and node.keyword is not None
+        and node.keyword.value == "download"
+        and not is_name(node.value, "False", "None")
+        for node in walk(statement)
+    )
 
 
 PROGRESS_BARS = {

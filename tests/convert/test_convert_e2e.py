@@ -255,3 +255,15 @@ def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> N
     assert len(single) == len(printed) == 40
     # rank 0 prints the mean over both processes, close to the single-process loss
     assert abs(float(printed[-1].split()[-1]) - float(single[-1].split()[-1])) < 0.5
+
+
+def test_rank_0_downloads_first_and_the_others_find_the_files(tmp_path: Path) -> None:
+    """Every process made the dataset with `download=True` at once: the conversion guards
+    the dataset's own writes on rank 0, so without "rank 0 first" rank 1 read a file not
+    written yet. With it there is one download per run and both ranks train."""
+    name = "download_first.py"
+    shutil.copy(EXPECTED / name, tmp_path / name)
+    result = torchrun([name], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert (tmp_path / "data" / "downloads.log").read_text() == "download\n"
+    assert [line for line in result.stdout.decode().splitlines() if line.startswith("loss")]
