@@ -243,16 +243,16 @@ def _helpers_that_write(
     given, or runs it only to write what it makes (`save_some_examples(gen, ...)`, given the
     bare model by DDP003): the whole call goes on rank 0."""
     found = []
-    for statement in anatomy.simple_statements:
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+    for line in anatomy.simple_statements:
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
             continue
-        expr = statement.body[0]
+        expr = line.body[0]
         if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
             continue
         call = expr.value
-        if anatomy.graph.calls_script(call) or anatomy.ranks.guard(statement) is not None:
+        if anatomy.graph.calls_script(call) or anatomy.ranks.guard(line) is not None:
             continue
-        if not anatomy.script.after_setup(statement):
+        if not anatomy.script.after_setup(line):
             continue
         helper = anatomy.project.helper(call)
         if helper is None:
@@ -270,11 +270,11 @@ def _helpers_that_write(
             continue
         if any(
             anatomy.distributed.is_collective(node)
-            for node in walk(statement)
+            for node in walk(line)
             if isinstance(node, cst.Call)
         ):
             continue
-        found.append((statement, helper, ", ".join(f"`{w}`" for w in effects.writes)))
+        found.append((line, helper, ", ".join(f"`{w}`" for w in effects.writes)))
     return found
 
 
