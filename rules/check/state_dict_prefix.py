@@ -25,11 +25,13 @@ class StateDictPrefix(CheckRule):
     code = "DDP105"
     name = "state-dict-prefix"
     message = "state_dict() of the DDP wrapper: keys get a `module.` prefix; use model.module"
+    default = False
     severity = Severity.WARNING
     selection = (
-        "a checkpoint whose keys all start with `module.` does not load into the "
-        "model the script builds without DDP (its evaluation, its export, a "
-        "single-GPU resume)."
+        "resume checkpoints saved from the wrapper and loaded back into it are consistent "
+        "(DINO, Barlow Twins do it on purpose, and strip `module.` in their evaluation "
+        "scripts); flag it when the checkpoint must load into the bare model. Loading the "
+        "bare module's keys into the wrapper, a certain crash, is DDP115 (on by default)."
     )
     requires = ("DistributedDataParallel", "state_dict")
     fix_safety = "Safe: `model.module.state_dict()` holds the same tensors under plain keys."

@@ -48,6 +48,19 @@ class UnguardedWrite(CheckRule):
         is offered when one of those statements runs a collective or a forward pass.
     """
     valid = (
+        # YOLOv5: hyperparameter evolution is ruled out under DDP next to the set-up.
+        """
+        import torch.distributed as dist
+
+        if LOCAL_RANK != -1:
+            assert not opt.evolve, "--evolve is not compatible with DDP"
+            dist.init_process_group("nccl")
+        if not opt.evolve:
+            train(opt)
+        else:
+            with open("evolve_population.yaml", "w") as f:
+                f.write(population)
+        """,
         # detectron2: the other ranks wait while rank 0 creates the file if it is missing;
         # then they find it and skip the write.
         """
@@ -290,9 +303,46 @@ class UnguardedWrite(CheckRule):
                 continue
             if anatomy.ranks.guard(node) is not None or _rank_zero_first(anatomy, node):
                 continue
+            if _single_process_branch(anatomy, node):
+                continue
             run = _statements_to_guard(anatomy, node)
             reported += [node, *run]  # the rename after a save is part of this finding
             ctx.report(node, fix=partial(_fix, statements=run) if run else None)
+
+
+def _single_process_branch(anatomy: Anatomy, write: cst.CSTNode) -> bool:
+    """The write runs on a branch the distributed set-up rules out: YOLOv5's `assert not
+    opt.evolve, "--evolve is not compatible with DDP"` next to `init_process_group`, then the
+    write under `if not opt.evolve: ... else:` (or `if opt.evolve:`)."""
+    code = cst.Module([]).code_for_node
+    ruled_out = set()
+    for init in anatomy.distributed.initialises_process_group:
+        block = anatomy.parent(anatomy.statement_of(init))
+        for statement in getattr(block, "body", ()):
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                test = small.test if isinstance(small, cst.Assert) else None
+                if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                    ruled_out.add(code(test.expression))
+    if not ruled_out:
+        return False
+    previous: cst.CSTNode = write
+    for ancestor in anatomy.ancestors(write):
+        if isinstance(ancestor, cst.If):
+            test = ancestor.test
+            negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+            if previous is ancestor.body and code(test) in ruled_out:
+                return True
+            if (
+                negated
+                and previous is ancestor.orelse
+                and isinstance(test, cst.UnaryOperation)
+                and code(test.expression) in ruled_out
+            ):
+                return True
+        previous = ancestor
+    return False
 
 
 def _rank_zero_first(anatomy: Anatomy, write: cst.CSTNode) -> bool:

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 def fixed_copy(tmp_path: Path, name: str) -> Path:
     script = tmp_path / name
     shutil.copy(FIXTURES / "check" / "broken" / name, script)
-    result = ddpify("check", "--fix", name, cwd=tmp_path)
+    result = ddpify("check", "--fix", "--select", "ALL", name, cwd=tmp_path)
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
     assert b"fixed, 0 remaining" in result.stdout
     return script
