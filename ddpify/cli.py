@@ -45,6 +45,13 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _print_version(value: bool) -> None:
+    """`--version`, answered before the arguments are checked (SRC is not needed)."""
+    if value:
+        typer.echo(f"ddpify {__version__}")
+        raise typer.Exit(0)
+
+
 @convert_app.command(epilog=EPILOG)
 def convert(
     src: Annotated[str, typer.Argument(help="The training script to convert; - for stdin.")],
@@ -76,16 +83,18 @@ def convert(
         bool, typer.Option("--strict", help="Exit 1 when something could not be converted.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report on stderr.")] = False,
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Convert a single-GPU PyTorch training script to DistributedDataParallel.
 
     The converted script runs under `torchrun` (one process per GPU, or several CPU
     processes with gloo) and still runs as one process with plain `python`.
     """
-    if version:
-        typer.echo(f"ddpify {__version__}")
-        raise typer.Exit(0)
     if sum((diff, in_place, check, output is not None)) > 1:
         raise _fail("choose one of -o, --diff, --in-place and --check")
     if in_place and src == "-":
@@ -170,7 +179,7 @@ def check(
         list[str] | None,
         typer.Argument(
             metavar="PATHS",
-            help="Files and folders to check \\[default: .]",
+            help="Files and folders to check, or - for stdin \\[default: .]",
             show_default=False,
         ),
     ] = None,
@@ -197,33 +206,81 @@ def check(
     output_format: Annotated[
         OutputFormat, typer.Option("--format", help="How findings are printed.")
     ] = OutputFormat.TEXT,
+    diff: Annotated[
+        bool,
+        typer.Option(
+            "--diff", help="Print what --fix would change as a unified diff; write nothing."
+        ),
+    ] = False,
+    statistics: Annotated[
+        bool, typer.Option("--statistics", help="Print a count per rule instead of each finding.")
+    ] = False,
+    exit_zero: Annotated[
+        bool, typer.Option("--exit-zero", help="Exit 0 even when findings remain.")
+    ] = False,
+    stdin_filename: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PATH",
+            help="With PATHS `-` (source on stdin): the file's name, for the report, "
+            "per-file-ignores and finding the configuration.",
+        ),
+    ] = None,
 ) -> None:
     """Find DDP mistakes in training scripts that are already distributed."""
-    from ddpify.formats import render
-    from ddpify.workspace import ConfigError, load_options, parse_codes, run_check
+    from ddpify.check import selected_rules
+    from ddpify.formats import render, render_statistics
+    from ddpify.workspace import (
+        CheckReport,
+        ConfigError,
+        check_stdin,
+        load_options,
+        parse_codes,
+        run_check,
+    )
 
     targets = paths or ["."]
+    from_stdin = targets == ["-"]
+    if "-" in targets and not from_stdin:
+        raise _fail("`-` (stdin) cannot be checked together with other paths")
+    if fix and diff:
+        raise _fail("choose one of --fix and --diff")
     try:
         options = load_options(
-            targets,
+            [stdin_filename or "."] if from_stdin else targets,
             select=parse_codes(select) if select is not None else None,
             extend_select=parse_codes(extend_select) if extend_select is not None else None,
             ignore=parse_codes(ignore) if ignore is not None else None,
             fix=fix,
+            diff=diff,
         )
     except ConfigError as error:
         raise _fail(str(error)) from None
-    report = run_check(targets, options)
+    if from_stdin:
+        result, fixed = check_stdin(sys.stdin.buffer.read(), stdin_filename or "-", options)
+        rules = selected_rules(options.select, options.ignore, options.extend_select)
+        report = CheckReport((result,), tuple(rules))
+        if fix:  # ruff's contract: the fixed source on stdout, the report on stderr
+            sys.stdout.buffer.write(fixed)
+            sys.stdout.flush()
+    else:
+        report = run_check(targets, options)
     for message in report.errors:
         typer.echo(f"ddpify: error: {message}", err=True)
     if not report.files:
         typer.echo("No Python files to check.", err=True)
         if output_format is OutputFormat.TEXT:
             raise typer.Exit(0)
-    typer.echo(render(report, output_format), nl=False)
+    if diff:
+        typer.echo(report.diff, nl=False)
+        fixable = report.fixable if report.diff else 0
+        typer.echo(f"Would fix {fixable} error{'s' if fixable != 1 else ''}.", err=True)
+        raise typer.Exit(2 if report.errors else int(bool(report.diff)))
+    shown = render_statistics(report) if statistics else render(report, output_format)
+    typer.echo(shown, nl=False, err=from_stdin and fix)
     if report.errors:
         raise typer.Exit(2)
-    if report.findings:
+    if report.findings and not exit_zero:
         raise typer.Exit(1)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ddpify import __version__
 from ddpify.options import OutputFormat as OutputFormat
-from ddpify.rule import Severity, check_rules
+from ddpify.rule import Finding, Severity, check_rules
 from ddpify.workspace import CheckReport
 
 SARIF_SCHEMA = (
@@ -48,6 +48,22 @@ def render_text(report: CheckReport) -> str:
         f"{path}:{finding.line}:{finding.column}: {finding.code} {finding.message}"
         + (" [*]" if finding.fixable else "")
         for path, finding in report.findings
+    ]
+    lines.append(summary(report))
+    return "\n".join(lines) + "\n"
+
+
+def render_statistics(report: CheckReport) -> str:
+    """`--statistics`: one line per rule, most findings first: `count  CODE  [*] message`
+    (`[*]` when `--fix` fixes some of them), then the summary."""
+    counts: dict[str, list[Finding]] = {}
+    for _, finding in report.findings:
+        counts.setdefault(finding.code, []).append(finding)
+    messages = {rule.code: rule.message for rule in check_rules()}
+    lines = [
+        f"{len(found):>5}  {code}  {'[*]' if any(f.fixable for f in found) else '   '} "
+        f"{messages.get(code, found[0].message)}"
+        for code, found in sorted(counts.items(), key=lambda item: (-len(item[1]), item[0]))
     ]
     lines.append(summary(report))
     return "\n".join(lines) + "\n"

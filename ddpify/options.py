@@ -56,6 +56,8 @@ class CheckOptions:
     exclude: tuple[str, ...] = ()
     force_exclude: bool = False
     fix: bool = False
+    # Print what --fix would change as a unified diff; write nothing.
+    diff: bool = False
     # The folder the globs are relative to: the configuration file's, else the current one.
     root: Path = field(default_factory=Path.cwd)
     config: Path | None = None

@@ -74,6 +74,8 @@ class FileResult:
     # With fix=True: how many findings the rewrite fixed (0 when the file was not written).
     fixed: int = 0
     error: str | None = None
+    # With diff=True: what `--fix` would change, as a unified diff (the file is not written).
+    diff: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,10 @@ class CheckReport:
     @property
     def fixable(self) -> int:
         return sum(finding.fixable for _, finding in self.findings)
+
+    @property
+    def diff(self) -> str:
+        return "".join(result.diff for result in self.files)
 
 
 def parse_codes(text: str) -> frozenset[str]:
@@ -141,6 +147,7 @@ def load_options(
     extend_select: frozenset[str] | None = None,
     ignore: frozenset[str] | None = None,
     fix: bool = False,
+    diff: bool = False,
     cwd: Path | None = None,
 ) -> CheckOptions:
     """`[tool.ddpify]` from the nearest `pyproject.toml`, then the command line on top.
@@ -199,6 +206,7 @@ def load_options(
         exclude=tuple(exclude),
         force_exclude=force_exclude,
         fix=fix,
+        diff=diff,
         root=config_path.parent if config_path is not None else cwd,
         config=config_path,
     )
@@ -306,6 +314,7 @@ def run_check(paths: Sequence[str], options: CheckOptions) -> CheckReport:
             options.extend_select,
             options.ignore | _ignored_in(path, options),
             options.fix,
+            options.diff,
         )
         for path in files
     ]
@@ -354,6 +363,7 @@ class _Job:
     extend_select: frozenset[str]
     ignore: frozenset[str]
     fix: bool
+    diff: bool = False
 
     def check(self, source: bytes, fix: bool = False) -> CheckResult:
         return check_source(
@@ -372,6 +382,10 @@ def _check_one(job: _Job) -> FileResult:
         source = read_source(Path(job.path))
         result = job.check(source)
         fixable = sum(finding.fixable for finding in result.findings)
+        if job.diff and fixable:
+            fixed = job.check(source, fix=True)
+            changes = unified_diff(source, fixed.fixed, job.path) if fixed.fixed else ""
+            return FileResult(job.path, tuple(result.findings), diff=changes)
         if not (job.fix and fixable):
             return FileResult(job.path, tuple(result.findings))
         fixed = job.check(source, fix=True)
@@ -386,3 +400,40 @@ def _check_one(job: _Job) -> FileResult:
         return FileResult(
             job.path, error=f"{job.path}: internal error: {type(error).__name__}: {error}"
         )
+
+
+def check_stdin(source: bytes, name: str, options: CheckOptions) -> tuple[FileResult, bytes]:
+    """Check source read from stdin as the file `name` (its per-file-ignores apply): the
+    result, and the source with `--fix`'s fixes applied (the source itself without)."""
+    job = _Job(
+        name,
+        options.select,
+        options.extend_select,
+        options.ignore | _ignored_in(name, options),
+        options.fix,
+        options.diff,
+    )
+    try:
+        original = job.check(source)
+        fixable = sum(finding.fixable for finding in original.findings)
+        if not ((options.fix or options.diff) and fixable):
+            return FileResult(name, tuple(original.findings)), source
+        fixed = job.check(source, fix=True)
+    except InputError as error:
+        return FileResult(name, error=str(error)), source
+    after = fixed.fixed if fixed.fixed is not None else source
+    if options.diff:
+        return FileResult(name, tuple(original.findings), diff=unified_diff(source, after, name)), (
+            source
+        )
+    still = sum(finding.fixable for finding in fixed.findings)
+    return FileResult(name, tuple(fixed.findings), fixed=max(0, fixable - still)), after
+
+
+def unified_diff(before: bytes, after: bytes, name: str) -> str:
+    """`--diff`'s output for one file: `a/NAME` to `b/NAME`, as git and ruff print it."""
+    import difflib
+
+    old = before.decode("utf-8", "replace").splitlines(keepends=True)
+    new = after.decode("utf-8", "replace").splitlines(keepends=True)
+    return "".join(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))

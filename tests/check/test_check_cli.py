@@ -495,7 +495,9 @@ def test_an_unknown_format_is_a_usage_error(check: Check, tmp_path: Path) -> Non
 
 def test_help_rules_and_explain(tmp_path: Path) -> None:
     help_text = ddpify("check", "--help", cwd=tmp_path).stdout.decode()
-    for option in ("--fix", "--select", "--ignore", "--format", "text|json|sarif|github"):
+    options = ("--fix", "--select", "--extend-select", "--ignore", "--format", "--diff")
+    options += ("--statistics", "--exit-zero", "--stdin-filename", "text|json|sarif|github")
+    for option in options:
         assert option in help_text
     assert "ddpify check" in ddpify("--help", cwd=tmp_path).stdout.decode()
     rules = ddpify("rules", cwd=tmp_path)
@@ -507,3 +509,61 @@ def test_help_rules_and_explain(tmp_path: Path) -> None:
     explained = ddpify("explain", "ddp101", cwd=tmp_path)
     assert explained.returncode == 0
     assert explained.stdout.decode().startswith("# DDP101 ")
+
+
+# What users expect from a linter: --version, stdin, --diff, --exit-zero, --statistics
+
+
+def test_version_needs_no_script(tmp_path: Path) -> None:
+    from ddpify import __version__
+
+    result = ddpify("--version", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode() == f"ddpify {__version__}\n"
+
+
+def test_stdin_is_checked_under_the_name_it_is_given(tmp_path: Path) -> None:
+    source = MISSING_SET_EPOCH.encode()
+    result = ddpify("check", "-", "--stdin-filename", "src/train.py", cwd=tmp_path, stdin=source)
+    assert result.returncode == 1
+    assert result.stdout.decode().splitlines()[0].startswith(f"src/train.py{FINDING}")
+    # Its per-file-ignores apply, from the configuration found for that name.
+    write(tmp_path / "pyproject.toml", '[tool.ddpify.per-file-ignores]\n"src/*.py" = ["DDP101"]\n')
+    again = ddpify("check", "-", "--stdin-filename", "src/train.py", cwd=tmp_path, stdin=source)
+    assert again.returncode == 0, again.stdout.decode()
+    anonymous = ddpify("check", "-", cwd=tmp_path, stdin=source)
+    assert anonymous.stdout.decode().startswith(f"-{FINDING}")
+
+
+def test_fix_from_stdin_writes_the_fixed_source_to_stdout(tmp_path: Path) -> None:
+    result = ddpify("check", "-", "--fix", cwd=tmp_path, stdin=MISSING_SET_EPOCH.encode())
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode() == FIXED
+    assert "1 fixed, 0 remaining" in result.stderr.decode()
+
+
+def test_diff_previews_the_fixes_and_writes_nothing(check: Check, tmp_path: Path) -> None:
+    script = write(tmp_path / "train.py")
+    code, out, err = check("--diff", cwd=tmp_path)
+    assert code == 1
+    assert out[:2] == ["--- a/train.py", "+++ b/train.py"]
+    assert "+        loader.sampler.set_epoch(epoch)" in out
+    assert err == ["Would fix 1 error."]
+    assert script.read_text() == MISSING_SET_EPOCH
+    write(tmp_path / "train.py", FIXED)
+    assert check("--diff", cwd=tmp_path) == (0, [], ["Would fix 0 errors."])
+    assert check("--diff", "--fix", cwd=tmp_path)[0] == 2
+
+
+def test_exit_zero_and_statistics(check: Check, tmp_path: Path) -> None:
+    write(tmp_path / "a.py")
+    write(tmp_path / "b.py")
+    code, out, _ = check("--exit-zero", cwd=tmp_path)
+    assert code == 0 and len(out) == 3
+    code, out, _ = check("--statistics", cwd=tmp_path)
+    assert code == 1
+    assert out == [
+        "    2  DDP101  [*] DistributedSampler without set_epoch(epoch) at the start of each epoch",
+        "Found 2 errors (2 fixable with --fix).",
+    ]
+    assert check("-", "a.py", cwd=tmp_path)[0] == 2  # stdin alone, or files
