@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from functools import partial
 
-import libcst as cst
-
-from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import LOCAL_RANK_ZERO_TEXT, TORCH_DISTRIBUTED_TEXT
-from ddpify.analysis.effects import FILE_WRITES, path_names, root_names
-from ddpify.analysis.ranks import Polarity, RankTest
-from ddpify.analysis.tree import dotted, walk
-from ddpify.emit import rank_zero_test
+from ddpify.analysis.ranks import Polarity
+from ddpify.guards import fix_test, misnamed, writes_in_local_guards
 from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 
@@ -65,39 +60,6 @@ class LocalRankGuard(CheckRule):
         """,
     )
     invalid = (
-        # Named like the global rank, read from LOCAL_RANK: where the value comes from decides.
-        Example(
-            """
-            import os
-
-            import torch
-            import torch.distributed as dist
-
-
-            class Trainer:
-                def __init__(self):
-                    self.global_rank = int(os.environ["LOCAL_RANK"])
-
-                def save(self, state):
-                    if self.global_rank == 0:
-                        torch.save(state, "model.pt")
-            """,
-            """
-            import os
-
-            import torch
-            import torch.distributed as dist
-
-
-            class Trainer:
-                def __init__(self):
-                    self.global_rank = int(os.environ["LOCAL_RANK"])
-
-                def save(self, state):
-                    if dist.get_rank() == 0:
-                        torch.save(state, "model.pt")
-            """,
-        ),
         Example(
             """
             import torch
@@ -151,59 +113,10 @@ class LocalRankGuard(CheckRule):
     )
 
     def check(self, ctx: CheckContext) -> None:
-        anatomy = ctx.anatomy
-        for node in anatomy.ifs:
-            test = anatomy.ranks.test(node.test)
-            if test is None or test.kind != "local":
-                continue
-            # The branch that runs on (local) rank 0: the body, or the `else` of `!= 0`.
-            branch = node.body if test.polarity is Polarity.ZERO else node.orelse
-            if branch is None or not anatomy.effects.writes_files(branch):
-                continue
-            if _node_cache(anatomy, node, branch):
-                continue
+        for _, test in writes_in_local_guards(ctx.anatomy):
+            if misnamed(test):
+                continue  # a global-named local rank is DDP116's (on by default)
             fix = None
             if test.direct and test.polarity is Polarity.ZERO:
-                fix = partial(_fix, test=test)
+                fix = partial(fix_test, test=test)
             ctx.report(test.node, fix=fix)
-
-
-def _node_cache(anatomy: Anatomy, guard: cst.If, branch: cst.CSTNode) -> bool:
-    """`if local_rank == 0: torch.save(x, path)`, then a barrier, then every rank reads `path`:
-    a cache each node builds for its own processes. On a node-local disk one writer per node
-    is the point, and the global rank would leave the other nodes without the file."""
-    written: set[str] = set()
-    for statement in walk(branch):
-        if (
-            isinstance(statement, cst.SimpleStatementLine | cst.With)
-            and anatomy.effects.of(statement) in FILE_WRITES
-        ):
-            written |= path_names(statement)
-    if not written:
-        return False
-    body = list(anatomy.body_of(guard))
-    waited = False
-    for statement in body[body.index(guard) + 1 :]:
-        for call in walk(statement):
-            if not isinstance(call, cst.Call):
-                continue
-            name = (dotted(call.func) or "").rsplit(".", 1)[-1]
-            if name in {"barrier", "monitored_barrier"}:
-                waited = True
-            elif waited and name in READS and any(root_names(arg) & written for arg in call.args):
-                return True
-    return False
-
-
-READS = frozenset({"load", "open", "read_text", "read_bytes", "load_state_dict", "from_file"})
-
-
-def _fix(ctx: CheckContext, test: RankTest) -> None:
-    ctx.add_import("torch.distributed", asname="dist")
-    needs_parentheses = isinstance(ctx.anatomy.parent(test.node), cst.BooleanOperation)
-    ctx.plan.replace(
-        test.node,
-        lambda _: rank_zero_test(
-            test.admits_no_group or ctx.anatomy.distributed.group_is_optional, needs_parentheses
-        ),
-    )
