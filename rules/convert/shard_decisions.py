@@ -435,6 +435,19 @@ def _local_in_loops(anatomy: Anatomy, loops: tuple[cst.For, ...]) -> list[tuple[
                 (dotted(inner) in names) or is_method_call(inner, "item") for inner in walk(value)
             ):
                 for target in targets:
-                    names.update(dotted(inner) for inner in walk(target) if dotted(inner))
+                    names.update(_assigned_names(target))
         found.append((loop, {name for name in names if name}))
     return found
+
+
+def _assigned_names(target: cst.BaseExpression) -> set[str]:
+    """The names an assignment target gives a value: `a`, `self.x`, both of `a, b`; for
+    `model.seen += n` the attribute `model.seen`, not `model` itself."""
+    if isinstance(target, cst.Tuple | cst.List):
+        return set().union(*(_assigned_names(element.value) for element in target.elements))
+    if isinstance(target, cst.StarredElement):
+        return _assigned_names(target.value)
+    if isinstance(target, cst.Subscript):  # `losses[i] = ...`: the list holds it
+        target = target.value
+    name = dotted(target)
+    return {name} if name else set()

@@ -345,6 +345,25 @@ if __name__ == "__main__":
 """
 
 
+def test_an_attribute_counted_in_the_loop_leaves_its_object_global() -> None:
+    """PyTorch-YOLOv3 counts `model.seen += imgs.size(0)` in its batch loop and sets the
+    learning rate from `model.hyperparams`: `model` itself is not a value of one process's
+    batches (the corpus's one false refusal of the LR check)."""
+    source = LR_FINDER_SCRIPT.split("def find_lr")[0] + (
+        "for epoch in range(3):\n"
+        "    for x, y in loader:\n"
+        "        loss = (model(x) - y).pow(2).mean()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        model.seen += x.size(0)\n"
+        '    lr = model.hyperparams["learning_rate"]\n'
+        "    for group in optimizer.param_groups:\n"
+        '        group["lr"] = lr\n'
+    )
+    result = convert_source(source.encode(), "yolo.py", ConvertOptions())
+    assert not result.refused, [p.message for p in result.problems]
+
+
 def test_a_run_folder_named_after_the_clock_is_rank_0s_on_every_process() -> None:
     """Each process reads the clock at its own moment: rank 0 would save into its folder and
     the others load from theirs (held-out audit s16). The name is broadcast where it is
