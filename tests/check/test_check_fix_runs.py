@@ -51,3 +51,12 @@ def test_a_script_that_also_runs_without_a_group_keeps_running(
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     saved = sorted(path.name for path in (tmp_path / "hf_out").glob("*"))
     assert saved, "the main process saved nothing"
+
+
+def test_a_barrier_before_the_reload_of_rank_0s_best_checkpoint(tmp_path: Path) -> None:
+    # DDP117's fix: every rank waits for rank 0's last save before reloading it.
+    script = fixed_copy(tmp_path, "best_checkpoint_reloaded_without_barrier.py")
+    assert "    dist.barrier()\n    model.module.load_state_dict(torch.load(" in script.read_text()
+    result = torchrun([script.name], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert result.stdout.decode().count("test mse") == 1
