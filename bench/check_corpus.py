@@ -128,12 +128,15 @@ def main() -> None:
             print(f"{code:<8} {count:>8}  {files_per_rule[code]:>5}")
         print(f"{'total':<8} {len(findings):>8}  {len(by_file):>5}")
         print()
+        named = {entry.relative: entry for entry in present}
         for finding in sorted(findings, key=lambda f: (str(f["filename"]), int(str(f["line"])))):
             name = str(finding["filename"]).removeprefix("./")
             lines = (folder / name).read_text(errors="replace").splitlines()
             line = int(str(finding["line"]))
             text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-            print(f"{name}:{line}:{finding['column']} {finding['code']} {finding['message']}")
+            known = named.get(name)
+            where = f"{known.repo} {known.path}" if known else name
+            print(f"{where}:{line}:{finding['column']} {finding['code']} {finding['message']}")
             print(f"    {text}")
 
 
