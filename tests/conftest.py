@@ -16,7 +16,11 @@ FIXTURES = ROOT / "fixtures"
 
 
 def run(
-    args: list[str], cwd: Path, timeout: float, stdin: bytes | None = None
+    args: list[str],
+    cwd: Path,
+    timeout: float,
+    stdin: bytes | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run a command in its own process group; on timeout kill the group and fail."""
     process = subprocess.Popen(
@@ -26,7 +30,7 @@ def run(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", **(env or {})},
     )
     try:
         out, err = process.communicate(stdin, timeout=timeout)
@@ -52,12 +56,14 @@ TEARDOWN_ABORT = b"terminate called without an active exception"
 TEARDOWN_RETRIES = 2
 
 
-def torchrun(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[bytes]:
+def torchrun(
+    args: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """`torchrun --standalone --nproc_per_node=2 ARGS` in `cwd`, again from the same files when
     the run ended in gloo's teardown abort."""
     before = set(cwd.rglob("*"))
     for _ in range(TEARDOWN_RETRIES):
-        result = run([*TORCHRUN, *args], cwd=cwd, timeout=timeout)
+        result = run([*TORCHRUN, *args], cwd=cwd, timeout=timeout, env=env)
         if result.returncode == 0 or TEARDOWN_ABORT not in result.stderr:
             return result
         for path in sorted(set(cwd.rglob("*")) - before, reverse=True):  # what the run made
@@ -65,4 +71,34 @@ def torchrun(args: list[str], cwd: Path, timeout: float) -> subprocess.Completed
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
-    return run([*TORCHRUN, *args], cwd=cwd, timeout=timeout)
+    return run([*TORCHRUN, *args], cwd=cwd, timeout=timeout, env=env)
+
+
+HARNESS = ROOT / "tests" / "harness"  # sitecustomize.py: records writes, slows rank 0's saves
+WRITES = ".writes"  # the harness's log folder, inside the run's folder
+
+
+def recording(cwd: Path, save_delay: float = 0.3) -> dict[str, str]:
+    """The environment that makes every process started in `cwd` record what it writes, and
+    rank 0 of a job write each torch.save in two halves `save_delay` seconds apart."""
+    (cwd / WRITES).mkdir(exist_ok=True)
+    path = os.pathsep.join(filter(None, [str(HARNESS), os.environ.get("PYTHONPATH")]))
+    return {
+        "PYTHONPATH": path,
+        "DDPIFY_TEST_WRITES": str(cwd / WRITES),
+        "DDPIFY_TEST_SAVE_DELAY": str(save_delay),
+    }
+
+
+def writers(cwd: Path) -> dict[str, set[str]]:
+    """Each path inside `cwd` a recorded run wrote, created or removed, and the ranks that
+    did ("-" for a plain process)."""
+    found: dict[str, set[str]] = {}
+    root = cwd.resolve()
+    for log in (cwd / WRITES).glob("writes.*"):
+        for line in log.read_text().splitlines():
+            rank, _, path = line.split("\t", 2)
+            where = Path(path)
+            if where.is_relative_to(root):
+                found.setdefault(where.relative_to(root).as_posix(), set()).add(rank)
+    return found

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, TORCHRUN, run, torchrun
+from conftest import FIXTURES, TORCHRUN, recording, run, torchrun, writers
 
 torch = pytest.importorskip("torch")
 
@@ -30,6 +30,12 @@ CASES = [
     ("early_stop_local.py", [], 40, "early.pt"),
     ("manual_sgd_pairs.py", [], 3, "classifier.pt"),
 ]
+# the single-GPU scripts that run on this CPU-only machine (the seeds ask for CUDA)
+ORIGINAL = {
+    name: FIXTURES / "convert" / "scripts" / name
+    for name, *_ in CASES
+    if (FIXTURES / "convert" / "scripts" / name).exists()
+}
 PROGRESS = re.compile(r"^\[?(epoch|step|GPU)", re.IGNORECASE)
 
 
@@ -48,17 +54,31 @@ def assert_checkpoint_is_plain(path: Path) -> None:
 def test_runs_under_torchrun_with_two_processes(
     tmp_path: Path, name: str, args: list[str], lines: int, checkpoint: str | None
 ) -> None:
-    shutil.copy(EXPECTED / name, tmp_path / name)
-    shutil.copy(FIXTURES / "convert" / "scripts" / "tqdm_stub.py", tmp_path)
-    result = torchrun([name, *args], cwd=tmp_path, timeout=240)
+    """Every file is written by rank 0 alone, and they are the files the single-GPU script
+    writes. Rank 0 writes each checkpoint in two halves with a pause between them (the
+    test harness): a rank that reads one before it is complete fails, every time."""
+    original, converted = tmp_path / "original", tmp_path / "converted"
+    for folder, script in ((original, ORIGINAL.get(name)), (converted, EXPECTED / name)):
+        folder.mkdir()
+        if script:
+            shutil.copy(script, folder / name)
+        shutil.copy(FIXTURES / "convert" / "scripts" / "tqdm_stub.py", folder)
+    result = torchrun([name, *args], cwd=converted, timeout=240, env=recording(converted))
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     printed = progress_lines(result.stdout)
     assert len(printed) == lines, printed  # once per epoch, not once per process
     assert b"terminate called" not in result.stderr
-    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.pt"))
+    written = sorted(p.relative_to(converted).as_posix() for p in converted.rglob("*.pt"))
     assert written == ([checkpoint] if checkpoint else [])
     if checkpoint:
-        assert_checkpoint_is_plain(tmp_path / checkpoint)
+        assert_checkpoint_is_plain(converted / checkpoint)
+    by_rank = writers(converted)
+    assert {path: ranks for path, ranks in by_rank.items() if ranks != {"0"}} == {}
+    if name in ORIGINAL:
+        env = recording(original)
+        single = run([sys.executable, name, *args], cwd=original, timeout=240, env=env)
+        assert single.returncode == 0, single.stderr.decode()[-3000:]
+        assert sorted(by_rank) == sorted(writers(original))
 
 
 @pytest.mark.parametrize(
@@ -267,3 +287,33 @@ def test_rank_0_downloads_first_and_the_others_find_the_files(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert (tmp_path / "data" / "downloads.log").read_text() == "download\n"
     assert [line for line in result.stdout.decode().splitlines() if line.startswith("loss")]
+
+
+def test_checkpoints_move_between_the_single_gpu_script_and_the_conversion(
+    tmp_path: Path,
+) -> None:
+    """The converted script's checkpoint resumes in the original single-GPU script, and the
+    original's checkpoint resumes under torchrun: same keys, same objects, either way."""
+    name = "resume.py"
+    shutil.copy(EXPECTED / name, tmp_path / "converted.py")
+    shutil.copy(FIXTURES / "convert" / "scripts" / name, tmp_path / "original.py")
+    result = torchrun(["converted.py", "--epochs", "2"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert saved["epoch"] == 1
+
+    single = run(
+        [sys.executable, "original.py", "--epochs", "4", "--resume", "ckpt.pt"],
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert single.returncode == 0, single.stderr.decode()[-3000:]
+    assert [line.split()[1] for line in progress_lines(single.stdout)] == ["2", "3"]
+    assert b"resuming from ckpt.pt" in single.stdout
+
+    resumed = torchrun(
+        ["converted.py", "--epochs", "6", "--resume", "ckpt.pt"], cwd=tmp_path, timeout=240
+    )
+    assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+    assert [line.split()[1] for line in progress_lines(resumed.stdout)] == ["4", "5"]
+    assert_checkpoint_is_plain(tmp_path / "ckpt.pt")
