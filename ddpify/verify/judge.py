@@ -806,6 +806,7 @@ def _changes(facts: _Facts) -> list[str]:
         "dropout": "dropout neutralised",
         "batchnorm": "noticed, not changed",
         "random": "noticed, not changed",
+        "writes": "checkpoints written slowly, so a read before the write ends fails",
     }
     for (kind, detail), roles in sorted(by_kind.items()):
         lines.append(f"{titles.get(kind, kind)}: {detail} ({' and '.join(roles)})")

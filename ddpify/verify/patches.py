@@ -2,8 +2,9 @@
 
 Every change is recorded (Recorder.changed) so the report can say exactly what was done:
 CUDA mapped to the CPU when there is no GPU, shuffling made sequential, dropout made the
-identity, the original's training batch resized. BatchNorm in training mode is noticed and
-left alone.
+identity, the original's training batch resized, rank 0's checkpoints written slowly (a
+pause halfway, so another rank that reads one before it is complete fails every time).
+BatchNorm in training mode is noticed and left alone.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import inspect
 import io
 import itertools
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -317,6 +319,14 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
     base.__next__ = next_batch  # type: ignore[method-assign]
 
 
+SLOW_SAVE = 0.3  # seconds rank 0 pauses halfway through each checkpoint it writes
+
+
+def first_of_several() -> bool:
+    """This process is rank 0 of a process group of more than one."""
+    return dist.is_initialized() and dist.get_world_size() > 1 and dist.get_rank() == 0
+
+
 def patch_writes(recorder: Recorder) -> None:
     """Record files opened for writing and every torch.save (which still happens)."""
     real_open = builtins.open
@@ -335,9 +345,25 @@ def patch_writes(recorder: Recorder) -> None:
         recorder.saved(obj, f)
         recorder.suppress_writes += 1
         try:
-            real_save(obj, f, *args, **kwargs)
+            if isinstance(f, (str, os.PathLike)) and first_of_several():
+                slow_save(obj, f, *args, **kwargs)
+            else:
+                real_save(obj, f, *args, **kwargs)
         finally:
             recorder.suppress_writes -= 1
+
+    def slow_save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
+        """Rank 0 writes in two halves with a pause between them: another rank that reads
+        the file before it is complete (no barrier after the save) fails every time."""
+        recorder.changed("writes", f"rank 0 pauses {SLOW_SAVE} s halfway through each torch.save")
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        data = buffer.getvalue()
+        with real_open(f, "wb") as out:
+            out.write(data[: len(data) // 2])
+            out.flush()
+            time.sleep(SLOW_SAVE)
+            out.write(data[len(data) // 2 :])
 
     builtins.open = open_for_check
     io.open = open_for_check

@@ -43,6 +43,21 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def processes_with_environment(entry: str) -> list[int]:
+    """Processes whose environment holds `entry` (NAME=VALUE): what a command started,
+    whatever else runs on the machine."""
+    found = []
+    for process in Path("/proc").iterdir():
+        if process.name.isdigit() and int(process.name) != os.getpid():
+            try:
+                environment = (process / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if entry.encode() in environment:
+                found.append(int(process.name))
+    return found
+
+
 def assert_nothing_left(pgids: list[int], temp_dir: Path, kept: bool = False) -> None:
     assert pgids, "the runner started no process"
     for pgid in pgids:
@@ -318,10 +333,11 @@ def test_original_that_crashes_exits_2(tmp_path: Path) -> None:
     ids=["missing-file", "directory", "nproc-0", "steps-0"],
 )
 def test_bad_arguments_exit_2_without_running_anything(tmp_path: Path, args: list[str]) -> None:
-    result = run([sys.executable, "-m", "ddpify.verify", *args], cwd=tmp_path, timeout=60)
+    mark = {"DDPIFY_TEST_MARK": str(tmp_path)}  # inherited by anything the command starts
+    result = run([sys.executable, "-m", "ddpify.verify", *args], tmp_path, 60, env=mark)
     assert result.returncode == 2
     assert result.stdout == b""
-    assert processes_mentioning("ddpify.verify.harness") == []
+    assert processes_with_environment(f"DDPIFY_TEST_MARK={tmp_path}") == []
 
 
 def start_verifier(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
@@ -446,3 +462,44 @@ def test_json_report_of_a_run_that_never_started_is_still_json() -> None:
     report = json.loads(render_json(verification, outcome))
     assert report["exit_code"] == 2
     assert report["checks"][0]["status"] == "could not check"
+
+
+RELOAD = """
+    if rank == 0:
+        torch.save(model.module.state_dict(), "final.pt")
+    dist.barrier()
+    model.module.load_state_dict(torch.load("final.pt", map_location=device, weights_only=True))
+    print(f"rank {rank} reloaded")
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("barrier", [True, False], ids=["barrier", "no-barrier"])
+def test_a_load_of_what_rank_0_is_still_writing_fails_runs(tmp_path: Path, barrier: bool) -> None:
+    """Rank 0 saves the final weights and every rank reloads them. Verify writes rank 0's
+    checkpoints slowly: with `dist.barrier()` between the save and the load the run passes;
+    without it rank 1 reads a file not yet (completely) written, every time, and fails."""
+    original = tmp_path / "train.py"
+    original.write_text(
+        TRAIN.read_text().replace(
+            '"checkpoint.pt")\n',
+            '"checkpoint.pt")\n'
+            '    torch.save(model.state_dict(), "final.pt")\n'
+            '    model.load_state_dict(torch.load("final.pt", weights_only=True))\n',
+        )
+    )
+    source = (VERIFY / "ddp_correct.py").read_text()
+    reload = RELOAD if barrier else RELOAD.replace("    dist.barrier()\n", "")
+    converted = tmp_path / "ddp_reload.py"
+    converted.write_text(source.replace("    dist.destroy_process_group()\n", reload))
+    verification, outcome = verify(original, converted, steps=20)
+    table = render_table(verification, outcome)
+    assert "rank 0 pauses 0.3 s halfway through each torch.save" in table
+    found = run([sys.executable, "-m", "ddpify", "check", converted.name], tmp_path, 60)
+    if barrier:
+        assert statuses(outcome)["runs"] == Status.PASS, table
+        assert found.returncode == 0, found.stdout.decode()
+    else:
+        assert outcome.exit_code == 1, table
+        assert "rank 1's stderr ends:" in check(outcome, "runs"), table
+        assert b"DDP117" in found.stdout, found.stdout.decode()  # `ddpify check` says so too
