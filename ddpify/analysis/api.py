@@ -61,6 +61,13 @@ PROCESS_STARTERS = {
     "multiprocessing.Process",
 }
 OTHER_FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "deepspeed", "horovod")
+# What picks the process's device; `init_process_group(device_id=...)` does it too.
+SET_DEVICE = {
+    "torch.cuda.set_device",
+    "torch.xpu.set_device",
+    "torch.accelerator.set_device_index",
+    "torch.accelerator.set_device_idx",
+}
 LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarnings"}
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 # The last parts of the names `SideEffects.of` resolves (print, torch.save, logging.*, ...).

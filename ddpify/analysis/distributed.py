@@ -3,6 +3,7 @@ functions started as processes."""
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 
 import libcst as cst
@@ -14,10 +15,14 @@ from ddpify.analysis.api import (
     DDP_WRAPPER,
     DISTRIBUTED_MARKERS,
     PROCESS_STARTERS,
+    SET_DEVICE,
 )
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import call_arg, dotted, walk
+
+_GPU_WORDS = re.compile("cuda|nccl|device_ids", re.IGNORECASE)
+GPU_TEXT = f"(?i){_GPU_WORDS.pattern}"  # for the prefilters of rules that read uses_gpu
 
 
 class DistributedCode:
@@ -42,6 +47,43 @@ class DistributedCode:
             for c in self.index.calls
             if self.index.is_call_to(c, {"torch.distributed.init_process_group"})
         ]
+
+    @cached_property
+    def set_device_calls(self) -> list[cst.Call]:
+        """`torch.cuda.set_device(...)` and the other calls that pick the process's device."""
+        return [c for c in self.index.calls if self.index.is_call_to(c, SET_DEVICE)]
+
+    def collectives_before_set_device(self, init: cst.Call) -> list[cst.Call]:
+        """Collectives after `init` and before the first `set_device` that follows it in the
+        same function: with NCCL they run on GPU 0 on every rank."""
+        function = self.index.function_of(init)
+        later = [
+            c
+            for c in self.set_device_calls
+            if self.index.function_of(c) is function and self.index.precedes(init, c)
+        ]
+        if not later:
+            return []
+        return [
+            call
+            for call in self.index.calls
+            if self.index.function_of(call) is function
+            and self.is_collective(call)
+            and self.index.precedes(init, call)
+            and self.index.precedes(call, later[0])
+        ]
+
+    @cached_property
+    def uses_gpu(self) -> bool:
+        """Whether the code (not its comments) names CUDA, NCCL or `device_ids`: a job that
+        never does runs on CPU, with gloo (`backend=args.backend` included)."""
+        if any(_GPU_WORDS.search(name) for name in self.index.names_used):
+            return True
+        return any(
+            isinstance(node, cst.SimpleString | cst.FormattedStringText)
+            and _GPU_WORDS.search(node.value)
+            for node in walk(self.index.module)
+        )
 
     @cached_property
     def spawned_functions(self) -> list[cst.FunctionDef]:

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
-from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.tree import call_arg, walk
+from ddpify.analysis.api import SET_DEVICE
+from ddpify.analysis.distributed import GPU_TEXT
+from ddpify.analysis.tree import call_arg
 from ddpify.rule import CheckContext, CheckRule, Example, Severity
-
-# What picks the process's device; `init_process_group(device_id=...)` does it too.
-SET_DEVICE = {
-    "torch.cuda.set_device",
-    "torch.xpu.set_device",
-    "torch.accelerator.set_device_index",
-    "torch.accelerator.set_device_idx",
-}
-_GPU_WORDS = re.compile("cuda|nccl|device_ids", re.IGNORECASE)
 
 
 class SetDeviceOrder(CheckRule):
@@ -27,7 +17,8 @@ class SetDeviceOrder(CheckRule):
     `torch.cuda.set_device(local_rank)` in the script, or with `set_device` only after it
     in the same function. `torch.accelerator.set_device_index`, `torch.xpu.set_device` and
     `init_process_group(device_id=...)` count as setting it. A script whose code never
-    names CUDA, NCCL or `device_ids` is a CPU job: it has no device to set.
+    names CUDA, NCCL or `device_ids` is a CPU job: it has no device to set. When a
+    collective runs in between, DDP120 reports it instead.
 
     ## Why is this bad?
     Until `set_device`, every process's current GPU is GPU 0: NCCL creates its context
@@ -42,10 +33,10 @@ class SetDeviceOrder(CheckRule):
     severity = Severity.NOTE
     selection = (
         "the order matters only when a collective runs before `set_device` (NCCL then "
-        "guesses the device); most scripts run none in between, and nanoGPT keeps "
-        "this order."
+        "guesses the device), which DDP120 reports by default; most scripts run none in "
+        "between, and nanoGPT keeps this order."
     )
-    requires = ("init_process_group", f"(?i){_GPU_WORDS.pattern}")
+    requires = ("init_process_group", GPU_TEXT)
     valid = (
         """
         import os
@@ -150,7 +141,7 @@ class SetDeviceOrder(CheckRule):
 
     def check(self, ctx: CheckContext) -> None:
         anatomy = ctx.anatomy
-        set_device = [c for c in anatomy.calls if anatomy.is_call_to(c, SET_DEVICE)]
+        set_device = anatomy.distributed.set_device_calls
         found: dict[cst.Call, str] = {}
         for init in anatomy.distributed.initialises_process_group:
             backend = call_arg(init, 0, "backend")
@@ -167,22 +158,12 @@ class SetDeviceOrder(CheckRule):
                 continue
             scope = anatomy.function_of(init)
             same_scope = [c for c in set_device if anatomy.function_of(c) is scope]
+            if anatomy.distributed.collectives_before_set_device(init):
+                continue  # DDP120's: a collective runs on GPU 0 in between
             if same_scope and all(anatomy.precedes(init, c) for c in same_scope):
                 late = same_scope[0]  # once, also after two inits
                 spelled = min(anatomy.qualified_names(late.func) & SET_DEVICE, default="set_device")
                 found[late] = f"{spelled} after init_process_group"
-        if found and _names_gpu(anatomy):
+        if found and anatomy.distributed.uses_gpu:
             for node, message in found.items():
                 ctx.report(node, message)
-
-
-def _names_gpu(anatomy: Anatomy) -> bool:
-    """Whether the code (not its comments) names CUDA, NCCL or `device_ids`: a job that
-    never does runs on CPU, with gloo (`backend=args.backend` included)."""
-    if any(_GPU_WORDS.search(name) for name in anatomy.names_used):
-        return True
-    return any(
-        isinstance(node, cst.SimpleString | cst.FormattedStringText)
-        and _GPU_WORDS.search(node.value)
-        for node in walk(anatomy.module)
-    )
