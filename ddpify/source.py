@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import io
 import os
+import stat
 import tempfile
 import tokenize
 from pathlib import Path
@@ -71,7 +72,18 @@ def check_syntax(source: bytes, name: str) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same folder, then rename: never a truncated file."""
+    """Write via a temporary file in the same folder, then rename: never a truncated file.
+    A symbolic link is followed (the link stays, its target gets the text); a target that
+    is not a regular file (`/dev/null`, `/dev/stdout`, a pipe) is written into, never
+    replaced; a folder is an error."""
+    if path.is_symlink():
+        path = path.resolve()
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, not a file to write")
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        with path.open("wb") as stream:
+            stream.write(data)
+        return
     folder = path.parent
     if not folder.is_dir():
         raise InputError(f"{path}: the output folder {folder} does not exist")

@@ -55,6 +55,37 @@ def test_in_place_rewrites_the_input(script: Path, tmp_path: Path) -> None:
     assert script.read_bytes() == (FIXTURES / "convert" / "expected" / SEED.name).read_bytes()
 
 
+def test_an_output_that_is_not_a_regular_file_is_written_into_not_replaced(
+    script: Path, tmp_path: Path
+) -> None:
+    """`-o /dev/null` must leave the device in place (a pipe stands in for it here): the
+    atomic rename is for regular files only."""
+    import os
+    import stat
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    result = ddpify(str(script), "-o", str(pipe), cwd=tmp_path)
+    reader.join(timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert received == [(FIXTURES / "convert" / "expected" / SEED.name).read_bytes()]
+
+
+def test_a_symbolic_link_stays_a_link_and_its_target_is_written(
+    script: Path, tmp_path: Path
+) -> None:
+    link = tmp_path / "link.py"
+    link.symlink_to(script.name)
+    assert ddpify(str(link), "--in-place", cwd=tmp_path).returncode == 0
+    assert link.is_symlink()
+    assert script.read_bytes() == (FIXTURES / "convert" / "expected" / SEED.name).read_bytes()
+
+
 def test_stdin_to_stdout(tmp_path: Path) -> None:
     result = ddpify("-", cwd=tmp_path, stdin=SEED.read_bytes())
     assert result.returncode == 0
