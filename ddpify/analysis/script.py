@@ -230,7 +230,7 @@ class TrainingScript:
             loader = self.loaders.loader_for(self.loaders.resolve(batch_loop.iter, scope))
             train = TrainLoop(batch_loop, loader)
             # The epoch loop: the next loop out, and the loader's name as seen from there.
-            expression = self._loader_name(batch_loop.iter, scope)
+            expression = self.loader_name(batch_loop.iter, scope)
             function = scope
             for node, kind in chain[batch_index + 1 :]:
                 if kind == "call":
@@ -246,7 +246,7 @@ class TrainingScript:
             loops.append(train)
         return loops
 
-    def _loader_name(
+    def loader_name(
         self, iterable: cst.BaseExpression, scope: cst.FunctionDef | None
     ) -> str | None:
         """The name the batch loop's loader goes by where the loop is: `loader` for `for x in

@@ -1,0 +1,157 @@
+"""DDP011: an average over the training loader's samples counts this process's samples."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import libcst as cst
+
+from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.tree import dotted, is_name, walk
+from ddpify.rule import ConvertContext, ConvertRule, Example
+
+# Calls whose arguments are shown, not used: an average there is what the script reports.
+SHOWN = {"print", "format", "str", "tqdm.write", "write", "set_postfix", "set_description"}
+LOG_METHODS = {"debug", "info", "warning", "error", "critical", "log"}
+
+
+class SampleCounts(ConvertRule):
+    """
+    ## What it does
+    In the function of a training batch loop, `len(loader.dataset)` of the loop's loader
+    used to divide (`train_loss / len(train_loader.dataset)`, pytorch/examples' idiom) or
+    shown in a print, a log line or a progress message becomes `len(loader.sampler)`: the
+    number of samples the loader's `DistributedSampler` gives this process. A length used
+    any other way (the size of an array indexed by sample) is left as it is.
+
+    ## Why is this bad?
+    Each process sums the loss of its own samples only; divided by the whole dataset's
+    length, the average rank 0 prints is 1/N of the real one, and a progress line counts to
+    N times what the process reads ("[320/1024]" at the end of the epoch).
+    """
+
+    code = "DDP011"
+    step = 11
+    name = "sample-counts"
+    message = "averages over the training data count this process's samples"
+    fix_safety = """
+        Safe: the printed average is rank 0's over its own shard, which estimates the
+        average over all of the data; all-reduce the sum and the count for the exact one.
+    """
+    examples = (
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def train(model, loader, optimizer):
+                total = 0.0
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                return total / len(loader.dataset)
+
+            loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                average = train(model, loader, optimizer)
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def train(model, loader, optimizer):
+                total = 0.0
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                return total / len(loader.sampler)
+
+            loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                average = train(model, loader, optimizer)
+            """,
+        ),
+        # The validation loader is read whole by every process: its length is right.
+        Example(
+            """
+            import torch
+
+            def evaluate(model, loader):
+                correct = 0
+                with torch.no_grad():
+                    for x, y in loader:
+                        correct += (model(x).argmax(1) == y).sum().item()
+                return correct / len(loader.dataset)
+            """
+        ),
+    )
+
+    def convert(self, ctx: ConvertContext) -> None:
+        anatomy = ctx.anatomy
+        done: set[int] = set()
+        for loop in anatomy.script.train_loops:
+            if loop.loader is None:
+                continue
+            scope = anatomy.function_of(loop.batch_loop)
+            name = anatomy.script.loader_name(loop.batch_loop.iter, scope)
+            if name is None:
+                continue
+            for length in _lengths(anatomy, scope, f"{name}.dataset"):
+                if id(length) in done or not _averaged_or_shown(anatomy, length):
+                    continue
+                done.add(id(length))
+                ctx.plan.replace(length, _measure_sampler(name))
+                ctx.changed(length, f"counts this process's samples: len({name}.sampler)")
+
+
+def _measure_sampler(name: str) -> Callable[[cst.Call], cst.Call]:
+    sampler = cst.parse_expression(f"{name}.sampler")
+    return lambda updated: updated.with_changes(args=[cst.Arg(sampler)])
+
+
+def _lengths(anatomy: Anatomy, scope: cst.FunctionDef | None, measured: str) -> list[cst.Call]:
+    """`len(<measured>)` in `scope` (its own code, not nested functions')."""
+    return [
+        node
+        for node in walk(scope if scope is not None else anatomy.module)
+        if isinstance(node, cst.Call)
+        and is_name(node.func, "len")
+        and len(node.args) == 1
+        and dotted(node.args[0].value) == measured
+        and anatomy.function_of(node) is scope
+    ]
+
+
+def _averaged_or_shown(anatomy: Anatomy, length: cst.Call) -> bool:
+    """The length divides something, or is an argument of a print or a log line."""
+    child: cst.CSTNode = length
+    for parent in anatomy.ancestors(length):
+        if (
+            isinstance(parent, cst.BinaryOperation)
+            and isinstance(parent.operator, cst.Divide | cst.FloorDivide)
+            and parent.right is child
+        ):
+            return True
+        if isinstance(parent, cst.AugAssign) and isinstance(
+            parent.operator, cst.DivideAssign | cst.FloorDivideAssign
+        ):
+            return True
+        if isinstance(parent, cst.FormattedString):
+            return True
+        if isinstance(parent, cst.Call) and child is not parent.func:
+            name = dotted(parent.func) or ""
+            last = name.rsplit(".", 1)[-1]
+            if name in SHOWN or last in SHOWN or ("log" in name and last in LOG_METHODS):
+                return True
+        if isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):
+            return False
+        child = parent
+    return False
