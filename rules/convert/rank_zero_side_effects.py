@@ -286,6 +286,7 @@ def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:
 
 
 def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[str]) -> str:
+    models = {name for name in models if not _made_again(anatomy, statement, name)}
     for node in walk(statement):
         if not isinstance(node, cst.Call):
             continue
@@ -297,4 +298,36 @@ def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[s
             return "a call that uses the model (it may run a forward pass)"
         if anatomy.distributed.is_collective(node):
             return "a collective"
+    if anatomy.graph.reaches(
+        statement,
+        lambda node: isinstance(node, cst.Call) and anatomy.distributed.is_collective(node),
+    ):
+        return "a function that runs a collective"
     return ""
+
+
+def _made_again(anatomy: Anatomy, statement: cst.CSTNode, name: str) -> bool:
+    """`name` holds a model built again after the wrap (`model = Net().to(device)` to reload
+    the best weights for a final test): a bare module, so running it on rank 0 alone needs
+    no other rank. The new assignment lies, in the statement's function, after the wrap and
+    before the statement, outside any loop that also runs the wrap."""
+    function = anatomy.function_of(statement)
+    for model in anatomy.models.all:
+        wrap = model.placement
+        if name not in model.names or wrap is None or anatomy.function_of(wrap) is not function:
+            continue
+        if not anatomy.precedes(wrap, statement) or any(
+            isinstance(loop, cst.For | cst.While) and anatomy.inside(wrap, loop)
+            for loop in anatomy.ancestors(statement)
+        ):
+            return False
+        return any(
+            dotted(target.target) == name
+            and anatomy.function_of(assign) is function
+            and anatomy.precedes(wrap, assign)
+            and anatomy.precedes(assign, statement)
+            and not anatomy.inside(assign, wrap)
+            for assign in anatomy.assigns
+            for target in assign.targets
+        )
+    return False
