@@ -38,6 +38,37 @@ class RankZeroSideEffects(ConvertRule):
     message = "print, log and write files on global rank 0 only"
     fix_safety = "Safe: only statements free of collectives and forward passes are guarded."
     examples = (
+        # A model built again after training (the best weights reloaded for a test) is a
+        # bare module: a print that runs it needs no other rank and goes on rank 0.
+        Example(
+            """
+            import torch
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            model = Net().to(device)
+            print(f"test accuracy {evaluate(model, test_loader):.3f}")
+            """,
+            """
+            import torch
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            model = Net().to(device)
+            if dist.get_rank() == 0:
+                print(f"test accuracy {evaluate(model, test_loader):.3f}")
+            """,
+        ),
         # One progress bar: rank 0's (the others still iterate, silently).
         Example(
             """
