@@ -38,6 +38,48 @@ class WrapModel(ConvertRule):
         follow is reported, and then nothing is converted.
     """
     examples = (
+        # A loop over the models saves each: each one's bare module (CycleGAN's checkpoints).
+        Example(
+            """
+            import torch
+
+            netG = Generator().to(device)
+            netD = Discriminator().to(device)
+            optimizer_G = torch.optim.Adam(netG.parameters(), lr=2e-4)
+            optimizer_D = torch.optim.Adam(netD.parameters(), lr=2e-4)
+            for epoch in range(epochs):
+                for real in loader:
+                    loss_D = netD(real).mean() - netD(netG(noise())).mean()
+                    loss_D.backward()
+                    optimizer_D.step()
+                    loss_G = -netD(netG(noise())).mean()
+                    loss_G.backward()
+                    optimizer_G.step()
+                for name, net in (("G", netG), ("D", netD)):
+                    torch.save(net.state_dict(), f"{name}.pth")
+            """,
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            netG = Generator().to(device)
+            netG = DDP(netG, device_ids=[local_rank] if next(netG.parameters()).is_cuda else None)
+            netD = Discriminator().to(device)
+            netD = DDP(netD, device_ids=[local_rank] if next(netD.parameters()).is_cuda else None)
+            optimizer_G = torch.optim.Adam(netG.parameters(), lr=2e-4)
+            optimizer_D = torch.optim.Adam(netD.parameters(), lr=2e-4)
+            for epoch in range(epochs):
+                for real in loader:
+                    loss_D = netD(real).mean() - netD(netG(noise())).mean()
+                    loss_D.backward()
+                    optimizer_D.step()
+                    loss_G = -netD(netG(noise())).mean()
+                    loss_G.backward()
+                    optimizer_G.step()
+                for name, net in (("G", netG), ("D", netD)):
+                    torch.save(net.module.state_dict(), f"{name}.pth")
+            """,
+        ),
         # A copy made after the wrap (the best weights, an EMA) is a copy of the bare model.
         Example(
             """
@@ -151,6 +193,7 @@ class WrapModel(ConvertRule):
                 blocking=True,
             )
             return
+        routed: set[int] = set()  # loop variables' uses, routed once for all the models
         for model in anatomy.models.all:
             if model.placement is None or model.placed_name is None:
                 ctx.cannot(
@@ -191,6 +234,32 @@ class WrapModel(ConvertRule):
                 ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
             for call, argument in _handed_to_helpers(anatomy, model):
                 _through_helper(ctx, call, argument)
+            for attribute, every in _loop_uses(anatomy, model):
+                if id(attribute) in routed:
+                    continue
+                routed.add(id(attribute))
+                if every:
+                    ctx.plan.replace(attribute.value, _through_module)
+                    ctx.changed(
+                        attribute, f"`.{attribute.attr.value}` of each bare model via `.module`"
+                    )
+                else:
+                    ctx.cannot(
+                        attribute,
+                        f"`{dotted(attribute.value)}` runs over the DDP-wrapped "
+                        f"`{model.placed_name}` and other objects: its "
+                        f"`.{attribute.attr.value}` would be the wrapper's; route the models "
+                        "through `.module` by hand",
+                        blocking=True,
+                    )
+            for attribute, owner in _held_by_objects(anatomy, model):
+                ctx.cannot(
+                    attribute,
+                    f"`{dotted(attribute.value)}` may hold the DDP-wrapped `{model.placed_name}` "
+                    f"(given to `{owner}`): its `.{attribute.attr.value}` would be the "
+                    "wrapper's (checkpoint keys with `module.`); use `.module` there by hand",
+                    blocking=True,
+                )
             for saved in _whole_model_saves(anatomy, model):
                 ctx.plan.replace(saved, _through_module)
                 ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
@@ -351,6 +420,119 @@ def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
         and dotted(node.value) in model.names - model.bare
         and anatomy.values.runs_after(model.placement, node, dotted(node.value) or "")
     ]
+
+
+# Attributes that differ on the wrapper in what they give back: a checkpoint's keys.
+STATE_METHODS = {"state_dict", "load_state_dict"}
+
+
+def _loop_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool]]:
+    """`net.state_dict()` in `for name, net in (("G", netG), ("D", netD)):` after the wrap,
+    with the model among the objects `net` runs over: True when every one of them is a
+    wrapped model (then `net.module` is right for each), False when some are not."""
+    assert model.placement is not None
+    wrapped = {name for m in anatomy.models.all for name in m.names - m.bare}
+    found = []
+    for loop in walk(anatomy.module):
+        if not isinstance(loop, cst.For) or not anatomy.precedes(model.placement, loop):
+            continue
+        for target, values in _loop_bindings(loop.target, loop.iter).items():
+            if not values & model.names:
+                continue
+            every = values <= wrapped
+            for node in walk(loop.body):
+                if (
+                    isinstance(node, cst.Attribute)
+                    and node.attr.value in STATE_METHODS
+                    and is_name(node.value, target)
+                ):
+                    found.append((node, every))
+    return found
+
+
+def _loop_bindings(target: cst.BaseExpression, iterable: cst.BaseExpression) -> dict[str, set[str]]:
+    """For `for a, b in ((x1, y1), (x2, y2))` (or a list, or `for m in (x, y)`): each
+    target name and the dotted names it takes; a value that is not a name counts as "?"."""
+    if not isinstance(iterable, cst.Tuple | cst.List):
+        return {}
+    bindings: dict[str, set[str]] = {}
+    for element in iterable.elements:
+        value = element.value
+        if isinstance(target, cst.Name):
+            bindings.setdefault(target.value, set()).add(dotted(value) or "?")
+        elif isinstance(target, cst.Tuple | cst.List) and isinstance(value, cst.Tuple | cst.List):
+            for part, item in zip(target.elements, value.elements, strict=False):
+                if isinstance(part.value, cst.Name):
+                    bindings.setdefault(part.value.value, set()).add(dotted(item.value) or "?")
+    return bindings
+
+
+def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, str]]:
+    """`self.model.state_dict()` in a class of the script that is given the wrapped model
+    after the wrap (`SimCLR(model=model, ...)` and `self.model = kwargs["model"]`): the
+    attribute may hold the wrapper."""
+    assert model.placement is not None
+    found = []
+    for call in anatomy.calls:
+        name = dotted(call.func)
+        if name is None or not anatomy.values.runs_after(model.placement, call, name):
+            continue
+        given = [
+            (index, arg.keyword.value if arg.keyword is not None else None)
+            for index, arg in enumerate(call.args)
+            if dotted(arg.value) in model.names - model.bare and not arg.star
+        ]
+        if not given:
+            continue
+        for cls in walk(anatomy.module):
+            if not isinstance(cls, cst.ClassDef) or cls.name.value != name:
+                continue
+            held = set().union(*(_attributes_given(cls, i, k) for i, k in given))
+            for node in walk(cls):
+                if (
+                    isinstance(node, cst.Attribute)
+                    and node.attr.value in STATE_METHODS
+                    and isinstance(node.value, cst.Attribute)
+                    and is_name(node.value.value, "self")
+                    and node.value.attr.value in held
+                ):
+                    found.append((node, name))
+    return found
+
+
+def _attributes_given(cls: cst.ClassDef, index: int, keyword: str | None) -> set[str]:
+    """The `self.x` that `__init__` assigns from its argument at `index` or `keyword`: the
+    parameter itself, or `kwargs["keyword"]`."""
+    attributes: set[str] = set()
+    for init in walk(cls):
+        if not isinstance(init, cst.FunctionDef) or init.name.value != "__init__":
+            continue
+        params = [*init.params.params][1:]  # after self
+        names = {keyword} if keyword else set()
+        if keyword is None and index < len(params):
+            names.add(params[index].name.value)
+        star = init.params.star_kwarg
+        for assign in walk(init.body):
+            if not isinstance(assign, cst.Assign):
+                continue
+            reads = {n.value for n in walk(assign.value) if isinstance(n, cst.Name)} & names
+            keys = {
+                n.slice[0].slice.value.value.strip("'\"")
+                for n in walk(assign.value)
+                if isinstance(n, cst.Subscript)
+                and isinstance(star, cst.Param)
+                and is_name(n.value, star.name.value)
+                and len(n.slice) == 1
+                and isinstance(n.slice[0].slice, cst.Index)
+                and isinstance(n.slice[0].slice.value, cst.SimpleString)
+            }
+            if reads or keys & names:
+                for target in assign.targets:
+                    if isinstance(target.target, cst.Attribute) and is_name(
+                        target.target.value, "self"
+                    ):
+                        attributes.add(target.target.attr.value)
+    return attributes
 
 
 def _accumulating_loops(anatomy: Anatomy) -> list[cst.For]:
