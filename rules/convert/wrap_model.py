@@ -495,6 +495,7 @@ def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute
                     and isinstance(node.value, cst.Attribute)
                     and is_name(node.value.value, "self")
                     and node.value.attr.value in held
+                    and f"self.{node.value.attr.value}" not in model.names  # wrapped there
                 ):
                     found.append((node, name))
     return found
