@@ -22,10 +22,17 @@ class RankZeroSideEffects(ConvertRule):
     node, into the same file). A `tqdm` progress bar gets `disable=dist.get_rank() != 0`:
     one bar, rank 0's, instead of one per process drawn over each other. A dataset made
     with `download=True` is made by rank 0 first while the others wait at a barrier, then
-    by them (they find the files): HF's and torchvision's "main process first".
+    by them (they find the files): HF's and torchvision's "main process first". So is a
+    call of the script's own function or class whose writes are now rank 0's and which
+    reads files too (a dataset that writes its cache when the folder is missing, then
+    lists it). A `logging.FileHandler` gets `delay=True` (the file is opened at its first
+    record, which only rank 0 writes) and is added, like `basicConfig(filename=...)`, on
+    rank 0 only.
 
-    A statement that runs a collective or a forward pass through a model is never guarded:
-    the other ranks would wait for rank 0 forever. It is reported instead.
+    A statement that runs a collective or a forward pass through the wrapped model is never
+    guarded: the other ranks would wait for rank 0 forever. It is reported instead. A
+    model built again after training (to reload the best weights) is a bare module: a
+    print that runs it goes on rank 0.
 
     ## Why is this bad?
     N processes print every line N times and write every checkpoint N times, concurrently,
@@ -144,6 +151,16 @@ class RankZeroSideEffects(ConvertRule):
             ctx.plan.guard(node, expression(RANK_ZERO))
             guarded.append(node)
             ctx.changed(node, f"{kind} on rank 0 only")
+        for first, last in _preparing_runs(anatomy, guarded):
+            ctx.add_import("torch.distributed", asname="dist")
+            ctx.plan.insert_before(first, [statement(FIRST_PREPARE)])
+            ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)])
+            ctx.changed(
+                first,
+                "rank 0 writes the files this call reads first, while the others wait; then "
+                "they run it and find them (assumes one folder for all processes: one node "
+                "or a shared filesystem)",
+            )
         for first, last in _download_runs(anatomy):
             ctx.add_import("torch.distributed", asname="dist")
             ctx.plan.insert_before(first, [statement(FIRST_DOWNLOAD)])
@@ -154,6 +171,15 @@ class RankZeroSideEffects(ConvertRule):
                 "(assumes one data folder for all processes: one node or a shared "
                 "filesystem; with a disk per node, test the local rank instead)",
             )
+        for handler in _file_handlers(anatomy):
+            ctx.plan.replace(
+                handler, lambda updated: with_keyword(updated, "delay", expression("True"))
+            )
+            ctx.changed(handler, "log file opened at its first record: rank 0's only")
+        for line in _log_files_set_up(anatomy, guarded):
+            ctx.plan.guard(line, expression(RANK_ZERO))
+            guarded.append(line)
+            ctx.changed(line, "log file set up on rank 0 only")
         for bar in _progress_bars(anatomy):
             ctx.add_import("torch.distributed", asname="dist")
             ctx.plan.replace(
@@ -209,10 +235,67 @@ FIRST_DOWNLOAD = """\
 if dist.get_rank() != 0:
     dist.barrier()  # rank 0 downloads first; the others then find the files
 """
+FIRST_PREPARE = """\
+if dist.get_rank() != 0:
+    dist.barrier()  # rank 0 writes the files first; the others then find them
+"""
 THEN_THE_OTHERS = """\
 if dist.get_rank() == 0:
     dist.barrier()
 """
+
+
+# Calls that read what is on disk: a folder's listing, a file's existence or contents.
+READS = {
+    "listdir", "scandir", "walk", "glob", "iglob", "exists", "isdir", "isfile", "load",
+    "loadtxt", "read_csv", "imread", "read_text", "read_bytes", "iterdir", "rglob",
+}  # fmt: skip
+
+
+def _preparing_runs(
+    anatomy: Anatomy, guarded: list[cst.CSTNode]
+) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+    """Runs of neighbouring statements, made once by every process after the set-up (in no
+    loop, under no rank test), that call a function or class of the script whose files
+    this rule now writes on rank 0 and which also reads files (a dataset that writes its
+    cache when it is missing, then lists it): the others would read before rank 0 wrote."""
+    runs: list[tuple[cst.CSTNode, cst.CSTNode]] = []
+    previous: cst.CSTNode | None = None
+    for node in anatomy.simple_statements:
+        if not isinstance(node, cst.SimpleStatementLine) or _downloads(node):
+            continue  # a download has its own "rank 0 first"
+        if not _prepares(anatomy, node, guarded):
+            continue
+        if not anatomy.script.after_setup(node) or anatomy.ranks.guard(node) is not None:
+            continue
+        if any(kind == "loop" for _, kind in anatomy.graph.loops_around(node)):
+            continue
+        body = anatomy.body_of(node)
+        position = list(body).index(node)
+        if runs and previous is not None and position and body[position - 1] is previous:
+            runs[-1] = (runs[-1][0], node)
+        else:
+            runs.append((node, node))
+        previous = node
+    return runs
+
+
+def _prepares(anatomy: Anatomy, line: cst.SimpleStatementLine, guarded: list[cst.CSTNode]) -> bool:
+    backward = {id(call) for call in anatomy.script.backward_calls}
+    if anatomy.graph.reaches(line, lambda node: id(node) in backward):
+        return False  # it trains (`main()`): data is prepared inside it, if anywhere
+    for call in walk(line):
+        if not isinstance(call, cst.Call) or not anatomy.graph.calls_script(call):
+            continue
+        for function in anatomy.graph.callees(call):
+            writes = any(anatomy.inside(node, function) for node in guarded)
+            reads = any(
+                isinstance(node, cst.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] in READS
+                for node in walk(function.body)
+            )
+            if writes and reads:
+                return True
+    return False
 
 
 def _download_runs(anatomy: Anatomy) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
@@ -244,6 +327,73 @@ def _downloads(statement: cst.SimpleStatementLine) -> bool:
         and not is_name(node.value, "False", "None")
         for node in walk(statement)
     )
+
+
+FILE_HANDLERS = {
+    "logging.FileHandler", "logging.handlers.RotatingFileHandler",
+    "logging.handlers.TimedRotatingFileHandler", "logging.handlers.WatchedFileHandler",
+}  # fmt: skip
+
+
+def _file_handlers(anatomy: Anatomy) -> list[cst.Call]:
+    """`logging.FileHandler(path)` made on every rank after the set-up: it opens (`"w"`:
+    truncates) the file at once, in every process. `delay=True` opens it at the first
+    record, which only rank 0 writes."""
+    return [
+        call
+        for call in anatomy.calls
+        if anatomy.is_call_to(call, FILE_HANDLERS)
+        and not any(arg.keyword is not None and arg.keyword.value == "delay" for arg in call.args)
+        and len(call.args) < 4  # filename, mode, encoding: delay is the fourth
+        and not any(arg.star for arg in call.args)
+        and anatomy.script.after_setup(call)
+        and anatomy.ranks.guard(call) is None
+    ]
+
+
+def _log_files_set_up(anatomy: Anatomy, guarded: list[cst.CSTNode]) -> list[cst.CSTNode]:
+    """`logging.basicConfig(filename=...)` and `logger.addHandler(<file handler>)` after the
+    set-up on every rank: the log file is rank 0's; the others keep logging's defaults."""
+    handlers = {
+        dotted(assign.targets[0].target)
+        for assign in anatomy.assigns
+        if len(assign.targets) == 1
+        and isinstance(assign.value, cst.Call)
+        and anatomy.is_call_to(assign.value, FILE_HANDLERS)
+    }
+    found: list[cst.CSTNode] = []
+    for line in anatomy.simple_statements:
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            continue
+        expr = line.body[0]
+        if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+            continue
+        call = expr.value
+        sets_up = (
+            anatomy.is_call_to(call, {"logging.basicConfig"})
+            and any(
+                arg.keyword is not None and arg.keyword.value == "filename" for arg in call.args
+            )
+        ) or (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "addHandler"
+            and len(call.args) == 1
+            and (
+                dotted(call.args[0].value) in handlers
+                or (
+                    isinstance(call.args[0].value, cst.Call)
+                    and anatomy.is_call_to(call.args[0].value, FILE_HANDLERS)
+                )
+            )
+        )
+        if (
+            sets_up
+            and anatomy.script.after_setup(line)
+            and anatomy.ranks.guard(line) is None
+            and not any(anatomy.inside(line, outer) for outer in guarded)
+        ):
+            found.append(line)
+    return found
 
 
 PROGRESS_BARS = {

@@ -317,3 +317,28 @@ def test_checkpoints_move_between_the_single_gpu_script_and_the_conversion(
     assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
     assert [line.split()[1] for line in progress_lines(resumed.stdout)] == ["4", "5"]
     assert_checkpoint_is_plain(tmp_path / "ckpt.pt")
+
+
+def test_a_cache_written_on_first_use_and_a_log_file_are_rank_0s(tmp_path: Path) -> None:
+    """The dataset writes its .npy cache when the folder is missing, then lists it: rank 0
+    writes it first while the others wait, then they find every file. The log file, the
+    metrics and both checkpoints are written by rank 0 alone, each line once, and they are
+    the files the single-GPU script writes."""
+    name = "cached_dataset_log_file.py"
+    original, converted = tmp_path / "original", tmp_path / "converted"
+    original.mkdir()
+    converted.mkdir()
+    shutil.copy(FIXTURES / "convert" / "scripts" / name, original / name)
+    shutil.copy(EXPECTED / name, converted / name)
+    result = torchrun([name], cwd=converted, timeout=240, env=recording(converted))
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    by_rank = writers(converted)
+    assert {path: ranks for path, ranks in by_rank.items() if ranks != {"0"}} == {}
+    assert len([path for path in by_rank if path.startswith("data/train/")]) == 96
+    log = (converted / "run" / "train.log").read_text().splitlines()
+    assert [line.split()[:2] for line in log] == [["epoch", "0"], ["epoch", "1"], ["epoch", "2"]]
+    assert len((converted / "run" / "metrics.csv").read_text().splitlines()) == 4
+    assert_checkpoint_is_plain(converted / "run" / "best.pt")
+    single = run([sys.executable, name], cwd=original, timeout=120, env=recording(original))
+    assert single.returncode == 0, single.stderr.decode()[-3000:]
+    assert sorted(by_rank) == sorted(writers(original))
