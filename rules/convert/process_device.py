@@ -26,6 +26,9 @@ class ProcessDevice(ConvertRule):
     (`device = 0`) at the process's own device: `cuda:local_rank`, or the CPU where there is
     no GPU, so the converted script also runs on a laptop with `gloo`.
 
+    An option's default (`parser.add_argument("--device", default="cuda:0")`) drops its
+    index the same way.
+
     A device that already falls back (`"cuda" if torch.cuda.is_available() else "cpu"`) is
     left alone: after `torch.cuda.set_device(local_rank)`, an index-free `"cuda"` already
     means the process's own GPU.
@@ -61,6 +64,41 @@ class ProcessDevice(ConvertRule):
             for x, y in loader:
                 x, y = x.to(device), y.to(device, non_blocking=True)
                 loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        # YOLOv5's `--device` option: its default GPU loses its index.
+        Example(
+            """
+            import argparse
+
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default="cuda:0")
+            opt = parser.parse_args()
+            device = torch.device(opt.device if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x.to(device)).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            import argparse
+
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default="cuda")
+            opt = parser.parse_args()
+            device = torch.device(opt.device if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x.to(device)).sum()
                 loss.backward()
                 optimizer.step()
             """,
@@ -159,6 +197,19 @@ class ProcessDevice(ConvertRule):
                 elif isinstance(first, cst.IfExp) and _indexed_cuda(first.body):
                     ctx.plan.replace(first.body, partial(_constant, _plain_cuda(first.body)))
                     ctx.changed(call, '`torch.device("cuda:N" if ...)` drops its fixed GPU index')
+            elif is_attribute(func, "add_argument"):
+                default = next(
+                    (a.value for a in call.args if a.keyword and a.keyword.value == "default"),
+                    None,
+                )
+                if default is not None and _indexed_cuda(default):
+                    ctx.plan.replace(default, partial(_constant, _plain_cuda(default)))
+                    ctx.changed(
+                        call,
+                        "the option's default drops its fixed GPU index: `cuda` is the "
+                        "process's GPU (a GPU given on the command line is still every "
+                        "process's)",
+                    )
             elif is_attribute(func, "to") or anatomy.is_call_to(call, {"torch.load"}):
                 for arg in call.args:
                     wanted = arg.keyword is None or arg.keyword.value in {"device", "map_location"}
