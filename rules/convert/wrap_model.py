@@ -537,12 +537,28 @@ def _attributes_given(cls: cst.ClassDef, index: int, keyword: str | None) -> set
 
 
 def _accumulating_loops(anatomy: Anatomy) -> list[cst.For]:
-    """Batch loops whose optimizer step is conditional: gradients accumulate over batches."""
+    """Batch loops whose optimizer step is conditional while a backward pass is not under
+    the same condition: gradients accumulate over batches. `if phase == "train":
+    loss.backward(); optimizer.step()` (the transfer-learning tutorial) and an AMP if/else
+    with a backward and a step in each branch step after every backward."""
     found = []
     for loop in anatomy.script.train_loops:
+        backwards = [
+            node
+            for node in walk(loop.batch_loop.body)
+            if isinstance(node, cst.Call) and is_attribute(node.func, "backward")
+        ]
         for node in walk(loop.batch_loop.body):
-            if is_method_call(node, "step") and any(
-                isinstance(a, cst.If) for a in _between(anatomy, node, loop.batch_loop)
+            if not is_method_call(node, "step") or "sched" in (
+                dotted(node.func.value) or ""  # type: ignore[attr-defined]
+            ):
+                continue  # a learning-rate schedule stepped every N batches accumulates nothing
+            conditions = [
+                a for a in _between(anatomy, node, loop.batch_loop) if isinstance(a, cst.If)
+            ]
+            if any(
+                not all(condition in anatomy.ancestors(backward) for condition in conditions)
+                for backward in backwards
             ):
                 found.append(loop.batch_loop)
                 break

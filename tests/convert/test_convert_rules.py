@@ -87,3 +87,49 @@ if __name__ == "__main__":
     held = [note for note in result.notes if note.blocking and note.code == "DDP003"]
     assert [note.line for note in held] == [16], result.notes
     assert "`self.model` may hold the DDP-wrapped `model`" in held[0].message
+
+
+ACCUMULATION_NOTE = "gradient accumulation"
+
+STEP_UNDER_PHASE = """import torch
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+for epoch in range(2):
+    for i, x in enumerate(loader):
+        loss = model(x).sum()
+        {body}
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "accumulates"),
+    [
+        # The transfer-learning tutorial: backward and step under one condition.
+        ("if epoch >= 0:\n            loss.backward()\n            optimizer.step()", False),
+        # An AMP switch: a backward and a step in each branch.
+        (
+            "if epoch:\n            loss.backward()\n            optimizer.step()\n"
+            "        else:\n            (2 * loss).backward()\n            optimizer.step()",
+            False,
+        ),
+        # A schedule stepped every other batch.
+        (
+            "loss.backward()\n        optimizer.step()\n"
+            "        if i % 2 == 0:\n            scheduler.step()",
+            False,
+        ),
+        # Accumulation: the step waits for every second backward.
+        ("loss.backward()\n        if (i + 1) % 2 == 0:\n            optimizer.step()", True),
+    ],
+    ids=["phase", "amp-branches", "schedule", "accumulation"],
+)
+def test_the_accumulation_note_is_given_only_when_backward_runs_without_a_step(
+    body: str, accumulates: bool
+) -> None:
+    source = STEP_UNDER_PHASE.format(body=body).encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.notes
+    noted = [note for note in result.notes if ACCUMULATION_NOTE in note.message]
+    assert bool(noted) is accumulates, result.notes
