@@ -143,7 +143,10 @@ class _Applier(cst.CSTTransformer):
                     before[0].with_changes(leading_lines=first.leading_lines),
                     *before[1:],
                 ]
-                parts = [first.with_changes(leading_lines=()), *parts[1:]]
+                moved_up = first.with_changes(leading_lines=())
+                if first in self.made_guards:
+                    self.made_guards[moved_up] = self.made_guards[first]
+                parts = [moved_up, *parts[1:]]
                 if original_node in self.updated:
                     self.updated[original_node] = parts[0]
             result = cst.FlattenSentinel([*before, *parts, *after])

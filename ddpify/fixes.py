@@ -10,7 +10,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.script import TrainLoop
-from ddpify.analysis.tree import call_arg, dotted
+from ddpify.analysis.tree import call_arg, dotted, is_name
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
 
@@ -44,9 +44,16 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
 def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     """Why the loader cannot be given a DistributedSampler automatically, if it cannot."""
     call = loader.call
+    if loader.key_var is not None and loader.train_key is None:
+        return (
+            "the training DataLoader is made for several keys in a comprehension, and no "
+            'loop reads it at one training key (`loaders["train"]`, or `loaders[phase]` '
+            'under `if phase == "train"`): give the training key\'s loader a '
+            "DistributedSampler by hand"
+        )
     samplers = [anatomy.loaders.argument(call, name) for name in SAMPLER_ARGUMENTS]
     if any(samplers):
-        if plain_sampler(anatomy, loader) is not None:
+        if loader.key_var is None and plain_sampler(anatomy, loader) is not None:
             return None
         return "the training DataLoader has its own sampler: shard it by hand"
     if None in samplers:
@@ -70,7 +77,9 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
             "shard it by rank in its `__iter__`"
         )
     shuffle = anatomy.loaders.argument(call, "shuffle") or []
-    if any(not passed.direct for passed in shuffle) and _shuffle_dict(anatomy, call) is None:
+    if any(not passed.direct for passed in shuffle) and (
+        loader.key_var is not None or _shuffle_dict(anatomy, call) is None
+    ):
         return (
             "`shuffle` is set in a `**kwargs` dict other than a variable read only by this "
             "loader: replace it with the sampler by hand"
@@ -117,6 +126,9 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
         sampler_name = "DistributedSampler"
         importer.add_import("torch.utils.data", "DistributedSampler")
     sampler = cst.parse_expression(f"{sampler_name}({dataset_code}, shuffle={shuffle_code})")
+    if loader.key_var is not None:
+        _shard_one_key(plan, loader, sampler, shuffle)
+        return
 
     def shard(updated: cst.Call) -> cst.Call:
         if shuffle is None:
@@ -131,6 +143,51 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
         return updated.with_changes(args=args)
 
     plan.replace(call, shard)
+
+
+def _shard_one_key(
+    plan: EditPlan, loader: Loader, sampler: cst.BaseExpression, shuffle: cst.Arg | None
+) -> None:
+    """A loader made per key in a comprehension (`{x: DataLoader(...) for x in ["train",
+    "val"]}`): the training key's loader gets the sampler, the others keep their
+    `shuffle=`: `shuffle=x != "train", sampler=DistributedSampler(...) if x == "train" else
+    None`."""
+    key, train = loader.key_var, loader.train_key
+    chosen = cst.parse_expression(f'0 if {key} == "{train}" else None')
+    assert isinstance(chosen, cst.IfExp)
+    chosen = chosen.with_changes(body=sampler)
+    others = f'{key} != "{train}"'
+
+    def shard(updated: cst.Call) -> cst.Call:
+        if shuffle is None:
+            return before_double_star(with_keyword(updated, "sampler", chosen))
+        args: list[cst.Arg] = []
+        for arg in updated.args:
+            if arg.keyword is not None and arg.keyword.value == "shuffle":
+                value = arg.value
+                kept = (
+                    cst.parse_expression(others)
+                    if is_name(value, "True")
+                    else cst.parse_expression(f"{cst.Module([]).code_for_node(value)} and {others}")
+                )
+                comma = arg.comma
+                if not isinstance(comma, cst.Comma):
+                    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                args.append(arg.with_changes(value=kept, comma=comma))
+                args.append(
+                    cst.Arg(
+                        chosen,
+                        keyword=cst.Name("sampler"),
+                        equal=arg.equal,
+                        comma=arg.comma,
+                        whitespace_after_arg=arg.whitespace_after_arg,
+                    )
+                )
+                continue
+            args.append(arg)
+        return updated.with_changes(args=args)
+
+    plan.replace(loader.call, shard)
 
 
 PLAIN_SAMPLERS = {

@@ -12,7 +12,7 @@ import libcst as cst
 from ddpify.analysis.api import DATALOADER, ITER_WRAPPERS, ITERABLE_DATASETS, LOADER_POSITIONS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import call_arg, dotted, is_method_call, methods, walk
+from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, methods, walk
 from ddpify.analysis.values import MAX_STEPS, Scope, Values, constant_index
 
 # Methods of a dict that leave its keys as they are.
@@ -27,6 +27,12 @@ class Loader:
     statement: cst.CSTNode
     name: str | None
     trains: bool = False
+    # `{x: DataLoader(datasets[x], ...) for x in ["train", "val"]}` (the transfer-learning
+    # tutorial): one call makes a loader per key; `key_var` is `x`, `keys` the keys, and
+    # `train_key` the key whose loader trains, once a training loop reads it.
+    key_var: str | None = None
+    keys: tuple[str, ...] = ()
+    train_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,21 @@ class Loaders:
                     found = self.resolve(value.elements[index].value, callee, depth + 1)
                     if found is not None:
                         return found
+            return None
+        keyed = _keyed_read(expr)
+        if keyed is not None:
+            for where in (scope, None) if scope is not None else (None,):
+                for value in self.values.assignments(keyed[0], where):
+                    if isinstance(value, cst.DictComp):
+                        return self.resolve(value.value, where, depth + 1)
+                    key = string_value(keyed[1]) if isinstance(keyed[1], cst.SimpleString) else None
+                    if isinstance(value, cst.Dict) and key is not None:
+                        for element in value.elements:
+                            if isinstance(element, cst.DictElement) and (
+                                isinstance(element.key, cst.SimpleString)
+                                and string_value(element.key) == key
+                            ):
+                                return self.resolve(element.value, where, depth + 1)
             return None
         if isinstance(expr, cst.Call):
             if self.index.is_call_to(expr, DATALOADER):
@@ -112,7 +133,13 @@ class Loaders:
                 parent = self.index.parent(call)
                 if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
                     name = dotted(parent.targets[0].target)
-                found.append(Loader(call, statement, name))
+                loader = Loader(call, statement, name)
+                if isinstance(parent, cst.DictComp) and parent.value is call:
+                    loader.key_var, loader.keys = _keyed_comprehension(parent)
+                    grand = self.index.parent(parent)
+                    if isinstance(grand, cst.Assign) and len(grand.targets) == 1:
+                        loader.name = dotted(grand.targets[0].target)
+                found.append(loader)
         return found
 
     def loader_for(self, call: cst.Call | None) -> Loader | None:
@@ -289,6 +316,72 @@ class Loaders:
             if parent is not None and self._derives_from_iterable(parent, seen):
                 return True
         return False
+
+
+def _keyed_read(expr: cst.BaseExpression) -> tuple[str, cst.BaseExpression] | None:
+    """`("loaders", <key>)` for `loaders[<key>]`: a dotted name read at one index."""
+    if (
+        isinstance(expr, cst.Subscript)
+        and len(expr.slice) == 1
+        and isinstance(expr.slice[0].slice, cst.Index)
+        and not isinstance(expr.slice[0].slice.value, cst.Integer)
+    ):
+        base = dotted(expr.value)
+        if base is not None:
+            return base, expr.slice[0].slice.value
+    return None
+
+
+def keyed_read(expr: cst.BaseExpression) -> tuple[str, str] | None:
+    """`("loaders", "phase")` for `loaders[phase]`, `("loaders", '"train"')` for
+    `loaders["train"]`: the name and the key as written (a name or a string)."""
+    found = _keyed_read(strip_iteration(expr))
+    if found is None:
+        return None
+    base, key = found
+    if isinstance(key, cst.Name):
+        return base, key.value
+    if isinstance(key, cst.SimpleString):
+        return base, key.value
+    return None
+
+
+def string_value(node: cst.BaseExpression | str) -> str | None:
+    """The text of a plain string literal (`"train"` -> `train`), or None."""
+    code = node if isinstance(node, str) else None
+    if isinstance(node, cst.SimpleString):
+        code = node.value
+    if code is None or not code or code[0] not in "'\"" or code[-1] != code[0]:
+        return None
+    return code[1:-1]
+
+
+def _keyed_comprehension(comp: cst.DictComp) -> tuple[str | None, tuple[str, ...]]:
+    """`x` and `("train", "val")` for `{x: ... for x in ["train", "val"]}`: a key variable
+    running over a literal list of strings, with no condition and no second `for`."""
+    loop = comp.for_in
+    if (
+        loop.inner_for_in is not None
+        or loop.ifs
+        or not isinstance(loop.target, cst.Name)
+        or not is_name(comp.key, loop.target.value)
+    ):
+        return None, ()
+    keys = literal_strings(loop.iter)
+    return (loop.target.value, keys) if keys else (None, ())
+
+
+def literal_strings(node: cst.BaseExpression) -> tuple[str, ...]:
+    """The strings of a literal list or tuple of strings, or () when it is not one."""
+    if not isinstance(node, cst.List | cst.Tuple) or not node.elements:
+        return ()
+    found = []
+    for element in node.elements:
+        text = string_value(element.value) if not isinstance(element, cst.StarredElement) else None
+        if text is None:
+            return ()
+        found.append(text)
+    return tuple(found)
 
 
 def _subscript_key(subscript: cst.Subscript) -> str | None:

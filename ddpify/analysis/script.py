@@ -16,7 +16,14 @@ import libcst as cst
 from ddpify.analysis.api import PARAMETERS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.loaders import Loader, Loaders, strip_iteration
+from ddpify.analysis.loaders import (
+    Loader,
+    Loaders,
+    keyed_read,
+    literal_strings,
+    string_value,
+    strip_iteration,
+)
 from ddpify.analysis.project import Helper, HelperEffects, Project
 from ddpify.analysis.tree import (
     call_arg,
@@ -40,6 +47,9 @@ class TrainLoop:
     # The training loader as an expression valid inside the epoch loop, for `set_epoch`.
     loader_at_epoch: str | None = None
     epoch_var: str | None = None
+    # `for phase in ["train", "val"]` between the epoch loop and a batch loop over
+    # `loaders[phase]` (the transfer-learning tutorial): the loop, not an epoch loop.
+    phase_loop: cst.For | None = None
 
 
 @dataclass
@@ -231,8 +241,11 @@ class TrainingScript:
             train = TrainLoop(batch_loop, loader)
             # The epoch loop: the next loop out, and the loader's name as seen from there.
             expression = self.loader_name(batch_loop.iter, scope)
+            rest = chain[batch_index + 1 :]
+            if loader is not None and loader.key_var is not None:
+                expression, rest = self._training_key(train, loader, backward, rest)
             function = scope
-            for node, kind in chain[batch_index + 1 :]:
+            for node, kind in rest:
                 if kind == "call":
                     assert isinstance(node, cst.Call)
                     expression = self._name_at_call_site(expression, function, node)
@@ -245,6 +258,60 @@ class TrainingScript:
                 break
             loops.append(train)
         return loops
+
+    def _training_key(
+        self,
+        train: TrainLoop,
+        loader: Loader,
+        backward: cst.Call,
+        rest: list[tuple[cst.CSTNode, str]],
+    ) -> tuple[str | None, list[tuple[cst.CSTNode, str]]]:
+        """For a loader made per key (`loaders = {x: DataLoader(...) for x in ["train",
+        "val"]}`), which key trains, read where the batch loop reads it: `loaders["train"]`,
+        or `loaders[phase]` inside `for phase in ["train", "val"]` with the backward pass
+        under `if phase == "train"`. Sets `loader.train_key` and `train.phase_loop`; returns
+        the training loader as an expression (`loaders["train"]`) and the loops around the
+        phase loop. Nothing is set when the key cannot be told."""
+        read = keyed_read(train.batch_loop.iter)
+        if read is None:
+            return None, rest
+        base, key = read
+        text = string_value(key)
+        if text is not None:
+            return self._keep_key(loader, text, base), rest
+        if not rest or rest[0][1] != "loop":
+            return None, rest
+        phases = rest[0][0]
+        if not (
+            isinstance(phases, cst.For)
+            and is_name(phases.target, key)
+            and set(literal_strings(phases.iter)) <= set(loader.keys)
+        ):
+            return None, rest
+        for ancestor in self.index.ancestors(backward):
+            if ancestor is phases:
+                break
+            test = ancestor.test if isinstance(ancestor, cst.If) else None
+            if (
+                isinstance(test, cst.Comparison)
+                and is_name(test.left, key)
+                and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.Equal)
+                and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+            ):
+                text = string_value(test.comparisons[0].comparator)
+                if text is not None and text in literal_strings(phases.iter):
+                    train.phase_loop = phases
+                    return self._keep_key(loader, text, base), rest[1:]
+        return None, rest
+
+    @staticmethod
+    def _keep_key(loader: Loader, key: str, base: str) -> str | None:
+        if key not in loader.keys or loader.train_key not in (None, key):
+            loader.train_key = None  # two loops train on different keys: not told apart
+            return None
+        loader.train_key = key
+        return f'{base}["{key}"]'
 
     def loader_name(
         self, iterable: cst.BaseExpression, scope: cst.FunctionDef | None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.loaders import Loader
+from ddpify.analysis.loaders import Loader, keyed_read, string_value
 from ddpify.analysis.script import ForeignTraining
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
@@ -26,7 +26,12 @@ class DistributedSampler(ConvertRule):
     that reads the loader through `next(it)`, making `it = iter(loader)` again when a pass
     runs out (or a generator's `while True: for batch in loader: yield batch`), gets
     `loader.sampler.set_epoch(loader.sampler.epoch + 1)` before every new pass;
-    `itertools.cycle(loader)` replays its first pass, so it needs none.
+    `itertools.cycle(loader)` replays its first pass, so it needs none. Loaders made per
+    key in one comprehension (`{x: DataLoader(sets[x], ...) for x in ["train", "val"]}`,
+    PyTorch's transfer-learning tutorial) are read at their training key
+    (`loaders["train"]`, or `loaders[phase]` in a phase loop with the backward pass under
+    `if phase == "train"`): that key's loader gets the sampler, the others keep their
+    `shuffle=`, and `set_epoch` goes in the epoch loop around the phase loop.
 
     A script without a DataLoader that draws every step's batch at random (nanoGPT's
     `get_batch` with `torch.randint`, `random.choice` of a training pair) has no passes to
@@ -232,6 +237,40 @@ class DistributedSampler(ConvertRule):
                     loss.backward()
                     optimizer.step()
             """,
+        ),
+        # A loader per phase from one comprehension, and a phase loop (PyTorch's
+        # transfer-learning tutorial): the training key's loader is sharded, the others
+        # stay whole; set_epoch goes in the epoch loop, around the phase loop.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loaders = {x: DataLoader(sets[x], batch_size=4, shuffle=True) for x in ["train", "val"]}
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for phase in ["train", "val"]:
+                    for x, y in loaders[phase]:
+                        loss = model(x).sum()
+                        if phase == "train":
+                            loss.backward()
+                            optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            loaders = {x: DataLoader(sets[x], batch_size=4, shuffle=x != "train", sampler=DistributedSampler(sets[x], shuffle=True) if x == "train" else None) for x in ["train", "val"]}
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                loaders["train"].sampler.set_epoch(epoch)
+                for phase in ["train", "val"]:
+                    for x, y in loaders[phase]:
+                        loss = model(x).sum()
+                        if phase == "train":
+                            loss.backward()
+                            optimizer.step()
+            """,  # noqa: E501
         ),
         # Options chosen by a conditional expression; a progress bar made each epoch.
         Example(
@@ -533,6 +572,10 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
         if not isinstance(node, cst.For | cst.CompFor) or id(node) in train_loops:
             continue
         if anatomy.loaders.resolve(node.iter, anatomy.function_of(node)) is loader.call:
+            read = keyed_read(node.iter) if loader.key_var is not None else None
+            key = string_value(read[1]) if read is not None else None
+            if key is not None and key != loader.train_key:
+                continue  # `loaders["val"]`: the comprehension's loader for another key
             return (
                 "the training DataLoader is made by the same call as a loader that only "
                 "evaluates: sharding it would shard the evaluation too; make them apart first"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.tree import dotted, is_name, walk
+from ddpify.analysis.loaders import Loader, keyed_read
+from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 # Calls whose arguments are shown, not used: an average there is what the script reports.
@@ -22,7 +24,10 @@ class SampleCounts(ConvertRule):
     used to divide (`train_loss / len(train_loader.dataset)`, pytorch/examples' idiom) or
     shown in a print, a log line or a progress message becomes `len(loader.sampler)`: the
     number of samples the loader's `DistributedSampler` gives this process. A length used
-    any other way (the size of an array indexed by sample) is left as it is.
+    any other way (the size of an array indexed by sample) is left as it is. Sizes kept per
+    key next to loaders made per key (`sizes = {x: len(sets[x]) for x in ...}` beside
+    `loaders = {x: DataLoader(sets[x], ...) for x in ...}`) read at the batch loop's key
+    become `len(loaders[phase].sampler)` the same way.
 
     ## Why is this bad?
     Each process sums the loss of its own samples only; divided by the whole dataset's
@@ -79,6 +84,46 @@ class SampleCounts(ConvertRule):
                 average = train(model, loader, optimizer)
             """,
         ),
+        # Sizes per phase (the transfer-learning tutorial's `dataset_sizes`): the training
+        # phase's count is this process's; the validation loader's sampler reads it all.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loaders = {x: DataLoader(sets[x], batch_size=4) for x in ["train", "val"]}
+            sizes = {x: len(sets[x]) for x in ["train", "val"]}
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for phase in ["train", "val"]:
+                    total = 0.0
+                    for x, y in loaders[phase]:
+                        loss = model(x).sum()
+                        if phase == "train":
+                            loss.backward()
+                            optimizer.step()
+                        total += loss.item()
+                    print(phase, total / sizes[phase])
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loaders = {x: DataLoader(sets[x], batch_size=4) for x in ["train", "val"]}
+            sizes = {x: len(sets[x]) for x in ["train", "val"]}
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for phase in ["train", "val"]:
+                    total = 0.0
+                    for x, y in loaders[phase]:
+                        loss = model(x).sum()
+                        if phase == "train":
+                            loss.backward()
+                            optimizer.step()
+                        total += loss.item()
+                    print(phase, total / len(loaders[phase].sampler))
+            """,
+        ),
         # The validation loader is read whole by every process: its length is right.
         Example(
             """
@@ -102,6 +147,15 @@ class SampleCounts(ConvertRule):
                 continue
             scope = anatomy.function_of(loop.batch_loop)
             name = anatomy.script.loader_name(loop.batch_loop.iter, scope)
+            read = keyed_read(loop.batch_loop.iter) if loop.loader.key_var else None
+            if read is not None:
+                name = f"{read[0]}[{read[1]}]"
+                for size in _sizes_by_key(anatomy, scope, loop.loader, read):
+                    if id(size) in done or not _averaged_or_shown(anatomy, size):
+                        continue
+                    done.add(id(size))
+                    ctx.plan.replace(size, _replaced_by(_sampler_length(name)))
+                    ctx.changed(size, f"counts this process's samples: len({name}.sampler)")
             if name is None:
                 continue
             for length in _lengths(anatomy, scope, f"{name}.dataset"):
@@ -117,6 +171,58 @@ def _measure_sampler(name: str) -> Callable[[cst.Call], cst.Call]:
     return lambda updated: updated.with_changes(args=[cst.Arg(sampler)])
 
 
+def _replaced_by(new: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.BaseExpression]:
+    return lambda _: new
+
+
+def _sampler_length(name: str) -> cst.BaseExpression:
+    return cst.parse_expression(f"len({name}.sampler)")
+
+
+def _sizes_by_key(
+    anatomy: Anatomy, scope: cst.FunctionDef | None, loader: Loader, read: tuple[str, str]
+) -> list[cst.Subscript]:
+    """`sizes[phase]` in `scope`, where `sizes = {x: len(datasets[x]) for x in ...}` measures
+    the datasets the loaders of `loaders = {x: DataLoader(datasets[x], ...) for x in ...}`
+    read (the transfer-learning tutorial's `dataset_sizes`), and `phase` is the key the
+    batch loop reads the loader at."""
+    dataset = call_arg(loader.call, 0, "dataset")
+    if dataset is None or loader.key_var is None:
+        return []
+    expected = _with_variable(dataset.value, loader.key_var)
+    found = []
+    for node in walk(scope if scope is not None else anatomy.module):
+        if not isinstance(node, cst.Subscript) or anatomy.function_of(node) is not scope:
+            continue
+        measured = keyed_read(node)
+        if measured is None or measured[1] != read[1]:
+            continue
+        values = [
+            value
+            for where in ((scope, None) if scope is not None else (None,))
+            for value in anatomy.values.assignments(measured[0], where)
+        ]
+        if len(values) != 1 or not isinstance(values[0], cst.DictComp):
+            continue
+        comp = values[0]
+        size = comp.value
+        if (
+            isinstance(comp.for_in.target, cst.Name)
+            and isinstance(size, cst.Call)
+            and is_name(size.func, "len")
+            and len(size.args) == 1
+            and _with_variable(size.args[0].value, comp.for_in.target.value) == expected
+        ):
+            found.append(node)
+    return found
+
+
+def _with_variable(expr: cst.BaseExpression, variable: str) -> str:
+    """The code of `expr` with the comprehension variable `variable` written as `_`."""
+    code = cst.Module([]).code_for_node(expr)
+    return re.sub(rf"\b{re.escape(variable)}\b", "_", code)
+
+
 def _lengths(anatomy: Anatomy, scope: cst.FunctionDef | None, measured: str) -> list[cst.Call]:
     """`len(<measured>)` in `scope` (its own code, not nested functions')."""
     return [
@@ -130,7 +236,7 @@ def _lengths(anatomy: Anatomy, scope: cst.FunctionDef | None, measured: str) -> 
     ]
 
 
-def _averaged_or_shown(anatomy: Anatomy, length: cst.Call) -> bool:
+def _averaged_or_shown(anatomy: Anatomy, length: cst.BaseExpression) -> bool:
     """The length divides something, or is an argument of a print or a log line."""
     child: cst.CSTNode = length
     for parent in anatomy.ancestors(length):

@@ -29,6 +29,7 @@ CASES = [
     ("step_loop_next.py", [], 3, "steps.pt"),
     ("early_stop_local.py", [], 40, "early.pt"),
     ("manual_sgd_pairs.py", [], 3, "classifier.pt"),
+    ("transfer_learning_phases.py", [], 3, "best_model.pt"),
 ]
 # the single-GPU scripts that run on this CPU-only machine (the seeds ask for CUDA)
 ORIGINAL = {
