@@ -6,7 +6,9 @@ from functools import partial
 
 import libcst as cst
 
-from ddpify.analysis.tree import call_arg, dotted
+from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.tree import call_arg, is_attribute, is_name, walk
+from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import WORLD_SIZE, expression
 from ddpify.options import BatchMode, ScaleLR
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -21,17 +23,56 @@ class BatchAndLearningRate(ConvertRule):
     script's batch size and the effective batch grows N times; `--scale-lr linear` or
     `--scale-lr sqrt` then scales the optimizer's `lr` by N or by the square root of N.
 
+    A loss summed over the batch (`reduction='sum'`, `size_average=False`, a criterion
+    built with them, or the script's own loss function returning one, as pytorch/examples'
+    VAE does) is multiplied by the world size where `.backward()` is called on it: DDP
+    averages the processes' gradients, and N times that average is the gradient of the sum
+    over the global batch, the one the single-GPU script steps on. A sum divided by the
+    batch's size (`len(x)`, `x.size(0)`) is a mean and is left alone.
+
     ## Why is this bad?
     A per-GPU batch N times larger under an unchanged learning rate trains differently from
-    the single-GPU run, silently.
+    the single-GPU run, silently. A summed loss left as it is takes steps 1/N the size of the
+    single-GPU script's at the same global batch.
     """
 
     code = "DDP007"
     step = 7
     name = "batch-and-lr"
-    message = "batch size per process and learning rate follow --batch and --scale-lr"
+    message = (
+        "batch size per process and learning rate follow --batch and --scale-lr; summed "
+        "losses are the global batch's sum"
+    )
     fix_safety = "Changes the optimisation only as the chosen options say."
     examples = (
+        # A loss summed over the batch: the gradient of the global sum.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            criterion = torch.nn.MSELoss(reduction="sum")
+            loader = DataLoader(dataset, batch_size=64)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+
+            criterion = torch.nn.MSELoss(reduction="sum")
+            loader = DataLoader(dataset, batch_size=64)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                (loss * dist.get_world_size()).backward()
+                optimizer.step()
+            """,
+        ),
         Example(
             """
             import torch
@@ -50,21 +91,7 @@ class BatchAndLearningRate(ConvertRule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         options = ctx.options
-        for call in anatomy.calls:
-            reduction = call_arg(call, None, "reduction")
-            if (
-                reduction is not None
-                and isinstance(reduction.value, cst.SimpleString)
-                and reduction.value.evaluated_value == "sum"
-                and (dotted(call.func) or "").rsplit(".", 1)[-1].endswith("Loss")
-            ):
-                ctx.info(
-                    call,
-                    "a loss summed over the batch (`reduction='sum'`): DDP averages the "
-                    "processes' gradients, so a step moves as far as one process's sum says, "
-                    "1/world_size of the sum over the global batch; multiply the loss by "
-                    "dist.get_world_size() if the global sum is wanted",
-                )
+        _scale_summed_losses(ctx)
         if options.batch is BatchMode.GLOBAL and anatomy.streams.random_batches is not None:
             ctx.cannot(
                 anatomy.streams.random_batches.loop,
@@ -92,6 +119,117 @@ class BatchAndLearningRate(ConvertRule):
                 ctx.changed(
                     lr, f"learning rate scaled by {factor} (--scale-lr {options.scale_lr.value})"
                 )
+
+
+def _scale_summed_losses(ctx: ConvertContext) -> None:
+    """A loss summed over the batch (`reduction='sum'`) that reaches a backward pass is
+    multiplied by the world size there: DDP averages the processes' gradients, and N times
+    that average is the gradient of the sum over the global batch, what the single-GPU
+    script computes at that batch."""
+    anatomy = ctx.anatomy
+    for backward in anatomy.script.backward_calls:
+        if not isinstance(backward.func, cst.Attribute):
+            continue
+        loss = backward.func.value
+        found = _summed(anatomy, loss, anatomy.function_of(backward), 0)
+        if found is None:
+            continue
+        summed, averaged = found
+        line = anatomy.line(summed)
+        if averaged:
+            ctx.info(
+                backward,
+                f"the loss is summed over the batch (line {line}) and divided by its size: "
+                "a mean, which DDP's average of gradients keeps",
+            )
+            continue
+        ctx.add_import("torch.distributed", asname="dist")
+        ctx.plan.replace(loss, _times_world_size)
+        ctx.changed(
+            backward,
+            f"a loss summed over the batch (line {line}) is multiplied by the world size "
+            "before backward: DDP averages the processes' gradients, and N times their "
+            "average is the sum over the global batch, as in the single-GPU script",
+        )
+
+
+def _times_world_size(loss: cst.BaseExpression) -> cst.BaseExpression:
+    """`(loss * dist.get_world_size())`, parenthesised: `.backward()` is called on it."""
+    scaled = _scaled(loss, f"* {WORLD_SIZE}")
+    return scaled.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _summed(
+    anatomy: Anatomy, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int
+) -> tuple[cst.Call, bool] | None:
+    """The call that sums a loss over the batch (`reduction='sum'`, `size_average=False`,
+    or a criterion built with them) that `expr` is computed from, followed through names and
+    the script's own functions; with whether a division by the batch's size (`len(x)`,
+    `x.size(0)`, `x.shape[0]`) makes it a mean on the way."""
+    if depth > MAX_STEPS:
+        return None
+    for node in walk(expr):
+        found: tuple[cst.Call, bool] | None = None
+        if isinstance(node, cst.Call):
+            if _sums(node):
+                found = (node, False)
+            else:
+                built = [
+                    origin
+                    for origin in anatomy.values.origins(node.func, scope)
+                    if isinstance(origin, cst.Call) and origin is not node.func
+                ]
+                found = next(((call, False) for call in built if _sums(call)), None)
+                callee = anatomy.graph.callee(node)
+                if found is None and callee is not None:
+                    for value in anatomy.graph.returned_values(callee):
+                        found = _summed(anatomy, value, callee, depth + 1)
+                        if found is not None:
+                            break
+        elif isinstance(node, cst.Name) and not _is_attribute_name(anatomy, node):
+            for origin in anatomy.values.origins(node, scope):
+                if origin is node:
+                    continue
+                found = _summed(anatomy, origin, anatomy.function_of(origin), depth + 1)
+                if found is not None:
+                    break
+        if found is not None:
+            return found[0], found[1] or _divided_by_size(anatomy, node, expr)
+    return None
+
+
+def _sums(call: cst.Call) -> bool:
+    reduction = call_arg(call, None, "reduction")
+    if reduction is not None:
+        value = reduction.value
+        return isinstance(value, cst.SimpleString) and value.evaluated_value == "sum"
+    size_average = call_arg(call, None, "size_average")
+    return size_average is not None and is_name(size_average.value, "False")
+
+
+def _divided_by_size(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> bool:
+    """`node` sits, below `top`, on the left of a division by a batch size."""
+    child = node
+    for parent in anatomy.ancestors(node):
+        if (
+            isinstance(parent, cst.BinaryOperation)
+            and isinstance(parent.operator, cst.Divide)
+            and parent.left is child
+            and any(
+                is_name(inner, "len") or is_attribute(inner, "size", "shape", "numel")
+                for inner in walk(parent.right)
+            )
+        ):
+            return True
+        if parent is top or isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):
+            return False
+        child = parent
+    return False
+
+
+def _is_attribute_name(anatomy: Anatomy, node: cst.Name) -> bool:
+    parent = anatomy.parent(node)
+    return isinstance(parent, cst.Attribute) and parent.attr is node
 
 
 def _scaled(value: cst.BaseExpression, operation: str) -> cst.BaseExpression:

@@ -503,3 +503,33 @@ def test_a_load_of_what_rank_0_is_still_writing_fails_runs(tmp_path: Path, barri
         assert outcome.exit_code == 1, table
         assert "rank 1's stderr ends:" in check(outcome, "runs"), table
         assert b"DDP117" in found.stdout, found.stdout.decode()  # `ddpify check` says so too
+
+
+@pytest.mark.parametrize("scaled", [True, False], ids=["scaled", "as-written"])
+def test_a_summed_loss_trains_the_same_only_multiplied_by_the_world_size(
+    tmp_path: Path, scaled: bool
+) -> None:
+    """`reduction="sum"`: DDP averages the two processes' gradients, half the sum over the
+    global batch the original steps on; the conversion multiplies the loss by the world
+    size, and verify proves the two runs equal (hunkim's 08_2, pytorch/examples' VAE)."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    original = tmp_path / "summed.py"
+    original.write_text(
+        TRAIN.read_text().replace(
+            "F.cross_entropy(model(xb), yb)", 'F.cross_entropy(model(xb), yb, reduction="sum")'
+        )
+    )
+    result = convert_source(original.read_bytes(), "summed.py", ConvertOptions())
+    scaling = b"(loss * dist.get_world_size()).backward()"
+    assert scaling in result.output
+    converted = tmp_path / "summed_ddp.py"
+    converted.write_bytes(
+        result.output if scaled else result.output.replace(scaling, b"loss.backward()")
+    )
+    verification, outcome = verify(original, converted)
+    equivalence = statuses(outcome)["equivalence"]
+    assert equivalence is (Status.PASS if scaled else Status.FAIL), render_table(
+        verification, outcome
+    )
