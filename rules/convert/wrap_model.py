@@ -196,9 +196,7 @@ class WrapModel(ConvertRule):
         routed: set[int] = set()  # loop variables' uses, routed once for all the models
         for model in anatomy.models.all:
             if model.placement is None or model.placed_name is None:
-                ctx.cannot(
-                    model.optimizer_call, "cannot tell where the model is built", blocking=True
-                )
+                ctx.cannot(model.optimizer_call, _unplaced(anatomy, model), blocking=True)
                 continue
             if _trained_on_one_branch(anatomy, model.optimizer_call):
                 ctx.cannot(
@@ -276,6 +274,53 @@ class WrapModel(ConvertRule):
                 "gradient accumulation: every backward all-reduces; `with model.no_sync():` "
                 "around the micro-batches that do not step saves that traffic",
             )
+
+
+def _unplaced(anatomy: Anatomy, model: Model) -> str:
+    """Why no statement was found to wrap the model after, as precisely as can be told."""
+    optimizer = model.optimizer_call
+    names = sorted(model.names)
+    name = names[0]
+    if name == "self":
+        scope = anatomy.function_of(optimizer)
+        owner = anatomy.class_of(scope) if scope is not None else None
+        where = f"`{owner.name.value}`" if owner is not None else "its own class"
+        return (
+            f"the optimizer is made inside the model's own class ({where}, over "
+            "`self.parameters()`): a module that trains itself cannot be wrapped in DDP from "
+            "outside; convert it by hand"
+        )
+    for node in anatomy.ancestors(optimizer):
+        loops: list[cst.For | cst.CompFor] = []
+        if isinstance(node, cst.For):
+            loops.append(node)
+        elif isinstance(node, cst.ListComp | cst.GeneratorExp | cst.SetComp | cst.DictComp):
+            inner: cst.CompFor | None = node.for_in
+            while inner is not None:
+                loops.append(inner)
+                inner = inner.inner_for_in
+        for loop in loops:
+            if not any(is_name(target, *names) for target in walk(loop.target)):
+                continue
+            source = dotted(loop.iter) or "a list"
+            return (
+                f"`{name}` runs over several models (`{source}`), one optimizer each: wrap "
+                "each model in DDP by hand"
+            )
+    for node in walk(anatomy.module):
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.targets[0].target, cst.Tuple)
+            and any(dotted(e.value) in model.names for e in node.targets[0].target.elements)
+        ):
+            return (
+                f"`{name}` is built together with other objects in one assignment (line "
+                f"{anatomy.line(node)}): assign it on its own line, or wrap it in DDP by hand"
+            )
+    return (
+        f"cannot tell where `{name}` is built: no assignment of it before its optimizer that "
+        "can be followed (made in another file, or passed in); wrap it in DDP by hand"
+    )
 
 
 def _used_after(anatomy: Anatomy, model: Model, name: str) -> bool:

@@ -133,3 +133,58 @@ def test_the_accumulation_note_is_given_only_when_backward_runs_without_a_step(
     assert not result.refused, result.notes
     noted = [note for note in result.notes if ACCUMULATION_NOTE in note.message]
     assert bool(noted) is accumulates, result.notes
+
+
+UNPLACED = """import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+{models}
+for epoch in range(2):
+    for x in loader:
+        loss = {forward}
+        loss.backward()
+        {step}
+"""
+
+
+@pytest.mark.parametrize(
+    ("models", "forward", "step", "reason"),
+    [
+        # MorvanZhou's batch-normalisation tutorial: a list of nets, one optimizer each.
+        (
+            "nets = [Net(), Net()]\nopts = [torch.optim.Adam(net.parameters()) for net in nets]",
+            "sum(net(x).sum() for net in nets)",
+            "[opt.step() for opt in opts]",
+            "`net` runs over several models (`nets`), one optimizer each",
+        ),
+        # pytorch/examples' forward-forward: each layer makes its own optimizer.
+        (
+            "class Layer(torch.nn.Linear):\n"
+            "    def __init__(self):\n"
+            "        super().__init__(4, 4)\n"
+            "        self.opt = torch.optim.Adam(self.parameters())\n"
+            "layer = Layer()",
+            "layer(x).sum()",
+            "layer.opt.step()",
+            "the optimizer is made inside the model's own class (`Layer`",
+        ),
+        # MorvanZhou's DQN: two nets built in one tuple assignment.
+        (
+            "eval_net, target_net = Net(), Net()\n"
+            "optimizer = torch.optim.Adam(eval_net.parameters())",
+            "eval_net(x).sum()",
+            "optimizer.step()",
+            "`eval_net` is built together with other objects in one assignment (line 5)",
+        ),
+    ],
+    ids=["list-of-nets", "self-training-layer", "tuple-assignment"],
+)
+def test_a_model_with_no_place_to_wrap_is_refused_with_what_was_seen(
+    models: str, forward: str, step: str, reason: str
+) -> None:
+    source = UNPLACED.format(models=models, forward=forward, step=step).encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert result.refused and result.output == source
+    messages = [note.message for note in result.problems if note.code == "DDP003"]
+    assert any(reason in message for message in messages), result.problems
