@@ -262,6 +262,21 @@ def _moved_alias(statement: cst.BaseStatement, name: str) -> str | None:
     return None
 
 
+def holds_model(value: cst.BaseExpression, names: set[str]) -> bool:
+    """`[net_a, net_b]`, `{"G": netG}`, `(model, "name")`: a container literal with the model
+    object itself among its elements."""
+    for node in walk(value):
+        if isinstance(node, cst.List | cst.Tuple | cst.Set):
+            if any(_names_model(element.value, names) for element in node.elements):
+                return True
+        elif isinstance(node, cst.Dict) and any(
+            isinstance(element, cst.DictElement) and _names_model(element.value, names)
+            for element in node.elements
+        ):
+            return True
+    return False
+
+
 def _names_model(node: cst.CSTNode, names: set[str]) -> bool:
     return isinstance(node, cst.Name | cst.Attribute) and dotted(node) in names
 
@@ -310,9 +325,12 @@ COPIES = re.compile(r"(^|\.)(deepcopy|\w*ema\w*|AveragedModel)$", re.IGNORECASE)
 
 def _hands_over(statement: cst.CSTNode, names: set[str]) -> bool:
     """A call given the model object itself whose result is kept (`trainer = Trainer(model)`,
-    `ema = ModelEma(model)`): what it keeps would be the bare model, not the wrapper."""
+    `ema = ModelEma(model)`), or a container holding it (`nets = [net_a, net_b]`): what it
+    keeps would be the bare model, not the wrapper."""
     for node in walk(statement):
         if isinstance(node, cst.Assign | cst.AnnAssign) and node.value is not None:
+            if holds_model(node.value, names):
+                return True
             for inner in walk(node.value):
                 if (
                     isinstance(inner, cst.Call)

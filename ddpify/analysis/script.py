@@ -154,6 +154,36 @@ class TrainingScript:
         ]
 
     @cached_property
+    def loss_nodes(self) -> set[int]:
+        """The ids of the nodes of every expression a backward pass's loss is computed from:
+        followed through the names it is assigned from and what the script's own functions
+        return (`loss = criterion(model.head(h), y)`, `loss = model.training_step(batch)`)."""
+        found: set[int] = set()
+
+        def collect(expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int) -> None:
+            if depth > MAX_STEPS or id(expr) in found:
+                return
+            for node in walk(expr):
+                found.add(id(node))
+                if isinstance(node, cst.Name):
+                    parent = self.index.parent(node)
+                    if isinstance(parent, cst.Attribute) and parent.attr is node:
+                        continue
+                    for origin in self.values.origins(node, scope):
+                        if origin is not node:
+                            collect(origin, self.index.function_of(origin), depth + 1)
+                elif isinstance(node, cst.Call):
+                    callee = self.graph.callee(node)
+                    if callee is not None:
+                        for value in self.graph.returned_values(callee):
+                            collect(value, callee, depth + 1)
+
+        for backward in self.backward_calls:
+            if isinstance(backward.func, cst.Attribute):
+                collect(backward.func.value, self.index.function_of(backward), 0)
+        return found
+
+    @cached_property
     def optimizer_calls(self) -> list[cst.Call]:
         pattern = re.compile(r"^torch\.optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A-Z]\w*$")
         return [
@@ -229,7 +259,7 @@ class TrainingScript:
         seen: set[cst.CSTNode] = set()
         for backward in self.backward_calls:
             chain = self.graph.loops_around(backward)
-            batch_index = next((i for i, (node, kind) in enumerate(chain) if kind == "loop"), None)
+            batch_index = self._batch_loop_index(chain)
             if batch_index is None:
                 continue
             batch_loop = chain[batch_index][0]
@@ -243,7 +273,7 @@ class TrainingScript:
             expression = self.loader_name(batch_loop.iter, scope)
             rest = chain[batch_index + 1 :]
             if loader is not None and loader.key_var is not None:
-                expression, rest = self._training_key(train, loader, backward, rest)
+                expression, rest = _training_key(self.index, train, loader, backward, rest)
             function = scope
             for node, kind in rest:
                 if kind == "call":
@@ -259,59 +289,20 @@ class TrainingScript:
             loops.append(train)
         return loops
 
-    def _training_key(
-        self,
-        train: TrainLoop,
-        loader: Loader,
-        backward: cst.Call,
-        rest: list[tuple[cst.CSTNode, str]],
-    ) -> tuple[str | None, list[tuple[cst.CSTNode, str]]]:
-        """For a loader made per key (`loaders = {x: DataLoader(...) for x in ["train",
-        "val"]}`), which key trains, read where the batch loop reads it: `loaders["train"]`,
-        or `loaders[phase]` inside `for phase in ["train", "val"]` with the backward pass
-        under `if phase == "train"`. Sets `loader.train_key` and `train.phase_loop`; returns
-        the training loader as an expression (`loaders["train"]`) and the loops around the
-        phase loop. Nothing is set when the key cannot be told."""
-        read = keyed_read(train.batch_loop.iter)
-        if read is None:
-            return None, rest
-        base, key = read
-        text = string_value(key)
-        if text is not None:
-            return self._keep_key(loader, text, base), rest
-        if not rest or rest[0][1] != "loop":
-            return None, rest
-        phases = rest[0][0]
-        if not (
-            isinstance(phases, cst.For)
-            and is_name(phases.target, key)
-            and set(literal_strings(phases.iter)) <= set(loader.keys)
-        ):
-            return None, rest
-        for ancestor in self.index.ancestors(backward):
-            if ancestor is phases:
-                break
-            test = ancestor.test if isinstance(ancestor, cst.If) else None
-            if (
-                isinstance(test, cst.Comparison)
-                and is_name(test.left, key)
-                and len(test.comparisons) == 1
-                and isinstance(test.comparisons[0].operator, cst.Equal)
-                and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+    def _batch_loop_index(self, chain: list[tuple[cst.CSTNode, str]]) -> int | None:
+        """Which of the loops around a backward pass reads the batches: the innermost that
+        iterates a DataLoader of the script (`for net, opt in zip(nets, optimizers)` inside
+        it trains several models on one batch), else the innermost loop."""
+        loops = [i for i, (_, kind) in enumerate(chain) if kind == "loop"]
+        for i in loops:
+            node = chain[i][0]
+            if isinstance(node, cst.For) and self.loaders.resolve(
+                node.iter, self.index.function_of(node)
             ):
-                text = string_value(test.comparisons[0].comparator)
-                if text is not None and text in literal_strings(phases.iter):
-                    train.phase_loop = phases
-                    return self._keep_key(loader, text, base), rest[1:]
-        return None, rest
-
-    @staticmethod
-    def _keep_key(loader: Loader, key: str, base: str) -> str | None:
-        if key not in loader.keys or loader.train_key not in (None, key):
-            loader.train_key = None  # two loops train on different keys: not told apart
-            return None
-        loader.train_key = key
-        return f'{base}["{key}"]'
+                return i
+            if any(kind == "call" for _, kind in chain[:i]):
+                break  # past a call: the loops out there are the caller's
+        return loops[0] if loops else None
 
     def loader_name(
         self, iterable: cst.BaseExpression, scope: cst.FunctionDef | None
@@ -460,6 +451,61 @@ class TrainingScript:
         if entry.setup_after is not None:
             return self.index.line(node) > self.index.line(anchor)
         return self.index.line(node) >= self.index.line(anchor)
+
+
+def _training_key(
+    index: SourceIndex,
+    train: TrainLoop,
+    loader: Loader,
+    backward: cst.Call,
+    rest: list[tuple[cst.CSTNode, str]],
+) -> tuple[str | None, list[tuple[cst.CSTNode, str]]]:
+    """For a loader made per key (`loaders = {x: DataLoader(...) for x in ["train",
+    "val"]}`), which key trains, read where the batch loop reads it: `loaders["train"]`,
+    or `loaders[phase]` inside `for phase in ["train", "val"]` with the backward pass
+    under `if phase == "train"`. Sets `loader.train_key` and `train.phase_loop`; returns
+    the training loader as an expression (`loaders["train"]`) and the loops around the
+    phase loop. Nothing is set when the key cannot be told."""
+    read = keyed_read(train.batch_loop.iter)
+    if read is None:
+        return None, rest
+    base, key = read
+    text = string_value(key)
+    if text is not None:
+        return _keep_key(loader, text, base), rest
+    if not rest or rest[0][1] != "loop":
+        return None, rest
+    phases = rest[0][0]
+    if not (
+        isinstance(phases, cst.For)
+        and is_name(phases.target, key)
+        and set(literal_strings(phases.iter)) <= set(loader.keys)
+    ):
+        return None, rest
+    for ancestor in index.ancestors(backward):
+        if ancestor is phases:
+            break
+        test = ancestor.test if isinstance(ancestor, cst.If) else None
+        if (
+            isinstance(test, cst.Comparison)
+            and is_name(test.left, key)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)
+            and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+        ):
+            text = string_value(test.comparisons[0].comparator)
+            if text is not None and text in literal_strings(phases.iter):
+                train.phase_loop = phases
+                return _keep_key(loader, text, base), rest[1:]
+    return None, rest
+
+
+def _keep_key(loader: Loader, key: str, base: str) -> str | None:
+    if key not in loader.keys or loader.train_key not in (None, key):
+        loader.train_key = None  # two loops train on different keys: not told apart
+        return None
+    loader.train_key = key
+    return f'{base}["{key}"]'
 
 
 def _passes_parameters(call: cst.Call) -> bool:

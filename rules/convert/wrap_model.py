@@ -6,8 +6,9 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import DDP_TRANSPARENT, PARAMETERS
-from ddpify.analysis.models import Model
+from ddpify.analysis.models import Model, holds_model
 from ddpify.analysis.tree import dotted, is_attribute, is_method_call, is_name, walk
+from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import statement
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -207,6 +208,17 @@ class WrapModel(ConvertRule):
                     blocking=True,
                 )
                 continue
+            held = _held_from_before(anatomy, model)
+            if held is not None:
+                target, line = held
+                ctx.cannot(
+                    model.optimizer_call,
+                    f"`{target}` (line {line}) holds `{model.placed_name}` from before the wrap "
+                    "and is read after it: through it the bare model would train, without "
+                    "gradient averaging; build it after the model is wrapped",
+                    blocking=True,
+                )
+                continue
             changed = _trainable_changed_later(anatomy, model)
             if changed is not None:
                 ctx.cannot(
@@ -228,6 +240,8 @@ class WrapModel(ConvertRule):
             for call in model.data_parallel:
                 _drop_data_parallel(ctx, call)
             for attribute in _raw_uses(anatomy, model):
+                if _bypasses_forward(ctx, attribute, model):
+                    continue
                 ctx.plan.replace(attribute.value, _through_module)
                 ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
             for call, argument in _handed_to_helpers(anatomy, model):
@@ -258,6 +272,29 @@ class WrapModel(ConvertRule):
                     "wrapper's (checkpoint keys with `module.`); use `.module` there by hand",
                     blocking=True,
                 )
+            for attribute, every in _parameter_uses(anatomy, model):
+                if id(attribute) in routed:
+                    continue
+                routed.add(id(attribute))
+                if _bypasses_forward(ctx, attribute, model):
+                    continue
+                function = anatomy.function_of(attribute)
+                owner = f"`{function.name.value}()`" if function is not None else "a function"
+                if every:
+                    ctx.plan.replace(attribute.value, _through_module)
+                    ctx.changed(
+                        attribute,
+                        f"`.{attribute.attr.value}` of the bare model via `.module` "
+                        f"({owner} is given the wrapped `{model.placed_name}`)",
+                    )
+                else:
+                    ctx.cannot(
+                        attribute,
+                        f"{owner} is given the DDP-wrapped `{model.placed_name}` by some calls "
+                        f"and something else by others: its `.{attribute.attr.value}` would be "
+                        "the wrapper's for the first; use `.module` there by hand",
+                        blocking=True,
+                    )
             for saved in _whole_model_saves(anatomy, model):
                 ctx.plan.replace(saved, _through_module)
                 ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
@@ -274,6 +311,26 @@ class WrapModel(ConvertRule):
                 "gradient accumulation: every backward all-reduces; `with model.no_sync():` "
                 "around the micro-batches that do not step saves that traffic",
             )
+
+
+def _held_from_before(anatomy: Anatomy, model: Model) -> tuple[str, int] | None:
+    """A container made before the wrap with the model in it (`nets = [net_a, net_b]`, then
+    `net_a = net_a.to(device)`), read after the wrap: it still holds the bare model."""
+    assert model.placement is not None
+    scope = anatomy.function_of(model.placement)
+    for node in walk(scope or anatomy.module):
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and anatomy.function_of(node) is scope
+            and anatomy.precedes(node, model.placement)
+            and holds_model(node.value, model.names)
+        ):
+            target = node.targets[0].target.value
+            if target not in model.names and _used_after(anatomy, model, target):
+                return target, anatomy.line(node)
+    return None
 
 
 def _unplaced(anatomy: Anatomy, model: Model) -> str:
@@ -469,6 +526,88 @@ def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
 
 # Attributes that differ on the wrapper in what they give back: a checkpoint's keys.
 STATE_METHODS = {"state_dict", "load_state_dict"}
+
+
+def _bypasses_forward(ctx: ConvertContext, attribute: cst.Attribute, model: Model) -> bool:
+    """`model.encoder(x)` or `model.training_step(batch)` in what a loss is computed from:
+    through `.module` it would run outside DDP's forward, whose hooks average the gradients;
+    through the wrapper it does not exist. Refused, with the line."""
+    anatomy = ctx.anatomy
+    if id(attribute) not in anatomy.script.loss_nodes or attribute.attr.value in STATE_METHODS:
+        return False
+    outer: cst.CSTNode = attribute
+    parent = anatomy.parent(outer)
+    while isinstance(parent, cst.Attribute) and parent.value is outer:
+        outer, parent = parent, anatomy.parent(parent)
+    if not (isinstance(parent, cst.Call) and parent.func is outer):
+        return False  # a value read (`model.temperature`), not a part of the model run
+    ctx.cannot(
+        attribute,
+        f"`{dotted(attribute)}` computes the loss outside the model's forward: through "
+        f"`.module` its gradients would not be averaged across processes (DDP hooks only "
+        f"`{model.placed_name}(...)`); compute the loss through the model's call (its "
+        "forward), or convert by hand",
+        blocking=True,
+    )
+    return True
+
+
+def _parameter_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool]]:
+    """`net.state_dict()` in `def fit(net, opt)` called as `fit(model, optimizer)` after the
+    wrap: the parameter holds the wrapper, whose state dict has `module.` keys. With True
+    when every call of the function gives it the wrapper (then `net.module` is right),
+    False when only some do."""
+    assert model.placement is not None
+    found = []
+    for function in walk(anatomy.module):
+        if not isinstance(function, cst.FunctionDef):
+            continue
+        for parameter in sorted(anatomy.graph.parameters_of(function) - model.names - {"self"}):
+            passes = _given_the_wrapper(anatomy, model, function, parameter, 0)
+            if passes is None:
+                continue
+            found += [
+                (node, passes)
+                for node in walk(function.body)
+                if isinstance(node, cst.Attribute)
+                and is_name(node.value, parameter)
+                and node.attr.value not in DDP_TRANSPARENT
+                and anatomy.function_of(node) is function
+            ]
+    return found
+
+
+def _given_the_wrapper(
+    anatomy: Anatomy, model: Model, function: cst.FunctionDef, parameter: str, depth: int
+) -> bool | None:
+    """Whether the calls of `function` give `parameter` the wrapped model: True for every
+    call, False for some, None for none (followed through the callers' own parameters)."""
+    assert model.placement is not None
+    if depth > MAX_STEPS:
+        return None
+    verdicts: list[bool | None] = []
+    for site in anatomy.graph.call_sites(function):
+        argument = anatomy.graph.bound_argument(site, function, parameter)
+        name = dotted(argument) if argument is not None else None
+        caller = anatomy.function_of(site)
+        if (
+            name is not None
+            and name in model.names - model.bare
+            and anatomy.values.runs_after(model.placement, site, name)
+        ):
+            verdicts.append(True)
+        elif (
+            name is not None
+            and caller is not None
+            and caller is not function
+            and name in anatomy.graph.parameters_of(caller) - model.names
+        ):
+            verdicts.append(_given_the_wrapper(anatomy, model, caller, name, depth + 1))
+        else:
+            verdicts.append(False)
+    if not any(verdicts):
+        return None
+    return all(verdict is True for verdict in verdicts)
 
 
 def _loop_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool]]:

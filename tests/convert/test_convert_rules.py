@@ -188,3 +188,101 @@ def test_a_model_with_no_place_to_wrap_is_refused_with_what_was_seen(
     assert result.refused and result.output == source
     messages = [note.message for note in result.problems if note.code == "DDP003"]
     assert any(reason in message for message in messages), result.problems
+
+
+MODELS_IN_A_LIST = """import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+netA = torch.nn.Linear(4, 1)
+netB = torch.nn.Linear(4, 1)
+{middle}
+opts = [torch.optim.SGD(netA.parameters(), lr=0.1), torch.optim.SGD(netB.parameters(), lr=0.1)]
+for epoch in range(2):
+    for x in loader:
+        for net, opt in zip(nets, opts):
+            loss = net(x).sum()
+            loss.backward()
+            opt.step()
+"""
+
+
+def test_models_put_in_a_list_are_wrapped_before_it() -> None:
+    """MorvanZhou's optimizer tutorial: `nets = [net_SGD, ...]` trains through the list, so
+    the list must hold the wrappers (it held the bare models: no gradient averaging); the
+    loop over the loader is the batch loop, not the loop over the nets inside it."""
+    source = MODELS_IN_A_LIST.format(middle="nets = [netA, netB]").encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.index("netB = DDP(netB") < text.index("nets = [netA, netB]")
+    assert text.index("netA = DDP(netA") < text.index("nets = [netA, netB]")
+    assert "loader.sampler.set_epoch(epoch)" in text
+
+
+def test_a_list_holding_the_model_from_before_its_move_is_refused() -> None:
+    middle = 'nets = [netA, netB]\nnetA = netA.to("cpu")\nnetB = netB.to("cpu")'
+    source = MODELS_IN_A_LIST.format(middle=middle).encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert result.refused and result.output == source
+    messages = [note.message for note in result.problems if note.code == "DDP003"]
+    assert any("`nets` (line 7) holds `netA` from before the wrap" in m for m in messages)
+
+
+HELPER_GIVEN_THE_MODEL = """import copy
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+
+
+def fit(net, opt):
+    best = copy.deepcopy(net.state_dict())
+    for epoch in range(2):
+        for x in loader:
+            loss = {loss}
+            loss.backward()
+            opt.step()
+        torch.save(net.state_dict(), "ckpt.pt")
+    net.load_state_dict(best)
+    return net
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model = fit(model, optimizer)
+{more}"""
+
+
+def test_a_function_given_the_wrapped_model_saves_and_loads_the_bare_module() -> None:
+    """`fit(net, opt)` called with the wrapped `model`: its `net.state_dict()` would carry
+    `module.` keys into the checkpoint (it was left as it was)."""
+    source = HELPER_GIVEN_THE_MODEL.format(loss="net(x).sum()", more="").encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "best = copy.deepcopy(net.module.state_dict())" in text
+    assert 'torch.save(net.module.state_dict(), "ckpt.pt")' in text
+    assert "net.module.load_state_dict(best)" in text
+
+
+@pytest.mark.parametrize(
+    ("loss", "more", "line", "reason"),
+    [
+        # Part of the model run on its own: no DDP forward, no averaged gradients.
+        ("net.head(net.encoder(x)).sum()", "", 12, "`net.encoder` computes the loss outside"),
+        # minGPT / Lightning style: the model computes its own loss in a method.
+        ("net.training_step(x)", "", 12, "`net.training_step` computes the loss outside"),
+        # Given the wrapper by one call and a fresh model by another.
+        ("net(x).sum()", "fit(Net(), optimizer)\n", 9, "given the DDP-wrapped `model` by some"),
+    ],
+    ids=["submodules", "training-step", "mixed-calls"],
+)
+def test_a_function_given_the_wrapped_model_is_refused_where_module_would_be_wrong(
+    loss: str, more: str, line: int, reason: str
+) -> None:
+    source = HELPER_GIVEN_THE_MODEL.format(loss=loss, more=more).encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert result.refused and result.output == source
+    found = [(n.line, n.message) for n in result.problems if n.code == "DDP003"]
+    assert any(at == line and reason in message for at, message in found), found
