@@ -83,6 +83,12 @@ DDP_TRANSPARENT = {
     "named_buffers", "requires_grad_", "training", "apply", "half", "float", "double",
     "bfloat16", "forward", "__call__",
 }  # fmt: skip
+# DistributedDataParallel's own API: on the wrapper, never through `.module` (the bare module
+# has none of it; a script testing `hasattr(model, "no_sync")` finds it on the wrapper).
+DDP_OWN = {
+    "no_sync", "join", "join_hook", "register_comm_hook", "require_backward_grad_sync",
+    "require_forward_param_sync", "static_graph", "_set_static_graph", "process_group",
+}  # fmt: skip
 # Methods of models, optimizers and schedulers: a call of one of these names through an
 # object other than `self` is not taken for a call of the script's own method.
 TORCH_METHODS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import DDP_TRANSPARENT, PARAMETERS
+from ddpify.analysis.api import DDP_OWN, DDP_TRANSPARENT, PARAMETERS
 from ddpify.analysis.models import Model, holds_model
 from ddpify.analysis.tree import dotted, is_attribute, is_method_call, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
@@ -239,7 +239,17 @@ class WrapModel(ConvertRule):
             ctx.changed(model.placement, f"`{model.placed_name}` wrapped in DDP")
             for call in model.data_parallel:
                 _drop_data_parallel(ctx, call)
+            compiled_after = _compiled_after_the_wrap(anatomy, model)
             for attribute in _raw_uses(anatomy, model):
+                if attribute.attr.value == "_orig_mod" and compiled_after:
+                    # torch.compile(DDP(model)): what it compiled is the wrapper.
+                    ctx.plan.replace(attribute, _through_module)
+                    ctx.changed(
+                        attribute,
+                        "`._orig_mod` is the DDP wrapper (compiled after the wrap): the bare "
+                        "model via `._orig_mod.module`",
+                    )
+                    continue
                 if _bypasses_forward(ctx, attribute, model):
                     continue
                 ctx.plan.replace(attribute.value, _through_module)
@@ -518,7 +528,7 @@ def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
         node
         for node in walk(anatomy.module)
         if isinstance(node, cst.Attribute)
-        and node.attr.value not in DDP_TRANSPARENT
+        and node.attr.value not in DDP_TRANSPARENT | DDP_OWN
         and dotted(node.value) in model.names - model.bare
         and anatomy.values.runs_after(model.placement, node, dotted(node.value) or "")
     ]
@@ -526,6 +536,19 @@ def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
 
 # Attributes that differ on the wrapper in what they give back: a checkpoint's keys.
 STATE_METHODS = {"state_dict", "load_state_dict"}
+
+
+def _compiled_after_the_wrap(anatomy: Anatomy, model: Model) -> bool:
+    """`model = torch.compile(model)` after the statement the wrap follows: it compiles the
+    DDP wrapper (as PyTorch advises), so `model._orig_mod` is the wrapper."""
+    assert model.placement is not None
+    for call in anatomy.calls:
+        if not anatomy.is_call_to(call, {"torch.compile"}) or not call.args:
+            continue
+        name = dotted(call.args[0].value)
+        if name in model.names and anatomy.values.runs_after(model.placement, call, name):
+            return True
+    return False
 
 
 def _bypasses_forward(ctx: ConvertContext, attribute: cst.Attribute, model: Model) -> bool:
@@ -571,7 +594,7 @@ def _parameter_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute,
                 for node in walk(function.body)
                 if isinstance(node, cst.Attribute)
                 and is_name(node.value, parameter)
-                and node.attr.value not in DDP_TRANSPARENT
+                and node.attr.value not in DDP_TRANSPARENT | DDP_OWN
                 and anatomy.function_of(node) is function
             ]
     return found
@@ -727,6 +750,8 @@ def _accumulating_loops(anatomy: Anatomy) -> list[cst.For]:
     with a backward and a step in each branch step after every backward."""
     found = []
     for loop in anatomy.script.train_loops:
+        if anatomy.graph.reaches(loop.batch_loop.body, lambda node: is_attribute(node, "no_sync")):
+            continue  # the script already skips the synchronisation itself
         backwards = [
             node
             for node in walk(loop.batch_loop.body)
