@@ -21,6 +21,19 @@ class Importer(Protocol):
     ) -> None: ...
 
 
+def take_rank_zeros(plan: EditPlan, after: cst.BaseStatement, name: str) -> None:
+    """After `after`, every process takes rank 0's value of `name`, broadcast as an object:
+    a value each process would draw or compute for itself (a clock, a random draw)."""
+    plan.insert_after(
+        after,
+        [
+            statement(f"{name} = [{name}]\n"),
+            statement(f"dist.broadcast_object_list({name})  # every process takes rank 0's\n"),
+            statement(f"{name} = {name}[0]\n"),
+        ],
+    )
+
+
 def set_epoch_problem(loop: TrainLoop) -> str | None:
     """Why `set_epoch` cannot be inserted into this loop automatically, if it cannot."""
     if loop.epoch_loop is None:

@@ -13,8 +13,9 @@ from ddpify.analysis.tree import call_arg, dotted, walk
 # Moving, copying and removing files: after a save on rank 0, only rank 0 has them.
 FILE_OPERATIONS = frozenset(
     {
-        "os.rename", "os.replace", "os.remove", "os.unlink", "shutil.copyfile", "shutil.copy",
-        "shutil.copy2", "shutil.move",
+        "os.rename", "os.replace", "os.remove", "os.unlink", "os.rmdir", "os.removedirs",
+        "shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move", "shutil.rmtree",
+        "shutil.copytree",
     }
 )  # fmt: skip
 # What `SideEffects.of` calls the writes that must happen on one rank.
@@ -64,7 +65,8 @@ class SideEffects:
             if base == "wandb" and attr == "log":
                 return "wandb log"
             if attr in {"save_pretrained", "save_model", "save_checkpoint"}:
-                return "checkpoint write"
+                # The script's own method: the writes in its body are guarded one by one.
+                return None if self.graph.callee(call) is not None else "checkpoint write"
             if attr in {"write_text", "write_bytes", "savefig", "to_csv"}:
                 return "file write"
             if f"{base}.{attr}" in FILE_OPERATIONS:  # the best checkpoint copied, old ones removed
@@ -75,6 +77,8 @@ class SideEffects:
                 return "file write"
             if base == "sys.stdout" and attr == "write":
                 return "print"
+        if self._prints_through(call):
+            return "print"
         if not self.index.may_name(call, SIDE_EFFECT_NAMES):
             return None
         names = self.index.qualified_names(func)
@@ -89,6 +93,44 @@ class SideEffects:
         ):
             return "file write"
         return None
+
+    def _prints_through(self, call: cst.Call) -> bool:
+        """`self.trace_func(...)` or `log(...)` where the name is `print` given as a
+        parameter's default or assigned (`trace_func=print`, Bjarten's EarlyStopping)."""
+        func = call.func
+        scope = self.index.function_of(call)
+        if isinstance(func, cst.Name):
+            return scope is not None and _print_default(scope, func.value)
+        if not (isinstance(func, cst.Attribute) and dotted(func.value) == "self" and scope):
+            return False
+        owner = self.index.class_of(scope)
+        if owner is None:
+            return False
+        target = f"self.{func.attr.value}"
+        for method in owner.body.body:
+            if not isinstance(method, cst.FunctionDef):
+                continue
+            for node in walk(method.body):
+                if (
+                    isinstance(node, cst.Assign)
+                    and len(node.targets) == 1
+                    and dotted(node.targets[0].target) == target
+                    and isinstance(node.value, cst.Name)
+                    and (node.value.value == "print" or _print_default(method, node.value.value))
+                ):
+                    return True
+        return False
+
+
+def _print_default(function: cst.FunctionDef, name: str) -> bool:
+    """`name` is a parameter of `function` whose default is `print`."""
+    params = function.params
+    return any(
+        param.name.value == name
+        and isinstance(param.default, cst.Name)
+        and param.default.value == "print"
+        for param in (*params.params, *params.kwonly_params)
+    )
 
 
 def _exist_ok(call: cst.Call) -> bool:

@@ -25,6 +25,7 @@ from ddpify.analysis.loaders import (
     strip_iteration,
 )
 from ddpify.analysis.project import Helper, HelperEffects, Project
+from ddpify.analysis.splits import DrawnSplit, drawn_splits
 from ddpify.analysis.tree import (
     call_arg,
     dotted,
@@ -182,6 +183,17 @@ class TrainingScript:
             if isinstance(backward.func, cst.Attribute):
                 collect(backward.func.value, self.index.function_of(backward), 0)
         return found
+
+    @cached_property
+    def split_draws(self) -> list[DrawnSplit]:
+        """Unseeded random draws the training loaders' data is built from (a permutation
+        that splits train from validation): each process would draw its own."""
+        found: list[DrawnSplit] = []
+        for loader in self.train_loaders:
+            dataset = call_arg(loader.call, 0, "dataset")
+            if dataset is not None:
+                found += drawn_splits(self.index, self.values, dataset.value)
+        return list({id(split.statement): split for split in found}.values())
 
     @cached_property
     def optimizer_calls(self) -> list[cst.Call]:
@@ -433,6 +445,7 @@ class TrainingScript:
         DDP wrap it will get need the process group, so the setup goes before it."""
         needing = {id(loader.call) for loader in self.train_loaders}
         needing |= {id(call) for call in self.optimizer_calls}
+        needing |= {id(split.draw) for split in self.split_draws}  # rank 0's draw is shared
         for statement in statements:
             for node in walk(statement):
                 if id(node) in needing or is_method_call(node, "to", "cuda"):

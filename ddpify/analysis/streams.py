@@ -5,10 +5,10 @@ char-RNN tutorials' `random_training_set()` (`random.randint(...)`), `np.random.
 an array: each step of the training loop draws its samples afresh, with replacement, and
 the number of steps does not depend on the data's size. There is no epoch to shard: the
 distributed equivalent of a DistributedSampler is a stream of draws of its own in every
-process, which means random generators seeded differently in every process. torch's
-default generator starts from the same fixed seed in every process, so torch's draws
-always need it; Python's and NumPy's global generators start from OS entropy, so only a
-script that seeds them does.
+process, which means random generators seeded differently in every process. torch's default
+generator started from one fixed seed in every process in older releases (it draws one
+from the OS in torch 2.13), so torch's draws are always given one; Python's and NumPy's
+global generators start from OS entropy, so only a script that seeds them needs it.
 
 A loop that walks over the data in order (`for i in range(0, len(x), bs)`, `x[i]`) is
 not such a stream: it makes passes, and those must be sharded.
@@ -43,7 +43,8 @@ SEEDS = {
     "random.seed": "random",
     "numpy.random.seed": "numpy",
 }
-# Families whose global generator starts alike in every process (torch's fixed default).
+# Families whose global generator may start alike in every process (torch's fixed default
+# seed before 2.x releases that draw it from the OS): seeded per process either way.
 ALIKE_UNSEEDED = {"torch"}
 
 

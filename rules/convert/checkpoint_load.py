@@ -7,6 +7,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.tree import call_arg, walk
 from ddpify.emit import expression, statement, with_keyword
+from ddpify.fixes import take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 
@@ -167,14 +168,7 @@ def _drawn_per_process(
 def _share(ctx: ConvertContext, assign: cst.Assign) -> None:
     """Every process takes rank 0's value, right where it is drawn."""
     name = cst.Module([]).code_for_node(assign.targets[0].target)
-    ctx.plan.insert_after(
-        ctx.anatomy.statement_of(assign),
-        [
-            statement(f"{name} = [{name}]\n"),
-            statement(f"dist.broadcast_object_list({name})  # every process takes rank 0's\n"),
-            statement(f"{name} = {name}[0]\n"),
-        ],
-    )
+    take_rank_zeros(ctx.plan, ctx.anatomy.statement_of(assign), name)
     ctx.changed(
         assign,
         f"`{name}` differs between processes (a clock or a random draw): every process "

@@ -10,7 +10,13 @@ from ddpify.analysis.script import ForeignTraining
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.emit import statement, statements
-from ddpify.fixes import insert_set_epoch, set_epoch_problem, shard_loader, shard_problem
+from ddpify.fixes import (
+    insert_set_epoch,
+    set_epoch_problem,
+    shard_loader,
+    shard_problem,
+    take_rank_zeros,
+)
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 
@@ -37,8 +43,14 @@ class DistributedSampler(ConvertRule):
     `get_batch` with `torch.randint`, `random.choice` of a training pair) has no passes to
     shard: each process draws a stream of its own instead, from generators seeded just
     before training with the script's seed plus the rank (`torch.manual_seed(1337 +
-    dist.get_rank())`; torch's generator starts alike in every process even unseeded,
-    Python's and NumPy's do not). Each step then sees world_size times the batch.
+    dist.get_rank())`; torch's generator is given one even unseeded, since older releases
+    start it alike in every process; Python's and NumPy's start from OS entropy). Each step
+    then sees world_size times the batch.
+
+    An unseeded random draw the training data is built from (`perm =
+    np.random.permutation(n)` splitting off a validation set, `random.shuffle(pairs)`) would
+    differ in every process: every process takes rank 0's (`dist.broadcast_object_list`)
+    right after it is drawn.
 
     ## Why is this bad?
     Without the sampler every process trains on the same batches: N GPUs do the work of
@@ -319,6 +331,7 @@ class DistributedSampler(ConvertRule):
             _refuse_unsharded(ctx)
             return
         sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
+        _share_split_draws(ctx)
         for loader in anatomy.loaders.all:
             if not loader.trains:
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
@@ -361,6 +374,32 @@ class DistributedSampler(ConvertRule):
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         return True
+
+
+def _share_split_draws(ctx: ConvertContext) -> None:
+    """An unseeded random draw the training data is built from (`perm =
+    np.random.permutation(n)` splitting train from validation, `random.shuffle(pairs)`):
+    every process takes rank 0's, right after it is drawn, so the sampler splits one
+    training set and no process trains on what another validates on."""
+    anatomy = ctx.anatomy
+    for split in anatomy.script.split_draws:
+        what = dotted(split.draw.func)
+        if split.name is None or not anatomy.script.after_setup(split.statement):
+            ctx.cannot(
+                split.draw,
+                f"the training data is built from `{what}(...)`, unseeded: every process "
+                "would draw its own split; seed it with a fixed seed first, or take rank "
+                "0's draw by hand",
+                blocking=True,
+            )
+            continue
+        ctx.add_import("torch.distributed", asname="dist")
+        take_rank_zeros(ctx.plan, split.statement, split.name)
+        ctx.changed(
+            split.draw,
+            f"`{split.name}` is drawn at random (`{what}`) and the training data is built from "
+            "it: every process takes rank 0's, so all of them split one training set",
+        )
 
 
 def _foreign_set_epoch(ctx: ConvertContext, training: ForeignTraining) -> None:

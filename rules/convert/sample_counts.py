@@ -158,7 +158,11 @@ class SampleCounts(ConvertRule):
                     ctx.changed(size, f"counts this process's samples: len({name}.sampler)")
             if name is None:
                 continue
-            for length in _lengths(anatomy, scope, f"{name}.dataset"):
+            measured = [f"{name}.dataset"]
+            dataset = _dataset_name(anatomy, loop.loader, scope)
+            if dataset is not None:
+                measured.append(dataset)  # `len(train_ds)`, the dataset the loader was given
+            for length in (n for m in measured for n in _lengths(anatomy, scope, m)):
                 if id(length) in done or not _averaged_or_shown(anatomy, length):
                     continue
                 done.add(id(length))
@@ -169,6 +173,26 @@ class SampleCounts(ConvertRule):
 def _measure_sampler(name: str) -> Callable[[cst.Call], cst.Call]:
     sampler = cst.parse_expression(f"{name}.sampler")
     return lambda updated: updated.with_changes(args=[cst.Arg(sampler)])
+
+
+def _dataset_name(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | None) -> str | None:
+    """The plain name of the dataset `loader` was given, when it names the same object in
+    `scope`: the loader is made there, or both are module-level names."""
+    dataset = call_arg(loader.call, 0, "dataset")
+    if dataset is None or not isinstance(dataset.value, cst.Name):
+        return None
+    name = dataset.value.value
+    made_in = anatomy.function_of(loader.call)
+    if made_in is scope:
+        return name if len(anatomy.values.assignments(name, scope)) <= 1 else None
+    if (
+        made_in is None
+        and scope is not None
+        and not anatomy.values.binds(scope, name)
+        and name not in anatomy.graph.parameters_of(scope)
+    ):
+        return name if len(anatomy.values.assignments(name, None)) <= 1 else None
+    return None
 
 
 def _replaced_by(new: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.BaseExpression]:

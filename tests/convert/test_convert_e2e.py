@@ -343,3 +343,61 @@ def test_a_cache_written_on_first_use_and_a_log_file_are_rank_0s(tmp_path: Path)
     single = run([sys.executable, name], cwd=original, timeout=120, env=recording(original))
     assert single.returncode == 0, single.stderr.decode()[-3000:]
     assert sorted(by_rank) == sorted(writers(original))
+
+
+SPLIT_AT_RANDOM = """\
+import json
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+
+
+def main():
+    perm = np.random.permutation(len(data))  # never seeded: every process draws its own
+    train_set = Subset(data, perm[8:].tolist())
+    loader = DataLoader(train_set, batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    PROBE
+
+
+main()
+"""
+
+
+def test_a_split_drawn_at_random_is_rank_0s_on_every_rank(tmp_path: Path) -> None:
+    """`np.random.permutation` unseeded splits train from validation (round-5 audit's audio
+    and CLIP scripts): each rank drew its own, and the shards overlapped. The conversion
+    takes rank 0's draw: the shards are disjoint halves of one training set."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    source = SPLIT_AT_RANDOM.replace("    PROBE\n", "")
+    result = convert_source(source.encode(), "split.py", ConvertOptions())
+    assert not result.refused, result.problems
+    probe = (
+        "    seen = [train_set.indices[i] for i in loader.sampler]\n"
+        "    json.dump({'train': sorted(train_set.indices), 'seen': seen},"
+        " open(f'seen{dist.get_rank()}.json', 'w'))\n"
+    )
+    text = result.output.decode()
+    marker = "            optimizer.step()\n"  # the probe follows the epoch loop
+    assert "dist.broadcast_object_list(perm)" in text
+    assert marker in text
+    (tmp_path / "split.py").write_text(text.replace(marker, marker + probe, 1))
+    ran = torchrun(["split.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    import json
+
+    ranks = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["train"] == ranks[1]["train"]  # one training set
+    seen = [set(rank["seen"]) for rank in ranks]
+    assert not seen[0] & seen[1] and seen[0] | seen[1] == set(ranks[0]["train"])

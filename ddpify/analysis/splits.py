@@ -1,0 +1,127 @@
+"""Random draws the training data is built from: a split each process would draw for itself.
+
+`perm = np.random.permutation(len(data))`, then `Subset(data, perm[n_val:])` (or
+`random.shuffle(pairs)` before `pairs[:1200]` becomes the training set): with its generator
+unseeded, every process draws its own permutation, so the DistributedSampler splits a
+different training set in each process. Together they train on some samples twice, miss
+others, and train on what another process validates on. The fix is to take rank 0's draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.tree import call_arg, dotted, walk
+from ddpify.analysis.values import MAX_STEPS, Values
+
+# Draws that permute or pick samples, by the generator family they draw from.
+PERMUTATIONS = {
+    "numpy.random.permutation": "numpy",
+    "numpy.random.choice": "numpy",
+    "torch.randperm": "torch",
+    "random.sample": "random",
+}
+# Calls that shuffle their argument in place.
+SHUFFLES = {"random.shuffle": "random", "numpy.random.shuffle": "numpy"}
+SEEDS = {
+    "torch.manual_seed": "torch",
+    "torch.random.manual_seed": "torch",
+    "random.seed": "random",
+    "numpy.random.seed": "numpy",
+}
+
+
+@dataclass(frozen=True)
+class DrawnSplit:
+    """A draw the training data is built from, and the name that holds what it drew."""
+
+    draw: cst.Call
+    statement: cst.BaseStatement  # rank 0's value is shared right after it
+    name: str | None  # None: the draw is not assigned to one plain name (a tuple, say)
+
+
+def drawn_splits(
+    index: SourceIndex, values: Values, dataset: cst.BaseExpression
+) -> list[DrawnSplit]:
+    """The unseeded draws `dataset` (a training loader's dataset argument) is built from,
+    followed through the names it reads."""
+    found: list[DrawnSplit] = []
+    seen: set[tuple[str, int]] = set()
+
+    def visit(expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int) -> None:
+        if depth > MAX_STEPS:
+            return
+        for node in walk(expr):
+            if not isinstance(node, cst.Name) or _attribute_name(index, node):
+                continue
+            key = (node.value, id(scope))
+            if key in seen:
+                continue
+            seen.add(key)
+            for call in index.calls:
+                family = _family(index, call, SHUFFLES)
+                if (
+                    family is not None
+                    and call.args
+                    and dotted(call.args[0].value) == node.value
+                    and index.function_of(call) is scope
+                    and not _seeded_before(index, family, call)
+                ):
+                    found.append(DrawnSplit(call, index.statement_of(call), node.value))
+            for value, where in values.values_of(node.value, scope):
+                draw = next(
+                    (
+                        inner
+                        for inner in walk(value)
+                        if isinstance(inner, cst.Call) and _family(index, inner, PERMUTATIONS)
+                    ),
+                    None,
+                )
+                if draw is None:
+                    visit(value, where, depth + 1)
+                    continue
+                family = _family(index, draw, PERMUTATIONS)
+                assert family is not None
+                if _seeded_before(index, family, draw) or _seeded_by_generator(draw):
+                    continue
+                assign = index.parent(value)
+                name = (
+                    assign.targets[0].target.value
+                    if isinstance(assign, cst.Assign)
+                    and len(assign.targets) == 1
+                    and isinstance(assign.targets[0].target, cst.Name)
+                    else None
+                )
+                found.append(DrawnSplit(draw, index.statement_of(draw), name))
+
+    visit(dataset, index.function_of(dataset), 0)
+    unique = {id(split.statement): split for split in found}
+    return list(unique.values())
+
+
+def _family(index: SourceIndex, call: cst.Call, table: dict[str, str]) -> str | None:
+    if not index.may_name(call, {name.rsplit(".", 1)[-1] for name in table}):
+        return None
+    return next((table[n] for n in index.qualified_names(call.func) if n in table), None)
+
+
+def _seeded_before(index: SourceIndex, family: str, draw: cst.Call) -> bool:
+    """A seed of the draw's generator family set before it (any value the script computes
+    alike in every process: a number, `args.seed`)."""
+    return any(
+        _family(index, call, SEEDS) == family and bool(call.args) and index.precedes(call, draw)
+        for call in index.calls
+    )
+
+
+def _seeded_by_generator(draw: cst.Call) -> bool:
+    """`torch.randperm(n, generator=g)`: its own generator, seeded where it is made."""
+    return call_arg(draw, None, "generator") is not None
+
+
+def _attribute_name(index: SourceIndex, node: cst.Name) -> bool:
+    parent = index.parent(node)
+    return isinstance(parent, cst.Attribute) and parent.attr is node
