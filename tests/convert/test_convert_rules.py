@@ -318,9 +318,7 @@ def enclosing_line(text: str, line: str) -> str:
     lines = text.splitlines()
     at = next(i for i, candidate in enumerate(lines) if candidate.strip().startswith(line))
     depth = len(lines[at]) - len(lines[at].lstrip())
-    return next(
-        above for above in reversed(lines[:at]) if len(above) - len(above.lstrip()) < depth
-    )
+    return next(above for above in reversed(lines[:at]) if len(above) - len(above.lstrip()) < depth)
 
 
 EARLY_STOPPING = b"""import numpy as np
@@ -370,7 +368,7 @@ def test_bjarten_s_early_stopping_prints_and_writes_on_rank_0_only() -> None:
     text = result.output.decode()
     for line in (
         'self.trace_func(f"EarlyStopping: {val_loss}")',
-        "self.trace_func(f\"Validation loss decreased",
+        'self.trace_func(f"Validation loss decreased',
         'shutil.rmtree("old_checkpoints", ignore_errors=True)',
     ):
         assert "dist.get_rank() == 0" in enclosing_line(text, line), line
