@@ -159,30 +159,7 @@ class TrainingScript:
         """The ids of the nodes of every expression a backward pass's loss is computed from:
         followed through the names it is assigned from and what the script's own functions
         return (`loss = criterion(model.head(h), y)`, `loss = model.training_step(batch)`)."""
-        found: set[int] = set()
-
-        def collect(expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int) -> None:
-            if depth > MAX_STEPS or id(expr) in found:
-                return
-            for node in walk(expr):
-                found.add(id(node))
-                if isinstance(node, cst.Name):
-                    parent = self.index.parent(node)
-                    if isinstance(parent, cst.Attribute) and parent.attr is node:
-                        continue
-                    for origin in self.values.origins(node, scope):
-                        if origin is not node:
-                            collect(origin, self.index.function_of(origin), depth + 1)
-                elif isinstance(node, cst.Call):
-                    callee = self.graph.callee(node)
-                    if callee is not None:
-                        for value in self.graph.returned_values(callee):
-                            collect(value, callee, depth + 1)
-
-        for backward in self.backward_calls:
-            if isinstance(backward.func, cst.Attribute):
-                collect(backward.func.value, self.index.function_of(backward), 0)
-        return found
+        return _loss_nodes(self.index, self.graph, self.values, self.backward_calls)
 
     @cached_property
     def split_draws(self) -> list[DrawnSplit]:
@@ -372,6 +349,7 @@ class TrainingScript:
         traced = [loop.loader for loop in self.train_loops if loop.loader is not None]
         traced += [t.loader for t in self.foreign_training if t.loader is not None]
         if traced:
+            traced += _drawn_for_the_loss(self)
             for loader in traced:
                 loader.trains = True
             return list({id(loader): loader for loader in traced}.values())
@@ -464,6 +442,60 @@ class TrainingScript:
         if entry.setup_after is not None:
             return self.index.line(node) > self.index.line(anchor)
         return self.index.line(node) >= self.index.line(anchor)
+
+
+def _loss_nodes(
+    index: SourceIndex, graph: CallGraph, values: Values, backward_calls: list[cst.Call]
+) -> set[int]:
+    found: set[int] = set()
+
+    def collect(expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int) -> None:
+        if depth > MAX_STEPS or id(expr) in found:
+            return
+        for node in walk(expr):
+            found.add(id(node))
+            if isinstance(node, cst.Name):
+                parent = index.parent(node)
+                if isinstance(parent, cst.Attribute) and parent.attr is node:
+                    continue
+                for origin in values.origins(node, scope):
+                    if origin is not node:
+                        collect(origin, index.function_of(origin), depth + 1)
+            elif isinstance(node, cst.Call):
+                callee = graph.callee(node)
+                if callee is not None:
+                    for value in graph.returned_values(callee):
+                        collect(value, callee, depth + 1)
+
+    for backward in backward_calls:
+        if isinstance(backward.func, cst.Attribute):
+            collect(backward.func.value, index.function_of(backward), 0)
+    return found
+
+
+def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
+    """Loaders a training step draws a batch from with `next(...)` for its loss (an
+    auxiliary task's `next(aux_batches)` with `aux_batches = itertools.cycle(loader)`):
+    they train too."""
+    found = []
+    for call in script.index.calls:
+        if not (is_name(call.func, "next") and call.args) or id(call) not in script.loss_nodes:
+            continue
+        scope = script.index.function_of(call)
+        source = call.args[0].value
+        for _ in range(MAX_STEPS):
+            values = script.values.assignments(dotted(source) or "", scope)
+            if len(values) != 1:
+                break
+            source = values[0]
+            if isinstance(source, cst.Call) and script.index.is_call_to(
+                source, {"itertools.cycle"}
+            ):
+                source = source.args[0].value if source.args else source
+        loader = script.loaders.loader_for(script.loaders.resolve(source, scope))
+        if loader is not None:
+            found.append(loader)
+    return found
 
 
 def _training_key(

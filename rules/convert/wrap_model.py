@@ -233,10 +233,32 @@ class WrapModel(ConvertRule):
                 continue
             ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
             wrap = WRAP.format(name=model.placed_name, rank=ctx.local_rank(model.placement))
+            partial_reason = _runs_in_part(anatomy, model)
+            calls = _calls_per_step(anatomy, model)
+            if partial_reason is not None and calls > 1:
+                ctx.cannot(
+                    model.optimizer_call,
+                    f"the training step calls `{model.placed_name}` {calls} times before its "
+                    f"backward, and {partial_reason}: DDP cannot tell which parameters each "
+                    "call leaves without a gradient (with find_unused_parameters=True it marks "
+                    "some ready twice, without it it stops at the next step); compute the "
+                    "outputs in one call, or convert by hand",
+                    blocking=True,
+                )
+                continue
+            if partial_reason is not None:
+                wrap = wrap.replace(" else None)", " else None, find_unused_parameters=True)")
             if model.alias is not None and _used_after(anatomy, model, model.alias):
                 wrap = f"{model.alias} = {wrap}"  # `m = model.to(device)`: both names train
             ctx.plan.insert_after(model.placement, [statement(wrap)])
             ctx.changed(model.placement, f"`{model.placed_name}` wrapped in DDP")
+            if partial_reason is not None:
+                ctx.changed(
+                    model.placement,
+                    f"find_unused_parameters=True: {partial_reason}, so some parameters may "
+                    "get no gradient in a step (DDP would stop at the next one: 'Expected to "
+                    "have finished reduction'); it costs a pass over the graph every step",
+                )
             for call in model.data_parallel:
                 _drop_data_parallel(ctx, call)
             compiled_after = _compiled_after_the_wrap(anatomy, model)
@@ -536,6 +558,84 @@ def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
 
 # Attributes that differ on the wrapper in what they give back: a checkpoint's keys.
 STATE_METHODS = {"state_dict", "load_state_dict"}
+
+
+def _runs_in_part(anatomy: Anatomy, model: Model) -> str | None:
+    """Why a training step may leave some of the model's parameters without a gradient:
+    the model is called under a condition in the batch loop (an auxiliary head switched on
+    after a warm-up), or its forward picks what runs from an argument (`self.heads[task]`,
+    `if task == "aux":`). None when neither shows."""
+    for loop in anatomy.script.train_loops:
+        for node in walk(loop.batch_loop.body):
+            if not (isinstance(node, cst.Call) and dotted(node.func) in model.names):
+                continue
+            for ancestor in anatomy.ancestors(node):
+                if ancestor is loop.batch_loop:
+                    break
+                if isinstance(ancestor, cst.If | cst.IfExp):
+                    line = anatomy.line(node)
+                    return f"`{dotted(node.func)}` is called under a condition (line {line})"
+    for forward in _forwards(anatomy, model):
+        params = [p.name.value for p in forward.params.params][2:]  # after self and the input
+        for node in walk(forward.body):
+            test = node.test if isinstance(node, cst.If | cst.IfExp) else None
+            index = (
+                node.slice[0].slice.value
+                if isinstance(node, cst.Subscript)
+                and len(node.slice) == 1
+                and isinstance(node.slice[0].slice, cst.Index)
+                else None
+            )
+            for read in (test, index):
+                if read is not None and any(is_name(n, *params) for n in walk(read)):
+                    line = anatomy.line(node)
+                    return (
+                        f"the forward of `{model.placed_name}` chooses what runs from an "
+                        f"argument (line {line})"
+                    )
+    return None
+
+
+def _calls_per_step(anatomy: Anatomy, model: Model) -> int:
+    """The most calls of the model itself (its forward) in one training batch loop's body."""
+    return max(
+        (
+            sum(
+                1
+                for node in walk(loop.batch_loop.body)
+                if isinstance(node, cst.Call) and dotted(node.func) in model.names
+            )
+            for loop in anatomy.script.train_loops
+        ),
+        default=0,
+    )
+
+
+def _forwards(anatomy: Anatomy, model: Model) -> list[cst.FunctionDef]:
+    """The `forward` of the script's own class the model is built from."""
+    classes = {
+        node.name.value: node for node in walk(anatomy.module) if isinstance(node, cst.ClassDef)
+    }
+    found = []
+    for node in walk(anatomy.module):
+        if not (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and dotted(node.targets[0].target) in model.names
+        ):
+            continue
+        value = node.value
+        while isinstance(value, cst.Call) and is_attribute(value.func, "to", "cuda"):
+            value = value.func.value  # type: ignore[attr-defined]
+        owner = classes.get(dotted(value.func) or "") if isinstance(value, cst.Call) else None
+        if owner is None:
+            continue
+        found += [
+            method
+            for method in owner.body.body
+            if isinstance(method, cst.FunctionDef) and method.name.value == "forward"
+        ]
+    return found
 
 
 def _compiled_after_the_wrap(anatomy: Anatomy, model: Model) -> bool:

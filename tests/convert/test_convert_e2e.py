@@ -401,3 +401,61 @@ def test_a_split_drawn_at_random_is_rank_0s_on_every_rank(tmp_path: Path) -> Non
     assert ranks[0]["train"] == ranks[1]["train"]  # one training set
     seen = [set(rank["seen"]) for rank in ranks]
     assert not seen[0] & seen[1] and seen[0] | seen[1] == set(ranks[0]["train"])
+
+
+TASK_PER_STEP = """\
+import itertools
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 8)
+        self.heads = torch.nn.ModuleDict({"a": torch.nn.Linear(8, 1), "b": torch.nn.Linear(8, 1)})
+
+    def forward(self, x, task):
+        return self.heads[task](torch.relu(self.body(x)))
+
+
+torch.manual_seed(0)
+main_set = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+aux_set = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+main_loader = DataLoader(main_set, batch_size=4, shuffle=True)
+aux_loader = DataLoader(aux_set, batch_size=4, shuffle=True)
+model = TwoHeads()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+aux_batches = itertools.cycle(aux_loader)
+for epoch in range(2):
+    for step, (x, y) in enumerate(main_loader):
+        xa, ya = next(aux_batches)
+        task = "a" if step % 2 == 0 else "b"  # one head per step, as MT-DNN's schedule
+        loss = F.mse_loss(model(torch.cat([x, xa]), task), torch.cat([y, ya]))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"epoch {epoch} loss {loss.item():.4f}")
+"""
+
+
+def test_a_forward_that_runs_one_head_per_step_trains_with_find_unused_parameters(
+    tmp_path: Path,
+) -> None:
+    """One head per step (the forward picks it from an argument): without
+    find_unused_parameters DDP stops at the second step. The auxiliary loader a step draws
+    from with `next(itertools.cycle(loader))` trains too, so it is sharded (round-5 audit:
+    both ranks drew the same auxiliary batches)."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(TASK_PER_STEP.encode(), "tasks.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "find_unused_parameters=True" in text
+    assert text.count("sampler=DistributedSampler(") == 2
+    (tmp_path / "tasks.py").write_text(text)
+    ran = torchrun(["tasks.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert len(progress_lines(ran.stdout)) == 2

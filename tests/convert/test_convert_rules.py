@@ -373,3 +373,26 @@ def test_bjarten_s_early_stopping_prints_and_writes_on_rank_0_only() -> None:
     ):
         assert "dist.get_rank() == 0" in enclosing_line(text, line), line
     assert not [n for n in result.notes if n.kind is NoteKind.CANNOT], result.notes
+
+
+def test_a_step_that_calls_the_model_twice_and_once_under_a_condition_is_refused() -> None:
+    """An auxiliary head switched on after a warm-up, through a second call: no DDP setting
+    trains it (round-5 audit's aux_task_cycle crashed at step 2)."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for x in loader:
+        loss = model(x).sum()
+        if epoch >= 1:
+            loss = loss + model(x, task="aux").sum()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "aux.py", ConvertOptions())
+    assert result.refused and result.output == source
+    [problem] = [n for n in result.problems if n.code == "DDP003"]
+    assert problem.line == 6 and "calls `model` 2 times before its backward" in problem.message
