@@ -30,7 +30,9 @@ class RankZeroSideEffects(ConvertRule):
     rank 0 only.
 
     A statement that runs a collective or a forward pass through the wrapped model is never
-    guarded: the other ranks would wait for rank 0 forever. It is reported instead. A
+    guarded: the other ranks would wait for rank 0 forever. A print or log line that shows
+    what such a call computes (`print(f"acc {accuracy(model, loader)}")`) computes it first,
+    into a variable, on every rank, and prints on rank 0; anything else is reported. A
     model built again after training (to reload the best weights) is a bare module: a
     print that runs it goes on rank 0.
 
@@ -43,8 +45,40 @@ class RankZeroSideEffects(ConvertRule):
     step = 5
     name = "rank-zero-side-effects"
     message = "print, log and write files on global rank 0 only"
-    fix_safety = "Safe: only statements free of collectives and forward passes are guarded."
+    fix_safety = (
+        "Safe: only statements free of collectives and forward passes are guarded; the calls "
+        "a print shows that run them are computed before it, on every rank."
+    )
     examples = (
+        # Compute, then print: the evaluation runs the wrapped model on every rank.
+        Example(
+            """
+            import torch
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                print(f"epoch {epoch} accuracy {accuracy(model, val_loader):.3f}")
+            """,
+            """
+            import torch
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                accuracy_result = accuracy(model, val_loader)
+                if dist.get_rank() == 0:
+                    print(f"epoch {epoch} accuracy {accuracy_result:.3f}")
+            """,
+        ),
         # A model built again after training (the best weights reloaded for a test) is a
         # bare module: a print that runs it needs no other rank and goes on rank 0.
         Example(
@@ -135,6 +169,7 @@ class RankZeroSideEffects(ConvertRule):
         anatomy = ctx.anatomy
         model_names = set().union(*(model.names for model in anatomy.models.all))
         guarded: list[cst.CSTNode] = []
+        taken: set[str] = set()  # names given to values computed before a print
         for node in anatomy.simple_statements:
             kind = anatomy.effects.of(node)
             if (
@@ -145,6 +180,17 @@ class RankZeroSideEffects(ConvertRule):
             ):
                 continue
             blocker = _must_run_everywhere(anatomy, node, model_names)
+            if blocker and kind in {"print", "logging"} and blocker in MODEL_RUNS:
+                shown = _hoist_model_runs(ctx, node, model_names, taken)
+                if shown:
+                    ctx.plan.guard(node, expression(RANK_ZERO))
+                    guarded.append(node)
+                    ctx.changed(
+                        node,
+                        f"{kind} on rank 0 only; what it shows ({shown}) is computed first, "
+                        "on every rank, since it runs the model",
+                    )
+                    continue
             if blocker:
                 ctx.cannot(node, f"{kind} not guarded: it runs {blocker}, which every rank must")
                 continue
@@ -464,6 +510,49 @@ def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:
     return anatomy.is_call_to(call, {"torch.save"}) or dotted(call.func) in {
         "print", "str", "repr", "format",
     }  # fmt: skip
+
+
+MODEL_RUNS = {"a forward pass", "a call that uses the model (it may run a forward pass)"}
+
+
+def _hoist_model_runs(
+    ctx: ConvertContext, line: cst.CSTNode, models: set[str], taken: set[str]
+) -> str:
+    """`print(f"acc {accuracy(model, loader)}")`: the calls that run the model go into
+    variables just before the print, on every rank (DDP's forward and anything the call
+    synchronises need all of them); the print then shows the variables. The calls' code,
+    or "" when the print cannot be split so (a one-line block, a call nested in a lambda)."""
+    anatomy = ctx.anatomy
+    if not isinstance(line, cst.SimpleStatementLine) or not isinstance(
+        anatomy.parent(line), cst.IndentedBlock | cst.Module
+    ):
+        return ""
+    runs: list[cst.Call] = []
+    for node in walk(line):
+        if not isinstance(node, cst.Call) or any(anatomy.inside(node, run) for run in runs):
+            continue
+        if dotted(node.func) in models or any(dotted(arg.value) in models for arg in node.args):
+            runs.append(node)
+    if not runs or any(
+        isinstance(ancestor, cst.Lambda | cst.BaseComp)
+        for run in runs
+        for ancestor in anatomy.ancestors(run)
+        if anatomy.inside(ancestor, line)
+    ):
+        return ""
+    code = cst.Module([]).code_for_node
+    lines = []
+    for run in runs:
+        base = (dotted(run.func) or "value").rsplit(".", 1)[-1]
+        candidates = [f"{base}_result", "shown_value"]
+        name = anatomy.free_name([c for c in candidates if c not in taken] or candidates)
+        while name in taken:
+            name = f"{name}_"
+        taken.add(name)
+        lines.append(statement(f"{name} = {code(run)}\n"))
+        ctx.plan.replace(run, lambda _, name=name: cst.Name(name))  # type: ignore[misc]
+    ctx.plan.insert_before(line, lines)
+    return ", ".join(f"`{code(run)}`" for run in runs)
 
 
 def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[str]) -> str:

@@ -459,3 +459,54 @@ def test_a_forward_that_runs_one_head_per_step_trains_with_find_unused_parameter
     ran = torchrun(["tasks.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert len(progress_lines(ran.stdout)) == 2
+
+
+EVALUATED_IN_A_PRINT = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def accuracy(model, loader):
+    model.eval()
+    with torch.no_grad():
+        hits = sum((model(x).argmax(1) == y).sum().item() for x, y in loader)
+    model.train()
+    return hits / len(loader.dataset)
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,)))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    val_loader = DataLoader(data, batch_size=8)
+    layers = [torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2)]
+    model = torch.nn.Sequential(*layers)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        print(f"epoch {epoch} accuracy {accuracy(model, val_loader):.3f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_print_that_evaluates_the_model_runs_it_on_every_rank(tmp_path: Path) -> None:
+    """`print(f"... {accuracy(model, loader)}")`: the evaluation (DDP's forward, which
+    broadcasts BatchNorm buffers) runs on both ranks and the line is printed once
+    (round-5 audit: both ranks printed their own recall)."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(EVALUATED_IN_A_PRINT.encode(), "evaluated.py", ConvertOptions())
+    assert not result.problems, result.problems
+    text = result.output.decode()
+    assert "accuracy_result = accuracy(model, val_loader)" in text
+    (tmp_path / "evaluated.py").write_text(text)
+    ran = torchrun(["evaluated.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert len(progress_lines(ran.stdout)) == 2
