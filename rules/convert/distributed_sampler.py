@@ -344,10 +344,11 @@ class DistributedSampler(ConvertRule):
             if id(loader) in sharded and id(loader) not in looped:
                 if _passes_by_hand(ctx, loader):
                     continue
+                where = _why_unlooped(anatomy, loader)
                 ctx.cannot(
                     loader.call,
-                    "no `for` loop over this loader found: call `sampler.set_epoch(epoch)` "
-                    "before each pass over it by hand",
+                    f"found no `for` loop over this loader that can be followed{where}: "
+                    "call `sampler.set_epoch(epoch)` before each pass over it by hand",
                     blocking=True,  # without it, every pass repeats the first one's order
                 )
         for loop in anatomy.script.train_loops:
@@ -400,6 +401,35 @@ def _share_split_draws(ctx: ConvertContext) -> None:
             f"`{split.name}` is drawn at random (`{what}`) and the training data is built from "
             "it: every process takes rank 0's, so all of them split one training set",
         )
+
+
+def _why_unlooped(anatomy: Anatomy, loader: Loader) -> str:
+    """Where the loader goes instead of a `for` loop ddpify follows, as a clause."""
+    parent = anatomy.parent(loader.call)
+    holder = anatomy.parent(parent) if isinstance(parent, cst.Arg) else None
+    if isinstance(holder, cst.Call):
+        return f" (it is handed to `{dotted(holder.func) or 'a call'}(...)`)"
+    if any(isinstance(a, cst.Return) for a in anatomy.ancestors(loader.call)):
+        function = anatomy.function_of(loader.call)
+        name = function.name.value if function is not None else "a function"
+        return f" (it is returned by `{name}()` and read where that is called)"
+    if isinstance(parent, cst.DictComp):
+        return " (it is made per key in a comprehension and read by key)"
+    if loader.name is None:
+        return ""
+    for node in walk(anatomy.module):
+        if not (isinstance(node, cst.Name) and node.value == loader.name):
+            continue
+        parent = anatomy.parent(node)
+        holder = anatomy.parent(parent) if isinstance(parent, cst.Arg) else None
+        line = anatomy.line(node)
+        if isinstance(holder, cst.Call) and is_name(holder.func, "zip"):
+            return f" (it is read in `zip(...)` with another iterable, line {line})"
+        if isinstance(parent, cst.IfExp):
+            return f" (it is chosen by a conditional expression, line {line})"
+        if isinstance(holder, cst.Call) and isinstance(holder.func, cst.Attribute):
+            return f" (it is handed to `{dotted(holder.func)}(...)`, line {line})"
+    return ""
 
 
 def _foreign_set_epoch(ctx: ConvertContext, training: ForeignTraining) -> None:

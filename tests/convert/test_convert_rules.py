@@ -396,3 +396,46 @@ for epoch in range(3):
     assert result.refused and result.output == source
     [problem] = [n for n in result.problems if n.code == "DDP003"]
     assert problem.line == 6 and "calls `model` 2 times before its backward" in problem.message
+
+
+UNLOOPED = """import torch
+from torch.utils.data import DataLoader
+
+{made}
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in {loop}:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("made", "loop", "where"),
+    [
+        (
+            "loader = engine.setup(DataLoader(torch.randn(8, 4), shuffle=True))",
+            "loader",
+            "(it is handed to `engine.setup(...)`)",
+        ),
+        (
+            "loader = DataLoader(torch.randn(8, 4), shuffle=True)\n"
+            "other = DataLoader(torch.randn(8, 4), shuffle=True)",
+            "(a + b for a, b in zip(loader, other))",
+            "(it is read in `zip(...)` with another iterable, line 9)",
+        ),
+    ],
+    ids=["handed-over", "zip"],
+)
+def test_a_loader_with_no_loop_to_follow_says_where_it_goes(
+    made: str, loop: str, where: str
+) -> None:
+    """Round-5 audit: "no `for` loop over this loader found" read as if the script had
+    none; the refusal now says where the loader went."""
+    source = UNLOOPED.format(made=made, loop=loop).encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert result.refused
+    messages = [n.message for n in result.problems if n.code == "DDP004"]
+    assert any(where in message for message in messages), messages
