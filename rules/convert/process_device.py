@@ -10,7 +10,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import is_cuda_literal
-from ddpify.analysis.tree import dotted, is_attribute
+from ddpify.analysis.tree import dotted, is_attribute, walk
 from ddpify.emit import FALLBACK_DEVICE, expression
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -190,7 +190,11 @@ class ProcessDevice(ConvertRule):
                 ctx.changed(call, "`.cuda()` moves to the process's device")
             elif anatomy.is_call_to(call, {"torch.device"}) and call.args:
                 first = call.args[0].value
-                if is_cuda_literal(first):
+                if is_cuda_literal(first) and _chosen_when_cuda(anatomy, call):
+                    if _indexed_cuda(first):  # "cuda:0" if available: the index goes
+                        ctx.plan.replace(first, partial(_constant, _plain_cuda(first)))
+                        ctx.changed(call, '`torch.device("cuda:N")` drops its fixed GPU index')
+                elif is_cuda_literal(first):
                     target = ctx.device(call)
                     ctx.plan.replace(call, partial(_constant, target))
                     ctx.changed(call, '`torch.device("cuda...")` is the process\'s device')
@@ -270,6 +274,17 @@ def _plain_cuda(node: cst.BaseExpression) -> cst.SimpleString:
 
 def _constant(value: cst.BaseExpression, _: cst.CSTNode) -> cst.BaseExpression:
     return value
+
+
+def _chosen_when_cuda(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`torch.device("cuda") if torch.cuda.is_available() else ...`: the script already
+    falls back to the CPU; after set_device, "cuda" is the process's GPU."""
+    parent = anatomy.parent(call)
+    return (
+        isinstance(parent, cst.IfExp)
+        and parent.body is call
+        and any(is_attribute(node, "is_available") for node in walk(parent.test))
+    )
 
 
 def _cuda_to_to(call: cst.Call, device: cst.BaseExpression) -> cst.Call:

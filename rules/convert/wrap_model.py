@@ -578,22 +578,34 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> str | None:
     for forward in _forwards(anatomy, model):
         params = [p.name.value for p in forward.params.params][2:]  # after self and the input
         for node in walk(forward.body):
-            test = node.test if isinstance(node, cst.If | cst.IfExp) else None
-            index = (
-                node.slice[0].slice.value
-                if isinstance(node, cst.Subscript)
-                and len(node.slice) == 1
-                and isinstance(node.slice[0].slice, cst.Index)
-                else None
-            )
-            for read in (test, index):
-                if read is not None and any(is_name(n, *params) for n in walk(read)):
-                    line = anatomy.line(node)
-                    return (
-                        f"the forward of `{model.placed_name}` chooses what runs from an "
-                        f"argument (line {line})"
-                    )
+            if isinstance(node, cst.If | cst.IfExp):
+                chooses = any(is_name(n, *params) for n in walk(node.test)) and any(
+                    _calls_submodule(inner) for inner in walk(node) if inner is not node.test
+                )
+            elif isinstance(node, cst.Subscript):
+                chooses = (
+                    dotted(node.value) is not None
+                    and (dotted(node.value) or "").startswith("self.")
+                    and any(is_name(n, *params) for n in walk(node.slice[0]))
+                )
+            else:
+                continue
+            if chooses:
+                line = anatomy.line(node)
+                return (
+                    f"the forward of `{model.placed_name}` chooses what runs from an "
+                    f"argument (line {line})"
+                )
     return None
+
+
+def _calls_submodule(node: cst.CSTNode) -> bool:
+    """`self.head(x)`: a call of one of the module's own attributes."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and is_name(node.func.value, "self")
+    )
 
 
 def _calls_per_step(anatomy: Anatomy, model: Model) -> int:

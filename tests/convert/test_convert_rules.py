@@ -439,3 +439,37 @@ def test_a_loader_with_no_loop_to_follow_says_where_it_goes(
     assert result.refused
     messages = [n.message for n in result.problems if n.code == "DDP004"]
     assert any(where in message for message in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("device", "after"),
+    [
+        (
+            'torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")',
+            'torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")',
+        ),
+        (
+            'torch.device("cuda:0") if torch.cuda.is_available() else torch.device("cpu")',
+            'torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")',
+        ),
+    ],
+    ids=["kept", "index-dropped"],
+)
+def test_a_device_chosen_when_cuda_is_available_keeps_its_fallback(device: str, after: str) -> None:
+    """Round-5 audit: `torch.device("cuda") if available else ...` became a doubled
+    conditional; after set_device, "cuda" is the process's GPU."""
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+device = {device}
+loader = DataLoader(torch.randn(8, 4), shuffle=True)
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in loader:
+        model(x.to(device)).sum().backward()
+        optimizer.step()
+""".encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert f"device = {after}\n".encode() in result.output
