@@ -66,7 +66,10 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
         )
     samplers = [anatomy.loaders.argument(call, name) for name in SAMPLER_ARGUMENTS]
     if any(samplers):
-        if loader.key_var is None and plain_sampler(anatomy, loader) is not None:
+        if loader.key_var is None and (
+            plain_sampler(anatomy, loader) is not None
+            or drawing_sampler(anatomy, loader) is not None
+        ):
             return None
         return "the training DataLoader has its own sampler: shard it by hand"
     if None in samplers:
@@ -201,6 +204,44 @@ def _shard_one_key(
         return updated.with_changes(args=args)
 
     plan.replace(loader.call, shard)
+
+
+# Samplers that draw with replacement, and whether they do by default.
+DRAWING_SAMPLERS = {
+    "torch.utils.data.RandomSampler": False,
+    "torch.utils.data.sampler.RandomSampler": False,
+    "torch.utils.data.WeightedRandomSampler": True,
+    "torch.utils.data.sampler.WeightedRandomSampler": True,
+}
+PER_PROCESS_GENERATOR = "torch.Generator().manual_seed(torch.initial_seed() + dist.get_rank())"
+
+
+def drawing_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
+    """The sampler the loader is given, made in one place, when it draws with replacement
+    (`RandomSampler(ds, replacement=True, num_samples=...)`, `WeightedRandomSampler(weights,
+    n)`) from its own generator of the global one: nothing to split, only a stream to make
+    different in every process."""
+    passed = anatomy.loaders.argument(loader.call, "sampler") or []
+    if len(passed) != 1 or anatomy.loaders.argument(loader.call, "batch_sampler"):
+        return None
+    origins = anatomy.values.origins(passed[0].value, anatomy.function_of(loader.call))
+    if len(origins) != 1 or not isinstance(origins[0], cst.Call):
+        return None
+    made = origins[0]
+    default = next(
+        (v for n, v in DRAWING_SAMPLERS.items() if n in anatomy.qualified_names(made.func)), None
+    )
+    if default is None or call_arg(made, None, "generator") is not None:
+        return None
+    replacement = call_arg(made, None, "replacement")
+    replaces = default if replacement is None else is_name(replacement.value, "True")
+    return made if replaces and not any(arg.star for arg in made.args) else None
+
+
+def draw_per_process(plan: EditPlan, sampler: cst.Call) -> None:
+    """The sampler draws from a generator seeded with the script's torch seed plus the rank."""
+    generator = cst.parse_expression(PER_PROCESS_GENERATOR)
+    plan.replace(sampler, lambda updated: with_keyword(updated, "generator", generator))
 
 
 PLAIN_SAMPLERS = {

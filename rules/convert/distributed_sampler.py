@@ -11,6 +11,8 @@ from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.emit import statement, statements
 from ddpify.fixes import (
+    draw_per_process,
+    drawing_sampler,
     insert_set_epoch,
     set_epoch_problem,
     shard_loader,
@@ -52,6 +54,11 @@ class DistributedSampler(ConvertRule):
     differ in every process: every process takes rank 0's (`dist.broadcast_object_list`)
     right after it is drawn.
 
+    A sampler that draws with replacement (`RandomSampler(ds, replacement=True,
+    num_samples=n)`, `WeightedRandomSampler(weights, n)`) has nothing to split: it gets a
+    generator of its own, `torch.Generator().manual_seed(torch.initial_seed() +
+    dist.get_rank())`, so that every process draws a different, reproducible stream.
+
     ## Why is this bad?
     Without the sampler every process trains on the same batches: N GPUs do the work of
     one. Without `set_epoch` the sampler shuffles the same way every epoch.
@@ -67,7 +74,8 @@ class DistributedSampler(ConvertRule):
         a computed dataset, or an epoch loop where `set_epoch` cannot be placed, is reported
         and nothing is converted: sharding it needs a human. A `shuffle` the loader gets from
         a `**` dict moves into the sampler with `dict.pop("shuffle", False)`, only when
-        nothing reads the dict afterwards.
+        nothing reads the dict afterwards. A sampler drawing with replacement is not split:
+        each process draws its own stream, so an epoch draws world_size times the samples.
     """
     examples = (
         # Batches drawn at random every step (nanoGPT): a stream of its own per process.
@@ -284,6 +292,36 @@ class DistributedSampler(ConvertRule):
                             optimizer.step()
             """,  # noqa: E501
         ),
+        # A weighted sampler (class imbalance): a stream of its own per process.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader, WeightedRandomSampler
+
+            sampler = WeightedRandomSampler(weights, num_samples=len(weights))
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, WeightedRandomSampler
+            import torch.distributed as dist
+
+            sampler = WeightedRandomSampler(weights, num_samples=len(weights), generator=torch.Generator().manual_seed(torch.initial_seed() + dist.get_rank()))
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,  # noqa: E501
+        ),
         # Options chosen by a conditional expression; a progress bar made each epoch.
         Example(
             """
@@ -372,6 +410,27 @@ class DistributedSampler(ConvertRule):
         if problem:
             ctx.cannot(loader.call, problem, blocking=True)
             return False
+        drawing = drawing_sampler(ctx.anatomy, loader)
+        if drawing is not None and not ctx.anatomy.script.after_setup(drawing):
+            ctx.cannot(
+                drawing,
+                "the sampler draws with replacement and is made before the process group "
+                "exists: give it `generator=torch.Generator().manual_seed(seed + rank)` by "
+                "hand, so that every process draws its own stream",
+                blocking=True,
+            )
+            return False
+        if drawing is not None:
+            ctx.add_import("torch")
+            ctx.add_import("torch.distributed", asname="dist")
+            draw_per_process(ctx.plan, drawing)
+            ctx.changed(
+                drawing,
+                "the sampler draws with replacement: each process draws a stream of its own "
+                "(its generator seeded with the torch seed plus the rank); every process "
+                "draws num_samples per epoch, so an epoch sees world_size times as many",
+            )
+            return False  # nothing split, no set_epoch: every pass draws afresh
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         return True
