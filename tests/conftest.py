@@ -62,6 +62,9 @@ def torchrun(
     """`torchrun --standalone --nproc_per_node=2 ARGS` in `cwd`, again from the same files when
     the run ended in gloo's teardown abort."""
     before = set(cwd.rglob("*"))
+    # What the run may change in place (a resumed run overwrites its checkpoint): put back
+    # before a retry, or the retry would resume from the aborted run's last epoch.
+    contents = {path: path.read_bytes() for path in before if path.is_file()}
     for _ in range(TEARDOWN_RETRIES):
         result = run([*TORCHRUN, *args], cwd=cwd, timeout=timeout, env=env)
         if result.returncode == 0 or TEARDOWN_ABORT not in result.stderr:
@@ -71,6 +74,9 @@ def torchrun(
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+        for path, data in contents.items():
+            if not path.exists() or path.read_bytes() != data:
+                path.write_bytes(data)
     return run([*TORCHRUN, *args], cwd=cwd, timeout=timeout, env=env)
 
 
