@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.effects import opens_for_writing
+from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
 from ddpify.analysis.project import Helper
 from ddpify.analysis.tree import dotted, is_name, walk
 from ddpify.emit import RANK_ZERO, expression, statement, with_keyword
@@ -197,6 +197,7 @@ class RankZeroSideEffects(ConvertRule):
             ctx.plan.guard(node, expression(RANK_ZERO))
             guarded.append(node)
             ctx.changed(node, f"{kind} on rank 0 only")
+        _one_line_blocks(ctx, model_names, guarded)
         for first, last in _preparing_runs(anatomy, guarded):
             ctx.add_import("torch.distributed", asname="dist")
             ctx.plan.insert_before(first, [statement(FIRST_PREPARE)])
@@ -510,6 +511,41 @@ def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:
     return anatomy.is_call_to(call, {"torch.save"}) or dotted(call.func) in {
         "print", "str", "repr", "format",
     }  # fmt: skip
+
+
+def _one_line_blocks(ctx: ConvertContext, models: set[str], guarded: list[cst.CSTNode]) -> None:
+    """`if i % 100 == 0: print(...)`, `if epoch == last: torch.save(...)`: a one-line `if`
+    whose statements all print or write goes under the rank-0 guard whole. One that also
+    does other work is reported (blocking when it writes a file)."""
+    anatomy = ctx.anatomy
+    for block in anatomy.ifs:
+        if not isinstance(block.body, cst.SimpleStatementSuite) or block.orelse is not None:
+            continue
+        if (
+            not anatomy.script.after_setup(block)
+            or anatomy.ranks.guard(block) is not None
+            or any(anatomy.inside(block, outer) for outer in guarded)
+        ):
+            continue
+        kinds = [
+            anatomy.effects.of(cst.SimpleStatementLine(body=[small])) for small in block.body.body
+        ]
+        if not any(kinds):
+            continue
+        elif_branch = isinstance(anatomy.parent(block), cst.If)  # `elif c: ...`: no room
+        if all(kinds) and not elif_branch and not _must_run_everywhere(anatomy, block, models):
+            ctx.plan.guard(block, expression(RANK_ZERO))
+            guarded.append(block)
+            ctx.changed(block, f"{', '.join(sorted(set(filter(None, kinds))))} on rank 0 only")
+            continue
+        writes = any(kind in FILE_WRITES for kind in kinds)
+        ctx.cannot(
+            block,
+            "a one-line `if` or `elif` that prints or writes and does other work (or is an "
+            "`elif`): every rank would print or write; put its statements on lines of their "
+            "own first",
+            blocking=writes,
+        )
 
 
 MODEL_RUNS = {"a forward pass", "a call that uses the model (it may run a forward pass)"}

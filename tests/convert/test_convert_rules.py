@@ -473,3 +473,37 @@ for epoch in range(2):
     result = convert_source(source, "train.py", ConvertOptions())
     assert not result.refused, result.problems
     assert f"device = {after}\n".encode() in result.output
+
+
+@pytest.mark.parametrize(
+    ("line", "guarded", "blocking"),
+    [
+        ('if i % 2 == 0: print(f"step {i}")', True, False),
+        ('if epoch == 1: torch.save(model.state_dict(), "m.pt")', True, False),
+        ('if epoch == 1: best = epoch; torch.save(model.state_dict(), "m.pt")', False, True),
+    ],
+    ids=["print", "save", "save-and-more"],
+)
+def test_a_one_line_if_that_prints_or_saves_runs_on_rank_0(
+    line: str, guarded: bool, blocking: bool
+) -> None:
+    """`if epoch == last: torch.save(...)` on one line was left on every rank: both wrote
+    the checkpoint at once."""
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for i, x in enumerate(loader):
+        model(x).sum().backward()
+        optimizer.step()
+    {line}
+""".encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    if guarded:
+        assert not result.refused, result.problems
+        assert "dist.get_rank() == 0" in enclosing_line(result.output.decode(), line[:12])
+    else:
+        assert [(n.code, n.blocking) for n in result.problems] == [("DDP005", blocking)]
