@@ -161,6 +161,10 @@ class TrainingScript:
         return (`loss = criterion(model.head(h), y)`, `loss = model.training_step(batch)`)."""
         return _loss_nodes(self.index, self.graph, self.values, self.backward_calls)
 
+    def loss_nodes_of(self, backward: cst.Call) -> set[int]:
+        """`loss_nodes` for one backward pass."""
+        return _loss_nodes(self.index, self.graph, self.values, [backward])
+
     @cached_property
     def split_draws(self) -> list[DrawnSplit]:
         """Unseeded random draws the training loaders' data is built from (a permutation

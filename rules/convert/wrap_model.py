@@ -7,7 +7,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import DDP_OWN, DDP_TRANSPARENT, PARAMETERS
 from ddpify.analysis.models import Model, holds_model
-from ddpify.analysis.tree import dotted, is_attribute, is_method_call, is_name, walk
+from ddpify.analysis.tree import child_nodes, dotted, is_attribute, is_method_call, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import statement
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -233,12 +233,11 @@ class WrapModel(ConvertRule):
                 continue
             ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
             wrap = WRAP.format(name=model.placed_name, rank=ctx.local_rank(model.placement))
-            partial_reason = _runs_in_part(anatomy, model)
-            calls = _calls_per_step(anatomy, model)
+            partial_reason, calls = _runs_in_part(anatomy, model)
             if partial_reason is not None and calls > 1:
                 ctx.cannot(
                     model.optimizer_call,
-                    f"the training step calls `{model.placed_name}` {calls} times before its "
+                    f"the training step calls `{model.placed_name}` {calls} times for one "
                     f"backward, and {partial_reason}: DDP cannot tell which parameters each "
                     "call leaves without a gradient (with find_unused_parameters=True it marks "
                     "some ready twice, without it it stops at the next step); compute the "
@@ -560,21 +559,46 @@ def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
 STATE_METHODS = {"state_dict", "load_state_dict"}
 
 
-def _runs_in_part(anatomy: Anatomy, model: Model) -> str | None:
-    """Why a training step may leave some of the model's parameters without a gradient:
-    the model is called under a condition in the batch loop (an auxiliary head switched on
-    after a warm-up), or its forward picks what runs from an argument (`self.heads[task]`,
-    `if task == "aux":`). None when neither shows."""
+def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
+    """Why a backward pass may leave some of the model's parameters without a gradient,
+    and the most calls of the model one backward's loss is computed from. A call made
+    under a condition its backward is not under (an auxiliary head switched on after a
+    warm-up), or a forward that picks what runs from an argument (`self.heads[task]`, `if
+    task == "aux":`), may leave parameters out. A GAN's generator step under `if i %
+    n_critic == 0:` has its backward under the same condition: every parameter it runs
+    gets its gradient."""
+    reason: str | None = None
+    most = 0
     for loop in anatomy.script.train_loops:
-        for node in walk(loop.batch_loop.body):
-            if not (isinstance(node, cst.Call) and dotted(node.func) in model.names):
+        for backward in anatomy.script.backward_calls:
+            if not anatomy.inside(backward, loop.batch_loop):
                 continue
-            for ancestor in anatomy.ancestors(node):
-                if ancestor is loop.batch_loop:
-                    break
-                if isinstance(ancestor, cst.If | cst.IfExp):
-                    line = anatomy.line(node)
-                    return f"`{dotted(node.func)}` is called under a condition (line {line})"
+            feeding = anatomy.script.loss_nodes_of(backward)
+            calls = [
+                node
+                for node in walk(loop.batch_loop.body)
+                if isinstance(node, cst.Call)
+                and dotted(node.func) in model.names
+                and id(node) in feeding
+                and anatomy.precedes(node, backward)  # `fake = netG(fixed)` after: a sample
+            ]
+            chosen = {id(call) for call in calls}
+            most = max(most, _together(loop.batch_loop.body, chosen))
+            for call in calls:
+                child: cst.CSTNode = call
+                for ancestor in anatomy.ancestors(call):
+                    if ancestor is loop.batch_loop:
+                        break
+                    if (
+                        isinstance(ancestor, cst.If | cst.IfExp)
+                        and not anatomy.inside(backward, ancestor)
+                        and not _other_branch_calls(ancestor, child, chosen)
+                    ):
+                        line = anatomy.line(call)
+                        reason = f"`{dotted(call.func)}` is called under a condition (line {line})"
+                    child = ancestor
+    if reason is not None:
+        return reason, most
     for forward in _forwards(anatomy, model):
         params = [p.name.value for p in forward.params.params][2:]  # after self and the input
         for node in walk(forward.body):
@@ -595,8 +619,30 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> str | None:
                 return (
                     f"the forward of `{model.placed_name}` chooses what runs from an "
                     f"argument (line {line})"
-                )
-    return None
+                ), most
+    return None, most
+
+
+def _together(node: cst.CSTNode, chosen: set[int]) -> int:
+    """The most of the `chosen` calls one pass through `node` makes: the two branches of an
+    `if` (`output = model(data)` for a Transformer, `model(data, hidden)` else) count as
+    one."""
+    if isinstance(node, cst.If | cst.IfExp):
+        orelse = node.orelse
+        other = _together(orelse, chosen) if orelse is not None else 0
+        return _together(node.test, chosen) + max(_together(node.body, chosen), other)
+    own = 1 if id(node) in chosen else 0
+    return own + sum(_together(child, chosen) for child in child_nodes(node))
+
+
+def _other_branch_calls(branching: cst.CSTNode, taken: cst.CSTNode, chosen: set[int]) -> bool:
+    """Whether the branch of `branching` (an `if`) that `taken` is not in makes a chosen call
+    too: then a call is made on every path."""
+    if not isinstance(branching, cst.If | cst.IfExp):
+        return False
+    branches = [branching.body, branching.orelse]
+    other = next((b for b in branches if b is not None and b is not taken), None)
+    return other is not None and taken in branches and _together(other, chosen) > 0
 
 
 def _calls_submodule(node: cst.CSTNode) -> bool:
@@ -605,21 +651,6 @@ def _calls_submodule(node: cst.CSTNode) -> bool:
         isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
         and is_name(node.func.value, "self")
-    )
-
-
-def _calls_per_step(anatomy: Anatomy, model: Model) -> int:
-    """The most calls of the model itself (its forward) in one training batch loop's body."""
-    return max(
-        (
-            sum(
-                1
-                for node in walk(loop.batch_loop.body)
-                if isinstance(node, cst.Call) and dotted(node.func) in model.names
-            )
-            for loop in anatomy.script.train_loops
-        ),
-        default=0,
     )
 
 

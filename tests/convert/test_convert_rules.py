@@ -395,7 +395,7 @@ for epoch in range(3):
     result = convert_source(source, "aux.py", ConvertOptions())
     assert result.refused and result.output == source
     [problem] = [n for n in result.problems if n.code == "DDP003"]
-    assert problem.line == 6 and "calls `model` 2 times before its backward" in problem.message
+    assert problem.line == 6 and "calls `model` 2 times for one backward" in problem.message
 
 
 UNLOOPED = """import torch
@@ -507,3 +507,34 @@ for epoch in range(2):
         assert "dist.get_rank() == 0" in enclosing_line(result.output.decode(), line[:12])
     else:
         assert [(n.code, n.blocking) for n in result.problems] == [("DDP005", blocking)]
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        # pytorch/examples' dcgan: a sample drawn after the step (`fake = netG(fixed)`).
+        "loss = model(x).sum()\n        loss.backward()\n        optimizer.step()\n"
+        "        if epoch == 1:\n            sample = model(x)",
+        # pytorch/examples' word language model: one call on either branch.
+        "if epoch:\n            out = model(x)\n        else:\n            out = model(x, 1)\n"
+        "        loss = out.sum()\n        loss.backward()\n        optimizer.step()",
+        # WGAN-GP: the generator's step and its backward under one condition.
+        "if epoch % 2 == 0:\n            loss = model(x).sum()\n            loss.backward()\n"
+        "            optimizer.step()",
+    ],
+    ids=["sample-after", "either-branch", "step-under-condition"],
+)
+def test_calls_that_each_feed_their_own_backward_are_wrapped_plainly(step: str) -> None:
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for x in loader:
+        {step}
+""".encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"find_unused_parameters" not in result.output
