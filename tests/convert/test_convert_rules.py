@@ -538,3 +538,34 @@ for epoch in range(3):
     result = convert_source(source, "train.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"find_unused_parameters" not in result.output
+
+
+def test_an_evaluation_that_reads_the_training_loader_through_a_parameter_is_refused() -> None:
+    """Round-6 audit's anomaly detector: the threshold comes from `errors(model,
+    train_loader)` after training; sharded, rank 0 would see half of the training set. The
+    function's first call gives it another loader: every call counts."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+train_loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+val_loader = DataLoader(torch.randn(8, 4), batch_size=2)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def errors(model, loader):
+    with torch.no_grad():
+        return torch.cat([model(x) for x in loader])
+
+
+for epoch in range(2):
+    for x in train_loader:
+        model(x).sum().backward()
+        optimizer.step()
+    print(errors(model, val_loader).mean())
+threshold = errors(model, train_loader).quantile(0.99)
+"""
+    result = convert_source(source, "anomaly.py", ConvertOptions())
+    assert result.refused and result.output == source
+    [problem] = [n for n in result.problems if n.code == "DDP004"]
+    assert problem.line == 4 and "also read outside training (line 12" in problem.message
