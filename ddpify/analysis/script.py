@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import cast
@@ -51,6 +51,10 @@ class TrainLoop:
     # `for phase in ["train", "val"]` between the epoch loop and a batch loop over
     # `loaders[phase]` (the transfer-learning tutorial): the loop, not an epoch loop.
     phase_loop: cst.For | None = None
+    # `for (a, b) in zip(loader_a, loader_b)`: the loaders read along with `loader`, and their
+    # names as seen from the epoch loop (None where they cannot be named there).
+    also: list[Loader] = field(default_factory=list)
+    also_at_epoch: list[str | None] = field(default_factory=list)
 
 
 @dataclass
@@ -261,9 +265,14 @@ class TrainingScript:
             seen.add(batch_loop)
             scope = self.index.function_of(batch_loop)
             loader = self.loaders.loader_for(self.loaders.resolve(batch_loop.iter, scope))
+            zipped = _zipped(self.loaders, batch_loop.iter, scope) if loader is None else []
+            if zipped:
+                loader = zipped[0][0]
             train = TrainLoop(batch_loop, loader)
+            train.also = [extra for extra, _ in zipped[1:]]
             # The epoch loop: the next loop out, and the loader's name as seen from there.
-            expression = self.loader_name(batch_loop.iter, scope)
+            expression = self.loader_name(batch_loop.iter, scope) if not zipped else zipped[0][1]
+            others = [name for _, name in zipped[1:]]
             rest = chain[batch_index + 1 :]
             if loader is not None and loader.key_var is not None:
                 expression, rest = _training_key(self.index, train, loader, backward, rest)
@@ -272,11 +281,13 @@ class TrainingScript:
                 if kind == "call":
                     assert isinstance(node, cst.Call)
                     expression = self._name_at_call_site(expression, function, node)
+                    others = [self._name_at_call_site(n, function, node) for n in others]
                     function = self.index.function_of(node)
                     continue
                 assert isinstance(node, cst.For | cst.While)
                 train.epoch_loop = node
                 train.loader_at_epoch = expression
+                train.also_at_epoch = others
                 train.epoch_var = self._epoch_variable(node)
                 break
             loops.append(train)
@@ -351,6 +362,7 @@ class TrainingScript:
     def train_loaders(self) -> list[Loader]:
         """Loaders that feed a backward pass; by name and `shuffle=` when not traceable."""
         traced = [loop.loader for loop in self.train_loops if loop.loader is not None]
+        traced += [extra for loop in self.train_loops for extra in loop.also]
         traced += [t.loader for t in self.foreign_training if t.loader is not None]
         if traced:
             traced += _drawn_for_the_loss(self)
@@ -499,6 +511,23 @@ def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
         loader = script.loaders.loader_for(script.loaders.resolve(source, scope))
         if loader is not None:
             found.append(loader)
+    return found
+
+
+def _zipped(
+    loaders: Loaders, iterable: cst.BaseExpression, scope: cst.FunctionDef | None
+) -> list[tuple[Loader, str | None]]:
+    """`zip(loader_a, loader_b)` (also inside `enumerate`): each loader and its name, when
+    every argument is one of the script's DataLoaders; else nothing."""
+    zipped = strip_iteration(iterable)
+    if not (isinstance(zipped, cst.Call) and is_name(zipped.func, "zip") and len(zipped.args) > 1):
+        return []
+    found = []
+    for arg in zipped.args:
+        loader = None if arg.star else loaders.loader_for(loaders.resolve(arg.value, scope))
+        if loader is None:
+            return []
+        found.append((loader, dotted(arg.value)))
     return found
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
@@ -374,6 +376,7 @@ class DistributedSampler(ConvertRule):
             if not loader.trains:
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
         looped = {id(loop.loader) for loop in anatomy.script.train_loops if loop.loader is not None}
+        looped |= {id(extra) for loop in anatomy.script.train_loops for extra in loop.also}
         for training in anatomy.script.foreign_training:
             if training.loader is not None and id(training.loader) in sharded:
                 looped.add(id(training.loader))
@@ -389,20 +392,7 @@ class DistributedSampler(ConvertRule):
                     "call `sampler.set_epoch(epoch)` before each pass over it by hand",
                     blocking=True,  # without it, every pass repeats the first one's order
                 )
-        for loop in anatomy.script.train_loops:
-            if loop.loader is None or not loop.loader.trains:
-                continue
-            if id(loop.loader) not in sharded:
-                continue  # no DistributedSampler of ours to call set_epoch on
-            if loop.epoch_loop is None:
-                ctx.info(loop.batch_loop, "one pass over the data: no set_epoch needed")
-                continue
-            problem = set_epoch_problem(loop)
-            if problem:
-                ctx.cannot(loop.epoch_loop, problem, blocking=True)
-                continue
-            insert_set_epoch(ctx.plan, loop)
-            ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
+        _insert_set_epochs(ctx, sharded)
 
     def _shard(self, ctx: ConvertContext, loader: Loader) -> bool:
         """Give the loader a DistributedSampler; False (and why, reported) when it cannot."""
@@ -434,6 +424,39 @@ class DistributedSampler(ConvertRule):
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         return True
+
+
+def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
+    """`set_epoch` first in the epoch loop of every batch loop over a sharded loader (and
+    over the loaders read with it in `zip(...)`)."""
+    anatomy = ctx.anatomy
+    for loop in anatomy.script.train_loops:
+        if loop.loader is None or not loop.loader.trains:
+            continue
+        if id(loop.loader) not in sharded:
+            continue  # no DistributedSampler of ours to call set_epoch on
+        if loop.epoch_loop is None:
+            ctx.info(loop.batch_loop, "one pass over the data: no set_epoch needed")
+            continue
+        problem = set_epoch_problem(loop)
+        if problem:
+            ctx.cannot(loop.epoch_loop, problem, blocking=True)
+            continue
+        insert_set_epoch(ctx.plan, loop)
+        ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
+        for extra, name in zip(loop.also, loop.also_at_epoch, strict=True):
+            if id(extra) not in sharded:
+                continue
+            if name is None:
+                ctx.cannot(
+                    extra.call,
+                    "read in `zip(...)` under a name the epoch loop does not know: call "
+                    "`sampler.set_epoch(epoch)` on it there by hand",
+                    blocking=True,
+                )
+                continue
+            insert_set_epoch(ctx.plan, replace(loop, loader_at_epoch=name))
+            ctx.changed(loop.epoch_loop, f"set_epoch of `{name}` too (read in `zip(...)`)")
 
 
 def _share_split_draws(ctx: ConvertContext) -> None:

@@ -557,3 +557,43 @@ def test_a_weighted_sampler_draws_a_stream_of_its_own_in_every_process(tmp_path:
 
     drawn = [json.loads((tmp_path / f"drawn{r}.json").read_text()) for r in (0, 1)]
     assert len(drawn[0]) == len(drawn[1]) == 8 and drawn[0] != drawn[1]
+
+
+ZIPPED = """\
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+pairs = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+labelled = DataLoader(pairs, batch_size=4, shuffle=True)
+unlabelled = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for (x, y), (u,) in zip(labelled, unlabelled):
+        out = model(torch.cat([x, u]))
+        loss = F.mse_loss(out[: len(x)], y) + 0.1 * out[len(x) :].pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"epoch {epoch} loss {loss.item():.4f}")
+"""
+
+
+def test_loaders_read_together_in_zip_are_both_sharded_and_reshuffled(tmp_path: Path) -> None:
+    """Semi-supervised and unpaired scripts walk two loaders with `zip(...)`: both train, so
+    both get a DistributedSampler and set_epoch (round-5 audit: refused, "no for loop")."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(ZIPPED.encode(), "zipped.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.count("sampler=DistributedSampler(") == 2
+    assert "labelled.sampler.set_epoch(epoch)" in text
+    assert "unlabelled.sampler.set_epoch(epoch)" in text
+    (tmp_path / "zipped.py").write_text(text)
+    ran = torchrun(["zipped.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert len(progress_lines(ran.stdout)) == 2
