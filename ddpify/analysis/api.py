@@ -71,7 +71,10 @@ SET_DEVICE = {
 LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarnings"}
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 # The last parts of the names `SideEffects.of` resolves (print, torch.save, logging.*, ...).
-SIDE_EFFECT_NAMES = {"print", "save", "dump", "savez", "savetxt", *LOG_LEVELS}
+SIDE_EFFECT_NAMES = {
+    "print", "save", "dump", "savez", "savez_compressed", "savetxt", "savemat", "save_image",
+    *LOG_LEVELS,
+}  # fmt: skip
 ITER_WRAPPERS = {
     "enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "tqdm.notebook.tqdm",
     "progress_bar",
@@ -83,6 +86,9 @@ DDP_TRANSPARENT = {
     "named_buffers", "requires_grad_", "training", "apply", "half", "float", "double",
     "bfloat16", "forward", "__call__",
 }  # fmt: skip
+# Calls that compile or export the model they are given: TorchScript cannot script the DDP
+# wrapper, and an export of it would be of the wrapper's forward.
+EXPORTS = {"torch.jit.script", "torch.jit.trace", "torch.onnx.export", "torch.export.export"}
 # DistributedDataParallel's own API: on the wrapper, never through `.module` (the bare module
 # has none of it; a script testing `hasattr(model, "no_sync")` finds it on the wrapper).
 DDP_OWN = {

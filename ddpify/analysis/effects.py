@@ -18,6 +18,14 @@ FILE_OPERATIONS = frozenset(
         "shutil.copytree",
     }
 )  # fmt: skip
+# Functions that write the file they are given (by their qualified names).
+FILE_WRITERS = frozenset(
+    {
+        "json.dump", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
+        "joblib.dump", "scipy.io.savemat", "torchvision.utils.save_image", "torch.jit.save",
+        "torch.onnx.export",
+    }
+)  # fmt: skip
 # What `SideEffects.of` calls the writes that must happen on one rank.
 FILE_WRITES = frozenset({"checkpoint write", "file write"})
 
@@ -88,9 +96,7 @@ class SideEffects:
             return "checkpoint write"
         if any(name.startswith("logging.") for name in names) and not names & LOG_SETUP:
             return "logging"
-        if any(
-            name in {"json.dump", "numpy.save", "numpy.savez", "numpy.savetxt"} for name in names
-        ):
+        if names & FILE_WRITERS:
             return "file write"
         return None
 

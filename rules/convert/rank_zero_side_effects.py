@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.api import EXPORTS
 from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
 from ddpify.analysis.project import Helper
 from ddpify.analysis.tree import dotted, is_name, walk
@@ -227,6 +228,7 @@ class RankZeroSideEffects(ConvertRule):
             ctx.plan.guard(line, expression(RANK_ZERO))
             guarded.append(line)
             ctx.changed(line, "log file set up on rank 0 only")
+        _writers_on_rank_zero(ctx, guarded)
         for bar in _progress_bars(anatomy):
             ctx.add_import("torch.distributed", asname="dist")
             ctx.plan.replace(
@@ -507,10 +509,66 @@ def _helpers_that_write(
 
 
 def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:
-    """`torch.save(model, ...)`, `print(model)`, `str(model)`: the model saved or shown, not run."""
-    return anatomy.is_call_to(call, {"torch.save"}) or dotted(call.func) in {
+    """`torch.save(model, ...)`, `print(model)`, `str(model)`: the model saved or shown, not
+    run; `torch.jit.script(model)` and the other exports, which get the bare model (DDP003)."""
+    return anatomy.is_call_to(call, {"torch.save", *EXPORTS}) or dotted(call.func) in {
         "print", "str", "repr", "format",
     }  # fmt: skip
+
+
+SUMMARY_WRITERS = ("torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter")
+
+
+def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> None:
+    """`writer = SummaryWriter(...)` makes an event file in every process: when every other
+    statement that reads `writer` is on rank 0 (its `add_*` calls, guarded above, and its
+    `close()` or `flush()`), the writer is made on rank 0 only too."""
+    anatomy = ctx.anatomy
+    for assign in anatomy.assigns:
+        value = assign.value
+        if not (
+            isinstance(value, cst.Call)
+            and anatomy.is_call_to(value, SUMMARY_WRITERS)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and anatomy.script.after_setup(assign)
+            and anatomy.ranks.guard(assign) is None
+        ):
+            continue
+        name = assign.targets[0].target.value
+        line = anatomy.statement_of(assign)
+        scope = anatomy.function_of(assign)
+        closing = []
+        for node in walk(scope or anatomy.module):
+            if not is_name(node, name) or anatomy.inside(node, line):
+                continue
+            where = anatomy.function_of(node)
+            if where is not scope and (
+                name in anatomy.graph.parameters_of(where) or anatomy.values.binds(where, name)
+                if where is not None
+                else True
+            ):
+                continue  # another object of that name
+            statement = anatomy.statement_of(node)
+            if any(anatomy.inside(statement, outer) or statement is outer for outer in guarded):
+                continue
+            if anatomy.ranks.guard(statement) is not None:
+                continue
+            parent = anatomy.parent(node)
+            if (
+                isinstance(parent, cst.Attribute)
+                and parent.attr.value in {"close", "flush"}
+                and isinstance(statement, cst.SimpleStatementLine)
+                and len(statement.body) == 1
+            ):
+                closing.append(statement)
+                continue
+            break  # read somewhere that runs on every rank: the writer must exist there
+        else:
+            for statement in [line, *closing]:
+                ctx.plan.guard(statement, expression(RANK_ZERO))
+                guarded.append(statement)
+            ctx.changed(assign, "TensorBoard writer made (and closed) on rank 0 only")
 
 
 def _one_line_blocks(ctx: ConvertContext, models: set[str], guarded: list[cst.CSTNode]) -> None:
@@ -593,6 +651,7 @@ def _hoist_model_runs(
 
 def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[str]) -> str:
     models = {name for name in models if not _made_again(anatomy, statement, name)}
+    models -= _not_wrapped_yet(anatomy, statement)
     for node in walk(statement):
         if not isinstance(node, cst.Call):
             continue
@@ -610,6 +669,27 @@ def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[s
     ):
         return "a function that runs a collective"
     return ""
+
+
+def _not_wrapped_yet(anatomy: Anatomy, statement: cst.CSTNode) -> set[str]:
+    """Names of models the statement runs before their wrap, in the wrap's own block
+    (`writer.add_graph(net, images)` just before `net = DDP(net)`, or the statement the
+    wrap follows): still bare modules."""
+    found: set[str] = set()
+    for model in anatomy.models.all:
+        placement = model.placement
+        if placement is None or anatomy.function_of(placement) is not anatomy.function_of(
+            statement
+        ):
+            continue
+        holder = anatomy.parent(placement)
+        if (
+            holder is not None
+            and anatomy.parent(statement) is holder
+            and (statement is placement or anatomy.precedes(statement, placement))
+        ):
+            found |= model.names
+    return found
 
 
 def _made_again(anatomy: Anatomy, statement: cst.CSTNode, name: str) -> bool:

@@ -158,12 +158,14 @@ class SampleCounts(ConvertRule):
                     ctx.changed(size, f"counts this process's samples: len({name}.sampler)")
             if name is None:
                 continue
-            measured = [f"{name}.dataset"]
+            lengths = [(n, False) for n in _lengths(anatomy, scope, f"{name}.dataset")]
             dataset = _dataset_name(anatomy, loop.loader, scope)
             if dataset is not None:
-                measured.append(dataset)  # `len(train_ds)`, the dataset the loader was given
-            for length in (n for m in measured for n in _lengths(anatomy, scope, m)):
-                if id(length) in done or not _averaged_or_shown(anatomy, length):
+                # `total / len(train_ds)`, the dataset the loader was given: as a divisor
+                # only (`print(f"train={len(train_ds)}")` states the dataset's size).
+                lengths += [(n, True) for n in _lengths(anatomy, scope, dataset)]
+            for length, divisor_only in lengths:
+                if id(length) in done or not _averaged_or_shown(anatomy, length, divisor_only):
                     continue
                 done.add(id(length))
                 ctx.plan.replace(length, _measure_sampler(name))
@@ -260,8 +262,11 @@ def _lengths(anatomy: Anatomy, scope: cst.FunctionDef | None, measured: str) -> 
     ]
 
 
-def _averaged_or_shown(anatomy: Anatomy, length: cst.BaseExpression) -> bool:
-    """The length divides something, or is an argument of a print or a log line."""
+def _averaged_or_shown(
+    anatomy: Anatomy, length: cst.BaseExpression, divisor_only: bool = False
+) -> bool:
+    """The length divides something, or (unless `divisor_only`) is an argument of a print
+    or a log line."""
     child: cst.CSTNode = length
     for parent in anatomy.ancestors(length):
         if (
@@ -274,6 +279,11 @@ def _averaged_or_shown(anatomy: Anatomy, length: cst.BaseExpression) -> bool:
             parent.operator, cst.DivideAssign | cst.FloorDivideAssign
         ):
             return True
+        if divisor_only:
+            if isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):
+                return False
+            child = parent
+            continue
         if isinstance(parent, cst.FormattedString):
             return True
         if isinstance(parent, cst.Call) and child is not parent.func:

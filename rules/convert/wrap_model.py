@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import DDP_OWN, DDP_TRANSPARENT, PARAMETERS
+from ddpify.analysis.api import DDP_OWN, DDP_TRANSPARENT, EXPORTS, PARAMETERS
 from ddpify.analysis.models import Model, holds_model
 from ddpify.analysis.tree import child_nodes, dotted, is_attribute, is_method_call, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
@@ -329,6 +329,13 @@ class WrapModel(ConvertRule):
             for saved in _whole_model_saves(anatomy, model):
                 ctx.plan.replace(saved, _through_module)
                 ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
+            for exported in _whole_model_saves(anatomy, model, EXPORTS):
+                ctx.plan.replace(exported, _through_module)
+                ctx.changed(
+                    exported,
+                    "the bare model is scripted, traced or exported: the DDP wrapper cannot "
+                    "be, and the export is the single-GPU model's",
+                )
             for copied in _whole_model_saves(anatomy, model, COPIES):
                 ctx.plan.replace(copied, _through_module)
                 ctx.changed(

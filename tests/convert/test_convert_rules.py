@@ -569,3 +569,33 @@ threshold = errors(model, train_loader).quantile(0.99)
     assert result.refused and result.output == source
     [problem] = [n for n in result.problems if n.code == "DDP004"]
     assert problem.line == 4 and "also read outside training (line 12" in problem.message
+
+
+def test_exports_and_extra_writers_after_training_use_the_bare_model_on_rank_0() -> None:
+    """Round-6 audit's writer probe: joblib, bare `save_image`, `np.savez_compressed` were
+    written by both ranks, and `torch.jit.script` was handed the DDP wrapper (it cannot
+    script it)."""
+    source = b"""import joblib
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from torchvision.utils import save_image
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+joblib.dump({"classes": [0, 1]}, "meta.joblib")
+np.savez_compressed("weights.npz", w=model.weight.detach().numpy())
+save_image(torch.rand(1, 8, 8), "sample.png")
+torch.jit.save(torch.jit.script(model), "model_scripted.pt")
+"""
+    result = convert_source(source, "export.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    for line in ("joblib.dump(", "np.savez_compressed(", "save_image(torch", "torch.jit.save("):
+        assert "dist.get_rank() == 0" in enclosing_line(text, line), line
+    assert "torch.jit.script(model.module)" in text
