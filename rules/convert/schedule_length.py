@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -21,7 +22,9 @@ class ScheduleLength(ConvertRule):
     the loader's `DistributedSampler` gives this process. A schedule sized from
     `len(loader)` already counts this process's batches and stays as it is. A length it
     cannot rewrite in place (computed into a variable first, or with the loader not yet
-    made) is refused.
+    made) is refused, as is one computed from what the training data is built from
+    (`len(df_train)` for `train_dataset = ReviewDataset(reviews[df_train])`). Hugging Face's
+    `get_..._schedule...` helpers count as schedulers.
 
     ## Why is this bad?
     Each process now takes 1/N of the single-GPU steps per epoch, while a schedule sized
@@ -90,13 +93,15 @@ class ScheduleLength(ConvertRule):
         if not loaders:
             return
         for call in anatomy.calls:
-            if not anatomy.is_call_to(call, (SCHEDULERS,)):
+            if not _schedules(anatomy, call):
                 continue
             for arg in call.args:
                 for length in _lengths(arg.value):
                     loader = _loader_of(length, loaders)
                     if loader is not None:
                         self._resize(ctx, call, length, loader)
+                    elif _source_of(anatomy, length, loaders) is not None:
+                        _refuse_source(ctx, length)
                 for name in {dotted(n) for n in walk(arg.value) if isinstance(n, cst.Name)}:
                     self._refuse_computed(ctx, call, name, loaders)
 
@@ -128,7 +133,9 @@ class ScheduleLength(ConvertRule):
         scope = ctx.anatomy.function_of(scheduler)
         for value, _ in ctx.anatomy.values.values_of(name, scope):
             for length in _lengths(value):
-                if _loader_of(length, loaders) is not None:
+                if _loader_of(length, loaders) is not None or _source_of(
+                    ctx.anatomy, length, loaders
+                ):
                     ctx.cannot(
                         length,
                         f"`{name}`, a learning-rate schedule's length, is computed from the "
@@ -136,6 +143,47 @@ class ScheduleLength(ConvertRule):
                         "len(train_loader) by hand",
                         blocking=True,
                     )
+
+
+def _schedules(anatomy: Anatomy, call: cst.Call) -> bool:
+    """A learning-rate scheduler: torch's, or a `get_..._schedule...(...)` helper (Hugging
+    Face's `get_linear_schedule_with_warmup`, and the scripts that copy it)."""
+    if anatomy.is_call_to(call, (SCHEDULERS,)):
+        return True
+    last = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    return last.startswith("get_") and "schedule" in last
+
+
+def _refuse_source(ctx: ConvertContext, length: cst.Call) -> None:
+    ctx.cannot(
+        length,
+        f"a learning-rate schedule's length is computed from `{dotted(length.args[0].value)}`, "
+        "which the training data is built from: each process now takes 1/N of those "
+        "steps; compute it from len(train_loader) by hand",
+        blocking=True,
+    )
+
+
+def _source_of(anatomy: Anatomy, length: cst.Call, loaders: list[Loader]) -> Loader | None:
+    """The training loader whose dataset is built from what `len(...)` measures
+    (`train_dataset = ReviewDataset(reviews[df_train], ...)` with `len(df_train)`)."""
+    measured = dotted(length.args[0].value)
+    if measured is None:
+        return None
+    for loader in loaders:
+        dataset = call_arg(loader.call, 0, "dataset")
+        if dataset is None:
+            continue
+        scope = anatomy.function_of(loader.call)
+        sources = [dataset.value] + [
+            value
+            for node in walk(dataset.value)
+            if isinstance(node, cst.Name)
+            for value, _ in anatomy.values.values_of(node.value, scope)
+        ]
+        if any(dotted(node) == measured for source in sources for node in walk(source)):
+            return loader
+    return None
 
 
 def _lengths(expr: cst.BaseExpression) -> list[cst.Call]:

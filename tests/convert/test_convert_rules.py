@@ -599,3 +599,29 @@ torch.jit.save(torch.jit.script(model), "model_scripted.pt")
     for line in ("joblib.dump(", "np.savez_compressed(", "save_image(torch", "torch.jit.save("):
         assert "dist.get_rank() == 0" in enclosing_line(text, line), line
     assert "torch.jit.script(model.module)" in text
+
+
+def test_a_schedule_sized_from_what_the_training_data_is_built_from_is_refused() -> None:
+    """Round-6 audit (bert-sentiment's idiom): `num_train_steps = len(df_train) / bs *
+    epochs` for `get_linear_schedule_with_warmup`; each process takes half the steps, and
+    the decay stopped halfway (final lr 1.45e-3 against 0)."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+from transformers import get_linear_schedule_with_warmup
+
+df_train = list(range(64))
+train_dataset = ReviewDataset([reviews[i] for i in df_train])
+train_loader = DataLoader(train_dataset, batch_size=8, shuffle=True)
+num_train_steps = int(len(df_train) / 8 * 3)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+scheduler = get_linear_schedule_with_warmup(optimizer, 0, num_training_steps=num_train_steps)
+for epoch in range(3):
+    for x, y in train_loader:
+        model(x).sum().backward()
+        optimizer.step()
+        scheduler.step()
+"""
+    result = convert_source(source, "bert.py", ConvertOptions())
+    assert result.refused and result.output == source
+    [problem] = [n for n in result.problems if n.code == "DDP009"]
+    assert problem.line == 8, problem
