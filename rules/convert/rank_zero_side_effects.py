@@ -606,7 +606,12 @@ def _one_line_blocks(ctx: ConvertContext, models: set[str], guarded: list[cst.CS
         )
 
 
-MODEL_RUNS = {"a forward pass", "a call that uses the model (it may run a forward pass)"}
+FUNCTION_RUNS_MODEL = "a function that runs the model (DDP's forward talks to every rank)"
+MODEL_RUNS = {
+    "a forward pass",
+    "a call that uses the model (it may run a forward pass)",
+    FUNCTION_RUNS_MODEL,
+}
 
 
 def _hoist_model_runs(
@@ -625,7 +630,17 @@ def _hoist_model_runs(
     for node in walk(line):
         if not isinstance(node, cst.Call) or any(anatomy.inside(node, run) for run in runs):
             continue
-        if dotted(node.func) in models or any(dotted(arg.value) in models for arg in node.args):
+        if (
+            dotted(node.func) in models
+            or any(dotted(arg.value) in models for arg in node.args)
+            or (
+                anatomy.graph.callee(node) is not None
+                and anatomy.graph.reaches(
+                    node,
+                    lambda inner: isinstance(inner, cst.Call) and dotted(inner.func) in models,
+                )
+            )
+        ):
             runs.append(node)
     if not runs or any(
         isinstance(ancestor, cst.Lambda | cst.BaseComp)
@@ -668,6 +683,15 @@ def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[s
         lambda node: isinstance(node, cst.Call) and anatomy.distributed.is_collective(node),
     ):
         return "a function that runs a collective"
+    if models and anatomy.graph.reaches(
+        statement,
+        lambda node: (
+            isinstance(node, cst.Call)
+            and dotted(node.func) in models
+            and anatomy.function_of(node) is not anatomy.function_of(statement)
+        ),
+    ):
+        return FUNCTION_RUNS_MODEL
     return ""
 
 
@@ -713,6 +737,8 @@ def _made_again(anatomy: Anatomy, statement: cst.CSTNode, name: str) -> bool:
             and anatomy.precedes(wrap, assign)
             and anatomy.precedes(assign, statement)
             and not anatomy.inside(assign, wrap)
+            # `model = model.to("cpu")` moves the wrapper; it makes no new model
+            and not any(dotted(inner) == name for inner in walk(assign.value))
             for assign in anatomy.assigns
             for target in assign.targets
         )

@@ -625,3 +625,37 @@ for epoch in range(3):
     assert result.refused and result.output == source
     [problem] = [n for n in result.problems if n.code == "DDP009"]
     assert problem.line == 8, problem
+
+
+def test_a_print_of_a_function_that_runs_the_global_model_computes_on_every_rank() -> None:
+    """The text-classification tutorial's last line, `print(... predict(text) ...)` where
+    `predict` runs the global model: after `model = model.to("cpu")` it is still the DDP
+    wrapper (a move makes no new model), so the forward runs on every rank and the print
+    on rank 0 (round-6 audit)."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def predict(x):
+    with torch.no_grad():
+        return model(x).argmax(1).item()
+
+
+for epoch in range(2):
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+model = model.to("cpu")
+print("class %d" % predict(torch.randn(1, 4)))
+"""
+    result = convert_source(source, "predict.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b"predict_result = predict(torch.randn(1, 4))\n"
+        b"if dist.get_rank() == 0:\n"
+        b'    print("class %d" % predict_result)\n'
+    ) in result.output
