@@ -234,13 +234,26 @@ class TrainingScript:
         if params is None:
             return []
         scope = self.index.function_of(optimizer)
-        traced = [
-            origin
-            for name in {dotted(node) for node in walk(params.value) if isinstance(node, cst.Name)}
-            if name is not None
-            for origin in self.values.origins(cst.Name(name), scope)
-        ]
-        return [params.value, *traced]
+        found = [params.value]
+        seen: set[str] = set()
+        frontier = [params.value]
+        for _ in range(3):  # `groups = [{"params": [p for n, p in named if ...]}]`, `named =
+            # list(model.named_parameters())` (Hugging Face's no-decay groups): a few steps
+            names = {
+                dotted(node)
+                for expr in frontier
+                for node in walk(expr)
+                if isinstance(node, cst.Name)
+            } - seen
+            seen |= {name for name in names if name is not None}
+            frontier = [
+                origin
+                for name in names
+                if name is not None
+                for origin in self.values.origins(cst.Name(name), scope)
+            ]
+            found += frontier
+        return found
 
     def _builds_from_parameters(self, optimizer: cst.Call) -> bool:
         return any(

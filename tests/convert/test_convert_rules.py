@@ -659,3 +659,29 @@ print("class %d" % predict(torch.randn(1, 4)))
         b"if dist.get_rank() == 0:\n"
         b'    print("class %d" % predict_result)\n'
     ) in result.output
+
+
+def test_hugging_face_no_decay_groups_find_the_model_two_names_away() -> None:
+    """`param_optimizer = list(model.named_parameters())`, then groups built from it, then
+    `AdamW(optimizer_parameters)` (bert-sentiment, round-6 audit): refused with "found no
+    model among the optimizer's arguments" before."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+model = Net()
+param_optimizer = list(model.named_parameters())
+no_decay = ["bias", "LayerNorm.weight"]
+optimizer_parameters = [
+    {"params": [p for n, p in param_optimizer if not any(nd in n for nd in no_decay)]},
+    {"params": [p for n, p in param_optimizer if any(nd in n for nd in no_decay)]},
+]
+optimizer = torch.optim.AdamW(optimizer_parameters, lr=3e-3)
+for epoch in range(2):
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "groups.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"model = DDP(model" in result.output
