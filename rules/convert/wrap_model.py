@@ -261,7 +261,17 @@ class WrapModel(ConvertRule):
             for call in model.data_parallel:
                 _drop_data_parallel(ctx, call)
             compiled_after = _compiled_after_the_wrap(anatomy, model)
+            unwrapped = _moved_off_after_training(anatomy, model)
+            if unwrapped is not None:
+                ctx.plan.replace(unwrapped.func.value, _through_module)  # type: ignore[attr-defined]
+                ctx.changed(
+                    unwrapped,
+                    "after training, the bare model is moved (`.module`): DDP would move a "
+                    "GPU job's inputs back to its GPU",
+                )
             for attribute in _raw_uses(anatomy, model):
+                if unwrapped is not None and _after(anatomy, unwrapped, attribute):
+                    continue  # the name holds the bare model from there on
                 if attribute.attr.value == "_orig_mod" and compiled_after:
                     # torch.compile(DDP(model)): what it compiled is the wrapper.
                     ctx.plan.replace(attribute, _through_module)
@@ -686,6 +696,48 @@ def _forwards(anatomy: Anatomy, model: Model) -> list[cst.FunctionDef]:
             if isinstance(method, cst.FunctionDef) and method.name.value == "forward"
         ]
     return found
+
+
+def _moved_off_after_training(anatomy: Anatomy, model: Model) -> cst.Call | None:
+    """`model = model.to("cpu")` (or `.cpu()`) after the last backward pass, in the wrap's
+    function (the text-classification tutorial, before predicting): the wrapper was built
+    with `device_ids` on a GPU and would move the inputs back there. The move becomes
+    `model.module.to("cpu")`, and the name holds the bare model from then on."""
+    assert model.placement is not None
+    scope = anatomy.function_of(model.placement)
+    name = model.placed_name
+    backwards = anatomy.script.training_calls
+    for assign in anatomy.assigns:
+        value = assign.value
+        if not (
+            isinstance(value, cst.Call)
+            and len(assign.targets) == 1
+            and dotted(assign.targets[0].target) == name
+            and is_attribute(value.func, "to", "cpu")
+            and dotted(value.func.value) == name  # type: ignore[attr-defined]
+            and anatomy.function_of(assign) is scope
+            and anatomy.precedes(model.placement, assign)
+        ):
+            continue
+        cpu = is_attribute(value.func, "cpu") or any(
+            isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "cpu"
+            for arg in value.args
+        )
+        if (
+            cpu
+            and not any(anatomy.precedes(assign, call) for call in backwards)
+            and not any(isinstance(loop, cst.For | cst.While) for loop in anatomy.ancestors(assign))
+        ):
+            return value
+    return None
+
+
+def _after(anatomy: Anatomy, first: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """`node` comes after `first`, in the same function or at module level after it."""
+    return anatomy.precedes(first, node) and (
+        anatomy.function_of(node) is anatomy.function_of(first)
+        or anatomy.function_of(first) is None
+    )
 
 
 def _compiled_after_the_wrap(anatomy: Anatomy, model: Model) -> bool:

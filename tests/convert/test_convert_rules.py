@@ -628,10 +628,10 @@ for epoch in range(3):
 
 
 def test_a_print_of_a_function_that_runs_the_global_model_computes_on_every_rank() -> None:
-    """The text-classification tutorial's last line, `print(... predict(text) ...)` where
-    `predict` runs the global model: after `model = model.to("cpu")` it is still the DDP
-    wrapper (a move makes no new model), so the forward runs on every rank and the print
-    on rank 0 (round-6 audit)."""
+    """The text-classification tutorial's end: `model = model.to("cpu")`, then `print(...
+    predict(text) ...)` where `predict` runs the global model. The move takes the bare
+    model (DDP built with device_ids would move a GPU job's CPU inputs back to the GPU);
+    the print's value is computed on every rank, the print is rank 0's (round-6 audit)."""
     source = b"""import torch
 from torch.utils.data import DataLoader
 
@@ -654,6 +654,9 @@ print("class %d" % predict(torch.randn(1, 4)))
 """
     result = convert_source(source, "predict.py", ConvertOptions())
     assert not result.refused, result.problems
+    # the move after training takes the bare model: on a GPU, DDP (built with device_ids)
+    # would move the CPU inputs back to the GPU
+    assert b'model = model.module.to("cpu")\n' in result.output
     assert (
         b"predict_result = predict(torch.randn(1, 4))\n"
         b"if dist.get_rank() == 0:\n"
