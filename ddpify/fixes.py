@@ -219,15 +219,11 @@ PER_PROCESS_GENERATOR = "torch.Generator().manual_seed(torch.initial_seed() + di
 def drawing_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
     """The sampler the loader is given, made in one place, when it draws with replacement
     (`RandomSampler(ds, replacement=True, num_samples=...)`, `WeightedRandomSampler(weights,
-    n)`) from its own generator of the global one: nothing to split, only a stream to make
-    different in every process."""
-    passed = anatomy.loaders.argument(loader.call, "sampler") or []
-    if len(passed) != 1 or anatomy.loaders.argument(loader.call, "batch_sampler"):
+    n)`) from the global generator (no generator of its own): nothing to split, only a
+    stream to make different in every process."""
+    made = _given_sampler(anatomy, loader)
+    if made is None:
         return None
-    origins = anatomy.values.origins(passed[0].value, anatomy.function_of(loader.call))
-    if len(origins) != 1 or not isinstance(origins[0], cst.Call):
-        return None
-    made = origins[0]
     default = next(
         (v for n, v in DRAWING_SAMPLERS.items() if n in anatomy.qualified_names(made.func)), None
     )
@@ -256,18 +252,20 @@ def plain_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
     """The `RandomSampler(dataset)` or `SequentialSampler(dataset)` the loader is given as
     `sampler=` (torchvision's references build it in `load_data()`), made in one place with
     the dataset alone: a DistributedSampler with the same shuffle takes its place."""
-    passed = anatomy.loaders.argument(loader.call, "sampler") or []
-    if len(passed) != 1 or anatomy.loaders.argument(loader.call, "batch_sampler"):
-        return None
-    scope = anatomy.function_of(loader.call)
-    origins = anatomy.values.origins(passed[0].value, scope)
-    if len(origins) != 1 or not isinstance(origins[0], cst.Call):
-        return None
-    made = origins[0]
-    if not anatomy.is_call_to(made, tuple(PLAIN_SAMPLERS)):
+    made = _given_sampler(anatomy, loader)
+    if made is None or not anatomy.is_call_to(made, tuple(PLAIN_SAMPLERS)):
         return None
     only = call_arg(made, 0, "data_source")
     return made if only is not None and len(made.args) == 1 else None
+
+
+def _given_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
+    """The one call that makes the loader's `sampler=` (and no `batch_sampler=`)."""
+    passed = anatomy.loaders.argument(loader.call, "sampler") or []
+    if len(passed) != 1 or anatomy.loaders.argument(loader.call, "batch_sampler"):
+        return None
+    origins = anatomy.values.origins(passed[0].value, anatomy.function_of(loader.call))
+    return origins[0] if len(origins) == 1 and isinstance(origins[0], cst.Call) else None
 
 
 def _replace_sampler(plan: EditPlan, anatomy: Anatomy, made: cst.Call, importer: Importer) -> None:

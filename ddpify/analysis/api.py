@@ -86,6 +86,13 @@ DDP_TRANSPARENT = {
     "named_buffers", "requires_grad_", "training", "apply", "half", "float", "double",
     "bfloat16", "forward", "__call__",
 }  # fmt: skip
+# Calls that seed a global random generator, by the generator's family.
+SEEDS = {
+    "torch.manual_seed": "torch",
+    "torch.random.manual_seed": "torch",
+    "random.seed": "random",
+    "numpy.random.seed": "numpy",
+}
 # Calls that compile or export the model they are given: TorchScript cannot script the DDP
 # wrapper, and an export of it would be of the wrapper's forward.
 EXPORTS = {"torch.jit.script", "torch.jit.trace", "torch.onnx.export", "torch.export.export"}

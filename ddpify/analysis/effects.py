@@ -8,7 +8,7 @@ import libcst as cst
 from ddpify.analysis.api import LOG_LEVELS, LOG_SETUP, SIDE_EFFECT_NAMES
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import call_arg, dotted, walk
+from ddpify.analysis.tree import call_arg, dotted, methods, walk
 
 # Moving, copying and removing files: after a save on rank 0, only rank 0 has them.
 FILE_OPERATIONS = frozenset(
@@ -113,9 +113,7 @@ class SideEffects:
         if owner is None:
             return False
         target = f"self.{func.attr.value}"
-        for method in owner.body.body:
-            if not isinstance(method, cst.FunctionDef):
-                continue
+        for method in methods(owner):
             for node in walk(method.body):
                 if (
                     isinstance(node, cst.Assign)

@@ -76,6 +76,11 @@ class SourceIndex:
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self._parents.get(node)
 
+    def is_attribute_name(self, node: cst.Name) -> bool:
+        """`model` in `self.model`: an attribute's name, not a variable."""
+        parent = self._parents.get(node)
+        return isinstance(parent, cst.Attribute) and parent.attr is node
+
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = self._parents.get(node)
         while current is not None:

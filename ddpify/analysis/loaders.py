@@ -76,12 +76,11 @@ class Loaders:
                 for value in self.values.assignments(keyed[0], where):
                     if isinstance(value, cst.DictComp):
                         return self.resolve(value.value, where, depth + 1)
-                    key = string_value(keyed[1]) if isinstance(keyed[1], cst.SimpleString) else None
+                    key = string_value(keyed[1])
                     if isinstance(value, cst.Dict) and key is not None:
                         for element in value.elements:
                             if isinstance(element, cst.DictElement) and (
-                                isinstance(element.key, cst.SimpleString)
-                                and string_value(element.key) == key
+                                string_value(element.key) == key
                             ):
                                 return self.resolve(element.value, where, depth + 1)
             return None
@@ -122,6 +121,30 @@ class Loaders:
                 if found is not None:
                     return found
         return None
+
+    def resolve_every(
+        self, expr: cst.BaseExpression, scope: cst.FunctionDef | None
+    ) -> list[cst.Call]:
+        """Every `DataLoader(...)` call `expr` may evaluate to: through a parameter of
+        `scope`, what each call of the function gives it (`errors(model, train_loader)` and
+        `errors(model, test_loader)`), where `resolve` stops at the first that traces."""
+        name = strip_iteration(expr)
+        if not (
+            isinstance(name, cst.Name)
+            and scope is not None
+            and name.value in self.graph.parameters_of(scope)
+        ):
+            made = self.resolve(expr, scope)
+            return [made] if made is not None else []
+        found = []
+        for site in self.graph.call_sites(scope):
+            argument = self.graph.bound_argument(site, scope, name.value)
+            if argument is None:
+                continue
+            made = self.resolve(argument, self.index.function_of(site))
+            if made is not None:
+                found.append(made)
+        return found
 
     @cached_property
     def all(self) -> list[Loader]:
@@ -347,13 +370,15 @@ def keyed_read(expr: cst.BaseExpression) -> tuple[str, str] | None:
 
 
 def string_value(node: cst.BaseExpression | str) -> str | None:
-    """The text of a plain string literal (`"train"` -> `train`), or None."""
-    code = node if isinstance(node, str) else None
-    if isinstance(node, cst.SimpleString):
-        code = node.value
-    if code is None or not code or code[0] not in "'\"" or code[-1] != code[0]:
-        return None
-    return code[1:-1]
+    """The text of a string literal, given as a node or as code (`'"train"'` -> `train`),
+    or None for anything else."""
+    if isinstance(node, str):
+        try:
+            node = cst.parse_expression(node)
+        except cst.ParserSyntaxError:
+            return None
+    value = node.evaluated_value if isinstance(node, cst.SimpleString) else None
+    return value if isinstance(value, str) else None
 
 
 def _keyed_comprehension(comp: cst.DictComp) -> tuple[str | None, tuple[str, ...]]:

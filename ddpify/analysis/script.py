@@ -484,8 +484,7 @@ def _loss_nodes(
         for node in walk(expr):
             found.add(id(node))
             if isinstance(node, cst.Name):
-                parent = index.parent(node)
-                if isinstance(parent, cst.Attribute) and parent.attr is node:
+                if index.is_attribute_name(node):
                     continue
                 for origin in values.origins(node, scope):
                     if origin is not node:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ddpify.analysis.api import SEEDS
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import call_arg, dotted, walk
 from ddpify.analysis.values import MAX_STEPS, Values
@@ -26,12 +27,6 @@ PERMUTATIONS = {
 }
 # Calls that shuffle their argument in place.
 SHUFFLES = {"random.shuffle": "random", "numpy.random.shuffle": "numpy"}
-SEEDS = {
-    "torch.manual_seed": "torch",
-    "torch.random.manual_seed": "torch",
-    "random.seed": "random",
-    "numpy.random.seed": "numpy",
-}
 
 
 @dataclass(frozen=True)
@@ -55,7 +50,7 @@ def drawn_splits(
         if depth > MAX_STEPS:
             return
         for node in walk(expr):
-            if not isinstance(node, cst.Name) or _attribute_name(index, node):
+            if not isinstance(node, cst.Name) or index.is_attribute_name(node):
                 continue
             key = (node.value, id(scope))
             if key in seen:
@@ -120,8 +115,3 @@ def _seeded_before(index: SourceIndex, family: str, draw: cst.Call) -> bool:
 def _seeded_by_generator(draw: cst.Call) -> bool:
     """`torch.randperm(n, generator=g)`: its own generator, seeded where it is made."""
     return call_arg(draw, None, "generator") is not None
-
-
-def _attribute_name(index: SourceIndex, node: cst.Name) -> bool:
-    parent = index.parent(node)
-    return isinstance(parent, cst.Attribute) and parent.attr is node

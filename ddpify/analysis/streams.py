@@ -21,6 +21,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from ddpify.analysis.api import SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript
@@ -36,12 +37,6 @@ DRAWS = {
     "random.sample": "random",
     "numpy.random.randint": "numpy",
     "numpy.random.choice": "numpy",
-}
-SEEDS = {
-    "torch.manual_seed": "torch",
-    "torch.random.manual_seed": "torch",
-    "random.seed": "random",
-    "numpy.random.seed": "numpy",
 }
 # Families whose global generator may start alike in every process (torch's fixed default
 # seed before 2.x releases that draw it from the OS): seeded per process either way.

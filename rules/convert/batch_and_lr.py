@@ -186,7 +186,7 @@ def _summed(
                         found = _summed(anatomy, value, callee, depth + 1)
                         if found is not None:
                             break
-        elif isinstance(node, cst.Name) and not _is_attribute_name(anatomy, node):
+        elif isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
             for origin in anatomy.values.origins(node, scope):
                 if origin is node:
                     continue
@@ -225,11 +225,6 @@ def _divided_by_size(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> b
             return False
         child = parent
     return False
-
-
-def _is_attribute_name(anatomy: Anatomy, node: cst.Name) -> bool:
-    parent = anatomy.parent(node)
-    return isinstance(parent, cst.Attribute) and parent.attr is node
 
 
 def _scaled(value: cst.BaseExpression, operation: str) -> cst.BaseExpression:

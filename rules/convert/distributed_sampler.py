@@ -7,7 +7,7 @@ from dataclasses import replace
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.loaders import Loader, keyed_read, string_value, strip_iteration
+from ddpify.analysis.loaders import Loader, keyed_read, string_value
 from ddpify.analysis.script import ForeignTraining
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
@@ -712,29 +712,6 @@ def _seed_function(seed: cst.Call) -> str:
     return dotted(seed.func) or "random.seed"
 
 
-def _loaders_read(anatomy: Anatomy, loop: cst.For | cst.CompFor) -> list[cst.Call]:
-    """The `DataLoader(...)` calls `loop` may iterate: through a parameter of its function,
-    what every call of the function gives it (`errors(model, train_loader)` and
-    `errors(model, test_loader)`), not only the first."""
-    scope = anatomy.function_of(loop)
-    iterable = strip_iteration(loop.iter)
-    if (
-        isinstance(iterable, cst.Name)
-        and scope is not None
-        and iterable.value in anatomy.graph.parameters_of(scope)
-    ):
-        found = []
-        for site in anatomy.graph.call_sites(scope):
-            argument = anatomy.graph.bound_argument(site, scope, iterable.value)
-            if argument is not None:
-                made = anatomy.loaders.resolve(argument, anatomy.function_of(site))
-                if made is not None:
-                    found.append(made)
-        return found
-    made = anatomy.loaders.resolve(loop.iter, scope)
-    return [made] if made is not None else []
-
-
 def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
     """Why sharding this `DataLoader(...)` would shard more than the training data, if it
     would: one call that also makes the evaluation loader (`make_loader(split)`), a stream
@@ -745,7 +722,7 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
     for node in walk(anatomy.module):
         if not isinstance(node, cst.For | cst.CompFor) or id(node) in train_loops:
             continue
-        if loader.call in _loaders_read(anatomy, node):
+        if loader.call in anatomy.loaders.resolve_every(node.iter, anatomy.function_of(node)):
             read = keyed_read(node.iter) if loader.key_var is not None else None
             key = string_value(read[1]) if read is not None else None
             if key is not None and key != loader.train_key:

@@ -540,13 +540,15 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
         scope = anatomy.function_of(assign)
         closing = []
         for node in walk(scope or anatomy.module):
-            if not is_name(node, name) or anatomy.inside(node, line):
+            if not isinstance(node, cst.Name) or node.value != name or anatomy.inside(node, line):
                 continue
+            if anatomy.is_attribute_name(node):
+                continue  # `self.writer`: another object
             where = anatomy.function_of(node)
             if where is not scope and (
-                name in anatomy.graph.parameters_of(where) or anatomy.values.binds(where, name)
-                if where is not None
-                else True
+                where is None
+                or name in anatomy.graph.parameters_of(where)
+                or anatomy.values.binds(where, name)
             ):
                 continue  # another object of that name
             statement = anatomy.statement_of(node)
@@ -599,8 +601,8 @@ def _one_line_blocks(ctx: ConvertContext, models: set[str], guarded: list[cst.CS
         writes = any(kind in FILE_WRITES for kind in kinds)
         ctx.cannot(
             block,
-            "a one-line `if` or `elif` that prints or writes and does other work (or is an "
-            "`elif`): every rank would print or write; put its statements on lines of their "
+            "a one-line `if` that prints or writes and also does other work, or such an "
+            "`elif`: every rank would print or write; put its statements on lines of their "
             "own first",
             blocking=writes,
         )
@@ -652,11 +654,10 @@ def _hoist_model_runs(
     code = cst.Module([]).code_for_node
     lines = []
     for run in runs:
-        base = (dotted(run.func) or "value").rsplit(".", 1)[-1]
-        candidates = [f"{base}_result", "shown_value"]
-        name = anatomy.free_name([c for c in candidates if c not in taken] or candidates)
-        while name in taken:
-            name = f"{name}_"
+        stem = f"{(dotted(run.func) or 'value').rsplit('.', 1)[-1]}_result"
+        name, number = anatomy.free_name([stem]), 2
+        while name in taken:  # given to an earlier print's value in this conversion
+            name, number = anatomy.free_name([f"{stem}_{number}"]), number + 1
         taken.add(name)
         lines.append(statement(f"{name} = {code(run)}\n"))
         ctx.plan.replace(run, lambda _, name=name: cst.Name(name))  # type: ignore[misc]

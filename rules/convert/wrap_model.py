@@ -7,7 +7,15 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import DDP_OWN, DDP_TRANSPARENT, EXPORTS, PARAMETERS
 from ddpify.analysis.models import Model, holds_model
-from ddpify.analysis.tree import child_nodes, dotted, is_attribute, is_method_call, is_name, walk
+from ddpify.analysis.tree import (
+    child_nodes,
+    dotted,
+    is_attribute,
+    is_method_call,
+    is_name,
+    methods,
+    walk,
+)
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import statement
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -366,10 +374,9 @@ def _held_from_before(anatomy: Anatomy, model: Model) -> tuple[str, int] | None:
     `net_a = net_a.to(device)`), read after the wrap: it still holds the bare model."""
     assert model.placement is not None
     scope = anatomy.function_of(model.placement)
-    for node in walk(scope or anatomy.module):
+    for node in anatomy.assigns:
         if (
-            isinstance(node, cst.Assign)
-            and len(node.targets) == 1
+            len(node.targets) == 1
             and isinstance(node.targets[0].target, cst.Name)
             and anatomy.function_of(node) is scope
             and anatomy.precedes(node, model.placement)
@@ -437,17 +444,11 @@ def _used_after(anatomy: Anatomy, model: Model, name: str) -> bool:
     return any(
         isinstance(node, cst.Name)
         and node.value == name
-        and not _is_attribute_name(anatomy, node)
+        and not anatomy.is_attribute_name(node)
         and (scope is None or anatomy.function_of(node) is scope)
         and anatomy.values.runs_after(model.placement, node, name)
         for node in walk(scope or anatomy.module)
     )
-
-
-def _is_attribute_name(anatomy: Anatomy, node: cst.Name) -> bool:
-    """`model` in `self.model`: an attribute's name, not the variable."""
-    parent = anatomy.parent(node)
-    return isinstance(parent, cst.Attribute) and parent.attr is node
 
 
 def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | None:
@@ -673,28 +674,19 @@ def _calls_submodule(node: cst.CSTNode) -> bool:
 
 def _forwards(anatomy: Anatomy, model: Model) -> list[cst.FunctionDef]:
     """The `forward` of the script's own class the model is built from."""
-    classes = {
-        node.name.value: node for node in walk(anatomy.module) if isinstance(node, cst.ClassDef)
-    }
     found = []
-    for node in walk(anatomy.module):
-        if not (
-            isinstance(node, cst.Assign)
-            and len(node.targets) == 1
-            and dotted(node.targets[0].target) in model.names
-        ):
+    for node in anatomy.assigns:
+        if len(node.targets) != 1 or dotted(node.targets[0].target) not in model.names:
             continue
         value = node.value
         while isinstance(value, cst.Call) and is_attribute(value.func, "to", "cuda"):
             value = value.func.value  # type: ignore[attr-defined]
-        owner = classes.get(dotted(value.func) or "") if isinstance(value, cst.Call) else None
+        owner = (
+            anatomy.classes.get(dotted(value.func) or "") if isinstance(value, cst.Call) else None
+        )
         if owner is None:
             continue
-        found += [
-            method
-            for method in owner.body.body
-            if isinstance(method, cst.FunctionDef) and method.name.value == "forward"
-        ]
+        found += [method for method in methods(owner) if method.name.value == "forward"]
     return found
 
 
