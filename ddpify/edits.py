@@ -39,6 +39,10 @@ class EditPlan:
     tails: dict[cst.CSTNode, Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]]] = field(
         default_factory=dict
     )
+    spans: dict[
+        cst.CSTNode,
+        tuple[cst.CSTNode, Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]]],
+    ] = field(default_factory=dict)
 
     def replace(self, node: cst.CSTNode, fn: NodeFn) -> None:
         """Replace `node` by `fn(updated_node)`; later calls compose on the result."""
@@ -77,6 +81,16 @@ class EditPlan:
         """Replace `statement` and all that follow it in its block by `fn(those statements)`."""
         self.tails[statement] = fn
 
+    def wrap_span(
+        self,
+        first: cst.CSTNode,
+        last: cst.CSTNode,
+        fn: Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]],
+    ) -> None:
+        """Replace the statements from `first` to `last` (one block's), fully edited and with
+        what was inserted around them, by `fn(those statements)`: a `with` around them."""
+        self.spans[first] = (last, fn)
+
     def append_to_module(
         self, new: Sequence[cst.BaseStatement | Callable[[], cst.BaseStatement]]
     ) -> None:
@@ -91,6 +105,7 @@ class EditPlan:
             or self.module_tail
             or self.tails
             or self.moves
+            or self.spans
         )
 
     def apply(self, module: cst.Module) -> cst.Module:
@@ -114,6 +129,8 @@ class _Applier(cst.CSTTransformer):
         self.plan = plan
         self.made_guards: dict[cst.If, cst.BaseExpression] = {}
         self.updated: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.span_ends = {last for last, _ in plan.spans.values()} | set(plan.spans)
+        self.span_parts: dict[cst.CSTNode, list[cst.CSTNode]] = {}
 
     def on_leave(self, original_node: Any, updated_node: Any) -> Any:
         result = updated_node
@@ -150,12 +167,16 @@ class _Applier(cst.CSTTransformer):
                 if original_node in self.updated:
                     self.updated[original_node] = parts[0]
             result = cst.FlattenSentinel([*before, *parts, *after])
+        if original_node in self.span_ends:
+            self.span_parts[original_node] = (
+                list(result.nodes) if isinstance(result, cst.FlattenSentinel) else [result]
+            )
         if original_node in self.plan.moves:
             moved = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
             self.plan.moves[original_node].extend(moved)
             return cst.RemovalSentinel.REMOVE
         if isinstance(original_node, cst.IndentedBlock | cst.Module):
-            body = self._merge_guards(result.body)
+            body = self._merge_guards(self._wrap_spans(original_node, list(result.body)))
             for start, fn in self.plan.tails.items():
                 new_start = self.updated.get(start)
                 index = next((i for i, s in enumerate(body) if s is new_start), None)
@@ -172,6 +193,20 @@ class _Applier(cst.CSTTransformer):
             ]
             result = result.with_changes(body=[*result.body, *tail])
         return result
+
+    def _wrap_spans(
+        self, block: cst.IndentedBlock | cst.Module, body: list[cst.BaseStatement]
+    ) -> list[cst.BaseStatement]:
+        for first, (last, fn) in self.plan.spans.items():
+            if first not in block.body:
+                continue
+            start = self.span_parts.get(first, [None])[0]
+            end = self.span_parts.get(last, [None])[-1]
+            i = next((k for k, s in enumerate(body) if s is start), None)
+            j = next((k for k, s in enumerate(body) if s is end), None)
+            if i is not None and j is not None and i <= j:
+                body = [*body[:i], *fn(self._merge_guards(body[i : j + 1])), *body[j + 1 :]]
+        return body
 
     def _merge_guards(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
         merged: list[cst.BaseStatement] = []

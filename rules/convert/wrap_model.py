@@ -361,12 +361,6 @@ class WrapModel(ConvertRule):
                     "the copy (EMA, teacher, best weights) is made from the bare model: its "
                     "keys have no `module.`, and it is not a second DDP wrapper",
                 )
-        for loop in _accumulating_loops(anatomy):
-            ctx.info(
-                loop,
-                "gradient accumulation: every backward all-reduces; `with model.no_sync():` "
-                "around the micro-batches that do not step saves that traffic",
-            )
 
 
 def _held_from_before(anatomy: Anatomy, model: Model) -> tuple[str, int] | None:
@@ -935,46 +929,6 @@ def _attributes_given(cls: cst.ClassDef, index: int, keyword: str | None) -> set
                     ):
                         attributes.add(target.target.attr.value)
     return attributes
-
-
-def _accumulating_loops(anatomy: Anatomy) -> list[cst.For]:
-    """Batch loops whose optimizer step is conditional while a backward pass is not under
-    the same condition: gradients accumulate over batches. `if phase == "train":
-    loss.backward(); optimizer.step()` (the transfer-learning tutorial) and an AMP if/else
-    with a backward and a step in each branch step after every backward."""
-    found = []
-    for loop in anatomy.script.train_loops:
-        if anatomy.graph.reaches(loop.batch_loop.body, lambda node: is_attribute(node, "no_sync")):
-            continue  # the script already skips the synchronisation itself
-        backwards = [
-            node
-            for node in walk(loop.batch_loop.body)
-            if isinstance(node, cst.Call) and is_attribute(node.func, "backward")
-        ]
-        for node in walk(loop.batch_loop.body):
-            if not is_method_call(node, "step") or "sched" in (
-                dotted(node.func.value) or ""  # type: ignore[attr-defined]
-            ):
-                continue  # a learning-rate schedule stepped every N batches accumulates nothing
-            conditions = [
-                a for a in _between(anatomy, node, loop.batch_loop) if isinstance(a, cst.If)
-            ]
-            if any(
-                not all(condition in anatomy.ancestors(backward) for condition in conditions)
-                for backward in backwards
-            ):
-                found.append(loop.batch_loop)
-                break
-    return found
-
-
-def _between(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> list[cst.CSTNode]:
-    chain = []
-    for ancestor in anatomy.ancestors(node):
-        if ancestor is top:
-            break
-        chain.append(ancestor)
-    return chain
 
 
 # Calls that copy the model they are given: an EMA, a teacher, the best weights kept aside.

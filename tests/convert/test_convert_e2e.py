@@ -597,3 +597,16 @@ def test_loaders_read_together_in_zip_are_both_sharded_and_reshuffled(tmp_path: 
     ran = torchrun(["zipped.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert len(progress_lines(ran.stdout)) == 2
+
+
+def test_accumulation_all_reduces_once_per_optimizer_step(tmp_path: Path) -> None:
+    """The AMP accumulation fixture steps every second batch: its micro-batches that do not
+    step run under `no_sync()`, so DDP all-reduces (its one bucket) at the optimizer steps
+    only: 3 epochs x 8 batches per process / 2 = 12, not 24."""
+    shutil.copy(EXPECTED / "amp_accum.py", tmp_path / "amp_accum.py")
+    counter = Path(__file__).parents[1] / "harness" / "count_allreduces.py"
+    ran = torchrun([str(counter), "amp_accum.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    counts = {rank: int((tmp_path / f"allreduces.{rank}").read_text()) for rank in "01"}
+    assert counts == {"0": 12, "1": 12}
+    assert len(progress_lines(ran.stdout)) == 3

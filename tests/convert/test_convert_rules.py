@@ -89,8 +89,6 @@ if __name__ == "__main__":
     assert "`self.model` may hold the DDP-wrapped `model`" in held[0].message
 
 
-ACCUMULATION_NOTE = "gradient accumulation"
-
 STEP_UNDER_PHASE = """import torch
 model = torch.nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -107,32 +105,50 @@ for epoch in range(2):
     ("body", "accumulates"),
     [
         # The transfer-learning tutorial: backward and step under one condition.
-        ("if epoch >= 0:\n            loss.backward()\n            optimizer.step()", False),
+        ("if epoch >= 0:\n            loss.backward()\n            optimizer.step()", None),
         # An AMP switch: a backward and a step in each branch.
         (
             "if epoch:\n            loss.backward()\n            optimizer.step()\n"
             "        else:\n            (2 * loss).backward()\n            optimizer.step()",
-            False,
+            None,
         ),
         # A schedule stepped every other batch.
         (
             "loss.backward()\n        optimizer.step()\n"
             "        if i % 2 == 0:\n            scheduler.step()",
-            False,
+            None,
         ),
         # Accumulation: the step waits for every second backward.
-        ("loss.backward()\n        if (i + 1) % 2 == 0:\n            optimizer.step()", True),
+        (
+            "loss.backward()\n        if (i + 1) % 2 == 0 or i + 1 == len(loader):\n"
+            "            optimizer.step()",
+            "with model.no_sync() if not ((i + 1) % 2 == 0 or i + 1 == len(loader)) "
+            "else contextlib.nullcontext():\n            loss = model(x).sum()\n"
+            "            loss.backward()\n        if (i + 1)",
+        ),
+        # A step decided by the loss: the decision comes after the forward, too late for
+        # `no_sync()`; every backward all-reduces and the report says so.
+        (
+            "loss.backward()\n        if loss.item() > 0:\n            optimizer.step()",
+            "every backward all-reduces (the step's condition calls something)",
+        ),
     ],
-    ids=["phase", "amp-branches", "schedule", "accumulation"],
+    ids=["phase", "amp-branches", "schedule", "accumulation", "decided-by-the-loss"],
 )
-def test_the_accumulation_note_is_given_only_when_backward_runs_without_a_step(
-    body: str, accumulates: bool
+def test_accumulation_runs_under_no_sync_only_when_backward_runs_without_a_step(
+    body: str, accumulates: str | None
 ) -> None:
     source = STEP_UNDER_PHASE.format(body=body).encode()
     result = convert_source(source, "train.py", ConvertOptions())
     assert not result.refused, result.notes
-    noted = [note for note in result.notes if ACCUMULATION_NOTE in note.message]
-    assert bool(noted) is accumulates, result.notes
+    noted = [note for note in result.notes if note.code == "DDP012"]
+    assert bool(noted) is (accumulates is not None), result.notes
+    if accumulates is not None:
+        reported = "\n".join(note.message for note in noted)
+        assert accumulates in result.output.decode() or accumulates in reported, (
+            result.output.decode() + reported
+        )
+    assert ("no_sync" in result.output.decode()) is ("with" in (accumulates or ""))
 
 
 UNPLACED = """import torch

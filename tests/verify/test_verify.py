@@ -149,8 +149,13 @@ def test_seed000_hard_coded_cuda_pair_through_the_cli(tmp_path: Path) -> None:
             FIXTURES / "convert" / "expected" / "seed004_single_gpu.py",
             ("3", "1"),
         ),
+        (  # accumulation under no_sync(): the same steps, one all-reduce each
+            FIXTURES / "convert" / "scripts" / "amp_accum.py",
+            FIXTURES / "convert" / "expected" / "amp_accum.py",
+            (),
+        ),
     ],
-    ids=["main_argparse", "seed004-with-args"],
+    ids=["main_argparse", "seed004-with-args", "amp-accumulation-no-sync"],
 )
 def test_converted_fixtures_are_equivalent(
     original: Path, converted: Path, args: tuple[str, ...]
