@@ -130,6 +130,8 @@ def main(argv: list[str]) -> int:
     else:
         patches.patch_cuda(recorder)
     patches.patch_process_group(recorder, map_cuda=not cuda)
+    if options.role == "converted":
+        patches.patch_spawn(recorder)
     patches.patch_data(recorder, options.train_loader, options.train_batch)
     patches.patch_writes(recorder)
     register_optimizer_step_post_hook(recorder.after_step)

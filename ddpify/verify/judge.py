@@ -807,6 +807,7 @@ def _changes(facts: _Facts) -> list[str]:
         "batchnorm": "noticed, not changed",
         "random": "noticed, not changed",
         "writes": "checkpoints written slowly, so a read before the write ends fails",
+        "launcher": "the verifier starts the processes",
     }
     for (kind, detail), roles in sorted(by_kind.items()):
         lines.append(f"{titles.get(kind, kind)}: {detail} ({' and '.join(roles)})")

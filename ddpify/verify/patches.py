@@ -206,6 +206,40 @@ def patch_process_group(recorder: Recorder, map_cuda: bool) -> None:
     torch.distributed.distributed_c10d.init_process_group = init_process_group
 
 
+def patch_spawn(recorder: Recorder) -> None:
+    """A `--launcher spawn` conversion starts its own processes with `mp.spawn`, one per GPU
+    (one on a CPU). The verifier has started them already, one per rank with torchrun's
+    environment: `mp.spawn(worker, args=...)` runs `worker(LOCAL_RANK, *args)` in this
+    process, and the worker's `init_process_group(init_method="tcp://...", rank=...,
+    world_size=...)` joins the verifier's group through that environment instead."""
+    import torch.multiprocessing as mp
+
+    spawned = [False]
+    patched_init = dist.init_process_group
+
+    def spawn(
+        fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1, **_: Any
+    ) -> None:
+        rank, world = int(os.environ["LOCAL_RANK"]), os.environ["WORLD_SIZE"]
+        recorder.changed(
+            "launcher",
+            f"mp.spawn(nprocs={nprocs}) runs `{getattr(fn, '__name__', fn)}` in each of the "
+            f"verifier's {world} processes, given its rank, and they join one group",
+        )
+        spawned[0] = True
+        fn(rank, *args)
+
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        if spawned[0]:
+            for key in ("init_method", "rank", "world_size", "store"):
+                kwargs.pop(key, None)
+        patched_init(*args, **kwargs)
+
+    mp.spawn = spawn
+    dist.init_process_group = init_process_group
+    torch.distributed.distributed_c10d.init_process_group = init_process_group
+
+
 def as_indices(index: object) -> list[int] | None:
     if isinstance(index, int):
         return [index]

@@ -154,8 +154,13 @@ def test_seed000_hard_coded_cuda_pair_through_the_cli(tmp_path: Path) -> None:
             FIXTURES / "convert" / "expected" / "amp_accum.py",
             (),
         ),
+        (  # `--launcher spawn`: the verifier's processes run the spawned worker
+            FIXTURES / "convert" / "scripts" / "module_level.py",
+            FIXTURES / "convert" / "expected_spawn" / "module_level.py",
+            (),
+        ),
     ],
-    ids=["main_argparse", "seed004-with-args", "amp-accumulation-no-sync"],
+    ids=["main_argparse", "seed004-with-args", "amp-accumulation-no-sync", "spawn-launcher"],
 )
 def test_converted_fixtures_are_equivalent(
     original: Path, converted: Path, args: tuple[str, ...]
