@@ -235,7 +235,7 @@ def patch_spawn(recorder: Recorder) -> None:
                 kwargs.pop(key, None)
         patched_init(*args, **kwargs)
 
-    mp.spawn = spawn
+    mp.spawn = spawn  # type: ignore[attr-defined,assignment]
     dist.init_process_group = init_process_group
     torch.distributed.distributed_c10d.init_process_group = init_process_group
 
