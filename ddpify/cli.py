@@ -83,6 +83,19 @@ def convert(
         bool, typer.Option("--strict", help="Exit 1 when something could not be converted.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No report on stderr.")] = False,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="With -o FILE: then run `ddpify verify SRC FILE` and exit with its code.",
+        ),
+    ] = False,
+    script_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="With --verify: arguments for both scripts, after --.", show_default=False
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -99,6 +112,10 @@ def convert(
         raise _fail("choose one of -o, --diff, --in-place and --check")
     if in_place and src == "-":
         raise _fail("--in-place needs a file, not stdin")
+    if verify and (src == "-" or output in (None, "-")):
+        raise _fail("--verify needs a script file and -o FILE: it runs both")
+    if script_args and not verify:
+        raise _fail(f"unexpected arguments {' '.join(script_args)!r} (they are for --verify)")
     source_path = None if src == "-" else Path(src)
     target = Path(output) if output not in (None, "-") else None
     if source_path is not None and target is not None and _same_file(source_path, target):
@@ -138,6 +155,11 @@ def convert(
         raise typer.Exit(1)
     if strict and result.problems:
         raise typer.Exit(1)
+    if verify and result.changed:
+        from ddpify.verify.command import verify as verify_command
+
+        assert source_path is not None and target is not None
+        verify_command(source_path, target, script_args=script_args)
 
 
 def _same_file(a: Path, b: Path) -> bool:

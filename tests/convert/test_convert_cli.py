@@ -165,3 +165,36 @@ def test_converting_never_imports_torch(tmp_path: Path, args: list[str]) -> None
     )
     result = run([sys.executable, "-c", code], cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "verdict"),
+    [
+        ((), 0, "verdict: equivalent (exit 0)"),
+        # a learning rate scaled by the world size trains differently from the first step
+        (("--scale-lr", "linear"), 1, "verdict: not equivalent (exit 1)"),
+    ],
+    ids=["equivalent", "lr-scaled-not-equivalent"],
+)
+def test_verify_after_converting_reports_and_exits_with_the_verdict(
+    tmp_path: Path, extra: tuple[str, ...], code: int, verdict: str
+) -> None:
+    pytest.importorskip("torch")
+    shutil.copy(FIXTURES / "convert" / "scripts" / "main_argparse.py", tmp_path / "train.py")
+    result = ddpify("train.py", "-o", "train_ddp.py", *extra, "--verify", cwd=tmp_path)
+    assert result.returncode == code, result.stderr.decode()[-2000:]
+    assert (tmp_path / "train_ddp.py").exists()
+    assert verdict in result.stdout.decode()
+    assert "DDP003 `model` wrapped in DDP" in result.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["-", "-o", "x.py", "--verify"], ["train.py", "--verify"], ["train.py", "-o", "x.py", "a"]],
+    ids=["stdin", "no-output", "arguments-without-verify"],
+)
+def test_verify_needs_files_and_arguments_need_verify(script: Path, args: list[str]) -> None:
+    result = ddpify(*args, cwd=script.parent, stdin=b"")
+    assert result.returncode == 2
+    assert result.stderr.decode().count("\n") == 1 and "ddpify: error:" in result.stderr.decode()
+    assert not (script.parent / "x.py").exists()
