@@ -101,7 +101,10 @@ def main(argv: list[str]) -> int:
 
     import torch
     import torch.distributed as dist
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
 
     from ddpify.verify import patches
     from ddpify.verify.recorder import Recorder, StopTraining
@@ -135,6 +138,16 @@ def main(argv: list[str]) -> int:
     patches.patch_data(recorder, options.train_loader, options.train_batch)
     patches.patch_writes(recorder)
     register_optimizer_step_post_hook(recorder.after_step)
+    register_optimizer_step_pre_hook(recorder.before_step)
+    if options.compare_with is not None:
+        from ddpify.verify.records import ProcessRecord
+
+        converted = ProcessRecord.read(options.compare_with / "rank0")
+        recorder.replay = {
+            (step.optimizer, step.step): tuple(zip(step.lr, step.momentum, strict=True))
+            for step in converted.steps
+            if len(step.momentum) == len(step.lr)
+        }
 
     script = str(options.script)
     sys.argv = [script, *options.args]

@@ -22,7 +22,7 @@ import math
 import re
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
@@ -344,6 +344,22 @@ class _ReplicasInSync(_NamedCheck):
             return Check(name, Status.NOT_EXERCISED, "one process: no replicas to compare")
         if facts.comparison is None or "error" in facts.comparison:
             return Check(name, Status.UNCHECKED, facts.why_no_comparison())
+        # The cause before its effect: rates that differ make the parameters differ.
+        disagreeing = _learning_rates_disagree(facts.ranks)
+        if disagreeing is not None:
+            step, rank, lr, rank_zeros = disagreeing
+            return Check(
+                name,
+                Status.FAIL,
+                f"at step {step} rank {rank} steps with learning rate(s) {list(lr)}, rank 0 with "
+                f"{list(rank_zeros)}",
+                [
+                    "the ranks' schedules disagree: a scheduler stepped on a value of each "
+                    "rank's own (ReduceLROnPlateau on its own loss) cuts the rate at different "
+                    "epochs, and the replicas drift apart"
+                ],
+                {"step": step, "rank": rank},
+            )
         rows = sorted(facts.comparison["replicas"], key=lambda r: (r["step"], r["rank"]))
         for row in rows:
             if not row["exact"]:
@@ -375,6 +391,45 @@ class _ReplicasInSync(_NamedCheck):
         )
 
 
+def _learning_rates_disagree(
+    ranks: Sequence[ProcessRecord],
+) -> tuple[int, int, tuple[float, ...], tuple[float, ...]] | None:
+    """The first step at which a rank's learning rates differ from rank 0's."""
+    if not ranks:
+        return None
+    first = {(s.optimizer, s.step): s.lr for s in ranks[0].steps}
+    for rank, record in enumerate(ranks[1:], start=1):
+        for step in record.steps:
+            theirs = first.get((step.optimizer, step.step))
+            if theirs is not None and theirs != step.lr:
+                return step.step, rank, step.lr, theirs
+    return None
+
+
+def _replayed_rates(facts: _Facts, semantics: str | None) -> list[str]:
+    """Where the original's own schedule gave other learning rates than the conversion's,
+    which the original's run stepped with instead."""
+    differ = [s for s in facts.orig_record.steps if s.own_lr and s.own_lr != s.lr]
+    if not differ:
+        return []
+    first = differ[0]
+    ratio = first.lr[0] / first.own_lr[0] if first.own_lr[0] else math.nan
+    lines = [
+        f"learning rates: from step {first.step} the conversion's schedule gives "
+        f"{[float(f'{lr:.6g}') for lr in first.lr]} where the original's gives "
+        f"{[float(f'{lr:.6g}') for lr in first.own_lr]} (x{ratio:.4g}); the original's run "
+        f"stepped with the conversion's rates ({len(differ)} step(s)), so the parameters "
+        "compare like for like"
+    ]
+    if semantics == "per-gpu":
+        lines.append(
+            "expected for a schedule sized from the data: each process takes 1/N of the "
+            "steps per epoch, and the check resized the original's batch but not the numbers "
+            "its schedule was sized from"
+        )
+    return lines
+
+
 class _Equivalence(_NamedCheck):
     """The converted run's parameters match the original's after each step, within the tolerance."""
 
@@ -393,7 +448,7 @@ class _Equivalence(_NamedCheck):
         details = [batch_text]
         if semantics == "neither":
             return Check(name, Status.FAIL, batch_text, [])
-        notes = []
+        notes = _replayed_rates(facts, semantics)
         if facts.n > 1 and any(c.kind == "batchnorm" for r in facts.ranks for c in r.changes):
             notes.append(
                 "BatchNorm in training mode: each rank normalises its own batch with per-rank "
@@ -446,7 +501,7 @@ class _Equivalence(_NamedCheck):
                 )
                 details.append(line)
                 theirs = facts.step_record(facts.ranks[0], row["optimizer"], row["step"])
-                if mine and theirs and mine.lr != theirs.lr:
+                if mine and theirs and mine.lr != theirs.lr:  # not replayed: groups differ
                     ratio = theirs.lr[0] / mine.lr[0] if mine.lr and mine.lr[0] else math.nan
                     details.append(
                         f"learning rate: {list(theirs.lr)} in the converted run, "

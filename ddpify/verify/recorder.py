@@ -19,6 +19,28 @@ from ddpify.verify.records import EVENTS, save_copy_name, snapshot_name
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
+# A param group's learning rate and momentum (SGD's `momentum`, Adam's first beta): what
+# learning-rate schedules change between steps.
+Rates = tuple[float, float | None]
+
+
+def rates_of(group: Mapping[str, Any]) -> Rates:
+    momentum = group.get("momentum", (group.get("betas") or (None,))[0])
+    return float(group.get("lr", float("nan"))), None if momentum is None else float(momentum)
+
+
+def set_rates(group: dict[str, Any], rates: Rates) -> None:
+    lr, momentum = rates
+    if isinstance(group.get("lr"), torch.Tensor):
+        group["lr"].fill_(lr)
+    else:
+        group["lr"] = lr
+    if momentum is not None and "momentum" in group:
+        group["momentum"] = momentum
+    elif momentum is not None and "betas" in group:
+        group["betas"] = (momentum, *group["betas"][1:])
+
+
 class StopTraining(BaseException):
     """Raised from the optimizer hook after the last step the check needs.
 
@@ -56,6 +78,10 @@ class Recorder:
         self._changes: set[tuple[str, str]] = set()
         self._loaders = 0
         self._saves = 0
+        # The original's run: the converted run's learning rates, per (optimizer, step), set
+        # on its param groups for each step (its own are put back after the step).
+        self.replay: dict[tuple[int, int], tuple[Rates, ...]] = {}
+        self._own_rates: dict[int, list[Rates]] = {}
 
     def event(self, name: str, **fields: Any) -> None:
         if os.getpid() != self.pid:  # a forked DataLoader worker: not this process's doing
@@ -113,16 +139,42 @@ class Recorder:
         finally:
             self.suppress_writes -= 1
 
-    def after_step(self, optimizer: torch.optim.Optimizer, *_: object) -> None:
-        """The global optimizer-step post-hook: snapshot, record the batch, stop after K."""
-        if self.stopping:  # the script caught StopTraining and went on: stop it again
-            raise StopTraining
+    def _ordinal(self, optimizer: torch.optim.Optimizer) -> int:
         key = id(optimizer)
         if key not in self._optimizers:
             self._optimizers[key] = len(self._optimizers)
             self._alive.append(optimizer)
             self._names[key] = named_parameters_of(optimizer)
-        ordinal = self._optimizers[key]
+        return self._optimizers[key]
+
+    def before_step(self, optimizer: torch.optim.Optimizer, *_: object) -> None:
+        """The global optimizer-step pre-hook: in the original's run, step with the converted
+        run's learning rates (and momenta, which one-cycle schedules move with them), so that
+        the parameters compare like for like; the schedules are compared from the records.
+        Only schedules that start alike are replayed: they differ in their course (a length
+        sized from the data), while rates that differ at the first step are the script's."""
+        ordinal = self._ordinal(optimizer)
+        count = self._optimizer_steps.get(id(optimizer), 0) + 1
+        replayed = self.replay.get((ordinal, count))
+        groups = optimizer.param_groups
+        if replayed is None or len(replayed) != len(groups):
+            return
+        own = [rates_of(group) for group in groups]
+        if own == list(replayed):
+            return
+        if count == 1:  # the rates differ from the start (a scaled learning rate): a real
+            self.replay = {k: v for k, v in self.replay.items() if k[0] != ordinal}
+            return  # difference, not a schedule's length, and the comparison must show it
+        self._own_rates[id(optimizer)] = own
+        for group, rates in zip(groups, replayed, strict=True):
+            set_rates(group, rates)
+
+    def after_step(self, optimizer: torch.optim.Optimizer, *_: object) -> None:
+        """The global optimizer-step post-hook: snapshot, record the batch, stop after K."""
+        if self.stopping:  # the script caught StopTraining and went on: stop it again
+            raise StopTraining
+        key = id(optimizer)
+        ordinal = self._ordinal(optimizer)
         count = self._optimizer_steps[key] = self._optimizer_steps.get(key, 0) + 1
         primary = ordinal == 0
         loader, indices = (None, None)
@@ -132,7 +184,11 @@ class Recorder:
         with torch.no_grad():
             snapshot = {name: p.detach().cpu().clone() for name, p in self._names[key]}
         self.keep(snapshot, snapshot_name(ordinal, count))
-        lrs = [float(group.get("lr", float("nan"))) for group in optimizer.param_groups]
+        rates = [rates_of(group) for group in optimizer.param_groups]
+        own = self._own_rates.pop(key, None)
+        if own is not None:  # the schedule goes on from the original's own rates
+            for group, mine in zip(optimizer.param_groups, own, strict=True):
+                set_rates(group, mine)
         self.event(
             "step",
             optimizer=ordinal,
@@ -141,7 +197,9 @@ class Recorder:
             primary=primary,
             loader=loader,
             indices=indices,
-            lr=lrs,
+            lr=[lr for lr, _ in rates],
+            momentum=[momentum for _, momentum in rates],
+            own_lr=[lr for lr, _ in own or rates],
         )
         if primary and count >= self.steps_wanted:
             self.stopping = True

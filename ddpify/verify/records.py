@@ -51,7 +51,11 @@ class StepRecord:
     primary: bool  # the first optimizer to step: its steps are the ones counted
     loader: int | None
     indices: tuple[int, ...] | None
-    lr: tuple[float, ...]
+    lr: tuple[float, ...]  # what the step used
+    # The script's own rates for the step: in the original's run they differ from `lr` where
+    # the converted run's were replayed.
+    own_lr: tuple[float, ...] = ()
+    momentum: tuple[float | None, ...] = ()  # SGD's momentum or Adam's first beta, per group
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,10 @@ class ProcessRecord:
                     loader=event.get("loader"),
                     indices=None if indices is None else tuple(int(i) for i in indices),
                     lr=tuple(float(lr) for lr in event.get("lr", ())),
+                    own_lr=tuple(float(lr) for lr in event.get("own_lr", event.get("lr", ()))),
+                    momentum=tuple(
+                        None if m is None else float(m) for m in event.get("momentum", ())
+                    ),
                 )
             )
         elif kind == "write":

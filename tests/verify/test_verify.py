@@ -543,3 +543,30 @@ def test_a_summed_loss_trains_the_same_only_multiplied_by_the_world_size(
     assert equivalence is (Status.PASS if scaled else Status.FAIL), render_table(
         verification, outcome
     )
+
+
+def test_a_schedule_sized_from_the_data_is_replayed_and_reported() -> None:
+    """OneCycleLR sized from len(train_ds): each process takes half the steps, so the
+    conversion's schedule (DDP009) runs twice as fast as the original's, which the check ran
+    at the global batch without changing the numbers the schedule was sized from. The
+    original steps with the conversion's rates and momenta; the parameters then match, and
+    the report shows both schedules."""
+    _, outcome = verify(
+        FIXTURES / "convert" / "scripts" / "init_after_move_onecycle.py",
+        FIXTURES / "convert" / "expected" / "init_after_move_onecycle.py",
+        steps=3,
+    )
+    assert outcome.exit_code == 0, check(outcome, "equivalence")
+    assert statuses(outcome)["equivalence"] is Status.PASS
+    text = check(outcome, "equivalence")
+    assert "from step 2 the conversion's schedule gives" in text
+    assert "stepped with the conversion's rates (2 step(s))" in text
+
+
+def test_learning_rates_that_differ_between_ranks_fail_replicas_in_sync() -> None:
+    _, outcome = verify(TRAIN, VERIFY / "ddp_plateau_per_rank.py", steps=4)
+    assert outcome.exit_code == 1
+    assert statuses(outcome)["replicas-in-sync"] is Status.FAIL
+    replicas = next(c for c in outcome.checks if c.name == "replicas-in-sync")
+    assert replicas.data == {"step": 3, "rank": 1}
+    assert "rank 1 steps with learning rate(s) [0.1], rank 0 with [0.05]" in replicas.summary
