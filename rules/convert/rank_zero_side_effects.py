@@ -80,6 +80,35 @@ class RankZeroSideEffects(ConvertRule):
                     print(f"epoch {epoch} accuracy {accuracy_result:.3f}")
             """,
         ),
+        # The model run inside a comprehension: the whole value shown is computed first.
+        Example(
+            """
+            import torch
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                print("val", sum(model(x).sum().item() for x, y in val) / len(val))
+            """,
+            """
+            import torch
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                value_result = sum(model(x).sum().item() for x, y in val) / len(val)
+                if dist.get_rank() == 0:
+                    print("val", value_result)
+            """,
+        ),
         # A model built again after training (the best weights reloaded for a test) is a
         # bare module: a print that runs it needs no other rank and goes on rank 0.
         Example(
@@ -644,25 +673,54 @@ def _hoist_model_runs(
             )
         ):
             runs.append(node)
-    if not runs or any(
-        isinstance(ancestor, cst.Lambda | cst.BaseComp)
-        for run in runs
-        for ancestor in anatomy.ancestors(run)
-        if anatomy.inside(ancestor, line)
-    ):
+    # A run inside a comprehension (`sum(model(x).item() for x in batches)`) is computed
+    # with the whole value shown; one deferred in a lambda cannot be.
+    whole: list[cst.Call | cst.BaseExpression] = []
+    for run in runs:
+        within = [a for a in anatomy.ancestors(run) if anatomy.inside(a, line)]
+        if any(isinstance(a, cst.Lambda) for a in within):
+            return ""
+        shown = (
+            _shown_value(anatomy, run, line)
+            if any(isinstance(a, cst.BaseComp) for a in within)
+            else run
+        )
+        if shown is None:
+            return ""
+        if not any(shown is other for other in whole):
+            whole.append(shown)
+    if not whole:
         return ""
     code = cst.Module([]).code_for_node
     lines = []
-    for run in runs:
-        stem = f"{(dotted(run.func) or 'value').rsplit('.', 1)[-1]}_result"
+    for value in whole:
+        called = dotted(value.func) if isinstance(value, cst.Call) else None
+        stem = f"{(called or 'value').rsplit('.', 1)[-1]}_result"
         name, number = anatomy.free_name([stem]), 2
         while name in taken:  # given to an earlier print's value in this conversion
             name, number = anatomy.free_name([f"{stem}_{number}"]), number + 1
         taken.add(name)
-        lines.append(statement(f"{name} = {code(run)}\n"))
-        ctx.plan.replace(run, lambda _, name=name: cst.Name(name))  # type: ignore[misc]
+        lines.append(statement(f"{name} = {code(value)}\n"))
+        ctx.plan.replace(value, lambda _, name=name: cst.Name(name))  # type: ignore[misc]
     ctx.plan.insert_before(line, lines)
-    return ", ".join(f"`{code(run)}`" for run in runs)
+    return ", ".join(f"`{code(value)}`" for value in whole)
+
+
+def _shown_value(
+    anatomy: Anatomy, node: cst.CSTNode, line: cst.CSTNode
+) -> cst.BaseExpression | None:
+    """The value `node` is part of that the print shows as one: an argument of the print
+    (or log) call, or one `{...}` of an f-string in it."""
+    assert isinstance(line, cst.SimpleStatementLine)
+    top = line.body[0].value if isinstance(line.body[0], cst.Expr) else None
+    for ancestor in anatomy.ancestors(node):
+        if ancestor is line:
+            break
+        if isinstance(ancestor, cst.FormattedStringExpression):
+            return ancestor.expression
+        if isinstance(ancestor, cst.Arg) and anatomy.parent(ancestor) is top:
+            return ancestor.value
+    return None
 
 
 def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[str]) -> str:
