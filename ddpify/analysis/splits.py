@@ -27,6 +27,17 @@ PERMUTATIONS = {
 }
 # Calls that shuffle their argument in place.
 SHUFFLES = {"random.shuffle": "random", "numpy.random.shuffle": "numpy"}
+# Values each process draws for itself: a number from an unseeded generator, the clock, the
+# process id (`manualSeed = random.randint(1, 10000)`, pytorch/examples' dcgan).
+PER_PROCESS = {
+    name: "drawn"
+    for name in (
+        "random.randint", "random.randrange", "random.random", "random.getrandbits",
+        "numpy.random.randint", "numpy.random.rand", "numpy.random.random", "torch.randint",
+        "torch.seed", "torch.initial_seed", "time.time", "time.time_ns", "os.getpid",
+        "secrets.randbelow", "secrets.randbits",
+    )
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,51 @@ class DrawnSplit:
     draw: cst.Call
     statement: cst.BaseStatement  # rank 0's value is shared right after it
     name: str | None  # None: the draw is not assigned to one plain name (a tuple, say)
+
+
+@dataclass(frozen=True)
+class DrawnSeed:
+    """`name = <a per-process draw>`, then a generator seeded with `name`: every process
+    would seed its own, and draw its own splits and initial weights from it."""
+
+    draw: cst.Call
+    statement: cst.BaseStatement  # rank 0's value is shared right after it
+    name: str
+
+
+def drawn_seeds(index: SourceIndex) -> list[DrawnSeed]:
+    """The seeds drawn per process that seed a global generator (`random.seed`,
+    `np.random.seed`, `torch.manual_seed`) later in the same scope."""
+    found: dict[int, DrawnSeed] = {}
+    for call in index.calls:
+        if not call.args or _family(index, call, SEEDS) is None:
+            continue
+        name = dotted(call.args[0].value)
+        scope = index.function_of(call)
+        for assign in index.assigns:
+            draw = per_process_draw(index, assign.value)
+            if (
+                name is not None
+                and draw is not None
+                and len(assign.targets) == 1
+                and dotted(assign.targets[0].target) == name
+                and index.function_of(assign) is scope
+                and index.precedes(assign, call)
+            ):
+                found[id(assign)] = DrawnSeed(draw, index.statement_of(assign), name)
+    return list(found.values())
+
+
+def per_process_draw(index: SourceIndex, expr: cst.BaseExpression) -> cst.Call | None:
+    """A call in `expr` whose value differs in every process (see PER_PROCESS)."""
+    return next(
+        (
+            node
+            for node in walk(expr)
+            if isinstance(node, cst.Call) and _family(index, node, PER_PROCESS) is not None
+        ),
+        None,
+    )
 
 
 def drawn_splits(
@@ -105,9 +161,13 @@ def _family(index: SourceIndex, call: cst.Call, table: dict[str, str]) -> str | 
 
 def _seeded_before(index: SourceIndex, family: str, draw: cst.Call) -> bool:
     """A seed of the draw's generator family set before it (any value the script computes
-    alike in every process: a number, `args.seed`)."""
+    alike in every process: a number, `args.seed`; a seed drawn per process into a name is
+    shared from rank 0 by the conversion, see `drawn_seeds`)."""
     return any(
-        _family(index, call, SEEDS) == family and bool(call.args) and index.precedes(call, draw)
+        _family(index, call, SEEDS) == family
+        and bool(call.args)
+        and per_process_draw(index, call.args[0].value) is None
+        and index.precedes(call, draw)
         for call in index.calls
     )
 

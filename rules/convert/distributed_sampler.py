@@ -9,6 +9,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.loaders import Loader, keyed_read, string_value
 from ddpify.analysis.script import ForeignTraining
+from ddpify.analysis.splits import drawn_seeds, per_process_draw
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.emit import statement, statements
@@ -371,7 +372,7 @@ class DistributedSampler(ConvertRule):
             _refuse_unsharded(ctx)
             return
         sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
-        _share_split_draws(ctx)
+        _share_draws(ctx)
         for loader in anatomy.loaders.all:
             if not loader.trains:
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
@@ -457,6 +458,36 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
                 continue
             insert_set_epoch(ctx.plan, replace(loop, loader_at_epoch=name))
             ctx.changed(loop.epoch_loop, f"set_epoch of `{name}` too (read in `zip(...)`)")
+
+
+def _share_draws(ctx: ConvertContext) -> None:
+    _share_drawn_seeds(ctx)
+    _share_split_draws(ctx)
+
+
+def _share_drawn_seeds(ctx: ConvertContext) -> None:
+    """A seed drawn per process (`manualSeed = random.randint(1, 10000)`, then
+    `torch.manual_seed(manualSeed)`): every process takes rank 0's, right after it is
+    drawn, so they split the data alike and start from the same weights."""
+    anatomy = ctx.anatomy
+    for seed in drawn_seeds(anatomy):
+        what = dotted(seed.draw.func)
+        if not anatomy.script.after_setup(seed.statement):
+            ctx.cannot(
+                seed.draw,
+                f"the random seed `{seed.name}` is drawn (`{what}`) before the process group "
+                "exists: every process would seed its own generators; draw it after the "
+                "setup, or fix it, by hand",
+                blocking=True,
+            )
+            continue
+        ctx.add_import("torch.distributed", asname="dist")
+        take_rank_zeros(ctx.plan, seed.statement, seed.name)
+        ctx.changed(
+            seed.draw,
+            f"the random seed `{seed.name}` is drawn (`{what}`): every process takes rank 0's, "
+            "so all of them draw the same splits and initial weights",
+        )
 
 
 def _share_split_draws(ctx: ConvertContext) -> None:
@@ -762,10 +793,12 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
 
 
 def _seeded(anatomy: Anatomy) -> bool:
-    """A `torch.manual_seed(<number>)`: every process draws the same random numbers."""
+    """A `torch.manual_seed(...)` of a value every process has alike (a number, `args.seed`;
+    a seed drawn per process into a name is shared from rank 0): every process draws the
+    same random numbers."""
     return any(
         anatomy.is_call_to(call, {"torch.manual_seed"})
         and bool(call.args)
-        and isinstance(call.args[0].value, cst.Integer)
+        and per_process_draw(anatomy, call.args[0].value) is None
         for call in anatomy.calls
     )

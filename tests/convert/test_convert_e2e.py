@@ -347,6 +347,7 @@ def test_a_cache_written_on_first_use_and_a_log_file_are_rank_0s(tmp_path: Path)
 
 SPLIT_AT_RANDOM = """\
 import json
+import random
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset, TensorDataset
@@ -356,7 +357,7 @@ data = TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
 
 
 def main():
-    perm = np.random.permutation(len(data))  # never seeded: every process draws its own
+    DRAW
     train_set = Subset(data, perm[8:].tolist())
     loader = DataLoader(train_set, batch_size=4, shuffle=True)
     model = torch.nn.Linear(4, 1)
@@ -373,14 +374,29 @@ main()
 """
 
 
-def test_a_split_drawn_at_random_is_rank_0s_on_every_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("draw", "shared"),
+    [
+        ("perm = np.random.permutation(len(data))  # never seeded", "perm"),
+        (  # pytorch/examples' dcgan: a seed drawn when none is given, then the generators
+            "seed = random.randint(1, 10000)\n    np.random.seed(seed)\n"
+            "    perm = np.random.permutation(len(data))",
+            "seed",
+        ),
+    ],
+    ids=["unseeded-permutation", "seed-drawn-at-random"],
+)
+def test_a_split_drawn_at_random_is_rank_0s_on_every_rank(
+    tmp_path: Path, draw: str, shared: str
+) -> None:
     """`np.random.permutation` unseeded splits train from validation (round-5 audit's audio
-    and CLIP scripts): each rank drew its own, and the shards overlapped. The conversion
-    takes rank 0's draw: the shards are disjoint halves of one training set."""
+    and CLIP scripts), or seeded from a seed each process draws for itself: each rank drew
+    its own split, and the shards overlapped. The conversion takes rank 0's draw (or seed):
+    the shards are disjoint halves of one training set."""
     from ddpify.convert import convert_source
     from ddpify.options import ConvertOptions
 
-    source = SPLIT_AT_RANDOM.replace("    PROBE\n", "")
+    source = SPLIT_AT_RANDOM.replace("    PROBE\n", "").replace("DRAW", draw)
     result = convert_source(source.encode(), "split.py", ConvertOptions())
     assert not result.refused, result.problems
     probe = (
@@ -390,7 +406,7 @@ def test_a_split_drawn_at_random_is_rank_0s_on_every_rank(tmp_path: Path) -> Non
     )
     text = result.output.decode()
     marker = "            optimizer.step()\n"  # the probe follows the epoch loop
-    assert "dist.broadcast_object_list(perm)" in text
+    assert f"dist.broadcast_object_list({shared})" in text
     assert marker in text
     (tmp_path / "split.py").write_text(text.replace(marker, marker + probe, 1))
     ran = torchrun(["split.py"], cwd=tmp_path, timeout=240)
