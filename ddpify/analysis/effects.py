@@ -26,6 +26,15 @@ FILE_WRITERS = frozenset(
         "torch.onnx.export",
     }
 )  # fmt: skip
+# What makes a PIL image, whose `.save(path)` writes it; and its methods that make another.
+PIL_IMAGES = frozenset(
+    {
+        "PIL.Image.fromarray", "PIL.Image.open", "PIL.Image.new", "PIL.Image.frombytes",
+        "PIL.Image.merge", "torchvision.transforms.functional.to_pil_image",
+        "torchvision.transforms.ToPILImage",
+    }
+)  # fmt: skip
+PIL_METHODS = frozenset({"convert", "resize", "rotate", "crop", "transpose", "copy", "quantize"})
 # What `SideEffects.of` calls the writes that must happen on one rank.
 FILE_WRITES = frozenset({"checkpoint write", "file write"})
 
@@ -83,6 +92,8 @@ class SideEffects:
                 return "file write"  # two ranks creating it at once: one gets FileExistsError
             if attr == "save_image":
                 return "file write"
+            if attr == "save" and self._pil_image(func.value, self.index.function_of(call), 0):
+                return "file write"
             if base == "sys.stdout" and attr == "write":
                 return "print"
         if self._prints_through(call):
@@ -99,6 +110,34 @@ class SideEffects:
         if names & FILE_WRITERS:
             return "file write"
         return None
+
+    def _pil_image(
+        self, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int
+    ) -> bool:
+        """Whether `expr` is a PIL image: made by PIL (`Image.fromarray(grid)`, `to_pil_image`),
+        maybe through its methods (`.convert("RGB")`), or a name assigned one in `scope`."""
+        if depth > 3:
+            return False
+        while (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in PIL_METHODS
+        ):
+            expr = expr.func.value
+        if isinstance(expr, cst.Call):
+            made = (
+                expr.func.func if isinstance(expr.func, cst.Call) else expr.func
+            )  # ToPILImage()(x)
+            return bool(self.index.qualified_names(made) & PIL_IMAGES)
+        if isinstance(expr, cst.Name):
+            return any(
+                len(assign.targets) == 1
+                and dotted(assign.targets[0].target) == expr.value
+                and self.index.function_of(assign) is scope
+                and self._pil_image(assign.value, scope, depth + 1)
+                for assign in self.index.assigns
+            )
+        return False
 
     def _prints_through(self, call: cst.Call) -> bool:
         """`self.trace_func(...)` or `log(...)` where the name is `print` given as a

@@ -80,6 +80,38 @@ class RankZeroSideEffects(ConvertRule):
                     print(f"epoch {epoch} accuracy {accuracy_result:.3f}")
             """,
         ),
+        # A PIL image saved: a file write, found by what made the image.
+        Example(
+            """
+            import torch
+            from PIL import Image
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                image = Image.fromarray(grid).convert("RGB")
+                image.save(f"sample_{epoch}.png")
+                layers.save("layers.txt")
+            """,
+            """
+            import torch
+            from PIL import Image
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                image = Image.fromarray(grid).convert("RGB")
+                if dist.get_rank() == 0:
+                    image.save(f"sample_{epoch}.png")
+                layers.save("layers.txt")
+            """,
+        ),
         # The model run inside a comprehension: the whole value shown is computed first.
         Example(
             """
