@@ -72,7 +72,7 @@ class Anatomy(SourceIndex):
 
     @cached_property
     def effects(self) -> SideEffects:
-        return SideEffects(self, self.graph)
+        return SideEffects(self, self.graph, self.values)
 
     @cached_property
     def ranks(self) -> Ranks:

@@ -9,6 +9,7 @@ from ddpify.analysis.api import LOG_LEVELS, LOG_SETUP, SIDE_EFFECT_NAMES
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import call_arg, dotted, methods, walk
+from ddpify.analysis.values import Values
 
 # Moving, copying and removing files: after a save on rank 0, only rank 0 has them.
 FILE_OPERATIONS = frozenset(
@@ -35,6 +36,14 @@ PIL_IMAGES = frozenset(
     }
 )  # fmt: skip
 PIL_METHODS = frozenset({"convert", "resize", "rotate", "crop", "transpose", "copy", "quantize"})
+# Calls that make a file, folder or buffer of this process's own (`tempfile.gettempdir()`,
+# the folder every process shares, is not one).
+PRIVATE = (
+    "tempfile.TemporaryDirectory", "tempfile.mkdtemp", "tempfile.NamedTemporaryFile",
+    "tempfile.TemporaryFile", "tempfile.SpooledTemporaryFile", "tempfile.mkstemp",
+    "TemporaryDirectory", "mkdtemp", "NamedTemporaryFile", "TemporaryFile", "mkstemp",
+    "io.BytesIO", "io.StringIO", "BytesIO", "StringIO", "os.getpid", "getpid",
+)  # fmt: skip
 # What `SideEffects.of` calls the writes that must happen on one rank.
 FILE_WRITES = frozenset({"checkpoint write", "file write"})
 
@@ -42,9 +51,10 @@ FILE_WRITES = frozenset({"checkpoint write", "file write"})
 class SideEffects:
     """Prints, logs and writes."""
 
-    def __init__(self, index: SourceIndex, graph: CallGraph) -> None:
+    def __init__(self, index: SourceIndex, graph: CallGraph, values: Values) -> None:
         self.index = index
         self.graph = graph
+        self.values = values
 
     def writes_files(self, node: cst.CSTNode) -> bool:
         """Whether `node` writes a checkpoint or file, itself or in the script's own
@@ -111,6 +121,49 @@ class SideEffects:
             return "file write"
         return None
 
+    def private(self, write: cst.CSTNode) -> str | None:
+        """What makes the place `write` (a write statement) writes to this process's own, if
+        anything does: a temporary folder or file, a buffer in memory, a name with the
+        process id (`with TemporaryDirectory() as tmp:` ... `torch.save(s, f"{tmp}/best.pt")`).
+        Each process writes its own and reads back its own: nothing to guard or wait for."""
+        scope = self.index.function_of(write)
+        return next(
+            (
+                made
+                for name in sorted(path_names(write))
+                if name.isidentifier() and (made := self.private_name(name, scope, 0))
+            ),
+            None,
+        )
+
+    def private_path(self, path: cst.BaseExpression, scope: cst.FunctionDef | None) -> str | None:
+        """`private` for a path expression (what `torch.load` reads)."""
+        return next(
+            (
+                made
+                for name in sorted(root_names(path))
+                if name.isidentifier() and (made := self.private_name(name, scope, 0))
+            ),
+            None,
+        )
+
+    def private_name(self, name: str, scope: cst.FunctionDef | None, depth: int) -> str | None:
+        if depth > 3:
+            return None
+        values = [value for value, _ in self.values.values_of(name, scope)]
+        for statement in self.index.simple_statements:
+            if isinstance(statement, cst.With) and self.index.function_of(statement) is scope:
+                values += [item for held, item in with_names(statement).items() if held == name]
+        for value in values:
+            for node in walk(value):
+                if isinstance(node, cst.Call) and (dotted(node.func) or "").endswith(PRIVATE):
+                    return dotted(node.func)
+                if isinstance(node, cst.Name) and node.value != name:
+                    made = self.private_name(node.value, scope, depth + 1)
+                    if made:
+                        return made
+        return None
+
     def _pil_image(
         self, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int
     ) -> bool:
@@ -174,6 +227,15 @@ def _print_default(function: cst.FunctionDef, name: str) -> bool:
         and param.default.value == "print"
         for param in (*params.params, *params.kwonly_params)
     )
+
+
+def with_names(statement: cst.With) -> dict[str, cst.BaseExpression]:
+    """`with open(path) as f, lock() as held:` -> {"f": open(path), "held": lock()}."""
+    return {
+        item.asname.name.value: item.item
+        for item in statement.items
+        if item.asname is not None and isinstance(item.asname.name, cst.Name)
+    }
 
 
 def _exist_ok(call: cst.Call) -> bool:

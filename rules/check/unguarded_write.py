@@ -7,7 +7,7 @@ from functools import partial
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.effects import FILE_WRITES, path_names, root_names
+from ddpify.analysis.effects import FILE_WRITES, path_names, root_names, with_names
 from ddpify.analysis.ranks import Polarity
 from ddpify.analysis.tree import dotted, is_name, walk
 from ddpify.emit import rank_zero_test
@@ -286,7 +286,7 @@ class UnguardedWrite(CheckRule):
         for node in anatomy.simple_statements:
             if anatomy.effects.of(node) not in FILE_WRITES or _per_rank(anatomy, node):
                 continue
-            if _private(anatomy, node) or not _writes_content(node):
+            if anatomy.effects.private(node) or not _writes_content(node):
                 continue
             if any(anatomy.inside(node, outer) for outer in reported):
                 continue  # the `with open(...)` around it is reported already
@@ -411,63 +411,12 @@ def _per_rank(anatomy: Anatomy, statement: cst.CSTNode) -> bool:
     )
 
 
-def _private(anatomy: Anatomy, write: cst.CSTNode) -> bool:
-    """Written where only this process looks: a temporary file, a buffer in memory, a file
-    named after the process (`os.getpid()`)."""
-    scope = anatomy.function_of(write)
-    bound_by_with: dict[str, cst.BaseExpression] = {}
-    for statement in anatomy.simple_statements:
-        if isinstance(statement, cst.With) and anatomy.function_of(statement) is scope:
-            bound_by_with.update(_with_names(statement))
-
-    def private_name(name: str, depth: int) -> bool:
-        values = [value for value, _ in anatomy.values.values_of(name, scope)]
-        if name in bound_by_with:
-            values.append(bound_by_with[name])
-        return depth < 3 and any(private_value(value, depth + 1) for value in values)
-
-    def private_value(expr: cst.CSTNode, depth: int) -> bool:
-        return any(
-            (isinstance(node, cst.Call) and (dotted(node.func) or "").startswith(_PRIVATE))
-            or (isinstance(node, cst.Name) and private_name(node.value, depth))
-            for node in walk(expr)
-        )
-
-    return any(private_name(name, 0) for name in path_names(write) if name.isidentifier())
-
-
-def _with_names(statement: cst.With) -> dict[str, cst.BaseExpression]:
-    """`with open(path) as f, lock() as held:` -> {"f": open(path), "held": lock()}."""
-    return {
-        item.asname.name.value: item.item
-        for item in statement.items
-        if item.asname is not None and isinstance(item.asname.name, cst.Name)
-    }
-
-
-# Calls that make a file or buffer of this process's own.
-_PRIVATE = (
-    "tempfile.",
-    "NamedTemporaryFile",
-    "TemporaryFile",
-    "TemporaryDirectory",
-    "mkstemp",
-    "mkdtemp",
-    "io.BytesIO",
-    "io.StringIO",
-    "BytesIO",
-    "StringIO",
-    "os.getpid",
-    "getpid",
-)
-
-
 def _writes_content(write: cst.CSTNode) -> bool:
     """`with open(path, "w") as f:` writes through `f`; opened only to hold a lock
     (`fcntl.flock(f, ...)`), it writes nothing."""
     if not isinstance(write, cst.With):
         return True
-    handles = set(_with_names(write))
+    handles = set(with_names(write))
     if not handles:
         return True
     for node in walk(write.body):

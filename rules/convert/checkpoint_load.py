@@ -183,6 +183,8 @@ def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
     path = call_arg(load, 0, "f")
     if path is None or anatomy.ranks.guard(load) is not None:
         return False
+    if anatomy.effects.private_path(path.value, anatomy.function_of(load)):
+        return False  # this process's own file, which it wrote itself
     saves = [call for call in anatomy.calls if anatomy.is_call_to(call, {"torch.save"})]
     if saves and _after_training(anatomy, load):
         return True  # the best checkpoint reloaded at the end: saved wherever training saves

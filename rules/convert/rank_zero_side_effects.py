@@ -241,6 +241,14 @@ class RankZeroSideEffects(ConvertRule):
                 or any(anatomy.inside(node, outer) for outer in guarded)
             ):
                 continue
+            private = anatomy.effects.private(node) if kind in FILE_WRITES else None
+            if private:
+                ctx.info(
+                    node,
+                    f"{kind} on every rank: it goes where only this process looks (made by "
+                    f"`{private}`), and each process reads back its own",
+                )
+                continue
             blocker = _must_run_everywhere(anatomy, node, model_names)
             if blocker and kind in {"print", "logging"} and blocker in MODEL_RUNS:
                 shown = _hoist_model_runs(ctx, node, model_names, taken)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.tree import child_nodes, dotted, is_method_call, walk
 from ddpify.emit import statements
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -195,9 +196,10 @@ def _agree(ctx: ConvertContext, branch: cst.If, exit_: str, local: str, taken: s
     ctx.plan.replace(test, lambda _: cst.parse_expression(f"{flag}.item()"))
     ctx.add_import("torch")
     ctx.add_import("torch.distributed", asname="dist")
+    what = "a save to this process's own file" if exit_ == SAVE else f"`{exit_}`"
     ctx.changed(
         branch,
-        f"`{exit_}` decided on `{local}`, a value of this process's batches: every process "
+        f"{what} decided on `{local}`, a value of this process's batches: every process "
         "takes it when one does (flag all-reduced with MAX)",
     )
 
@@ -296,11 +298,25 @@ def _loop_exits(anatomy: Anatomy) -> list[tuple[cst.BaseExpression, str]]:
         for node in walk(loop.body):
             if not isinstance(node, cst.If) or id(node.test) in seen:
                 continue
-            exit_ = _exit_in(node)
+            exit_ = _exit_in(node) or (SAVE if _saves_privately(anatomy, node) else None)
             if exit_ is not None:
                 seen.add(id(node.test))
                 found.append((node.test, exit_))
     return found
+
+
+# A branch that writes a file only its own process reads back (the best weights kept in a
+# `TemporaryDirectory`): decided apart, each process would load back a different model.
+SAVE = "save"
+
+
+def _saves_privately(anatomy: Anatomy, branch: cst.If) -> bool:
+    return any(
+        isinstance(node, cst.SimpleStatementLine | cst.With)
+        and anatomy.effects.of(node) in FILE_WRITES
+        and anatomy.effects.private(node) is not None
+        for node in walk(branch)
+    )
 
 
 def _exit_in(branch: cst.If) -> str | None:

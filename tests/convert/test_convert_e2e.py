@@ -626,3 +626,78 @@ def test_accumulation_all_reduces_once_per_optimizer_step(tmp_path: Path) -> Non
     counts = {rank: int((tmp_path / f"allreduces.{rank}").read_text()) for rank in "01"}
     assert counts == {"0": 12, "1": 12}
     assert len(progress_lines(ran.stdout)) == 3
+
+
+BEST_IN_A_TEMPORARY_FOLDER = """\
+import os
+import tempfile
+from tempfile import TemporaryDirectory
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+
+
+def train(model, loader, opt, epochs):
+    with TemporaryDirectory() as tempdir:  # the transfer-learning tutorial's best weights
+        best_path = os.path.join(tempdir, "best_model_params.pt")
+        torch.save(model.state_dict(), best_path)
+        best = float("inf")
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = ((model(x) - y) ** 2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            if loss.item() < best:
+                best = loss.item()
+                torch.save(model.state_dict(), best_path)
+        model.load_state_dict(torch.load(best_path))
+    scratch = tempfile.mkdtemp()
+    torch.save(model.state_dict(), os.path.join(scratch, "final.pt"))
+    model.load_state_dict(torch.load(os.path.join(scratch, "final.pt")))
+    return model
+
+
+if __name__ == "__main__":
+    ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = train(model, loader, opt, 4)
+    torch.save(model.state_dict(), "final.pt")
+"""
+
+
+def test_files_in_temporary_folders_stay_each_processs_own(tmp_path: Path) -> None:
+    """A save into this process's TemporaryDirectory (or mkdtemp) is read back by the same
+    process: it stays on every rank, with no barrier (rank 1 would otherwise load a file
+    rank 0 wrote into a folder of its own: FileNotFoundError), and the decision to save the
+    best weights, taken on the rank's own loss, is taken by all ranks together, so every
+    rank loads back the same weights."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(BEST_IN_A_TEMPORARY_FOLDER.encode(), "best.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    train_function = text[text.index("def train") : text.index("return model")]
+    assert "get_rank() == 0" not in train_function and "barrier" not in train_function
+    assert "broadcast_object_list" not in text
+    assert "dist.all_reduce(taken, op=dist.ReduceOp.MAX)" in train_function
+    probe = (
+        "        import json\n"
+        "        json.dump([p.sum().item() for p in model.module.parameters()],"
+        " open(f'params{dist.get_rank()}.json', 'w'))\n"
+    )
+    marker = "    finally:\n"
+    (tmp_path / "best.py").write_text(text.replace(marker, probe + marker, 1))
+    ran = torchrun(["best.py"], cwd=tmp_path, timeout=240, env=recording(tmp_path))
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    import json
+
+    params = [json.loads((tmp_path / f"params{r}.json").read_text()) for r in (0, 1)]
+    assert params[0] == params[1]
+    assert writers(tmp_path)["final.pt"] == {"0"}
