@@ -19,12 +19,14 @@ class ShardDecisions(ConvertRule):
     Makes every process take the same branch where a training loop's `break`, `continue`
     or `return` is decided on a value of this process's own batches (early stopping on the
     training loss, a step skipped on a NaN loss): the test becomes a flag, all-reduced with
-    MAX just before the `if`, so every process takes the branch when one would. A `while`
-    test or an `elif` decided on such a value, and a `ReduceLROnPlateau` stepped on one
-    (`scheduler.step(epoch_loss)` where `running_loss += loss.item()` in the batch loop), are
-    refused, naming the value. Decided on a value computed from a loader every process
-    reads whole (the validation loss), on a step counter or on the index `enumerate` gives,
-    they are left as they are.
+    MAX just before the `if`, so every process takes the branch when one would; a mean of
+    the batches' losses (`loss.item()`, `running / len(train_loader)`) tested there, or given
+    to a `ReduceLROnPlateau`, is averaged over the processes first, which is the value the
+    single-process script computed. A `while` test or an `elif` decided on such a value,
+    and a `ReduceLROnPlateau` stepped on a sum (`scheduler.step(running_loss)` where
+    `running_loss += loss.item()` in the batch loop), are refused, naming the value.
+    Decided on a value computed from a loader every process reads whole (the validation
+    loss), on a step counter or on the index `enumerate` gives, they are left as they are.
 
     ## Why is this bad?
     Under DDP each process sums the loss of its own shard: the values differ between
@@ -44,6 +46,51 @@ class ShardDecisions(ConvertRule):
         process when any one would take it; the values printed stay rank 0's own.
     """
     examples = (
+        # A plateau scheduler stepped on the epoch's mean loss: averaged over the processes.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+            for epoch in range(epochs):
+                running = 0.0
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    running += loss.item()
+                epoch_loss = running / len(train_loader)
+                plateau.step(epoch_loss)
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+
+            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+            for epoch in range(epochs):
+                running = 0.0
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    running += loss.item()
+                epoch_loss = running / len(train_loader)
+                mean = torch.tensor(float(epoch_loss))
+                dist.all_reduce(mean)
+                epoch_loss = mean.item() / dist.get_world_size()  # the mean over all processes
+                plateau.step(epoch_loss)
+            """,  # noqa: E501
+        ),
         # The validation loader is read whole by every process: the same value everywhere.
         Example(
             """
@@ -71,6 +118,7 @@ class ShardDecisions(ConvertRule):
                 running = 0.0
                 for x, y in train_loader:
                     loss = model(x).sum()
+                    optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
                     running += loss.item()
@@ -86,6 +134,7 @@ class ShardDecisions(ConvertRule):
                 running = 0.0
                 for x, y in train_loader:
                     loss = model(x).sum()
+                    optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
                     running += loss.item()
@@ -120,6 +169,7 @@ class ShardDecisions(ConvertRule):
             for target in assign.targets
             if (name := dotted(target.target)) is not None
         }
+        plateau_means: list[tuple[cst.BaseStatement, str]] = []
         for call in anatomy.calls:
             if not is_method_call(call, "step") or not call.args:
                 continue
@@ -127,7 +177,9 @@ class ShardDecisions(ConvertRule):
             if dotted(call.func.value) not in plateaus:
                 continue
             local = _shard_value(anatomy, call.args[0].value, anatomy.function_of(call))
-            if local is not None:
+            if local is not None and _is_batch_mean(anatomy, local, call):
+                plateau_means.append((anatomy.statement_of(call), local))
+            elif local is not None:
                 ctx.cannot(
                     call,
                     f"ReduceLROnPlateau steps on `{local}`, summed from this process's "
@@ -148,6 +200,10 @@ class ShardDecisions(ConvertRule):
                 )
         taken: set[str] = set()
         averaged: set[str] = set()
+        for stepping, local in plateau_means:
+            if local not in averaged:
+                _average(ctx, stepping, local, taken)
+                averaged.add(local)
         for test, exit_ in _loop_exits(anatomy):
             local = _shard_value(anatomy, test, anatomy.function_of(test))
             if local is None:
@@ -227,7 +283,7 @@ def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> boo
     ):
         return False
     loader = anatomy.loaders.loader_for(anatomy.loaders.resolve(right.args[0].value, where))
-    if loader is None or not loader.trains:
+    if loader is None or all(loader is not trained for trained in anatomy.script.train_loaders):
         return False
     running = value.left.value
     sums = [
@@ -243,7 +299,7 @@ def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> boo
     )
 
 
-def _average(ctx: ConvertContext, branch: cst.If, local: str, taken: set[str]) -> None:
+def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: set[str]) -> None:
     """`local` becomes its mean over the processes just before the decision: every process
     then decides on the single-process script's value."""
     anatomy = ctx.anatomy
