@@ -54,12 +54,18 @@ class EditPlan:
         new: Sequence[cst.BaseStatement | Callable[[], cst.BaseStatement]],
         *,
         above_comments: bool = False,
+        outermost: bool = False,
     ) -> None:
         """Insert `new` before `statement`: below the comments and blank lines above it, or
-        with `above_comments`, above them (new definitions that bring their own spacing)."""
+        with `above_comments`, above them (new definitions that bring their own spacing).
+        With `outermost`, before what other edits insert there too (a barrier must come
+        before the dataset another rule names just above the statement)."""
         if above_comments:
             self.above_comments.add(statement)
-        self.before[statement].extend(new)
+        if outermost:
+            self.before[statement][:0] = new
+        else:
+            self.before[statement].extend(new)
 
     def insert_after(self, statement: cst.CSTNode, new: Sequence[cst.BaseStatement]) -> None:
         self.after[statement].extend(new)

@@ -270,7 +270,7 @@ class RankZeroSideEffects(ConvertRule):
         _one_line_blocks(ctx, model_names, guarded)
         for first, last in _preparing_runs(anatomy, guarded):
             ctx.add_import("torch.distributed", asname="dist")
-            ctx.plan.insert_before(first, [statement(FIRST_PREPARE)])
+            ctx.plan.insert_before(first, [statement(FIRST_PREPARE)], outermost=True)
             ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)])
             ctx.changed(
                 first,
@@ -280,7 +280,7 @@ class RankZeroSideEffects(ConvertRule):
             )
         for first, last in _download_runs(anatomy):
             ctx.add_import("torch.distributed", asname="dist")
-            ctx.plan.insert_before(first, [statement(FIRST_DOWNLOAD)])
+            ctx.plan.insert_before(first, [statement(FIRST_DOWNLOAD)], outermost=True)
             ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)])
             ctx.changed(
                 first,

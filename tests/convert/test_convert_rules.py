@@ -704,3 +704,31 @@ for epoch in range(2):
     result = convert_source(source, "groups.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"model = DDP(model" in result.output
+
+
+def test_the_download_barrier_comes_before_the_dataset_named_for_the_sampler() -> None:
+    """`DataLoader(datasets.MNIST(..., download=True), ...)` (pytorch/examples' vae, the
+    PyTorch-GAN scripts): DDP004 names the dataset on a line of its own above the loader,
+    and that line downloads, so rank 0's head start must come before it (it came after:
+    every rank downloaded at once, and a late rank found a half-written file)."""
+    source = b"""import torch
+from torchvision import datasets, transforms
+
+train_loader = torch.utils.data.DataLoader(
+    datasets.MNIST("../data", train=True, download=True, transform=transforms.ToTensor()),
+    batch_size=8, shuffle=True)
+model = torch.nn.Linear(784, 10)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in train_loader:
+        loss = torch.nn.functional.cross_entropy(model(x.view(-1, 784)), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "vae.py", ConvertOptions())
+    lines = result.output.decode().splitlines()
+    first = lines.index("if dist.get_rank() != 0:")
+    named = next(i for i, line in enumerate(lines) if line.startswith("dataset = datasets.MNIST("))
+    then = lines.index("if dist.get_rank() == 0:")
+    assert first < named < then, "\n".join(lines)
