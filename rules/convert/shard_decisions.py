@@ -89,7 +89,7 @@ class ShardDecisions(ConvertRule):
                 dist.all_reduce(mean)
                 epoch_loss = mean.item() / dist.get_world_size()  # the mean over all processes
                 plateau.step(epoch_loss)
-            """,  # noqa: E501
+            """,
         ),
         # The validation loader is read whole by every process: the same value everywhere.
         Example(
@@ -204,17 +204,21 @@ class ShardDecisions(ConvertRule):
             if local not in averaged:
                 _average(ctx, stepping, local, taken)
                 averaged.add(local)
+        settled: set[int] = set()  # `if`s whose test became a flag every process shares
         for test, exit_ in _loop_exits(anatomy):
-            local = _shard_value(anatomy, test, anatomy.function_of(test))
-            if local is None:
-                continue
+            local = _shard_value(anatomy, test, anatomy.function_of(test), 0, frozenset(settled))
+            if local is None or local in averaged:
+                continue  # averaged once, the value is the same in every process
             branch = anatomy.parent(test)
+            if isinstance(branch, cst.If) and _is_batch_mean(anatomy, local, test):
+                # before the `if` (the first of an `if`/`elif` chain), or right after the
+                # value is computed
+                _average(ctx, anatomy.statement_of(test), local, taken)
+                averaged.add(local)
+                continue
             if isinstance(branch, cst.If) and not _is_elif(anatomy, branch):
-                if _is_batch_mean(anatomy, local, test) and local not in averaged:
-                    _average(ctx, branch, local, taken)
-                    averaged.add(local)
-                elif local not in averaged:
-                    _agree(ctx, branch, exit_, local, taken)
+                _agree(ctx, branch, exit_, local, taken)
+                settled.add(id(branch))
                 continue
             ctx.cannot(
                 test,
@@ -282,7 +286,10 @@ def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> boo
         and isinstance(value.left, cst.Name)
     ):
         return False
-    loader = anatomy.loaders.loader_for(anatomy.loaders.resolve(right.args[0].value, where))
+    counted = right.args[0].value
+    if isinstance(counted, cst.Attribute) and counted.attr.value in {"dataset", "sampler"}:
+        counted = counted.value  # a mean per sample (`len(loader.sampler)` after DDP011)
+    loader = anatomy.loaders.loader_for(anatomy.loaders.resolve(counted, where))
     if loader is None or all(loader is not trained for trained in anatomy.script.train_loaders):
         return False
     running = value.left.value
@@ -418,7 +425,11 @@ def _learning_rates(anatomy: Anatomy) -> list[tuple[cst.CSTNode, cst.BaseExpress
 
 
 def _shard_value(
-    anatomy: Anatomy, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
+    anatomy: Anatomy,
+    expr: cst.BaseExpression,
+    scope: cst.FunctionDef | None,
+    depth: int = 0,
+    settled: frozenset[int] = frozenset(),
 ) -> str | None:
     """The name in `expr` whose value comes from this process's batches, if any: summed
     over the training batch loop (`running_loss += loss.item()`) or assigned in it from the
@@ -435,7 +446,7 @@ def _shard_value(
             # train_epoch(model, loader, ...)` returning `running / len(loader.dataset)`).
             callee = anatomy.graph.callee(node)
             for returned in anatomy.graph.returned_values(callee) if callee is not None else ():
-                if _shard_value(anatomy, returned, callee, depth + 1) is not None:
+                if _shard_value(anatomy, returned, callee, depth + 1, settled) is not None:
                     return dotted(node.func) or "the call"
         name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
         if name is None:
@@ -447,8 +458,41 @@ def _shard_value(
         for value, where in anatomy.values.values_of(name, scope):
             if any(id(inner) in trainings for inner in walk(value)):
                 return name  # what a helper of another file that trains returns
-            if _shard_value(anatomy, value, where, depth + 1) is not None:
+            if _shard_value(anatomy, value, where, depth + 1, settled) is not None:
                 return name
+        decided = _decided_on(anatomy, name, scope, depth, settled)
+        if decided is not None:
+            return decided
+    return None
+
+
+def _decided_on(
+    anatomy: Anatomy, name: str, scope: cst.FunctionDef | None, depth: int, settled: frozenset[int]
+) -> str | None:
+    """The shard value that decides what `name` is given: a patience counter reset or
+    incremented under `if epoch_loss < best_loss:` follows `epoch_loss` (round-7 audit: one
+    rank ran out of patience alone, and the other's next all-reduce failed). Branches in
+    `settled` are taken alike by every process already (their test is an agreed flag)."""
+    within = scope.body if scope is not None else anatomy.module
+    for node in walk(within):
+        if not isinstance(node, cst.Assign | cst.AugAssign):
+            continue
+        targets = (
+            [target.target for target in node.targets]
+            if isinstance(node, cst.Assign)
+            else [node.target]
+        )
+        if anatomy.function_of(node) is not scope or not any(
+            dotted(target) == name for target in targets
+        ):
+            continue  # (a nested function's)
+        for ancestor in anatomy.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef | cst.For | cst.While):
+                break
+            if isinstance(ancestor, cst.If) and id(ancestor) not in settled:
+                local = _shard_value(anatomy, ancestor.test, scope, depth + 1, settled)
+                if local is not None:
+                    return local
     return None
 
 

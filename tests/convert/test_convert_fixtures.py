@@ -579,11 +579,17 @@ def test_leaving_the_loop_on_a_value_of_this_process_s_batches_is_agreed() -> No
     assert "        if dry_run and i > 10:\n            break\n" in out
     changed = {(n.code, n.line) for n in result.notes if n.code == "DDP010"}
     assert changed == {("DDP010", 12), ("DDP010", 20)}
+    # an `elif` on the mean: averaged once before the chain, every process decides alike
     elif_stop = EARLY_STOP_SCRIPT.replace(
         "    if epoch_loss < best:\n        best, patience = epoch_loss, 0\n    elif patience > 3:",
         "    if patience > 3:\n        pass\n    elif epoch_loss > best:",
     )
-    refused = convert_source(elif_stop.encode(), "early.py", ConvertOptions())
+    agreed = convert_source(elif_stop.encode(), "early.py", ConvertOptions())
+    assert not agreed.refused, agreed.problems
+    assert "    dist.all_reduce(mean)\n" in agreed.output.decode()
+    # an `elif` on the running sum (not a mean, which averaging would shrink): refused
+    elif_sum = elif_stop.replace("    elif epoch_loss > best:", "    elif running > best:")
+    refused = convert_source(elif_sum.encode(), "early.py", ConvertOptions())
     assert refused.refused
     assert [(p.code, p.line) for p in refused.problems] == [("DDP010", 22)]
 

@@ -732,3 +732,48 @@ for epoch in range(2):
     named = next(i for i, line in enumerate(lines) if line.startswith("dataset = datasets.MNIST("))
     then = lines.index("if dist.get_rank() == 0:")
     assert first < named < then, "\n".join(lines)
+
+
+PATIENCE = """import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_set, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+best_loss, stale = float("inf"), 0
+for epoch in range(100):
+    running = 0.0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        running += loss.item() * x.size(0)
+    epoch_loss = running / len(loader.dataset)
+    if epoch_loss < best_loss:
+        best_loss = epoch_loss
+        stale = 0
+    else:
+        stale += 1
+    if stale >= 3:
+        break
+"""
+
+
+def test_a_patience_counter_decided_on_the_training_loss_follows_the_loss() -> None:
+    """Round-7 audit: `stale` is reset or incremented under a test of this process's own
+    epoch loss, and `break` tests `stale`: one rank ran out of patience alone and the
+    other's next all-reduce failed. The loss is averaged over the processes right after it
+    is computed, so every rank counts alike."""
+    result = convert_source(PATIENCE.encode(), "patience.py", ConvertOptions())
+    assert not result.refused, result.notes
+    text = result.output.decode()
+    averaged = (
+        "    epoch_loss = running / len(loader.sampler)\n"
+        "    mean = torch.tensor(float(epoch_loss))\n"
+        "    dist.all_reduce(mean)\n"
+        "    epoch_loss = mean.item() / dist.get_world_size()  # the mean over all processes\n"
+        "    if epoch_loss < best_loss:\n"
+    )
+    assert averaged in text, text
+    assert any(n.code == "DDP010" and "`epoch_loss`" in n.message for n in result.notes)
