@@ -101,10 +101,12 @@ class Values:
             for end in self.origins(value, where, depth + 1)
         ]
 
-    def runs_after(self, anchor: cst.CSTNode, node: cst.CSTNode, name: str) -> bool:
+    def runs_after(self, anchor: cst.CSTNode, node: cst.CSTNode, name: str, depth: int = 0) -> bool:
         """Whether `node`, a use of `name`, runs after `anchor` (where `name` was rebound):
         later in the same function, or in another function that does not bind `name` itself
-        (that one holds the object from before)."""
+        (that one holds the object from before). A parameter holds what every call of its
+        function in this file gives it: `copy.deepcopy(model)` in an EMA's `__init__` called
+        as `ModelEma(model)` before the rebinding holds the object from before."""
         index = self.index
         scope = index.function_of(node)
         if scope is index.function_of(anchor):
@@ -113,7 +115,16 @@ class Values:
                 and not index.inside(node, anchor)
                 and not self._made_anew(name, scope, anchor, node)
             )
-        return scope is not None and not self.binds(scope, name)
+        if scope is None or self.binds(scope, name):
+            return False
+        sites = self.graph.call_sites(scope) if name in self.graph.parameters_of(scope) else []
+        if not sites or depth >= MAX_STEPS:
+            return True
+        for site in sites:
+            given = dotted(self.graph.bound_argument(site, scope, name))
+            if given is None or not self.runs_after(anchor, site, given, depth + 1):
+                return False
+        return True
 
     def _made_anew(self, name: str, scope: Scope, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:
         """Whether `name` is given a new object between `anchor` and `node` (`model =

@@ -777,3 +777,51 @@ def test_a_patience_counter_decided_on_the_training_loss_follows_the_loss() -> N
     )
     assert averaged in text, text
     assert any(n.code == "DDP010" and "`epoch_loss`" in n.message for n in result.notes)
+
+
+EMA_BEFORE_THE_WRAP = """import copy
+import torch
+from torch.utils.data import DataLoader
+
+
+class ModelEma(torch.nn.Module):
+    def __init__(self, model, decay=0.99):
+        super().__init__()
+        self.module = copy.deepcopy(model)
+        self.decay = decay
+
+    def update(self, model):
+        with torch.no_grad():
+            for e, m in zip(self.module.state_dict().values(), model.state_dict().values()):
+                e.copy_(self.decay * e + (1 - self.decay) * m)
+
+
+def main():
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    model_ema = ModelEma(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            model_ema.update(model)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_copy_made_before_the_wrap_copies_the_bare_model_as_it_is() -> None:
+    """timm's ModelEmaV2 built from the model before the wrap (round-7 audit s06): its
+    `copy.deepcopy(model)` was given `.module` although `model` was still bare there
+    (AttributeError at start-up); `update(model)`, called after the wrap, reads the bare
+    model's state_dict through `.module`."""
+    result = convert_source(EMA_BEFORE_THE_WRAP.encode(), "ema.py", ConvertOptions())
+    assert not result.refused, result.notes
+    text = result.output.decode()
+    assert "self.module = copy.deepcopy(model)\n" in text
+    assert "model.module.state_dict().values()" in text
+    assert text.index("model_ema = ModelEma(model)") < text.index("model = DDP(model")
