@@ -37,7 +37,13 @@ class ConvertResult:
         encoding = "utf-8"
         before = self.source.decode(encoding, errors="replace").splitlines(keepends=True)
         after = self.output.decode(encoding, errors="replace").splitlines(keepends=True)
-        return "".join(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
+        lines = difflib.unified_diff(before, after, f"a/{name}", f"b/{name}")
+        # A last line without its newline gets git's and patch's marker, or the patch would
+        # not apply.
+        return "".join(
+            line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n"
+            for line in lines
+        )
 
 
 def launch_command(name: str, options: ConvertOptions) -> str:

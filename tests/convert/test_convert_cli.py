@@ -198,3 +198,19 @@ def test_verify_needs_files_and_arguments_need_verify(script: Path, args: list[s
     assert result.returncode == 2
     assert result.stderr.decode().count("\n") == 1 and "ddpify: error:" in result.stderr.decode()
     assert not (script.parent / "x.py").exists()
+
+
+def test_a_diff_of_a_file_without_a_final_newline_applies(tmp_path: Path) -> None:
+    """Six of yunjey's tutorials end without a newline: the diff marks the last line the
+    way git and patch expect, so `git apply` turns the script into the conversion."""
+    source = SEED.read_bytes().rstrip(b"\n")
+    (tmp_path / "train.py").write_bytes(source)
+    diff = ddpify("train.py", "--diff", cwd=tmp_path)
+    assert diff.returncode == 0, diff.stderr
+    assert b"\\ No newline at end of file\n" in diff.stdout
+    converted = ddpify("train.py", "-o", "train_ddp.py", cwd=tmp_path)
+    assert converted.returncode == 0, converted.stderr
+    (tmp_path / "change.diff").write_bytes(diff.stdout)
+    applied = run(["git", "apply", "change.diff"], cwd=tmp_path, timeout=60)
+    assert applied.returncode == 0, applied.stderr
+    assert (tmp_path / "train.py").read_bytes() == (tmp_path / "train_ddp.py").read_bytes()
