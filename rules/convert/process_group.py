@@ -143,8 +143,17 @@ class ProcessGroup(ConvertRule):
             if released:
                 names = ", ".join(released)
                 tail.insert(0, statement(f"del {names}  {RELEASE_COMMENT}\n"))
-            tail[0] = tail[0].with_changes(leading_lines=[cst.EmptyLine()])
-            ctx.plan.append_to_module(tail)
+            guard = anatomy.script.main_guard
+            if guard is not None and any(
+                anatomy.inside(call, guard) for call in anatomy.script.training_calls
+            ):
+                # Training runs under `if __name__ == "__main__":` (so that spawned
+                # DataLoader workers importing the script skip it): so does the cleanup.
+                assert isinstance(guard.body, cst.IndentedBlock)
+                ctx.plan.insert_after(guard.body.body[-1], tail)
+            else:
+                tail[0] = tail[0].with_changes(leading_lines=[cst.EmptyLine()])
+                ctx.plan.append_to_module(tail)
         ctx.changed(anchor, "destroy_process_group() when training ends")
 
 

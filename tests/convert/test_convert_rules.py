@@ -825,3 +825,32 @@ def test_a_copy_made_before_the_wrap_copies_the_bare_model_as_it_is() -> None:
     assert "self.module = copy.deepcopy(model)\n" in text
     assert "model.module.state_dict().values()" in text
     assert text.index("model_ema = ModelEma(model)") < text.index("model = DDP(model")
+
+
+def test_cleanup_goes_in_the_main_block_that_trains() -> None:
+    """MorvanZhou's tutorials train under `if __name__ == "__main__":` below a module-level
+    loader (so that spawned DataLoader workers, which import the script, skip training):
+    the cleanup goes at the end of that block, not after it at module level, where a
+    worker importing the script would delete names it never made (corpus review)."""
+    source = b"""import torch
+import torch.utils.data as Data
+
+loader = Data.DataLoader(dataset=data, batch_size=32, shuffle=True, num_workers=2)
+
+if __name__ == "__main__":
+    net = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            ((net(x) - y) ** 2).mean().backward()
+            opt.step()
+    print("done")
+"""
+    result = convert_source(source, "tutorial.py", ConvertOptions())
+    assert not result.refused, result.notes
+    assert result.output.decode().endswith(
+        '        print("done")\n'
+        "    del net  # release DDP before its process group\n"
+        "    dist.destroy_process_group()\n"
+    )
