@@ -8,7 +8,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import EXPORTS
 from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
 from ddpify.analysis.project import Helper
-from ddpify.analysis.tree import dotted, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.emit import RANK_ZERO, expression, statement, with_keyword
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -28,7 +28,8 @@ class RankZeroSideEffects(ConvertRule):
     reads files too (a dataset that writes its cache when the folder is missing, then
     lists it). A `logging.FileHandler` gets `delay=True` (the file is opened at its first
     record, which only rank 0 writes) and is added, like `basicConfig(filename=...)`, on
-    rank 0 only.
+    rank 0 only. `wandb.init(...)` gets `mode=None if dist.get_rank() == 0 else "disabled"`:
+    the other processes' runs, and all they log through them, do nothing.
 
     A statement that runs a collective or a forward pass through the wrapped model is never
     guarded: the other ranks would wait for rank 0 forever. A print or log line that shows
@@ -78,6 +79,40 @@ class RankZeroSideEffects(ConvertRule):
                 accuracy_result = accuracy(model, val_loader)
                 if dist.get_rank() == 0:
                     print(f"epoch {epoch} accuracy {accuracy_result:.3f}")
+            """,
+        ),
+        # A wandb run: disabled on the other ranks, so nothing they log through it counts.
+        Example(
+            """
+            import torch
+            import wandb
+
+            def main():
+                run = wandb.init(project="demo")
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    run.log({"loss": loss.item()})
+
+            main()
+            """,
+            """
+            import torch
+            import wandb
+            import torch.distributed as dist
+
+            def main():
+                run = wandb.init(project="demo", mode=None if dist.get_rank() == 0 else "disabled")
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    run.log({"loss": loss.item()})
+
+            main()
             """,
         ),
         # A PIL image saved: a file write, found by what made the image.
@@ -293,6 +328,24 @@ class RankZeroSideEffects(ConvertRule):
                 handler, lambda updated: with_keyword(updated, "delay", expression("True"))
             )
             ctx.changed(handler, "log file opened at its first record: rank 0's only")
+        for run in anatomy.calls:
+            if (
+                anatomy.is_call_to(run, {"wandb.init"})
+                and call_arg(run, None, "mode") is None
+                and anatomy.script.after_setup(run)
+            ):
+                ctx.plan.replace(
+                    run,
+                    lambda updated: with_keyword(
+                        updated, "mode", expression('None if dist.get_rank() == 0 else "disabled"')
+                    ),
+                )
+                ctx.add_import("torch.distributed", asname="dist")
+                ctx.changed(
+                    run,
+                    "wandb run on rank 0 only: the others' is disabled, and whatever they "
+                    "log through it does nothing",
+                )
         for line in _log_files_set_up(anatomy, guarded):
             ctx.plan.guard(line, expression(RANK_ZERO))
             guarded.append(line)

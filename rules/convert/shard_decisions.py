@@ -8,6 +8,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.tree import child_nodes, dotted, is_method_call, walk
 from ddpify.emit import statements
+from ddpify.fixes import take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
@@ -89,6 +90,42 @@ class ShardDecisions(ConvertRule):
                 dist.all_reduce(mean)
                 epoch_loss = mean.item() / dist.get_world_size()  # the mean over all processes
                 plateau.step(epoch_loss)
+            """,
+        ),
+        # A score from evaluating the model: BatchNorm's statistics differ between the
+        # processes, so every process steps on rank 0's.
+        Example(
+            """
+            import torch
+
+            model = UNet()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, "max")
+            for epoch in range(epochs):
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                val_score = evaluate(model, val_loader)
+                scheduler.step(val_score)
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+
+            model = UNet()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, "max")
+            for epoch in range(epochs):
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                val_score = evaluate(model, val_loader)
+                val_score = [val_score]
+                dist.broadcast_object_list(val_score)  # every process takes rank 0's
+                val_score = val_score[0]
+                scheduler.step(val_score)
             """,
         ),
         # The validation loader is read whole by every process: the same value everywhere.
@@ -177,7 +214,9 @@ class ShardDecisions(ConvertRule):
             if dotted(call.func.value) not in plateaus:
                 continue
             local = _shard_value(anatomy, call.args[0].value, anatomy.function_of(call))
-            if local is not None and _is_batch_mean(anatomy, local, call):
+            if local is None:
+                _evaluated_on_rank_zero(ctx, call)
+            elif _is_batch_mean(anatomy, local, call):
                 plateau_means.append((anatomy.statement_of(call), local))
             elif local is not None:
                 ctx.cannot(
@@ -228,6 +267,38 @@ class ShardDecisions(ConvertRule):
                 "the test, by hand",
                 blocking=True,
             )
+
+
+def _evaluated_on_rank_zero(ctx: ConvertContext, step: cst.Call) -> None:
+    """`val_score = evaluate(model, val_loader)` then `scheduler.step(val_score)`: read whole
+    by every process, the validation data gives every process the same score only if the
+    models are the same, and BatchNorm's running statistics are not (each process updates
+    them from its own last batch; a helper given `model.module` skips DDP's broadcast of
+    them): every process steps with rank 0's score (milesial/Pytorch-UNet)."""
+    anatomy = ctx.anatomy
+    metric = step.args[0].value
+    if not isinstance(metric, cst.Name):
+        return
+    scope = anatomy.function_of(step)
+    values = anatomy.values.values_of(metric.value, scope)
+    models = set().union(*(model.names for model in anatomy.models.all))
+    if len(values) != 1 or not isinstance(values[0][0], cst.Call):
+        return
+    evaluation = values[0][0]
+    given = {dotted(arg.value) for arg in evaluation.args}
+    if not given & (models | {f"{name}.module" for name in models}):
+        return
+    made = anatomy.statement_of(evaluation)
+    if anatomy.parent(made) is not anatomy.parent(anatomy.statement_of(step)):
+        return
+    take_rank_zeros(ctx.plan, made, metric.value)
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.changed(
+        step,
+        f"the scheduler steps on rank 0's `{metric.value}` in every process: each process's "
+        "BatchNorm statistics differ after its own last batch, and so would the score and "
+        "the epochs at which the learning rate is cut",
+    )
 
 
 def _agree(ctx: ConvertContext, branch: cst.If, exit_: str, local: str, taken: set[str]) -> None:
