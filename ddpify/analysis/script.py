@@ -506,9 +506,12 @@ def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
     auxiliary task's `next(aux_batches)` with `aux_batches = itertools.cycle(loader)`):
     they train too."""
     found = []
+    loops = [loop.epoch_loop or loop.batch_loop for loop in script.train_loops]
     for call in script.index.calls:
         if not (is_name(call.func, "next") and call.args) or id(call) not in script.loss_nodes:
             continue
+        if not any(script.index.inside(call, loop) for loop in loops):
+            continue  # `src, _ = next(iter(valid_loader))` after training: a sample shown
         scope = script.index.function_of(call)
         source = call.args[0].value
         for _ in range(MAX_STEPS):

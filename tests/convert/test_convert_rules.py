@@ -854,3 +854,40 @@ if __name__ == "__main__":
         "    del net  # release DDP before its process group\n"
         "    dist.destroy_process_group()\n"
     )
+
+
+def test_a_batch_drawn_after_training_to_show_a_sample_is_not_training() -> None:
+    """Round-7 audit s12: `src, _ = next(iter(valid_loader))` after training reuses the
+    names the training loop feeds its loss with; the validation loader was taken for a
+    training one, and the script refused for evaluating over it."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+
+def accuracy(model, loader):
+    return sum((model(x).argmax(1) == y).sum().item() for x, y in loader)
+
+
+def main():
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    valid_loader = DataLoader(valid_set, batch_size=64)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(2):
+        for src, tgt in train_loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(src), tgt).backward()
+            optimizer.step()
+        print(accuracy(model, valid_loader))
+    src, _ = next(iter(valid_loader))
+    print(model(src[:1]))
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source, "seq2seq.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.count("DistributedSampler(") == 1
+    assert "DataLoader(valid_set, batch_size=64)" in text
