@@ -753,6 +753,8 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
     for node in walk(anatomy.module):
         if not isinstance(node, cst.For | cst.CompFor) or id(node) in train_loops:
             continue
+        if _passes_through(node):
+            continue  # `def cycle(dl): while True: for data in dl: yield data`
         if loader.call in anatomy.loaders.resolve_every(node.iter, anatomy.function_of(node)):
             read = keyed_read(node.iter) if loader.key_var is not None else None
             key = string_value(read[1]) if read is not None else None
@@ -790,6 +792,23 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
                     "by hand"
                 )
     return None
+
+
+def _passes_through(loop: cst.For | cst.CompFor) -> bool:
+    """A generator's loop that yields each batch as it comes (lucidrains' `cycle(dl)`): the
+    batches go wherever the generator's values go, not to an evaluation."""
+    if not isinstance(loop, cst.For) or not isinstance(loop.body, cst.IndentedBlock):
+        return False
+    body = loop.body.body
+    return (
+        len(body) == 1
+        and isinstance(body[0], cst.SimpleStatementLine)
+        and len(body[0].body) == 1
+        and isinstance(body[0].body[0], cst.Expr)
+        and isinstance(body[0].body[0].value, cst.Yield)
+        and isinstance(body[0].body[0].value.value, cst.BaseExpression)
+        and body[0].body[0].value.value.deep_equals(loop.target)
+    )
 
 
 def _seeded(anatomy: Anatomy) -> bool:

@@ -701,3 +701,23 @@ def test_files_in_temporary_folders_stay_each_processs_own(tmp_path: Path) -> No
     params = [json.loads((tmp_path / f"params{r}.json").read_text()) for r in (0, 1)]
     assert params[0] == params[1]
     assert writers(tmp_path)["final.pt"] == {"0"}
+
+
+def test_a_forward_that_skips_a_layer_trains_past_the_second_step(tmp_path: Path) -> None:
+    """The round-7 denoiser runs `self.net[2:]`: without find_unused_parameters DDP stops
+    at the second step ("Expected to have finished reduction in the prior iteration")."""
+    from test_convert_rules import CYCLED_DENOISER
+
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(CYCLED_DENOISER.encode(), "diffusion.py", ConvertOptions())
+    assert not result.refused, result.problems
+    (tmp_path / "diffusion.py").write_bytes(result.output)
+    ran = torchrun(["diffusion.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    unguarded = result.output.replace(b", find_unused_parameters=True)", b")")
+    (tmp_path / "unguarded.py").write_bytes(unguarded)
+    failed = torchrun(["unguarded.py"], cwd=tmp_path, timeout=240)
+    assert failed.returncode != 0
+    assert b"Expected to have finished reduction" in failed.stderr

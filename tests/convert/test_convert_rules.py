@@ -891,3 +891,61 @@ if __name__ == "__main__":
     text = result.output.decode()
     assert text.count("DistributedSampler(") == 1
     assert "DataLoader(valid_set, batch_size=64)" in text
+
+
+CYCLED_DENOISER = """import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+
+def cycle(dl):
+    while True:
+        for data in dl:
+            yield data
+
+
+class Denoiser(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 8), nn.SiLU(), nn.Linear(8, 8), nn.SiLU(), nn.Linear(8, 2))
+        self.inp = nn.Linear(2, 8)
+
+    def forward(self, x):
+        return self.net[2:](self.net[1](self.inp(x)))
+
+
+def main():
+    model = Denoiser()
+    batches = cycle(DataLoader(torch.randn(64, 2), batch_size=8, shuffle=True, drop_last=True))
+    optimizer = torch.optim.Adam(model.parameters())
+    for step in range(20):
+        x = next(batches)
+        loss = (model(x) - x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_generator_cycling_the_loader_and_a_forward_skipping_layers() -> None:
+    """Round-7 audit s11 (lucidrains' diffusion Trainer): the loop in `cycle(dl)` yields
+    the training batches (it was taken for an evaluation over the training loader, and the
+    script refused); each new pass gets set_epoch. Its denoiser runs `self.net[2:]`, so the
+    first layer gets no gradient: DDP needs find_unused_parameters=True, or it stops at the
+    second step."""
+    result = convert_source(CYCLED_DENOISER.encode(), "diffusion.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        dl.sampler.set_epoch(dl.sampler.epoch + 1)\n        for data in dl:\n" in text
+    assert "find_unused_parameters=True)" in text
+    assert any("runs a slice of its layers (line 19)" in n.message for n in result.notes)
+    # every layer run: no find_unused_parameters
+    whole = CYCLED_DENOISER.replace("self.net[2:](self.net[1](self.inp(x)))", "self.net(x)")
+    whole = whole.replace("        self.inp = nn.Linear(2, 8)\n", "")
+    assert b"find_unused_parameters" not in convert_source(
+        whole.encode(), "diffusion.py", ConvertOptions()
+    ).output
