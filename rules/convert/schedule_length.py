@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
@@ -20,9 +22,11 @@ class ScheduleLength(ConvertRule):
     them from what each process now reads: `len(train_ds)` of the training loader's
     dataset (or `len(loader.dataset)`) becomes `len(loader.sampler)`, the number of samples
     the loader's `DistributedSampler` gives this process. A schedule sized from
-    `len(loader)` already counts this process's batches and stays as it is. A length it
-    cannot rewrite in place (computed into a variable first, or with the loader not yet
-    made) is refused, as is one computed from what the training data is built from
+    `len(loader)` already counts this process's batches and stays as it is. A length
+    computed into a variable first (`total_steps = epochs * len(train_ds) // bs`), read by
+    the scheduler or by its `lr_lambda`, is computed from `len(loader.sampler)` there when
+    the loader is made before it; with the loader not yet made it is refused, as is one
+    computed from what the training data is built from
     (`len(df_train)` for `train_dataset = ReviewDataset(reviews[df_train])`). Hugging Face's
     `get_..._schedule...` helpers count as schedulers.
 
@@ -102,7 +106,9 @@ class ScheduleLength(ConvertRule):
                         self._resize(ctx, call, length, loader)
                     elif _source_of(anatomy, length, loaders) is not None:
                         _refuse_source(ctx, length)
-                for name in {dotted(n) for n in walk(arg.value) if isinstance(n, cst.Name)}:
+                names = {dotted(n) for n in walk(arg.value) if isinstance(n, cst.Name)}
+                names |= _read_by_function(anatomy, arg.value, anatomy.function_of(call))
+                for name in sorted(n for n in names if n):
                     self._refuse_computed(ctx, call, name, loaders)
 
     def _resize(
@@ -127,15 +133,28 @@ class ScheduleLength(ConvertRule):
     def _refuse_computed(
         self, ctx: ConvertContext, scheduler: cst.Call, name: str | None, loaders: list[Loader]
     ) -> None:
-        """`total = epochs * len(train_ds)`, then `OneCycleLR(..., total_steps=total)`."""
+        """`total = epochs * len(train_ds)`, then `OneCycleLR(..., total_steps=total)`: with
+        the loader made before `total`, in its function, `total` is computed from
+        `len(loader.sampler)`; else refused."""
         if name is None:
             return
-        scope = ctx.anatomy.function_of(scheduler)
-        for value, _ in ctx.anatomy.values.values_of(name, scope):
+        anatomy = ctx.anatomy
+        scope = anatomy.function_of(scheduler)
+        for value, _ in anatomy.values.values_of(name, scope):
             for length in _lengths(value):
-                if _loader_of(length, loaders) is not None or _source_of(
-                    ctx.anatomy, length, loaders
+                loader = _loader_of(length, loaders)
+                if (
+                    loader is not None
+                    and anatomy.function_of(loader.call) is scope
+                    and anatomy.precedes(loader.call, length)
                 ):
+                    ctx.plan.replace(length, _measuring(f"{loader.name}.sampler"))
+                    ctx.changed(
+                        length,
+                        f"`{name}`, a learning-rate schedule's length, counts this process's "
+                        f"samples: len({loader.name}.sampler)",
+                    )
+                elif loader is not None or _source_of(anatomy, length, loaders):
                     ctx.cannot(
                         length,
                         f"`{name}`, a learning-rate schedule's length, is computed from the "
@@ -143,6 +162,43 @@ class ScheduleLength(ConvertRule):
                         "len(train_loader) by hand",
                         blocking=True,
                     )
+
+
+def _measuring(what: str) -> Callable[[cst.Call], cst.Call]:
+    """`len(x)` becomes `len(<what>)`."""
+    argument = cst.Arg(cst.parse_expression(what))
+    return lambda updated: updated.with_changes(args=[argument])
+
+
+def _read_by_function(
+    anatomy: Anatomy, arg: cst.BaseExpression, scope: cst.FunctionDef | None
+) -> set[str]:
+    """The names of the enclosing function a schedule's function reads (`LambdaLR(optimizer,
+    lr_lambda)` with `def lr_lambda(step):` reading `total_steps` and `warmup_steps`)."""
+    if isinstance(arg, cst.Lambda):
+        body: cst.CSTNode = arg.body
+        own = {param.name.value for param in arg.params.params}
+    elif isinstance(arg, cst.Name):
+        defined = [
+            node
+            for node in walk(scope.body if scope is not None else anatomy.module)
+            if isinstance(node, cst.FunctionDef)
+            and node.name.value == arg.value
+            and anatomy.function_of(node) is scope
+        ]
+        if len(defined) != 1:
+            return set()
+        body = defined[0].body
+        own = {param.name.value for param in defined[0].params.params}
+    else:
+        return set()
+    return {
+        node.value
+        for node in walk(body)
+        if isinstance(node, cst.Name)
+        and node.value not in own
+        and not anatomy.is_attribute_name(node)
+    }
 
 
 def _schedules(anatomy: Anatomy, call: cst.Call) -> bool:

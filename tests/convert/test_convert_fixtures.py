@@ -228,7 +228,10 @@ def test_a_kwargs_dict_read_again_keeps_its_shuffle_and_is_refused() -> None:
     assert "`shuffle` is set in a `**kwargs` dict" in result.problems[0].message
 
 
-def test_a_schedule_length_computed_from_the_dataset_beforehand_is_refused() -> None:
+def test_a_schedule_length_computed_from_the_dataset_beforehand_counts_this_process() -> None:
+    """`total = 3 * len(train_ds) // 8` made after the loader becomes `len(loader.sampler)`
+    (also when only a LambdaLR's function reads it); made before the loader, it cannot
+    be, and is refused."""
     source = """\
 import torch
 from torch.utils.data import DataLoader
@@ -245,9 +248,22 @@ for epoch in range(3):
         sched.step()
 """
     result = convert_source(source.encode(), "sched.py", ConvertOptions())
-    assert result.refused and result.output == source.encode()
+    assert not result.refused, result.problems
+    assert b"total = 3 * len(loader.sampler) // 8\n" in result.output
+    closure = source.replace(
+        "sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=total)",
+        "sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / total)",
+    )
+    result = convert_source(closure.encode(), "sched.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"total = 3 * len(loader.sampler) // 8\n" in result.output
+    before = source.replace("total = 3 * len(train_ds) // 8\n", "").replace(
+        "loader = DataLoader(", "total = 3 * len(train_ds) // 8\nloader = DataLoader("
+    )
+    result = convert_source(before.encode(), "sched.py", ConvertOptions())
+    assert result.refused and result.output == before.encode()
     [problem] = result.problems
-    assert (problem.code, problem.line) == ("DDP009", 7)
+    assert (problem.code, problem.line) == ("DDP009", 4)
     assert "computed from the dataset" in problem.message
 
 
