@@ -25,7 +25,7 @@ from ddpify.analysis.api import SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript
-from ddpify.analysis.tree import dotted, is_name, walk
+from ddpify.analysis.tree import dotted, is_name, methods, walk
 
 # Calls that draw sample indices (or samples), and the generator family they draw from.
 DRAWS = {
@@ -95,6 +95,65 @@ class Streams:
                 if family in found.families and call.args:
                     found.seeds.setdefault(family, []).append(call)
         return found
+
+    @cached_property
+    def drawn_items(self) -> list[RandomBatches]:
+        """Training loaders whose dataset draws each item at random and ignores the index it
+        is given (a char-RNN dataset cutting a random window out of the corpus in
+        `__getitem__`): the sampler's shard of indices changes nothing, every process would
+        draw the same items. Like random batches, they need a stream of their own per
+        process."""
+        found: list[RandomBatches] = []
+        classes = self.index.classes
+        for loop in self.script.train_loops:
+            if loop.loader is None:
+                continue
+            dataset = loop.loader.call.args[0].value if loop.loader.call.args else None
+            made = self._made_by(dataset, self.index.function_of(loop.loader.call))
+            owner = classes.get(dotted(made.func) or "") if made is not None else None
+            getitem = (
+                next((m for m in methods(owner) if m.name.value == "__getitem__"), None)
+                if owner is not None
+                else None
+            )
+            if getitem is None or len(getitem.params.params) != 2:
+                continue
+            index = getitem.params.params[1].name.value
+            if any(is_name(node, index) for node in walk(getitem.body)):
+                continue  # the index picks the item; the draws only vary it (augmentation)
+            draws = [
+                node
+                for node in walk(getitem.body)
+                if isinstance(node, cst.Call) and self._family(node) is not None
+            ]
+            if not draws:
+                continue
+            families = {family for draw in draws if (family := self._family(draw))}
+            stream = RandomBatches(loop.batch_loop, draws, families | {"torch"})
+            stream.anchor = self._anchor(loop.batch_loop)
+            for call in self.index.calls:
+                family = self._seed_family(call)
+                if family in stream.families and call.args:
+                    stream.seeds.setdefault(family, []).append(call)
+            found.append(stream)
+        return found
+
+    def _made_by(
+        self, dataset: cst.BaseExpression | None, scope: cst.FunctionDef | None
+    ) -> cst.Call | None:
+        if isinstance(dataset, cst.Call):
+            return dataset
+        name = dotted(dataset) if dataset is not None else None
+        for assign in self.index.assigns:
+            if (
+                name is not None
+                and len(assign.targets) == 1
+                and dotted(assign.targets[0].target) == name
+                and self.index.function_of(assign) is scope
+                and isinstance(assign.value, cst.Call)
+            ):
+                return assign.value
+        return None
 
     @cached_property
     def without_loader(self) -> str | None:

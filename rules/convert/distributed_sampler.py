@@ -461,8 +461,12 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
 
 
 def _share_draws(ctx: ConvertContext) -> None:
+    """Draws every process must take alike (a seed, a split), or apart (items drawn at
+    random by the dataset)."""
     _share_drawn_seeds(ctx)
     _share_split_draws(ctx)
+    for stream in ctx.anatomy.streams.drawn_items:
+        _seed_per_process(ctx, stream, items=True)
 
 
 def _share_drawn_seeds(ctx: ConvertContext) -> None:
@@ -658,13 +662,16 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
     ctx.cannot(where, reason, blocking=True)
 
 
-def _seed_per_process(ctx: ConvertContext, stream: RandomBatches) -> None:
-    """Batches drawn at random every step: each process draws its own, from generators
-    seeded with the script's seed plus the process's rank, set just before training."""
+def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: bool = False) -> None:
+    """Batches drawn at random every step (or, with `items`, a sharded loader's items that
+    its dataset draws at random): each process draws its own, from generators seeded with
+    the script's seed plus the process's rank, set just before training."""
     anatomy = ctx.anatomy
     loader_names = {loader.name for loader in anatomy.loaders.all if loader.name}
-    if loader_names and anatomy.graph.reaches(
-        stream.loop.body, lambda node: dotted(node) in loader_names
+    if (
+        not items
+        and loader_names
+        and anatomy.graph.reaches(stream.loop.body, lambda node: dotted(node) in loader_names)
     ):
         ctx.cannot(
             stream.loop,
@@ -702,14 +709,18 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches) -> None:
         lines.append(f"{function}({base} + dist.get_rank())\n")
     if not lines:
         return
-    lines[0] = lines[0].rstrip("\n") + "  # every process draws batches of its own\n"
+    what = "items" if items else "batches"
+    lines[0] = lines[0].rstrip("\n") + f"  # every process draws {what} of its own\n"
     new = statements("".join(lines))
     ctx.plan.insert_before(stream.anchor, new)
     ctx.add_import("torch.distributed", asname="dist")
     ctx.changed(
         stream.loop,
-        "batches drawn at random: each process draws its own, seeded with the seed plus its "
-        "rank (the data is not split; every step sees world_size times the batch)",
+        "the dataset draws its items at random, whatever index it is given: each process "
+        "draws its own, seeded with the seed plus its rank"
+        if items
+        else "batches drawn at random: each process draws its own, seeded with the seed plus "
+        "its rank (the data is not split; every step sees world_size times the batch)",
     )
 
 

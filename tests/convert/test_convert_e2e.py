@@ -721,3 +721,66 @@ def test_a_forward_that_skips_a_layer_trains_past_the_second_step(tmp_path: Path
     failed = torchrun(["unguarded.py"], cwd=tmp_path, timeout=240)
     assert failed.returncode != 0
     assert b"Expected to have finished reduction" in failed.stderr
+
+
+WINDOWS_AT_RANDOM = """\
+import json
+import random
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Windows(Dataset):
+    def __init__(self, text):
+        self.data = torch.arange(len(text))
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, idx):  # a random window, whatever the index (char-rnn)
+        start = random.randint(0, len(self.data) - 9)
+        return self.data[start:start + 8].float()
+
+
+def main():
+    random.seed(1337)
+    torch.manual_seed(1337)
+    loader = DataLoader(Windows("x" * 500), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    seen = []
+    for epoch in range(2):
+        for x in loader:
+            optimizer.zero_grad()
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+            seen.append(x[:, 0].tolist())
+    PROBE
+
+
+main()
+"""
+
+
+def test_items_a_dataset_draws_at_random_differ_between_the_ranks(tmp_path: Path) -> None:
+    """Round-7 audit s13: the dataset ignores its index and draws a random window with
+    Python's generator, seeded alike everywhere: sharding the indices changed nothing, and
+    both ranks trained on the same batches. The conversion seeds every process apart just
+    before training."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    source = WINDOWS_AT_RANDOM.replace("    PROBE\n", "")
+    result = convert_source(source.encode(), "windows.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "random.seed(1337 + dist.get_rank())  # every process draws items of its own" in text
+    probe = "    json.dump(seen, open(f'seen{dist.get_rank()}.json', 'w'))\n"
+    marker = "            seen.append(x[:, 0].tolist())\n"
+    (tmp_path / "windows.py").write_text(text.replace(marker, marker + probe, 1))
+    ran = torchrun(["windows.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    import json
+
+    seen = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    assert len(seen[0]) == len(seen[1]) == 8 and seen[0] != seen[1]

@@ -907,7 +907,9 @@ def cycle(dl):
 class Denoiser(nn.Module):
     def __init__(self):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(2, 8), nn.SiLU(), nn.Linear(8, 8), nn.SiLU(), nn.Linear(8, 2))
+        self.net = nn.Sequential(
+            nn.Linear(2, 8), nn.SiLU(), nn.Linear(8, 8), nn.SiLU(), nn.Linear(8, 2)
+        )
         self.inp = nn.Linear(2, 8)
 
     def forward(self, x):
@@ -942,10 +944,11 @@ def test_a_generator_cycling_the_loader_and_a_forward_skipping_layers() -> None:
     text = result.output.decode()
     assert "        dl.sampler.set_epoch(dl.sampler.epoch + 1)\n        for data in dl:\n" in text
     assert "find_unused_parameters=True)" in text
-    assert any("runs a slice of its layers (line 19)" in n.message for n in result.notes)
+    assert any("runs a slice of its layers (line 21)" in n.message for n in result.notes)
     # every layer run: no find_unused_parameters
     whole = CYCLED_DENOISER.replace("self.net[2:](self.net[1](self.inp(x)))", "self.net(x)")
     whole = whole.replace("        self.inp = nn.Linear(2, 8)\n", "")
-    assert b"find_unused_parameters" not in convert_source(
-        whole.encode(), "diffusion.py", ConvertOptions()
-    ).output
+    assert (
+        b"find_unused_parameters"
+        not in convert_source(whole.encode(), "diffusion.py", ConvertOptions()).output
+    )
