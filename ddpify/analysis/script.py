@@ -512,6 +512,12 @@ def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
             continue
         if not any(script.index.inside(call, loop) for loop in loops):
             continue  # `src, _ = next(iter(valid_loader))` after training: a sample shown
+        if not any(
+            script.index.precedes(call, backward)
+            and script.index.function_of(backward) is script.index.function_of(call)
+            for backward in script.backward_calls
+        ) or _without_gradients(script.index, call):
+            continue  # an evaluation batch after the epoch's training, reusing its names
         scope = script.index.function_of(call)
         source = call.args[0].value
         for _ in range(MAX_STEPS):
@@ -527,6 +533,19 @@ def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
         if loader is not None:
             found.append(loader)
     return found
+
+
+def _without_gradients(index: SourceIndex, node: cst.CSTNode) -> bool:
+    """Whether `node` runs under `with torch.no_grad():` (or `inference_mode()`)."""
+    return any(
+        isinstance(ancestor, cst.With)
+        and any(
+            isinstance(item.item, cst.Call)
+            and (dotted(item.item.func) or "").endswith(("no_grad", "inference_mode"))
+            for item in ancestor.items
+        )
+        for ancestor in index.ancestors(node)
+    )
 
 
 def _zipped(

@@ -386,6 +386,16 @@ class RankZeroSideEffects(ConvertRule):
                 )
         for assign in anatomy.assigns:
             value = assign.value
+            if isinstance(value, cst.Call) and not opens_for_writing(value):
+                # `csv.writer(open("metrics.csv", "w"))`: the handle is the writer's
+                value = next(
+                    (
+                        arg.value
+                        for arg in value.args
+                        if isinstance(arg.value, cst.Call) and opens_for_writing(arg.value)
+                    ),
+                    value,
+                )
             if (
                 isinstance(value, cst.Call)
                 and opens_for_writing(value)
@@ -393,13 +403,53 @@ class RankZeroSideEffects(ConvertRule):
             ):
                 # Its writes are spread over the run (`csv.writer(f).writerow(...)` each
                 # epoch): guarding them one by one is not enough, and not guarding them
-                # leaves every rank writing the same file.
+                # leaves every rank writing the same file. The other ranks write to
+                # os.devnull instead, through the same handle.
+                if _devnull_elsewhere(ctx, assign, value):
+                    continue
                 ctx.cannot(
                     assign,
                     "a file opened for writing and kept open: every process would write it; "
                     "open it and write to it on rank 0 only by hand",
                     blocking=True,
                 )
+
+
+def _devnull_elsewhere(ctx: ConvertContext, assign: cst.Assign, opened: cst.Call) -> bool:
+    """`log = open("metrics.csv", "w")` kept open for the run becomes `open(...) if
+    dist.get_rank() == 0 else open(os.devnull, "w")`: one line, and every write through the
+    handle (`csv.writer(log)`, `print(..., file=log)`) lands once. Not for a file the process
+    also reads back (`"w+"`), for one only this process looks at, or before the set-up."""
+    anatomy = ctx.anatomy
+    mode = call_arg(opened, 1, "mode")
+    assert mode is not None and isinstance(mode.value, cst.SimpleString)
+    flags = mode.value.evaluated_value
+    if (
+        "+" in flags
+        or not anatomy.script.after_setup(assign)
+        or anatomy.effects.private(anatomy.statement_of(assign)) is not None
+        or call_arg(opened, None, "file") is not None
+    ):
+        return False
+    code = cst.Module([]).code_for_node
+    rest = ", ".join(code(arg).rstrip(", ") for arg in opened.args[1:])
+    elsewhere = f"open(os.devnull, {rest})"
+    ctx.plan.replace(
+        opened,
+        lambda updated: cst.IfExp(
+            test=expression(RANK_ZERO),
+            body=updated,
+            orelse=expression(elsewhere),
+        ),
+    )
+    ctx.add_import("os")
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.changed(
+        assign,
+        "a file kept open for the run: rank 0 writes it, the other processes write to "
+        "os.devnull through the same handle",
+    )
+    return True
 
 
 FIRST_DOWNLOAD = """\

@@ -288,15 +288,22 @@ for epoch in range(3):
 """
 
 
-def test_rank_local_decisions_and_files_kept_open_are_refused() -> None:
-    """A plateau scheduler stepped on this process's own loss would part the learning
-    rates; a file kept open for writing would be written by every process."""
+def test_rank_local_decisions_are_refused_and_files_kept_open_are_rank_0s() -> None:
+    """A plateau scheduler stepped on this process's own summed loss would part the
+    learning rates: refused. A file kept open for writing is rank 0's (the others write to
+    os.devnull through the same handle)."""
     result = convert_source(DECISIONS_SCRIPT.encode(), "decide.py", ConvertOptions())
     assert result.refused and result.output == DECISIONS_SCRIPT.encode()
     found = {(p.code, p.line) for p in result.problems if p.blocking}
-    assert found == {("DDP005", 6), ("DDP010", 16)}
+    assert found == {("DDP010", 16)}
     [plateau] = [p for p in result.problems if p.code == "DDP010"]
     assert "`epoch_loss`" in plateau.message
+    averaged = DECISIONS_SCRIPT.replace("running / 10", "running / len(loader)")
+    result = convert_source(averaged.encode(), "decide.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b'log = open("metrics.csv", "w") if dist.get_rank() == 0 else open(os.devnull, "w")\n'
+    ) in result.output
 
 
 LR_FINDER_SCRIPT = """\

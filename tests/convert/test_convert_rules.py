@@ -952,3 +952,53 @@ def test_a_generator_cycling_the_loader_and_a_forward_skipping_layers() -> None:
         b"find_unused_parameters"
         not in convert_source(whole.encode(), "diffusion.py", ConvertOptions()).output
     )
+
+
+KEPT_OPEN = """import csv
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    log_file = open("log.txt", "w")
+    writer = csv.writer(open("metrics.csv", "a", newline=""))
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    test_loader = DataLoader(test_set, batch_size=256)
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for xb, yb in train_loader:
+            loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            xb, yb = next(iter(test_loader))
+            acc = (model(xb).argmax(1) == yb).float().mean().item()
+        log_file.write(f"{epoch} {acc}\\n")
+        writer.writerow([epoch, acc])
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_file_kept_open_is_rank_0s_and_the_others_write_to_devnull() -> None:
+    """Round-7 audit s15 (refused): a log opened once and written all run long. Rank 0
+    opens it, the others open os.devnull, and every write through the handle lands once.
+    Its evaluation batch, `next(iter(test_loader))` under no_grad after the epoch's training
+    and reusing the training loop's names, is not a training batch: the test loader stays
+    whole (it was sharded, and rank 0 reported the accuracy of half the test set)."""
+    result = convert_source(KEPT_OPEN.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        'log_file = open("log.txt", "w") if dist.get_rank() == 0 else open(os.devnull, "w")'
+    ) in text
+    assert (
+        'writer = csv.writer(open("metrics.csv", "a", newline="") if dist.get_rank() == 0 '
+        'else open(os.devnull, "a", newline=""))'
+    ) in text
+    assert "DataLoader(test_set, batch_size=256)" in text
+    assert text.count("DistributedSampler(") == 1
