@@ -25,7 +25,7 @@ from ddpify.analysis.api import SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript
-from ddpify.analysis.tree import dotted, is_name, methods, walk
+from ddpify.analysis.tree import dotted, is_method_call, is_name, methods, walk
 
 # Calls that draw sample indices (or samples), and the generator family they draw from.
 DRAWS = {
@@ -38,6 +38,15 @@ DRAWS = {
     "numpy.random.randint": "numpy",
     "numpy.random.choice": "numpy",
 }
+# torch's draws while training (noise, timesteps, masks), functions and in-place methods.
+TORCH_DRAWS = set(
+    {
+        "torch.randn", "torch.rand", "torch.randint", "torch.randn_like", "torch.rand_like",
+        "torch.randint_like", "torch.normal", "torch.randperm", "torch.multinomial",
+        "torch.bernoulli", "torch.poisson",
+    }
+)  # fmt: skip
+IN_PLACE = ("normal_", "uniform_", "bernoulli_", "random_", "exponential_")
 # Families whose global generator may start alike in every process (torch's fixed default
 # seed before 2.x releases that draw it from the OS): seeded per process either way.
 ALIKE_UNSEEDED = {"torch"}
@@ -135,6 +144,39 @@ class Streams:
                 family = self._seed_family(call)
                 if family in stream.families and call.args:
                     stream.seeds.setdefault(family, []).append(call)
+            found.append(stream)
+        return found
+
+    @cached_property
+    def training_draws(self) -> list[RandomBatches]:
+        """Training loops over a loader that draw from torch's generator on every step
+        (a GAN's noise, a diffusion model's timesteps): started from one seed, every
+        process would draw the same noise for its different data. Each needs a stream of
+        its own per process; the dataset's drawn items (`drawn_items`) are seeded there
+        already."""
+        seeded = {id(stream.loop) for stream in self.drawn_items}
+        found: list[RandomBatches] = []
+        for loop in self.script.train_loops:
+            if loop.loader is None or id(loop.batch_loop) in seeded:
+                continue
+            draws: list[cst.Call] = []
+
+            def collect(node: cst.CSTNode, into: list[cst.Call] = draws) -> bool:
+                if isinstance(node, cst.Call) and (
+                    self.index.is_call_to(node, TORCH_DRAWS) or is_method_call(node, *IN_PLACE)
+                ):
+                    into.append(node)
+                return False  # look at every node
+
+            self.graph.reaches(loop.batch_loop.body, collect)
+            if not draws:
+                continue
+            seeded.add(id(loop.batch_loop))
+            stream = RandomBatches(loop.batch_loop, draws, {"torch"})
+            stream.anchor = self._anchor(loop.batch_loop)
+            stream.seeds["torch"] = [
+                call for call in self.index.calls if self._seed_family(call) == "torch"
+            ]
             found.append(stream)
         return found
 

@@ -460,10 +460,11 @@ class _Equivalence(_NamedCheck):
         )
         if drawn:
             notes.append(
-                f"random numbers drawn while training ({', '.join(drawn)}): every process "
-                "starts from the same seed, so each rank draws what the others draw where the "
-                "original drew fresh numbers for its whole batch; not expected to match (and "
-                "identical draws on every rank may be a bug of its own: seed each rank apart)"
+                f"random numbers drawn while training ({', '.join(drawn)}): the original "
+                "draws them for its whole batch, each rank for its own part, from a stream of "
+                "its own when the conversion seeds each rank apart (as ddpify's do) or from "
+                "the same stream as the others (identical noise on every rank: a bug of its "
+                "own); not expected to match either way"
             )
         exact_needed = facts.n == 1
         worst_abs = max((row["max_abs"] for row in rows), default=0.0)

@@ -466,7 +466,9 @@ def _share_draws(ctx: ConvertContext) -> None:
     _share_drawn_seeds(ctx)
     _share_split_draws(ctx)
     for stream in ctx.anatomy.streams.drawn_items:
-        _seed_per_process(ctx, stream, items=True)
+        _seed_per_process(ctx, stream, items="items")
+    for stream in ctx.anatomy.streams.training_draws:
+        _seed_per_process(ctx, stream, items="noise")
 
 
 def _share_drawn_seeds(ctx: ConvertContext) -> None:
@@ -662,10 +664,11 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
     ctx.cannot(where, reason, blocking=True)
 
 
-def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: bool = False) -> None:
-    """Batches drawn at random every step (or, with `items`, a sharded loader's items that
-    its dataset draws at random): each process draws its own, from generators seeded with
-    the script's seed plus the process's rank, set just before training."""
+def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "") -> None:
+    """Batches drawn at random every step (or, with `items`, a sharded loader's "items"
+    that its dataset draws at random, or the "noise" a training step draws): each process
+    draws its own, from generators seeded with the script's seed plus the process's rank,
+    set just before training."""
     anatomy = ctx.anatomy
     loader_names = {loader.name for loader in anatomy.loaders.all if loader.name}
     if (
@@ -709,18 +712,23 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: bool = 
         lines.append(f"{function}({base} + dist.get_rank())\n")
     if not lines:
         return
-    what = "items" if items else "batches"
+    what = items or "batches"
     lines[0] = lines[0].rstrip("\n") + f"  # every process draws {what} of its own\n"
     new = statements("".join(lines))
     ctx.plan.insert_before(stream.anchor, new)
     ctx.add_import("torch.distributed", asname="dist")
     ctx.changed(
         stream.loop,
-        "the dataset draws its items at random, whatever index it is given: each process "
-        "draws its own, seeded with the seed plus its rank"
-        if items
-        else "batches drawn at random: each process draws its own, seeded with the seed plus "
-        "its rank (the data is not split; every step sees world_size times the batch)",
+        {
+            "items": "the dataset draws its items at random, whatever index it is given: each "
+            "process draws its own, seeded with the seed plus its rank",
+            "noise": "random numbers drawn while training (noise, timesteps): each process "
+            "draws its own for its own batch, seeded with the seed plus its rank",
+        }.get(
+            items,
+            "batches drawn at random: each process draws its own, seeded with the seed plus "
+            "its rank (the data is not split; every step sees world_size times the batch)",
+        ),
     )
 
 
