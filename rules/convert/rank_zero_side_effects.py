@@ -506,7 +506,16 @@ def _prepares(anatomy: Anatomy, line: cst.SimpleStatementLine, guarded: list[cst
     if anatomy.graph.reaches(line, lambda node: id(node) in backward):
         return False  # it trains (`main()`): data is prepared inside it, if anywhere
     for call in walk(line):
-        if not isinstance(call, cst.Call) or not anatomy.graph.calls_script(call):
+        if not isinstance(call, cst.Call):
+            continue
+        helper = anatomy.project.helper(call)
+        if helper is not None and isinstance(line.body[0], cst.Assign):
+            # A helper of another file that writes files and gives back what it made
+            # (`train_set = get_training_set()` downloading BSDS300 when it is missing).
+            effects = anatomy.project.effects(helper)
+            if effects.writes and not effects.trains:
+                return True
+        if not anatomy.graph.calls_script(call):
             continue
         for function in anatomy.graph.callees(call):
             writes = any(anatomy.inside(node, function) for node in guarded)

@@ -267,3 +267,42 @@ def test_a_helper_that_runs_the_model_to_write_images_runs_on_rank_0_with_the_ba
     result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert sorted(p.name for p in (tmp_path / "examples").iterdir()) == ["fake_0.pt", "fake_1.pt"]
+
+
+def test_a_helper_that_downloads_the_data_runs_on_rank_0_first(tmp_path: Path) -> None:
+    """pytorch/examples' super_resolution: `get_training_set()` (data.py) makes the data
+    folder and downloads into it when it is missing. Every rank at once: rank 1 died with
+    FileExistsError from `makedirs` while rank 0 downloaded. Rank 0 now runs it first, the
+    others wait, then run it and find the files. The run writes the folder once."""
+    (tmp_path / "data.py").write_text(
+        "import os\nimport torch\n\n\n"
+        "def get_training_set(dest='dataset'):\n"
+        "    if not os.path.exists(os.path.join(dest, 'x.pt')):\n"
+        "        os.makedirs(dest)\n"
+        "        with open(os.path.join(dest, 'x.pt'), 'wb') as f:\n"
+        "            torch.save(torch.randn(32, 4), f)\n"
+        "    return torch.utils.data.TensorDataset(torch.load(os.path.join(dest, 'x.pt')))\n"
+    )
+    script = tmp_path / "main.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "from data import get_training_set\n\n"
+        "train_set = get_training_set()\n"
+        "loader = DataLoader(train_set, batch_size=4, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for (x,) in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        model(x).sum().backward()\n"
+        "        optimizer.step()\n"
+    )
+    output, _ = convert(script)
+    text = output.decode()
+    assert text.index("dist.barrier()  # rank 0 writes the files first") < text.index(
+        "train_set = get_training_set()"
+    )
+    script.write_bytes(output)
+    ran = torchrun(["main.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert (tmp_path / "dataset" / "x.pt").exists()
