@@ -23,7 +23,7 @@ import libcst as cst
 from ddpify.analysis.api import DDP_TRANSPARENT
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import dotted, is_method_call, walk
+from ddpify.analysis.tree import dotted, is_method_call, methods, walk
 
 # How many folders above the script a package root is looked for in (`repo/pkg/train.py`
 # importing `pkg.utils.loss`).
@@ -157,6 +157,26 @@ class Project:
                 if isinstance(owner, cst.ClassDef):
                     return path if _class_trains(owner, graph, path) else None
         return None
+
+    def writer_class(self, call: cst.Call) -> bool:
+        """Whether `call` makes an object of a project class (in another file) that makes a
+        TensorBoard writer or opens a file for writing when it is made (YOLOv3's `Logger`):
+        its methods write, so the object belongs on rank 0."""
+        if not self._may_be_helper(call):
+            return False
+        for qualified in self.index.qualified_names(call.func):
+            found = _definition(qualified, self.roots)
+            if found is not None and isinstance(found[0], cst.ClassDef):
+                init = next((m for m in methods(found[0]) if m.name.value == "__init__"), None)
+                return init is not None and any(
+                    isinstance(node, cst.Call)
+                    and (
+                        (dotted(node.func) or "").rsplit(".", 1)[-1] == "SummaryWriter"
+                        or (dotted(node.func) == "open" and _opens_for_writing(node))
+                    )
+                    for node in walk(init.body)
+                )
+        return False
 
     def model_use(self, call: cst.Call, argument: cst.Arg) -> ModelUse | None:
         """What the helper `call` calls does with the model passed as `argument`; None when

@@ -707,9 +707,10 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
     anatomy = ctx.anatomy
     for assign in anatomy.assigns:
         value = assign.value
+        wrapping = isinstance(value, cst.Call) and anatomy.project.writer_class(value)
         if not (
             isinstance(value, cst.Call)
-            and anatomy.is_call_to(value, SUMMARY_WRITERS)
+            and (wrapping or anatomy.is_call_to(value, SUMMARY_WRITERS))
             and len(assign.targets) == 1
             and isinstance(assign.targets[0].target, cst.Name)
             and anatomy.script.after_setup(assign)
@@ -740,18 +741,27 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
             parent = anatomy.parent(node)
             if (
                 isinstance(parent, cst.Attribute)
-                and parent.attr.value in {"close", "flush"}
+                and (wrapping or parent.attr.value in {"close", "flush"})
                 and isinstance(statement, cst.SimpleStatementLine)
                 and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr)
+                and isinstance(statement.body[0].value, cst.Call)
+                and statement.body[0].value.func is parent
             ):
-                closing.append(statement)
+                closing.append(statement)  # (a wrapping class's methods all write)
                 continue
             break  # read somewhere that runs on every rank: the writer must exist there
         else:
             for statement in [line, *closing]:
-                ctx.plan.guard(statement, expression(RANK_ZERO))
-                guarded.append(statement)
-            ctx.changed(assign, "TensorBoard writer made (and closed) on rank 0 only")
+                if not any(statement is done for done in guarded):
+                    ctx.plan.guard(statement, expression(RANK_ZERO))
+                    guarded.append(statement)
+            ctx.changed(
+                assign,
+                f"`{dotted(value.func)}` writes TensorBoard logs: made, and used, on rank 0 only"
+                if wrapping
+                else "TensorBoard writer made (and closed) on rank 0 only",
+            )
 
 
 def _one_line_blocks(ctx: ConvertContext, models: set[str], guarded: list[cst.CSTNode]) -> None:

@@ -306,3 +306,45 @@ def test_a_helper_that_downloads_the_data_runs_on_rank_0_first(tmp_path: Path) -
     ran = torchrun(["main.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert (tmp_path / "dataset" / "x.pt").exists()
+
+
+def test_a_class_of_another_file_that_makes_a_tensorboard_writer_is_rank_0s(
+    tmp_path: Path,
+) -> None:
+    """PyTorch-YOLOv3's `Logger` (utils/logger.py) makes a SummaryWriter when it is made and
+    writes through it in every method: every rank wrote its own event files (corpus
+    review). It is made, and used, on rank 0 only."""
+    (tmp_path / "logger.py").write_text(
+        "from torch.utils.tensorboard import SummaryWriter\n\n\n"
+        "class Logger:\n"
+        "    def __init__(self, log_dir):\n"
+        "        self.writer = SummaryWriter(log_dir)\n\n"
+        "    def scalar_summary(self, tag, value, step):\n"
+        "        self.writer.add_scalar(tag, value, step)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom logger import Logger\n\n\n"
+        "def main():\n"
+        "    logger = Logger('logs')\n"
+        "    loader = DataLoader(train_set, batch_size=4, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            loss = model(x).sum()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "        logger.scalar_summary('loss', loss.item(), epoch)\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, notes = convert(script)
+    text = output.decode()
+    assert "    if dist.get_rank() == 0:\n        logger = Logger('logs')\n" in text
+    assert (
+        "        if dist.get_rank() == 0:\n"
+        "            logger.scalar_summary('loss', loss.item(), epoch)\n"
+    ) in text
+    assert "`Logger` writes TensorBoard logs: made, and used, on rank 0 only" in notes
