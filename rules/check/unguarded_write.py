@@ -403,11 +403,25 @@ def _reported_at_its_calls(anatomy: Anatomy, function: cst.FunctionDef) -> bool:
 
 
 def _per_rank(anatomy: Anatomy, statement: cst.CSTNode) -> bool:
-    """A file per rank: its name reads the rank (`f"shard_{rank}.pt"`)."""
+    """A file per rank: its name reads the rank (`f"shard_{rank}.pt"`), maybe through a
+    name the path is computed from (DiT's `index = i * world_size + rank + total`, then
+    `f"{index:06d}.png"`)."""
+
+    def reads_rank(node: cst.CSTNode) -> bool:
+        return any(
+            isinstance(inner, cst.Name | cst.Attribute | cst.Call)
+            and anatomy.ranks.rank_kind(inner) is not None
+            for inner in walk(node)
+        )
+
+    if reads_rank(statement):
+        return True
+    scope = anatomy.function_of(statement)
     return any(
-        isinstance(node, cst.Name | cst.Attribute | cst.Call)
-        and anatomy.ranks.rank_kind(node) is not None
-        for node in walk(statement)
+        reads_rank(value)
+        for name in path_names(statement)
+        if name.isidentifier()
+        for value, _ in anatomy.values.values_of(name, scope)
     )
 
 
