@@ -6,10 +6,11 @@ The corpus file names scripts, not their code: one line per script, tab-separate
 
 (``repo`` is ``owner/name`` on GitHub, ``commit`` the 40-hex commit the script was read at,
 ``runnable`` is ``yes`` when the script runs on a CPU-only machine with no network and no
-torchvision, ``args`` the command-line arguments of a short CPU run, ``note`` free text). No
-public code is kept in this repository: the scripts are read from git directories brought
-onto the machine beforehand (the search tool's ``fetch``), under MIRROR_DIR as
-``OWNER+NAME/repo`` (a git directory, or a clone holding ``.git``).
+torchvision, ``standins`` when it runs there only with --python and --standins (below),
+``no`` otherwise (the note says why), ``args`` the command-line arguments of a short CPU run,
+``note`` free text). No public code is kept in this repository: the scripts are read from git
+directories brought onto the machine beforehand (the search tool's ``fetch``), under
+MIRROR_DIR as ``OWNER+NAME/repo`` (a git directory, or a clone holding ``.git``).
 
 For each line, in a fresh temporary folder:
 
@@ -18,21 +19,24 @@ For each line, in a fresh temporary folder:
    (``mingpt``, ``TCN``, ...) and data kept beside them (``../data/names``);
 2. data the note asks for is synthesized: each ``make:PATH=KIND`` token writes PATH (relative
    to the script's folder) with KIND ``text`` (lines of words, after two holding every letter)
-   or ``names`` (one lowercase name a line), from a fixed seed; each ``set:NAME=VALUE`` token
-   gives a module-level constant the script hard-codes (``max_iters = 5000``) a short-run
-   value, in the original, before it is converted;
+   or ``names`` (one lowercase name a line), or fills the folder PATH with KIND ``images``
+   (random RGB PNGs ``000.png``, ...) or ``masks`` (PNGs of 0 and 255, ``000_mask.png``, ...),
+   8 of 64x64 or as ``make:PATH=images:COUNTxWIDTHxHEIGHT`` says, all from a fixed seed;
+   each ``set:NAME=VALUE`` token gives a module-level constant the script hard-codes
+   (``max_iters = 5000``) a short-run value, in the original, before it is converted;
 3. ``python -m ddpify SCRIPT -o SCRIPT_ddp.py`` runs in the script's folder and is classified:
    *converted* (exit 0, output differs), *left alone* (exit 0, output identical or not
    written; the reason is ddpify's ``unchanged:`` line), *refused* (exit 1; the reason is the
    first ``cannot:`` line), *error* (anything else, or a timeout);
 4. a runnable script that was converted then runs as
-   ``python -m torch.distributed.run --standalone --nproc_per_node=2 SCRIPT_ddp.py ARGS``
-   (gloo on the loopback interface, OMP_NUM_THREADS=1, the repository root on PYTHONPATH):
+   ``PYTHON -m torch.distributed.run --standalone --nproc_per_node=2 SCRIPT_ddp.py ARGS``
+   (gloo on the loopback interface, OMP_NUM_THREADS=1, the repository root on PYTHONPATH;
+   PYTHON is --python, by default the interpreter running this file):
    *ok* (exit 0), *crashed* (the last exception line of its stderr), or *timeout* (still
    running at --timeout: hung, or merely training longer than that);
-5. and ``python -m ddpify verify SCRIPT SCRIPT_ddp.py --steps N -- ARGS`` gives its verdict:
-   *equivalent* (exit 0), *not equivalent* (1) or *could not run* (2), with the first check
-   that did not pass.
+5. and ``PYTHON -m ddpify.verify SCRIPT SCRIPT_ddp.py --steps N -- ARGS`` gives its verdict
+   (verify runs both scripts with its own interpreter, so PYTHON again): *equivalent* (exit
+   0), *not equivalent* (1) or *could not run* (2), with the first check that did not pass.
 
 ``{work}`` in ``args`` stands for the absolute path of the script's folder (``verify`` runs
 each script in a fresh folder of its own, so data must be named by absolute path to be found).
@@ -43,6 +47,33 @@ verification. Nothing is asserted; the exit status is 0 unless the arguments are
     python bench/corpus.py bench/corpus.tsv /work/.mirror
     python bench/corpus.py bench/corpus.tsv /work/.mirror --only makemore --steps 3
     python bench/corpus.py bench/corpus.tsv /work/.mirror --timeout 120 --keep
+
+Scripts that need torchvision and downloads (the ``standins`` lines): ddpify's venv has a
+CPU-only torch and no torchvision, and the machine no network. ``--python PATH`` runs the
+scripts and verify with another interpreter (ddpify's folder is appended to their PYTHONPATH,
+and ddpify itself still converts with this one); ``--standins DIR`` puts DIR first on every
+run's PYTHONPATH and sets DDPIFY_BENCH_STANDINS=1, so that bench/standins/sitecustomize.py
+loads: offline stand-ins for torchvision's MNIST/FashionMNIST/KMNIST/CIFAR10/CIFAR100
+downloads, ImageFolder, pretrained weights, the BSDS300 archive and wandb (its docstring says
+what each does and what it leaves out). The venv, layered on ddpify's for torch (the PyPI
+torchvision 0.28.0 is the one built against torch 2.13; its CUDA C++ ops do not load on the
+CPU torch, and the stand-ins make it import anyway), built and checked from scratch with
+
+    /work/main/.venv/bin/python -m venv /tmp/corpus-venv \
+      && echo /work/main/.venv/lib/python3.11/site-packages \
+         > /tmp/corpus-venv/lib/python3.11/site-packages/ddpify-main-venv.pth \
+      && /tmp/corpus-venv/bin/pip install torchvision==0.28.0 pillow tqdm six matplotlib
+
+(about 10 s from the local package index; pip finds torch 2.13.0+cpu and numpy through the
+.pth and installs neither), then
+
+    python bench/corpus.py bench/corpus.tsv /work/.mirror \
+      --python /tmp/corpus-venv/bin/python --standins bench/standins --timeout 200
+
+Without --standins the ``standins`` lines are converted but not run (the totals count them).
+To measure a fixed ddpify while the source changes, run from a worktree of HEAD with
+PYTHONPATH=WORKTREE; the editable install maps ``ddpify.rules`` to the main checkout's
+``rules/``, so link it in the worktree too (``ln -s ../rules WORKTREE/ddpify/rules``).
 """
 
 from __future__ import annotations
@@ -56,17 +87,20 @@ import re
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from importlib.util import find_spec
 from pathlib import Path
 
 COLUMNS = ("repo", "commit", "path", "runnable", "args", "note")
-MAKE = re.compile(r"make:(?P<path>[^\s=]+)=(?P<kind>\w+)")
+MAKE = re.compile(r"make:(?P<path>[^\s=]+)=(?P<kind>\w+)(?::(?P<size>\d+x\d+x\d+))?")
 SET = re.compile(r"set:(?P<name>\w+)=(?P<value>[^\s;]+)")
 # The last line of a traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`.
 EXCEPTION = re.compile(
@@ -89,6 +123,9 @@ PANGRAM = (
     "The quick brown fox jumps over the lazy dog! O God, O God? 0123456789; 'a' \"b\" (c) [d]: e-f."
 )
 SYLLABLES = ("ka", "lo", "mi", "ten", "ra", "su", "ve", "don", "pa", "li", "or", "the", "an", "es")
+IMAGES = (8, 64, 64)  # make:DIR=images: count, width, height
+RUNNABLE = ("yes", "standins")  # the runnable column: "standins" runs only with --standins
+STANDINS_VARIABLE = "DDPIFY_BENCH_STANDINS"  # what bench/standins/sitecustomize.py acts on
 
 
 @dataclass(frozen=True)
@@ -102,6 +139,7 @@ class Entry:
     runnable: bool
     args: str
     note: str
+    needs_standins: bool = False  # runnable only with --standins (and a --python that has them)
 
     @property
     def name(self) -> str:
@@ -150,7 +188,10 @@ def read_corpus(path: Path) -> list[Entry]:
             continue
         cells += [""] * (len(COLUMNS) - len(cells))
         repo, commit, script, runnable, args, note = (cell.strip() for cell in cells[:6])
-        entries.append(Entry(number, repo, commit, script, runnable.lower() == "yes", args, note))
+        flag = runnable.lower()
+        entries.append(
+            Entry(number, repo, commit, script, flag in RUNNABLE, args, note, flag == "standins")
+        )
     return entries
 
 
@@ -234,11 +275,46 @@ def synthesize(kind: str, rng: random.Random) -> str | None:
     return None
 
 
+def png(width: int, height: int, channels: int, pixels: bytes) -> bytes:
+    """A PNG file (8-bit gray or RGB) holding `pixels`, row after row."""
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    row = width * channels
+    raw = b"".join(b"\0" + pixels[y * row : (y + 1) * row] for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2 if channels == 3 else 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+def make_images(folder: Path, kind: str, size: str | None, rng: random.Random) -> None:
+    """COUNT random PNGs in `folder`: RGB ``000.png ...`` (images), or black-and-white
+    ``000_mask.png ...`` (masks: two values, 0 and 255, as segmentation masks have)."""
+    count, width, height = (int(n) for n in size.split("x")) if size else IMAGES
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        if kind == "images":
+            pixels, channels, name = rng.randbytes(width * height * 3), 3, f"{index:03d}.png"
+        else:
+            pixels = bytes(rng.choice((0, 255)) for _ in range(width * height))
+            channels, name = 1, f"{index:03d}_mask.png"
+        (folder / name).write_bytes(png(width, height, channels, pixels))
+
+
 def make_data(entry: Entry, folder: Path) -> list[str]:
     """Write what the note's make: tokens ask for; problems, if any."""
     problems = []
     for match in MAKE.finditer(entry.note):
-        text = synthesize(match["kind"], random.Random(f"{entry.name}:{match['path']}"))
+        rng = random.Random(f"{entry.name}:{match['path']}")
+        if match["kind"] in ("images", "masks"):
+            make_images(folder / match["path"], match["kind"], match["size"], rng)
+            continue
+        text = synthesize(match["kind"], rng)
         if text is None:
             problems.append(f"unknown make kind {match['kind']!r}")
             continue
@@ -261,9 +337,31 @@ def shorten(entry: Entry, script: Path) -> list[str]:
     return problems
 
 
-def environment(root: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class Interpreter:
+    """What runs the scripts and verify: --python, --standins, and where ddpify is."""
+
+    python: str = sys.executable
+    standins: Path | None = None
+    ddpify_root: Path | None = None  # put on PYTHONPATH when `python` is another interpreter
+
+
+def ddpify_root() -> Path:
+    """The folder holding the ddpify package this process would import (without importing it)."""
+    spec = find_spec("ddpify")
+    if spec is not None and spec.origin:
+        return Path(spec.origin).resolve().parent.parent
+    return Path(__file__).resolve().parent.parent
+
+
+def environment(root: Path, interpreter: Interpreter = Interpreter()) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     paths = [str(root), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    if interpreter.standins is not None:
+        paths.insert(0, str(interpreter.standins))
+        env[STANDINS_VARIABLE] = "1"
+    if interpreter.ddpify_root is not None:
+        paths.append(str(interpreter.ddpify_root))
     env.update(
         PYTHONPATH=os.pathsep.join(paths),
         OMP_NUM_THREADS="1",
@@ -359,7 +457,14 @@ def verify_reason(finished: Finished) -> str:
     return str(report.get("verdict", ""))
 
 
-def measure(entry: Entry, mirror: Path, work: Path, timeout: float, steps: int) -> Result:
+def measure(
+    entry: Entry,
+    mirror: Path,
+    work: Path,
+    timeout: float,
+    steps: int,
+    interpreter: Interpreter = Interpreter(),
+) -> Result:
     result = Result(entry)
     git = git_dir(mirror, entry.repo)
     if git is None:
@@ -379,11 +484,14 @@ def measure(entry: Entry, mirror: Path, work: Path, timeout: float, steps: int) 
     result.notes += make_data(entry, folder)
     result.notes += shorten(entry, script)
     output = folder / f"{script.stem}_ddp.py"
-    env = environment(root)
-    python = sys.executable
+    env = environment(root, interpreter)
     converted = run(
-        [python, "-m", "ddpify", script.name, "-o", output.name], folder, env, CONVERT_TIMEOUT
-    )
+        [sys.executable, "-m", "ddpify", script.name, "-o", output.name],
+        folder,
+        env,
+        CONVERT_TIMEOUT,
+    )  # ddpify converts with this interpreter; the scripts and verify run with --python
+    python = interpreter.python
     result.outcome, result.reason = classify_conversion(converted, script, output)
     if result.outcome != "converted" or not entry.runnable:
         return result
@@ -401,8 +509,9 @@ def measure(entry: Entry, mirror: Path, work: Path, timeout: float, steps: int) 
     else:
         result.run, result.run_reason = "crashed", last_error(ran.stderr)
 
+    # verify starts its runs with its own interpreter (sys.executable -m ddpify.verify.harness)
     verify = [
-        python, "-m", "ddpify", "verify", script.name, output.name, "--steps", str(steps),
+        python, "-m", "ddpify.verify", script.name, output.name, "--steps", str(steps),
         "--timeout", f"{timeout:g}", "--json", "--", *args,
     ]  # fmt: skip
     # verify runs the conversion, then the original, each with --timeout.
@@ -446,13 +555,16 @@ def print_header() -> None:
     print("-" * (3 + NAME_WIDTH + 10 + REASON_WIDTH + 7 + 14 + 5 + 6))
 
 
-def print_totals(results: list[Result]) -> None:
+def print_totals(results: list[Result], waiting: int = 0) -> None:
     outcomes = Counter(result.outcome for result in results)
     repos = {result.entry.repo for result in results}
     runnable = [r for r in results if r.entry.runnable]
     tried = [r for r in results if r.outcome == "converted" and r.entry.runnable]
+    more = f"; {waiting} more with --standins" if waiting else ""
     print()
-    print(f"scripts: {len(results)} from {len(repos)} repositories ({len(runnable)} runnable)")
+    print(
+        f"scripts: {len(results)} from {len(repos)} repositories ({len(runnable)} runnable{more})"
+    )
     print(
         "ddpify: "
         + ", ".join(
@@ -511,6 +623,18 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps verify compares")
     parser.add_argument("--keep", action="store_true", help="keep the temporary work folders")
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the interpreter that runs the scripts and ddpify verify (default: this one)",
+    )
+    parser.add_argument(
+        "--standins",
+        type=Path,
+        default=None,
+        help="a folder put first on every run's PYTHONPATH, with DDPIFY_BENCH_STANDINS=1 (its "
+        "sitecustomize.py loads); the scripts marked 'standins' run only with it",
+    )
     return parser.parse_args(argv)
 
 
@@ -522,12 +646,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not options.mirror.is_dir():
         print(f"{options.mirror}: no such folder", file=sys.stderr)
         return 2
+    if options.standins is not None and not options.standins.is_dir():
+        print(f"{options.standins}: no such folder", file=sys.stderr)
+        return 2
+    python = shutil.which(options.python)
+    if python is None:
+        print(f"{options.python}: no such interpreter", file=sys.stderr)
+        return 2
+    other = Path(python).absolute() != Path(sys.executable).absolute()
+    interpreter = Interpreter(
+        python=str(Path(python).absolute()) if other else sys.executable,
+        standins=options.standins.resolve() if options.standins is not None else None,
+        ddpify_root=ddpify_root() if other else None,
+    )
     entries = [e for e in read_corpus(options.corpus) if options.only in e.name]
+    waiting = 0
+    if interpreter.standins is None:
+        waiting = sum(e.needs_standins for e in entries)
+        entries = [replace(e, runnable=False) if e.needs_standins else e for e in entries]
     temp = Path(tempfile.mkdtemp(prefix="ddpify-corpus-"))
     print(
         f"ddpify on {len(entries)} scripts from {options.corpus}; snapshots in {options.mirror};"
         f" timeout {options.timeout:g} s, verify --steps {options.steps}"
     )
+    if other or interpreter.standins is not None:
+        print(
+            f"scripts and verify run with {interpreter.python}; stand-ins: {interpreter.standins}"
+        )
     print_header()
     results: list[Result] = []
     try:
@@ -535,7 +680,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             started = time.monotonic()
             work = temp / f"{index:03d}"
             work.mkdir()
-            result = measure(entry, options.mirror, work, options.timeout, options.steps)
+            result = measure(
+                entry, options.mirror, work, options.timeout, options.steps, interpreter
+            )
             result.seconds = time.monotonic() - started
             results.append(result)
             print_row(index, result)
@@ -546,7 +693,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kept: {temp}")
         else:
             shutil.rmtree(temp, ignore_errors=True)
-    print_totals(results)
+    print_totals(results, waiting)
     print_details(results)
     return 0
 
