@@ -70,3 +70,14 @@ def appended(items: list[ItemT], new: list[ItemT]) -> list[ItemT]:
     restyled = [cast(ItemT, item.with_changes(comma=between)) for item in new[:-1]]
     restyled.append(cast(ItemT, new[-1].with_changes(comma=ending)))
     return [*items[:-1], cast(ItemT, last.with_changes(comma=between)), *restyled]
+
+
+def unindented_blank_lines(node: cst.BaseStatement) -> cst.BaseStatement:
+    """A statement moved into a deeper block keeps its blank lines blank: without this, a
+    blank line above it takes the new block's indentation (a line of spaces)."""
+    assert isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement)
+    lines = [
+        line if line.comment is not None else line.with_changes(indent=False)
+        for line in node.leading_lines
+    ]
+    return node.with_changes(leading_lines=lines)

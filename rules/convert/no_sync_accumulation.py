@@ -10,6 +10,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.models import Model
 from ddpify.analysis.script import TrainLoop
 from ddpify.analysis.tree import dotted, is_attribute, is_method_call, is_name, walk
+from ddpify.emit import unindented_blank_lines
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 # Comparisons whose negation is the flipped operator, for the `with` line to read "no sync
@@ -173,7 +174,12 @@ def _with_item(
         # Blank lines stay above the `with`, the comments on the first statement with it.
         lines = list(first.leading_lines)
         split = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
-        inner = cst.IndentedBlock(body=[first.with_changes(leading_lines=lines[split:]), *body[1:]])
+        inner = cst.IndentedBlock(
+            body=[
+                unindented_blank_lines(first.with_changes(leading_lines=lines[split:])),
+                *map(unindented_blank_lines, body[1:]),
+            ]
+        )
         return [cst.With(items=[cst.WithItem(item)], body=inner, leading_lines=lines[:split])]
 
     return wrap

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.emit import statement, statements
+from ddpify.emit import statement, statements, unindented_blank_lines
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -161,7 +161,9 @@ def _try_finally(body: list[cst.BaseStatement], cleanup: cst.BaseStatement) -> c
     first = body[0]
     assert isinstance(first, cst.SimpleStatementLine | cst.BaseCompoundStatement)
     return cst.Try(
-        body=cst.IndentedBlock([first.with_changes(leading_lines=()), *body[1:]]),
+        body=cst.IndentedBlock(
+            [first.with_changes(leading_lines=()), *map(unindented_blank_lines, body[1:])]
+        ),
         finalbody=cst.Finally(cst.IndentedBlock([cleanup])),
         leading_lines=first.leading_lines,
     )

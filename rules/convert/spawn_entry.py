@@ -9,7 +9,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.tree import walk
-from ddpify.emit import statement, statements
+from ddpify.emit import statement, statements, unindented_blank_lines
 from ddpify.options import ConvertOptions, Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -245,13 +245,13 @@ def _worker(
 def _indented(node: cst.BaseStatement, first: bool) -> cst.BaseStatement:
     """A statement moved into a block: its blank lines stay blank (no indentation), and the
     first keeps only its comments."""
+    node = unindented_blank_lines(node)
     assert isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement)
-    lines = [
-        line if line.comment is not None else line.with_changes(indent=False)
-        for line in node.leading_lines
-        if not (first and line.comment is None)
-    ]
-    return node.with_changes(leading_lines=lines)
+    if first:
+        return node.with_changes(
+            leading_lines=[line for line in node.leading_lines if line.comment is not None]
+        )
+    return node
 
 
 def _spaced(node: StatementT) -> StatementT:

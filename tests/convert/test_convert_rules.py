@@ -1002,3 +1002,46 @@ def test_a_file_kept_open_is_rank_0s_and_the_others_write_to_devnull() -> None:
     ) in text
     assert "DataLoader(test_set, batch_size=256)" in text
     assert text.count("DistributedSampler(") == 1
+
+
+def test_statements_moved_into_a_block_keep_their_blank_lines_blank() -> None:
+    """Round-7 audit s19: the `try:` around a `__main__` block's training indented its
+    blank lines into lines of spaces; so did DDP012's `with`."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+if __name__ == "__main__":
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for i, x in enumerate(loader):
+            loss = model(x).sum()
+
+            loss.backward()
+            if (i + 1) % 2 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+
+    print("done")
+"""
+    result = convert_source(source, "steps.py", ConvertOptions())
+    assert not result.refused, result.problems
+    lines = result.output.decode().splitlines()
+    assert any("no_sync()" in line for line in lines)
+    assert [line for line in lines if line and not line.strip()] == []
+
+
+def test_a_module_level_body_moved_into_try_keeps_blank_lines_blank() -> None:
+    """Round-7 audit s19: the `try:` around a module-level script's training indented the
+    blank lines between its statements into lines of spaces."""
+    import libcst as cst
+    from ddpify.rules.convert.process_group import _try_finally
+
+    from ddpify.emit import statement
+
+    module = cst.parse_module("a = 1\n\nb = 2\n\n\nc = 3\n")
+    wrapped = _try_finally(list(module.body), statement("cleanup()\n"))
+    text = module.with_changes(body=[wrapped]).code
+    assert text == "try:\n    a = 1\n\n    b = 2\n\n\n    c = 3\nfinally:\n    cleanup()\n"
