@@ -1021,9 +1021,23 @@ def _whole_model_saves(
         if not anatomy.is_call_to(call, calls or {"torch.save"}) or not call.args:
             continue
         first = call.args[0].value
-        name = dotted(first)
-        if name in model.names - model.bare and anatomy.values.runs_after(
-            model.placement, call, name or ""
-        ):
-            saves.append(first)
+        candidates = [first]
+        if calls is None:  # a checkpoint dict holding the model itself: {"net": net, ...}
+            scope = anatomy.function_of(call)
+            held = [first] + [
+                value for value, _ in anatomy.values.values_of(dotted(first) or "", scope)
+            ]
+            candidates += [
+                element.value
+                for value in held
+                if isinstance(value, cst.Dict)
+                for element in value.elements
+                if isinstance(element, cst.DictElement)
+            ]
+        for candidate in candidates:
+            name = dotted(candidate)
+            if name in model.names - model.bare and anatomy.values.runs_after(
+                model.placement, candidate, name or ""
+            ):
+                saves.append(candidate)
     return saves

@@ -1045,3 +1045,34 @@ def test_a_module_level_body_moved_into_try_keeps_blank_lines_blank() -> None:
     wrapped = _try_finally(list(module.body), statement("cleanup()\n"))
     text = module.with_changes(body=[wrapped]).code
     assert text == "try:\n    a = 1\n\n    b = 2\n\n\n    c = 3\nfinally:\n    cleanup()\n"
+
+
+def test_a_checkpoint_dict_holding_the_model_itself_saves_the_bare_model() -> None:
+    """Round-8 audit a16 (mixup-cifar10): `state = {"net": net, ...}; torch.save(state, ...)`
+    pickled the DDP wrapper, which loads only where a process group exists."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    net = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            optimizer.step()
+        state = {"net": net, "epoch": epoch}
+        torch.save(state, "ckpt.t7")
+        torch.save({"net": net, "epoch": epoch}, "inline.t7")
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source, "mixup.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'state = {"net": net.module, "epoch": epoch}' in text
+    assert 'torch.save({"net": net.module, "epoch": epoch}, "inline.t7")' in text
