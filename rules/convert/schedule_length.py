@@ -124,8 +124,7 @@ class ScheduleLength(ConvertRule):
                 blocking=True,
             )
             return
-        sampler = cst.parse_expression(f"{loader.name}.sampler")
-        ctx.plan.replace(length, lambda updated: updated.with_changes(args=[cst.Arg(sampler)]))
+        ctx.plan.replace(length, _measuring(f"{loader.name}.sampler"))
         ctx.changed(
             length, f"schedule sized from this process's samples: len({loader.name}.sampler)"
         )
