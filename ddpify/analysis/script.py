@@ -489,6 +489,8 @@ def _loss_nodes(
                 for origin in values.origins(node, scope):
                     if origin is not node:
                         collect(origin, index.function_of(origin), depth + 1)
+                        for item in _stored_items(index, node.value, index.function_of(origin)):
+                            collect(item, index.function_of(item), depth + 1)
             elif isinstance(node, cst.Call):
                 callee = graph.callee(node)
                 if callee is not None:
@@ -498,6 +500,31 @@ def _loss_nodes(
     for backward in backward_calls:
         if isinstance(backward.func, cst.Attribute):
             collect(backward.func.value, index.function_of(backward), 0)
+    return found
+
+
+def _stored_items(
+    index: SourceIndex, name: str, scope: cst.FunctionDef | None
+) -> list[cst.BaseExpression]:
+    """What `scope` puts into the container `name` holds: `losses["seg"] = ce(out, y)`,
+    `losses.append(...)` (a loss dict built one task at a time)."""
+    found: list[cst.BaseExpression] = []
+    for node in walk(scope.body if scope is not None else index.module):
+        if index.function_of(node) is not scope:
+            continue
+        if isinstance(node, cst.Assign | cst.AugAssign) and node.value is not None:
+            targets = (
+                [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            )
+            if any(isinstance(t, cst.Subscript) and is_name(t.value, name) for t in targets):
+                found.append(node.value)
+        elif (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in {"append", "extend", "update"}
+            and is_name(node.func.value, name)
+        ):
+            found += [arg.value for arg in node.args]
     return found
 
 

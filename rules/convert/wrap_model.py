@@ -609,6 +609,10 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                         line = anatomy.line(call)
                         reason = f"`{dotted(call.func)}` is called under a condition (line {line})"
                     child = ancestor
+            for call in calls:
+                picked = _output_picked_under_condition(anatomy, call, backward)
+                if picked is not None and reason is None:
+                    reason = picked
     if reason is not None:
         return reason, most
     skipped = _skips_parameters(anatomy)
@@ -698,6 +702,56 @@ def _skips_parameters(anatomy: Anatomy) -> str | None:
                 f"`{owner.name.value}.{unused[0]}` (line {line}) is never run by the class's "
                 "forward"
             )
+    return None
+
+
+def _output_picked_under_condition(
+    anatomy: Anatomy, call: cst.Call, backward: cst.Call
+) -> str | None:
+    """`outputs = model(x)` whose parts go into the loss under a condition before the
+    backward: `if weights["segment"] > 0: losses["segment"] = ce(outputs["segment"], y)`, in
+    the loop or in a function handed the outputs (round-8 audit a05's multi-task heads). A
+    head whose part is left out gets no gradient, and DDP waits for it."""
+    assignment = anatomy.parent(call)
+    if not (
+        isinstance(assignment, cst.Assign)
+        and len(assignment.targets) == 1
+        and isinstance(assignment.targets[0].target, cst.Name)
+    ):
+        return None
+    name = assignment.targets[0].target.value
+    loop_body = anatomy.statement_of(call)
+    scope = anatomy.parent(loop_body)
+    while scope is not None and not isinstance(scope, cst.For | cst.While | cst.FunctionDef):
+        scope = anatomy.parent(scope)
+    if scope is None:
+        return None
+    places: list[tuple[cst.CSTNode, str]] = [(scope, name)]
+    for node in walk(scope):
+        if not (isinstance(node, cst.Call) and anatomy.precedes(node, backward)):
+            continue
+        if not any(is_name(arg.value, name) for arg in node.args):
+            continue
+        function = anatomy.graph.callee(node)
+        if function is None:
+            continue
+        for parameter in anatomy.graph.parameters_of(function):
+            if is_name(anatomy.graph.bound_argument(node, function, parameter), name):
+                places.append((function, parameter))
+    for place, held in places:
+        for node in walk(place):
+            if not isinstance(node, cst.If) or anatomy.inside(backward, node):
+                continue
+            if place is scope and not anatomy.precedes(node, backward):
+                continue
+            if any(is_name(n, held) for n in walk(node.test)):
+                continue  # `if outputs is not None:`
+            if any(
+                isinstance(inner, cst.Subscript) and is_name(inner.value, held)
+                for inner in walk(node.body)
+            ):
+                line = anatomy.line(node)
+                return f"part of `{name}` goes into the loss under a condition (line {line})"
     return None
 
 

@@ -723,6 +723,24 @@ def test_a_forward_that_skips_a_layer_trains_past_the_second_step(tmp_path: Path
     assert b"Expected to have finished reduction" in failed.stderr
 
 
+def test_a_head_left_out_of_the_loss_trains_past_the_second_step(tmp_path: Path) -> None:
+    """Round-8 audit a05's multi-task heads: with find_unused_parameters the conversion
+    trains to the end; without it DDP stops at the second step."""
+    from test_convert_rules import MULTITASK
+
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(MULTITASK.encode(), "multitask.py", ConvertOptions())
+    (tmp_path / "multitask.py").write_bytes(result.output)
+    ran = torchrun(["multitask.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    unguarded = result.output.replace(b", find_unused_parameters=True)", b")")
+    (tmp_path / "unguarded.py").write_bytes(unguarded)
+    failed = torchrun(["unguarded.py"], cwd=tmp_path, timeout=240)
+    assert b"Expected to have finished reduction" in failed.stderr
+
+
 WINDOWS_AT_RANDOM = """\
 import json
 import random

@@ -954,6 +954,75 @@ def test_a_generator_cycling_the_loader_and_a_forward_skipping_layers() -> None:
     )
 
 
+MULTITASK = """import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class MultiTask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(4, 8)
+        self.heads = nn.ModuleDict({"a": nn.Linear(8, 1), "b": nn.Linear(8, 1)})
+
+    def forward(self, x):
+        h = self.trunk(x).relu()
+        return {name: head(h) for name, head in self.heads.items()}
+
+
+def task_losses(outputs, y, weights):
+    losses = {}
+    if weights["a"] > 0:
+        losses["a"] = (outputs["a"] - y).pow(2).mean()
+    if weights["b"] > 0:
+        losses["b"] = (outputs["b"] + y).pow(2).mean()
+    return losses
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = MultiTask()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    weights = {"a": 1.0, "b": 0.0}
+    for epoch in range(2):
+        for x, y in loader:
+            outputs = model(x)
+            losses = task_losses(outputs, y, weights)
+            total = sum(weights[k] * v for k, v in losses.items())
+            optimizer.zero_grad()
+            total.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_head_left_out_of_the_loss_by_a_condition_trains_with_find_unused_parameters() -> None:
+    """Round-8 audit a05: the loss dict takes a head's output only when its task weight is
+    positive (in a helper handed the outputs); the head left out gets no gradient, and
+    without find_unused_parameters DDP stops at the second step."""
+    result = convert_source(MULTITASK.encode(), "multitask.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"find_unused_parameters=True)" in result.output
+    assert any(
+        "part of `outputs` goes into the loss under a condition (line 19)" in n.message
+        for n in result.notes
+    )
+    # every head always in the loss: no find_unused_parameters
+    always = MULTITASK.replace('    if weights["a"] > 0:\n    ', "").replace(
+        '    if weights["b"] > 0:\n    ', ""
+    )
+    assert always != MULTITASK
+    assert (
+        b"find_unused_parameters"
+        not in convert_source(always.encode(), "multitask.py", ConvertOptions()).output
+    )
+
+
 KEPT_OPEN = """import csv
 import torch
 from torch.utils.data import DataLoader
