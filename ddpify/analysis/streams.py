@@ -24,7 +24,7 @@ import libcst as cst
 from ddpify.analysis.api import SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.script import TrainingScript
+from ddpify.analysis.script import TrainingScript, TrainLoop
 from ddpify.analysis.tree import dotted, is_method_call, is_name, methods, walk
 
 # Calls that draw sample indices (or samples), and the generator family they draw from.
@@ -63,6 +63,8 @@ class RandomBatches:
     seeds: dict[str, list[cst.Call]] = field(default_factory=dict)
     # Where a per-process seed goes: before the outermost loop around `loop`, in its block.
     anchor: cst.BaseStatement | None = None
+    # Drawn out of the loop's sight (a module's forward, the dataset's `__getitem__`).
+    hidden: bool = False
 
     def needs_seed(self, family: str) -> bool:
         return family in ALIKE_UNSEEDED or bool(self.seeds.get(family))
@@ -169,15 +171,37 @@ class Streams:
                 return False  # look at every node
 
             self.graph.reaches(loop.batch_loop.body, collect)
+            hidden = False
+            if not draws and self._seeds("torch"):
+                for method in self._drawing_methods(loop):
+                    self.graph.reaches(method.body, collect)
+                hidden = bool(draws)
             if not draws:
                 continue
             seeded.add(id(loop.batch_loop))
-            stream = RandomBatches(loop.batch_loop, draws, {"torch"})
+            stream = RandomBatches(loop.batch_loop, draws, {"torch"}, hidden=hidden)
             stream.anchor = self._anchor(loop.batch_loop)
-            stream.seeds["torch"] = [
-                call for call in self.index.calls if self._seed_family(call) == "torch"
-            ]
+            stream.seeds["torch"] = self._seeds("torch")
             found.append(stream)
+        return found
+
+    def _seeds(self, family: str) -> list[cst.Call]:
+        return [call for call in self.index.calls if self._seed_family(call) == family]
+
+    def _drawing_methods(self, loop: TrainLoop) -> list[cst.FunctionDef]:
+        """Where a training step draws from torch's generator out of sight of its loop: the
+        `forward` of the script's modules (a VAE's `reparameterize`, round-8 audit a02) and
+        the training dataset's `__getitem__` (random views of each item, SimCLR's
+        augmentations, a03), with what they call."""
+        found = []
+        for owner in self.index.classes.values():
+            found += [m for m in methods(owner) if m.name.value == "forward"]
+        if loop.loader is not None and loop.loader.call.args:
+            dataset = loop.loader.call.args[0].value
+            made = self._made_by(dataset, self.index.function_of(loop.loader.call))
+            owner = self.index.classes.get(dotted(made.func) or "") if made is not None else None
+            if owner is not None:
+                found += [m for m in methods(owner) if m.name.value == "__getitem__"]
         return found
 
     def _made_by(
@@ -264,14 +288,14 @@ class Streams:
         return False
 
     def _anchor(self, loop: cst.For | cst.While) -> cst.BaseStatement | None:
-        """The outermost loop around `loop` in its function (or `loop` itself): the
-        statement a per-process seed goes before."""
+        """The outermost loop around `loop`, through the calls of the function it is in
+        (`for epoch in ...: train(epoch)`), or `loop` itself: the statement a per-process
+        seed goes before, once (seeded again at every call, each epoch would draw the same
+        numbers as the one before: round-8 audit a16)."""
         outermost: cst.CSTNode = loop
-        for ancestor in self.index.ancestors(loop):
-            if isinstance(ancestor, cst.FunctionDef | cst.Module):
-                break
-            if isinstance(ancestor, cst.For | cst.While):
-                outermost = ancestor
+        for node, kind in self.graph.loops_around(loop):
+            if kind == "loop":
+                outermost = node
         if isinstance(outermost, cst.BaseStatement):
             return outermost
         return None

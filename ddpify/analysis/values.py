@@ -101,12 +101,22 @@ class Values:
             for end in self.origins(value, where, depth + 1)
         ]
 
-    def runs_after(self, anchor: cst.CSTNode, node: cst.CSTNode, name: str, depth: int = 0) -> bool:
+    def runs_after(
+        self,
+        anchor: cst.CSTNode,
+        node: cst.CSTNode,
+        name: str,
+        depth: int = 0,
+        *,
+        some: bool = False,
+    ) -> bool:
         """Whether `node`, a use of `name`, runs after `anchor` (where `name` was rebound):
         later in the same function, or in another function that does not bind `name` itself
         (that one holds the object from before). A parameter holds what every call of its
         function in this file gives it: `copy.deepcopy(model)` in an EMA's `__init__` called
-        as `ModelEma(model)` before the rebinding holds the object from before."""
+        as `ModelEma(model)` before the rebinding holds the object from before. With `some`,
+        whether it may run after: one call of its function is enough (`set_trainable(model,
+        True)` at some epoch, after the same helper froze it before the wrap)."""
         index = self.index
         scope = index.function_of(node)
         if scope is index.function_of(anchor):
@@ -120,11 +130,12 @@ class Values:
         sites = self.graph.call_sites(scope) if name in self.graph.parameters_of(scope) else []
         if not sites or depth >= MAX_STEPS:
             return True
-        for site in sites:
-            given = dotted(self.graph.bound_argument(site, scope, name))
-            if given is None or not self.runs_after(anchor, site, given, depth + 1):
-                return False
-        return True
+        after = [
+            given is not None and self.runs_after(anchor, site, given, depth + 1, some=some)
+            for site in sites
+            for given in [dotted(self.graph.bound_argument(site, scope, name))]
+        ]
+        return any(after) if some else all(after)
 
     def _made_anew(self, name: str, scope: Scope, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:
         """Whether `name` is given a new object between `anchor` and `node` (`model =

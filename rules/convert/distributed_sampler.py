@@ -468,7 +468,7 @@ def _share_draws(ctx: ConvertContext) -> None:
     for stream in ctx.anatomy.streams.drawn_items:
         _seed_per_process(ctx, stream, items="items")
     for stream in ctx.anatomy.streams.training_draws:
-        _seed_per_process(ctx, stream, items="noise")
+        _seed_per_process(ctx, stream, items="random numbers" if stream.hidden else "noise")
 
 
 def _share_drawn_seeds(ctx: ConvertContext) -> None:
@@ -724,6 +724,9 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
             "process draws its own, seeded with the seed plus its rank",
             "noise": "random numbers drawn while training (noise, timesteps): each process "
             "draws its own for its own batch, seeded with the seed plus its rank",
+            "random numbers": "random numbers drawn while training, in a module's forward or "
+            "the dataset's `__getitem__` (noise, augmentations): each process draws its own "
+            "for its own batch, seeded with the seed plus its rank",
         }.get(
             items,
             "batches drawn at random: each process draws its own, seeded with the seed plus "

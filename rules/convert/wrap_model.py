@@ -277,6 +277,19 @@ class WrapModel(ConvertRule):
                     "after training, the bare model is moved (`.module`): DDP would move a "
                     "GPU job's inputs back to its GPU",
                 )
+            mixed = _raw_uses(anatomy, model, some=True)
+            if mixed:
+                attribute = mixed[0]
+                ctx.cannot(
+                    attribute,
+                    f"`{dotted(attribute)}` is read in a function called both before and "
+                    f"after `{model.placed_name}` is wrapped in DDP: after the wrap the "
+                    "wrapper has no such attribute, before it the bare model has no "
+                    "`.module`; call it with the bare model after the wrap "
+                    f"(`{model.placed_name}.module`) by hand",
+                    blocking=True,
+                )
+                continue
             for attribute in _raw_uses(anatomy, model):
                 if unwrapped is not None and _after(anatomy, unwrapped, attribute):
                     continue  # the name holds the bare model from there on
@@ -473,7 +486,7 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
         ):
             assert isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
             root = of_model(node.iter.func.value)
-        if root is not None and anatomy.values.runs_after(model.placement, node, root):
+        if root is not None and anatomy.values.runs_after(model.placement, node, root, some=True):
             return node
     return None
 
@@ -554,16 +567,24 @@ def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
     ctx.changed(call, "nn.DataParallel replaced: DDP runs one process per GPU instead")
 
 
-def _raw_uses(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
-    """`model.x` where `x` is not served by the wrapper, at places that run after the wrap."""
+def _raw_uses(anatomy: Anatomy, model: Model, *, some: bool = False) -> list[cst.Attribute]:
+    """`model.x` where `x` is not served by the wrapper, at places that run after the wrap.
+    With `some`, the ones in a function called both before and after it (round-8 audit
+    a14's `set_backbone_trainable(model, flag)`): one `.x` cannot serve both."""
     assert model.placement is not None
+    values = anatomy.values
     return [
         node
         for node in walk(anatomy.module)
         if isinstance(node, cst.Attribute)
         and node.attr.value not in DDP_TRANSPARENT | DDP_OWN
         and dotted(node.value) in model.names - model.bare
-        and anatomy.values.runs_after(model.placement, node, dotted(node.value) or "")
+        and (
+            values.runs_after(model.placement, node, dotted(node.value) or "", some=True)
+            and not values.runs_after(model.placement, node, dotted(node.value) or "")
+            if some
+            else values.runs_after(model.placement, node, dotted(node.value) or "")
+        )
     ]
 
 

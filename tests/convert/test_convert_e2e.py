@@ -802,3 +802,74 @@ def test_items_a_dataset_draws_at_random_differ_between_the_ranks(tmp_path: Path
 
     seen = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
     assert len(seen[0]) == len(seen[1]) == 8 and seen[0] != seen[1]
+
+
+NOISY_FORWARD = """\
+import json
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Noisy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mu = nn.Linear(4, 2)
+        self.drawn = []
+
+    def reparameterize(self, mu):
+        eps = torch.randn_like(mu)
+        self.drawn.append(eps[0, 0].item())
+        return mu + eps
+
+    def forward(self, x):
+        return self.reparameterize(self.mu(x))
+
+
+def train(model, loader, optimizer):
+    for x, in loader:
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+
+
+def main():
+    torch.manual_seed(7)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4, shuffle=True)
+    model = Noisy()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        train(model, loader, optimizer)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_noise_a_forward_draws_differs_between_the_ranks_and_between_epochs(
+    tmp_path: Path,
+) -> None:
+    """Round-8 audit a02: a VAE's reparameterisation noise is drawn in the model's own
+    method; seeded alike, both ranks drew the same noise for their different samples. The
+    conversion seeds every process apart once, before the epoch loop around the call of
+    `train()` (seeded in `train()`, every epoch would draw the previous one's noise: a16)."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(NOISY_FORWARD.encode(), "noisy.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    seed = "    torch.manual_seed(7 + dist.get_rank())  # every process draws random numbers"
+    assert seed + " of its own\n    for epoch in range(2):\n" in text
+    probe = "    json.dump(model.module.drawn, open(f'drawn{dist.get_rank()}.json', 'w'))\n"
+    marker = "        train(model, loader, optimizer)\n"
+    (tmp_path / "noisy.py").write_text(text.replace(marker, marker + probe, 1))
+    ran = torchrun(["noisy.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    import json
+
+    drawn = [json.loads((tmp_path / f"drawn{r}.json").read_text()) for r in (0, 1)]
+    assert len(drawn[0]) == len(drawn[1]) == 8
+    assert drawn[0] != drawn[1]  # apart between the ranks
+    assert drawn[0][:4] != drawn[0][4:]  # and epoch 2 does not repeat epoch 1

@@ -548,6 +548,58 @@ def test_parameters_unfrozen_after_the_wrap_are_refused() -> None:
     assert b"    p.requires_grad = False\nmodel = DDP(model" in converted.output
 
 
+UNFREEZE_HELPER_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def set_trainable(model, flag):
+    for p in model.backbone.parameters():
+        p.requires_grad = flag
+
+
+loader = DataLoader(data, shuffle=True)
+model = Net().to(device)
+set_trainable(model, False)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    if epoch == 5:
+        set_trainable(model, True)
+    for x, y in loader:
+        model(x).sum().backward()
+        optimizer.step()
+"""
+
+
+def test_an_unfreeze_through_a_helper_is_refused_like_an_inline_one() -> None:
+    """Round-8 audit a14: the helper that froze the backbone before the wrap unfreezes it
+    at epoch 5, after it; the conversion crashed there (`'DistributedDataParallel' object
+    has no attribute 'backbone'`), and would train the backbone apart in every process."""
+    result = convert_source(UNFREEZE_HELPER_SCRIPT.encode(), "finetune.py", ConvertOptions())
+    assert result.refused and result.output == UNFREEZE_HELPER_SCRIPT.encode()
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP003", 6)
+    assert "`requires_grad`" in problem.message
+    # the same helper only reading an attribute, before and after the wrap: one `.backbone`
+    # cannot serve both the bare model and the wrapper
+    reads = UNFREEZE_HELPER_SCRIPT.replace(
+        "    for p in model.backbone.parameters():\n        p.requires_grad = flag\n",
+        "    print(model.backbone, flag)\n",
+    )
+    result = convert_source(reads.encode(), "finetune.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP003", 6)
+    assert "called both before and after `model` is wrapped" in problem.message
+    # called before the wrap only: converted, the helper untouched
+    once = UNFREEZE_HELPER_SCRIPT.replace(
+        "    if epoch == 5:\n        set_trainable(model, True)\n", ""
+    )
+    converted = convert_source(once.encode(), "finetune.py", ConvertOptions())
+    assert not converted.refused, converted.problems
+    assert b"set_trainable(model, False)\nmodel = DDP(model" in converted.output
+
+
 EARLY_STOP_SCRIPT = """\
 import torch
 from torch.utils.data import DataLoader

@@ -1145,3 +1145,51 @@ if __name__ == "__main__":
     text = result.output.decode()
     assert 'state = {"net": net.module, "epoch": epoch}' in text
     assert 'torch.save({"net": net.module, "epoch": epoch}, "inline.t7")' in text
+
+
+def test_augmentations_the_dataset_draws_are_seeded_apart_only_when_the_script_seeds() -> None:
+    """Round-8 audit a03 (SimCLR's two views drawn in `__getitem__` with torch's generator):
+    seeded alike, every rank gave its k-th image the same crop and flip. Unseeded, torch
+    2.x draws a seed of its own in every process: nothing is added."""
+    source = """import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Views(Dataset):
+    def __init__(self, images):
+        self.images = images
+
+    def __len__(self):
+        return len(self.images)
+
+    def augment(self, x):
+        return x.flip(-1) if torch.rand(1).item() < 0.5 else x
+
+    def __getitem__(self, i):
+        return self.augment(self.images[i]), self.augment(self.images[i])
+
+
+def main():
+    torch.manual_seed(3)
+    loader = DataLoader(Views(torch.randn(32, 4)), batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for a, b in loader:
+            loss = (model(a) - model(b)).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "views.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b"    torch.manual_seed(3 + dist.get_rank())  # every process draws random numbers of "
+        b"its own\n    for epoch in range(2):\n" in result.output
+    )
+    unseeded = source.replace("    torch.manual_seed(3)\n", "")
+    assert (
+        b"manual_seed" not in convert_source(unseeded.encode(), "views.py", ConvertOptions()).output
+    )
