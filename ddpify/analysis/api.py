@@ -86,6 +86,10 @@ DDP_TRANSPARENT = {
     "named_buffers", "requires_grad_", "training", "apply", "half", "float", "double",
     "bfloat16", "forward", "__call__",
 }  # fmt: skip
+# What the wrapper serves with other names: `module.`-prefixed (`named_parameters()` names a
+# histogram tag, a param group's filter); the same tensors through `.module`, named as the
+# single-GPU script named them.
+DDP_RENAMED = {"named_parameters", "named_modules", "named_children", "named_buffers"}
 # Calls that seed a global random generator, by the generator's family.
 SEEDS = {
     "torch.manual_seed": "torch",

@@ -199,9 +199,11 @@ class Streams:
         if loop.loader is not None and loop.loader.call.args:
             dataset = loop.loader.call.args[0].value
             made = self._made_by(dataset, self.index.function_of(loop.loader.call))
-            owner = self.index.classes.get(dotted(made.func) or "") if made is not None else None
-            if owner is not None:
-                found += [m for m in methods(owner) if m.name.value == "__getitem__"]
+            dataset_class = (
+                self.index.classes.get(dotted(made.func) or "") if made is not None else None
+            )
+            if dataset_class is not None:
+                found += [m for m in methods(dataset_class) if m.name.value == "__getitem__"]
         return found
 
     def _made_by(

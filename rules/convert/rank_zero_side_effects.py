@@ -9,6 +9,7 @@ from ddpify.analysis.api import EXPORTS
 from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
 from ddpify.analysis.project import Helper
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import RANK_ZERO, expression, statement, with_keyword
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -79,6 +80,53 @@ class RankZeroSideEffects(ConvertRule):
                 accuracy_result = accuracy(model, val_loader)
                 if dist.get_rank() == 0:
                     print(f"epoch {epoch} accuracy {accuracy_result:.3f}")
+            """,
+        ),
+        # A TensorBoard writer handed to the training function (PyTorch's TensorBoard
+        # tutorial): made on rank 0 only, None on the others, so the name exists everywhere.
+        Example(
+            """
+            import torch
+            from torch.utils.tensorboard import SummaryWriter
+
+            def train_one_epoch(model, loader, optimizer, writer, epoch):
+                for i, (x, y) in enumerate(loader):
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    writer.add_scalar("loss", loss.item(), epoch * len(loader) + i)
+
+            def main():
+                writer = SummaryWriter("runs/demo")
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(3):
+                    train_one_epoch(model, loader, optimizer, writer, epoch)
+                writer.close()
+
+            main()
+            """,
+            """
+            import torch
+            from torch.utils.tensorboard import SummaryWriter
+            import torch.distributed as dist
+
+            def train_one_epoch(model, loader, optimizer, writer, epoch):
+                for i, (x, y) in enumerate(loader):
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    if dist.get_rank() == 0:
+                        writer.add_scalar("loss", loss.item(), epoch * len(loader) + i)
+
+            def main():
+                writer = SummaryWriter("runs/demo") if dist.get_rank() == 0 else None
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(3):
+                    train_one_epoch(model, loader, optimizer, writer, epoch)
+                if dist.get_rank() == 0:
+                    writer.close()
+
+            main()
             """,
         ),
         # A wandb run: disabled on the other ranks, so nothing they log through it counts.
@@ -703,7 +751,10 @@ SUMMARY_WRITERS = ("torch.utils.tensorboard.SummaryWriter", "tensorboardX.Summar
 def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> None:
     """`writer = SummaryWriter(...)` makes an event file in every process: when every other
     statement that reads `writer` is on rank 0 (its `add_*` calls, guarded above, and its
-    `close()` or `flush()`), the writer is made on rank 0 only too."""
+    `close()` or `flush()`), the writer is made on rank 0 only too. Handed to a function of
+    the script (`train_one_epoch(..., writer, epoch)`, the TensorBoard tutorial) whose every
+    use of it is on rank 0, it is made as `SummaryWriter(...) if <rank 0> else None`: the
+    name exists everywhere, the writer on rank 0 only."""
     anatomy = ctx.anatomy
     for assign in anatomy.assigns:
         value = assign.value
@@ -719,49 +770,95 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
             continue
         name = assign.targets[0].target.value
         line = anatomy.statement_of(assign)
-        scope = anatomy.function_of(assign)
-        closing = []
-        for node in walk(scope or anatomy.module):
-            if not isinstance(node, cst.Name) or node.value != name or anatomy.inside(node, line):
-                continue
-            if anatomy.is_attribute_name(node):
-                continue  # `self.writer`: another object
-            where = anatomy.function_of(node)
-            if where is not scope and (
-                where is None
-                or name in anatomy.graph.parameters_of(where)
-                or anatomy.values.binds(where, name)
-            ):
-                continue  # another object of that name
-            statement = anatomy.statement_of(node)
-            if any(anatomy.inside(statement, outer) or statement is outer for outer in guarded):
-                continue
-            if anatomy.ranks.guard(statement) is not None:
-                continue
-            parent = anatomy.parent(node)
-            if (
-                isinstance(parent, cst.Attribute)
-                and (wrapping or parent.attr.value in {"close", "flush"})
-                and isinstance(statement, cst.SimpleStatementLine)
-                and len(statement.body) == 1
-                and isinstance(statement.body[0], cst.Expr)
-                and isinstance(statement.body[0].value, cst.Call)
-                and statement.body[0].value.func is parent
-            ):
-                closing.append(statement)  # (a wrapping class's methods all write)
-                continue
-            break  # read somewhere that runs on every rank: the writer must exist there
-        else:
-            for statement in [line, *closing]:
-                if not any(statement is done for done in guarded):
-                    ctx.plan.guard(statement, expression(RANK_ZERO))
-                    guarded.append(statement)
-            ctx.changed(
-                assign,
-                f"`{dotted(value.func)}` writes TensorBoard logs: made, and used, on rank 0 only"
-                if wrapping
-                else "TensorBoard writer made (and closed) on rank 0 only",
+        uses = _writer_uses(ctx, name, anatomy.function_of(assign), line, guarded, wrapping)
+        if uses is None:
+            continue  # read somewhere that runs on every rank: the writer must exist there
+        closing, handed = uses
+        if handed:
+            made = expression(f"{anatomy.module.code_for_node(value)} if {RANK_ZERO} else None")
+
+            def on_rank_zero(_: cst.CSTNode, made: cst.BaseExpression = made) -> cst.CSTNode:
+                return made
+
+            ctx.plan.replace(value, on_rank_zero)
+            ctx.add_import("torch.distributed", asname="dist")
+        for closed in closing if handed else [line, *closing]:
+            if not any(closed is done for done in guarded):
+                ctx.plan.guard(closed, expression(RANK_ZERO))
+                guarded.append(closed)
+        ctx.changed(
+            assign,
+            f"`{dotted(value.func)}` writes TensorBoard logs: made, and used, on rank 0 only"
+            if wrapping
+            else "TensorBoard writer made (and closed) on rank 0 only"
+            + (" (None on the others, for the functions it is handed to)" if handed else ""),
+        )
+
+
+def _writer_uses(
+    ctx: ConvertContext,
+    name: str,
+    scope: cst.FunctionDef | None,
+    line: cst.CSTNode | None,
+    guarded: list[cst.CSTNode],
+    wrapping: bool,
+    depth: int = 0,
+) -> tuple[list[cst.BaseStatement], bool] | None:
+    """The `close()`/`flush()` statements of the writer `name` holds in `scope`, and whether
+    it is handed to a function of the script, when every other use is on rank 0 (in
+    `scope` and in the functions it is handed to); None when one runs on every rank."""
+    anatomy = ctx.anatomy
+    closing: list[cst.BaseStatement] = []
+    handed = False
+    for node in walk(scope.body if scope is not None else anatomy.module):
+        if not isinstance(node, cst.Name) or node.value != name:
+            continue
+        if line is not None and anatomy.inside(node, line):
+            continue
+        if anatomy.is_attribute_name(node):
+            continue  # `self.writer`: another object
+        where = anatomy.function_of(node)
+        if where is not scope and (
+            where is None
+            or name in anatomy.graph.parameters_of(where)
+            or anatomy.values.binds(where, name)
+        ):
+            continue  # another object of that name
+        statement = anatomy.statement_of(node)
+        if any(anatomy.inside(statement, outer) or statement is outer for outer in guarded):
+            continue
+        if anatomy.ranks.guard(statement) is not None:
+            continue
+        parent = anatomy.parent(node)
+        if (
+            isinstance(parent, cst.Attribute)
+            and (wrapping or parent.attr.value in {"close", "flush"})
+            and isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and isinstance(statement.body[0].value, cst.Call)
+            and statement.body[0].value.func is parent
+        ):
+            closing.append(statement)  # (a wrapping class's methods all write)
+            continue
+        call = anatomy.parent(parent) if isinstance(parent, cst.Arg) else None
+        function = anatomy.graph.callee(call) if isinstance(call, cst.Call) else None
+        if function is not None and depth < MAX_STEPS and isinstance(call, cst.Call):
+            bound = [
+                p
+                for p in anatomy.graph.parameters_of(function)
+                if anatomy.graph.bound_argument(call, function, p) is node
+            ]
+            inner = (
+                _writer_uses(ctx, bound[0], function, None, guarded, wrapping, depth + 1)
+                if len(bound) == 1
+                else None
             )
+            if inner is not None and not inner[0]:
+                handed = True
+                continue
+        return None
+    return closing, handed
 
 
 def _one_line_blocks(ctx: ConvertContext, models: set[str], guarded: list[cst.CSTNode]) -> None:

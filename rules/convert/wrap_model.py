@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import DDP_OWN, DDP_TRANSPARENT, EXPORTS, PARAMETERS
+from ddpify.analysis.api import DDP_OWN, DDP_RENAMED, DDP_TRANSPARENT, EXPORTS, PARAMETERS
 from ddpify.analysis.models import Model, holds_model
 from ddpify.analysis.tree import (
     child_nodes,
@@ -577,7 +577,7 @@ def _raw_uses(anatomy: Anatomy, model: Model, *, some: bool = False) -> list[cst
         node
         for node in walk(anatomy.module)
         if isinstance(node, cst.Attribute)
-        and node.attr.value not in DDP_TRANSPARENT | DDP_OWN
+        and node.attr.value not in (DDP_TRANSPARENT - DDP_RENAMED) | DDP_OWN
         and dotted(node.value) in model.names - model.bare
         and (
             values.runs_after(model.placement, node, dotted(node.value) or "", some=True)
@@ -885,7 +885,9 @@ def _bypasses_forward(ctx: ConvertContext, attribute: cst.Attribute, model: Mode
     through `.module` it would run outside DDP's forward, whose hooks average the gradients;
     through the wrapper it does not exist. Refused, with the line."""
     anatomy = ctx.anatomy
-    if id(attribute) not in anatomy.script.loss_nodes or attribute.attr.value in STATE_METHODS:
+    if id(attribute) not in anatomy.script.loss_nodes or attribute.attr.value in (
+        STATE_METHODS | DDP_RENAMED
+    ):
         return False
     outer: cst.CSTNode = attribute
     parent = anatomy.parent(outer)
@@ -923,7 +925,7 @@ def _parameter_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute,
                 for node in walk(function.body)
                 if isinstance(node, cst.Attribute)
                 and is_name(node.value, parameter)
-                and node.attr.value not in DDP_TRANSPARENT | DDP_OWN
+                and node.attr.value not in (DDP_TRANSPARENT - DDP_RENAMED) | DDP_OWN
                 and anatomy.function_of(node) is function
             ]
     return found
