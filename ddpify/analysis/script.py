@@ -253,7 +253,7 @@ class TrainingScript:
                 for origin in self.values.origins(cst.Name(name), scope)
             ]
             found += frontier
-        return found
+        return found + _handed_parameters(self.graph, found)
 
     def _builds_from_parameters(self, optimizer: cst.Call) -> bool:
         return any(
@@ -500,6 +500,34 @@ def _loss_nodes(
     for backward in backward_calls:
         if isinstance(backward.func, cst.Attribute):
             collect(backward.func.value, index.function_of(backward), 0)
+    return found
+
+
+def _handed_parameters(
+    graph: CallGraph, sources: list[cst.BaseExpression]
+) -> list[cst.BaseExpression]:
+    """`param_groups(model, wd)`, a function of the script that builds the groups from
+    its argument's `named_parameters()` (round-8 audit a08): `model.parameters()` stands
+    for what it returns (a node made here, outside the tree, read for its names only)."""
+    found: list[cst.BaseExpression] = []
+    for source in sources:
+        for call in walk(source):
+            if not isinstance(call, cst.Call):
+                continue
+            function = graph.callee(call)
+            if function is None:
+                continue
+            for parameter in sorted(graph.parameters_of(function)):
+                if not any(
+                    is_method_call(node, *PARAMETERS) and dotted(node.func.value) == parameter  # type: ignore[attr-defined]
+                    for node in walk(function.body)
+                ):
+                    continue
+                given = graph.bound_argument(call, function, parameter)
+                if given is not None and dotted(given) is not None:
+                    found.append(
+                        cst.Call(func=cst.Attribute(value=given, attr=cst.Name("parameters")))
+                    )
     return found
 
 

@@ -409,58 +409,70 @@ class RankZeroSideEffects(ConvertRule):
             where = f"`{helper.name}()` ({anatomy.project.shown(helper.path)})"
             ctx.plan.guard(line, expression(RANK_ZERO))
             ctx.changed(line, f"{where} writes files ({writes}): on rank 0 only")
-        for training in anatomy.script.foreign_training:
-            where = f"`{training.helper.name}()` ({anatomy.project.shown(training.helper.path)})"
-            if training.effects.writes:
-                ctx.cannot(
-                    training.call,
-                    f"{where} trains and writes files (`{training.effects.writes[0]}`): "
-                    "every process would write them; put the writes under "
-                    "`if dist.get_rank() == 0:` in that file by hand",
-                    blocking=True,
-                )
-            if training.effects.exits:
-                ctx.cannot(
-                    training.call,
-                    f"{where} leaves or skips steps of its loop on a test "
-                    f"(`{training.effects.exits[0]}`): if the test reads this process's own "
-                    "values (its loss), make every process take the same branch there",
-                )
-            if training.effects.prints and not training.effects.writes:
-                ctx.info(
-                    training.call,
-                    f"{where} prints on every process: put its prints under "
-                    "`if dist.get_rank() == 0:` in that file if once is wanted",
-                )
-        for assign in anatomy.assigns:
-            value = assign.value
-            if isinstance(value, cst.Call) and not opens_for_writing(value):
-                # `csv.writer(open("metrics.csv", "w"))`: the handle is the writer's
-                value = next(
-                    (
-                        arg.value
-                        for arg in value.args
-                        if isinstance(arg.value, cst.Call) and opens_for_writing(arg.value)
-                    ),
-                    value,
-                )
-            if (
-                isinstance(value, cst.Call)
-                and opens_for_writing(value)
-                and anatomy.ranks.guard(assign) is None
-            ):
-                # Its writes are spread over the run (`csv.writer(f).writerow(...)` each
-                # epoch): guarding them one by one is not enough, and not guarding them
-                # leaves every rank writing the same file. The other ranks write to
-                # os.devnull instead, through the same handle.
-                if _devnull_elsewhere(ctx, assign, value):
-                    continue
-                ctx.cannot(
-                    assign,
-                    "a file opened for writing and kept open: every process would write it; "
-                    "open it and write to it on rank 0 only by hand",
-                    blocking=True,
-                )
+        _foreign_training(ctx)
+        _kept_open(ctx)
+
+
+def _foreign_training(ctx: ConvertContext) -> None:
+    """Training in a helper of another file: its writes, exits and prints are reported."""
+    anatomy = ctx.anatomy
+    for training in anatomy.script.foreign_training:
+        where = f"`{training.helper.name}()` ({anatomy.project.shown(training.helper.path)})"
+        if training.effects.writes:
+            ctx.cannot(
+                training.call,
+                f"{where} trains and writes files (`{training.effects.writes[0]}`): "
+                "every process would write them; put the writes under "
+                "`if dist.get_rank() == 0:` in that file by hand",
+                blocking=True,
+            )
+        if training.effects.exits:
+            ctx.cannot(
+                training.call,
+                f"{where} leaves or skips steps of its loop on a test "
+                f"(`{training.effects.exits[0]}`): if the test reads this process's own "
+                "values (its loss), make every process take the same branch there",
+            )
+        if training.effects.prints and not training.effects.writes:
+            ctx.info(
+                training.call,
+                f"{where} prints on every process: put its prints under "
+                "`if dist.get_rank() == 0:` in that file if once is wanted",
+            )
+
+
+def _kept_open(ctx: ConvertContext) -> None:
+    """A file opened for writing and kept open all run: rank 0's, os.devnull elsewhere."""
+    anatomy = ctx.anatomy
+    for assign in anatomy.assigns:
+        value = assign.value
+        if isinstance(value, cst.Call) and not opens_for_writing(value):
+            # `csv.writer(open("metrics.csv", "w"))`: the handle is the writer's
+            value = next(
+                (
+                    arg.value
+                    for arg in value.args
+                    if isinstance(arg.value, cst.Call) and opens_for_writing(arg.value)
+                ),
+                value,
+            )
+        if (
+            isinstance(value, cst.Call)
+            and opens_for_writing(value)
+            and anatomy.ranks.guard(assign) is None
+        ):
+            # Its writes are spread over the run (`csv.writer(f).writerow(...)` each
+            # epoch): guarding them one by one is not enough, and not guarding them
+            # leaves every rank writing the same file. The other ranks write to
+            # os.devnull instead, through the same handle.
+            if _devnull_elsewhere(ctx, assign, value):
+                continue
+            ctx.cannot(
+                assign,
+                "a file opened for writing and kept open: every process would write it; "
+                "open it and write to it on rank 0 only by hand",
+                blocking=True,
+            )
 
 
 def _devnull_elsewhere(ctx: ConvertContext, assign: cst.Assign, opened: cst.Call) -> bool:

@@ -9,6 +9,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.analysis.values import MAX_STEPS
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 SCHEDULERS = "torch.optim.lr_scheduler"
@@ -72,6 +73,46 @@ class ScheduleLength(ConvertRule):
                     sched.step()
             """,  # noqa: E501
         ),
+        # Computed through names (Hugging Face's no_trainer scripts, with their own copy of
+        # `get_cosine_schedule_with_warmup`): the length is counted where it is computed.
+        Example(
+            """
+            import math
+
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            steps_per_epoch = math.ceil(len(train_ds) / bs)
+            max_steps = epochs * steps_per_epoch
+            sched = get_cosine_schedule_with_warmup(optimizer, max_steps // 10, max_steps)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    sched.step()
+            """,
+            """
+            import math
+
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            steps_per_epoch = math.ceil(len(loader.sampler) / bs)
+            max_steps = epochs * steps_per_epoch
+            sched = get_cosine_schedule_with_warmup(optimizer, max_steps // 10, max_steps)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    sched.step()
+            """,
+        ),
         # Sized from the loader: it already counts this process's batches.
         Example(
             """
@@ -99,6 +140,7 @@ class ScheduleLength(ConvertRule):
         for call in anatomy.calls:
             if not _schedules(anatomy, call):
                 continue
+            seen: set[str] = set()  # the names followed, once per scheduler
             for arg in call.args:
                 for length in _lengths(arg.value):
                     loader = _loader_of(length, loaders)
@@ -109,7 +151,7 @@ class ScheduleLength(ConvertRule):
                 names = {dotted(n) for n in walk(arg.value) if isinstance(n, cst.Name)}
                 names |= _read_by_function(anatomy, arg.value, anatomy.function_of(call))
                 for name in sorted(n for n in names if n):
-                    self._refuse_computed(ctx, call, name, loaders)
+                    self._refuse_computed(ctx, call, name, loaders, seen)
 
     def _resize(
         self, ctx: ConvertContext, scheduler: cst.Call, length: cst.Call, loader: Loader
@@ -130,16 +172,29 @@ class ScheduleLength(ConvertRule):
         )
 
     def _refuse_computed(
-        self, ctx: ConvertContext, scheduler: cst.Call, name: str | None, loaders: list[Loader]
+        self,
+        ctx: ConvertContext,
+        scheduler: cst.Call,
+        name: str | None,
+        loaders: list[Loader],
+        seen: set[str] | None = None,
+        depth: int = 0,
     ) -> None:
         """`total = epochs * len(train_ds)`, then `OneCycleLR(..., total_steps=total)`: with
         the loader made before `total`, in its function, `total` is computed from
-        `len(loader.sampler)`; else refused."""
-        if name is None:
+        `len(loader.sampler)`; else refused. Followed through the names it is computed from
+        (`steps_per_epoch = ceil(len(train_ds) / bs)`, `max_steps = epochs *
+        steps_per_epoch`: Hugging Face's no_trainer scripts, round-8 audit a08)."""
+        seen = set() if seen is None else seen
+        if name is None or name in seen or depth > MAX_STEPS:
             return
+        seen.add(name)
         anatomy = ctx.anatomy
         scope = anatomy.function_of(scheduler)
         for value, _ in anatomy.values.values_of(name, scope):
+            for inner in walk(value):
+                if isinstance(inner, cst.Name) and not anatomy.is_attribute_name(inner):
+                    self._refuse_computed(ctx, scheduler, inner.value, loaders, seen, depth + 1)
             for length in _lengths(value):
                 loader = _loader_of(length, loaders)
                 if (

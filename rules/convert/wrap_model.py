@@ -480,9 +480,13 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
             isinstance(node, cst.For)
             and is_method_call(node.iter, *PARAMETERS)
             and any(
-                is_attribute(inner, "requires_grad") or is_method_call(inner, "requires_grad_")
+                (
+                    isinstance(inner, cst.AssignTarget | cst.AugAssign)
+                    and is_attribute(inner.target, "requires_grad")
+                )
+                or is_method_call(inner, "requires_grad_")
                 for inner in walk(node.body)
-            )
+            )  # set, not read (`if not p.requires_grad: continue` in a param-group helper)
         ):
             assert isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
             root = of_model(node.iter.func.value)

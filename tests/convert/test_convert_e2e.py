@@ -892,7 +892,8 @@ def train_one_epoch(net, loader, optimizer, writer, epoch):
 
 def main():
     torch.manual_seed(0)
-    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
     writer = SummaryWriter("runs")
     net = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)

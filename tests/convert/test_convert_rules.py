@@ -1193,3 +1193,40 @@ main()
     assert (
         b"manual_seed" not in convert_source(unseeded.encode(), "views.py", ConvertOptions()).output
     )
+
+
+def test_param_groups_built_by_a_helper_from_the_model_s_named_parameters() -> None:
+    """Round-8 audit a08: `AdamW(param_groups(model, wd))` found no model, and the helper's
+    `if not p.requires_grad: continue` was taken for an unfreeze. The model is the helper's
+    argument; its names come through `.module`, so `"norm" in name` sorts them as before."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def param_groups(net, weight_decay):
+    decay, no_decay = [], []
+    for name, p in net.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if name.endswith(".bias") else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay}]
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net().to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)
+    for epoch in range(3):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "groups.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    model = DDP(model, device_ids=" in text
+    assert "    for name, p in net.module.named_parameters():\n" in text
