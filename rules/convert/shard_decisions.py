@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import FILE_WRITES
+from ddpify.analysis.loaders import strip_iteration
 from ddpify.analysis.tree import child_nodes, dotted, is_method_call, walk
 from ddpify.emit import statements
 from ddpify.fixes import take_rank_zeros
@@ -516,6 +517,8 @@ def _shard_value(
             # What a function of the script returns from its batch loop (`train_loss =
             # train_epoch(model, loader, ...)` returning `running / len(loader.dataset)`).
             callee = anatomy.graph.callee(node)
+            if callee is not None and _reads_a_whole_loader(anatomy, node, callee, scope):
+                continue  # `run_epoch(model, val_dl, ...)`: this call sums every batch
             for returned in anatomy.graph.returned_values(callee) if callee is not None else ():
                 if _shard_value(anatomy, returned, callee, depth + 1, settled) is not None:
                     return dotted(node.func) or "the call"
@@ -535,6 +538,29 @@ def _shard_value(
         if decided is not None:
             return decided
     return None
+
+
+def _reads_a_whole_loader(
+    anatomy: Anatomy, call: cst.Call, callee: cst.FunctionDef, scope: cst.FunctionDef | None
+) -> bool:
+    """Whether `call` gives the loader its function's batch loop reads a loader that is not
+    sharded (round-8 audit a07: one `run_epoch(model, loader, ..., optimizer=None)` for
+    training and validation; the validation call sums the whole validation set)."""
+    loops = [
+        loop.batch_loop
+        for loop in anatomy.script.train_loops
+        if anatomy.function_of(loop.batch_loop) is callee and isinstance(loop.batch_loop, cst.For)
+    ]
+    training = {id(loader.call) for loader in anatomy.script.train_loaders}
+    for loop in loops:
+        assert isinstance(loop, cst.For)
+        read = strip_iteration(loop.iter)
+        if not isinstance(read, cst.Name):
+            return False
+        given = anatomy.graph.bound_argument(call, callee, read.value)
+        made = anatomy.loaders.resolve(given, scope) if given is not None else None
+        return made is not None and id(made) not in training
+    return False
 
 
 def _decided_on(

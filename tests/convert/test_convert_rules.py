@@ -1230,3 +1230,48 @@ main()
     text = result.output.decode()
     assert "    model = DDP(model, device_ids=" in text
     assert "    for name, p in net.module.named_parameters():\n" in text
+
+
+def test_a_plateau_on_the_validation_call_of_a_shared_epoch_function_converts() -> None:
+    """Round-8 audit a07: one `run_epoch(model, loader, ..., optimizer=None)` for both
+    passes. The validation call reads the whole (unsharded) validation loader, so its loss is
+    not this process's share: no refusal; every process steps on rank 0's. The training
+    call's loss is this process's own: a plateau on it is still refused."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def run_epoch(model, loader, optimizer=None):
+    total = 0.0
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        if optimizer is not None:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        total += loss.item()
+    return total / len(loader)
+
+
+def main():
+    train_dl = DataLoader(train_ds, batch_size=8, shuffle=True)
+    val_dl = DataLoader(val_ds, batch_size=64)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    for epoch in range(10):
+        tr_loss = run_epoch(model, train_dl, optimizer)
+        val_loss = run_epoch(model, val_dl)
+        scheduler.step(val_loss)
+
+
+main()
+"""
+    result = convert_source(source.encode(), "shared.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"        dist.broadcast_object_list(val_loss)" in result.output
+    on_train = source.replace("scheduler.step(val_loss)", "scheduler.step(tr_loss)")
+    result = convert_source(on_train.encode(), "shared.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert "steps on `tr_loss`, summed from this process's batches only" in problem.message
