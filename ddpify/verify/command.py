@@ -12,7 +12,8 @@ import typer
 EPILOG = (
     "Checks: runs, replicas-in-sync, equivalence, data-sharding, side-effects-once. "
     "Exit codes: 0 equivalent, 1 not equivalent, 2 could not run (the original fails, bad "
-    "arguments) or could not establish equivalence."
+    "arguments) or could not establish equivalence, 3 equivalent except BatchNorm's "
+    "statistics, which are per process (SyncBatchNorm makes them global)."
 )
 
 

@@ -59,7 +59,9 @@ class Check:
 @dataclass
 class Outcome:
     checks: list[Check]
-    exit_code: int  # 0 equivalent, 1 not equivalent, 2 could not run or establish
+    # 0 equivalent, 1 not equivalent, 2 could not run or establish, 3 equivalent except
+    # BatchNorm's per-process statistics
+    exit_code: int
     verdict: str
     setup: list[str]  # how the runs were made: processes, device, batch, tolerance
     changes: list[str]  # exactly what the harness changed to make the check possible
@@ -83,6 +85,14 @@ def judge(verification: Verification) -> Outcome:
         exit_code, verdict = 1, "not equivalent"
     elif any(check.status is Status.UNCHECKED for check in checks):
         exit_code, verdict = 2, "could not establish equivalence"
+    elif facts.batch_norm:
+        exit_code, verdict = (
+            3,
+            (
+                "equivalent except BatchNorm statistics, which are per process "
+                "(SyncBatchNorm makes them global)"
+            ),
+        )
     else:
         exit_code, verdict = 0, "equivalent"
     return Outcome(checks, exit_code, verdict, _setup(facts), _changes(facts))
@@ -164,6 +174,12 @@ class _Facts:
                 and ranks[0].primary_steps
             ),
         )
+
+    @property
+    def batch_norm(self) -> bool:
+        """BatchNorm trained across several processes: its statistics were made global for
+        the check, and are per process in the conversion as written."""
+        return self.n > 1 and any(c.kind == "batchnorm" for r in self.ranks for c in r.changes)
 
     @property
     def expected_steps(self) -> int:
@@ -449,11 +465,11 @@ class _Equivalence(_NamedCheck):
         if semantics == "neither":
             return Check(name, Status.FAIL, batch_text, [])
         notes = _replayed_rates(facts, semantics)
-        if facts.n > 1 and any(c.kind == "batchnorm" for r in facts.ranks for c in r.changes):
+        if facts.batch_norm:
             notes.append(
-                "BatchNorm in training mode: each rank normalises its own batch with per-rank "
-                "statistics, the original the whole batch: not expected to match (SyncBatchNorm "
-                "would); no tolerance widened for it"
+                "BatchNorm in training mode: for the check both runs took its statistics over "
+                "the whole global batch (every rank's part all-reduced, as SyncBatchNorm does); "
+                "the conversion as written normalises each process's part with its own"
             )
         drawn = sorted(
             {c.detail.split()[0] for r in facts.ranks for c in r.changes if c.kind == "random"}
@@ -860,7 +876,7 @@ def _changes(facts: _Facts) -> list[str]:
         "shuffle": "shuffling made deterministic",
         "batch": "the original's training batch",
         "dropout": "dropout neutralised",
-        "batchnorm": "noticed, not changed",
+        "batchnorm": "BatchNorm statistics made global",
         "random": "noticed, not changed",
         "writes": "checkpoints written slowly, so a read before the write ends fails",
         "launcher": "the verifier starts the processes",

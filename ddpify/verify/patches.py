@@ -4,7 +4,10 @@ Every change is recorded (Recorder.changed) so the report can say exactly what w
 CUDA mapped to the CPU when there is no GPU, shuffling made sequential, dropout made the
 identity, the original's training batch resized, rank 0's checkpoints written slowly (a
 pause halfway, so another rank that reads one before it is complete fails every time).
-BatchNorm in training mode is noticed and left alone.
+BatchNorm in training mode takes its statistics over the whole global batch on both sides
+(every rank's part, all-reduced, as SyncBatchNorm does; the original's whole batch, with the
+same arithmetic), so that a conversion whose only difference is DDP's per-process statistics
+compares equal, and the report says so.
 """
 
 from __future__ import annotations
@@ -51,6 +54,55 @@ RANDOM = frozenset(
 )  # fmt: skip
 
 
+def global_batch_norm(
+    input: torch.Tensor,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    training: bool = True,
+    momentum: float | None = 0.1,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """`F.batch_norm` in training mode with the statistics of the global batch: summed over
+    the ranks (a differentiable all-reduce, so every rank's inputs get the gradient of every
+    rank's loss, as with SyncBatchNorm) when a process group of more than one runs, else the
+    batch's own. Two passes (mean, then the centred squares), the same arithmetic on both
+    sides of the comparison."""
+    spread = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if spread:
+        from torch.distributed.nn.functional import all_reduce
+
+        def total(tensor: torch.Tensor) -> torch.Tensor:
+            return all_reduce(tensor)  # type: ignore[no-any-return,no-untyped-call]
+    else:
+
+        def total(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor
+
+    dims = [0, *range(2, input.dim())]
+    shape = [1, -1] + [1] * (input.dim() - 2)
+    count = torch.tensor([input.numel() / input.shape[1]], dtype=input.dtype, device=input.device)
+    sums = total(torch.cat([input.sum(dims), count]))
+    n = sums[-1]
+    mean = sums[:-1] / n
+    centred = input - mean.reshape(shape)
+    var = total(centred.pow(2).sum(dims)) / n
+    out = centred / torch.sqrt(var.reshape(shape) + eps)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    factor = 0.1 if momentum is None else momentum
+    with torch.no_grad():
+        if running_mean is not None:
+            running_mean.mul_(1 - factor).add_(mean.detach(), alpha=factor)
+        if running_var is not None:
+            unbiased = var.detach() * n / (n - 1) if float(n) > 1 else var.detach()
+            running_var.mul_(1 - factor).add_(unbiased, alpha=factor)
+    return out
+
+
 def is_cuda(device: object) -> bool:
     if isinstance(device, torch.device):
         return device.type == "cuda"
@@ -86,7 +138,12 @@ class CheckMode(TorchFunctionMode):
             if name in RANDOM:
                 self.recorder.changed("random", f"{name} drawn while training")
         if func is F.batch_norm and kwargs.get("training", args[5] if len(args) > 5 else False):
-            self.recorder.changed("batchnorm", "BatchNorm in training mode (left unchanged)")
+            self.recorder.changed(
+                "batchnorm",
+                "BatchNorm in training mode: statistics over the whole global batch (every "
+                "rank's part all-reduced, as SyncBatchNorm does)",
+            )
+            return global_batch_norm(*args, **kwargs)
         if self.map_cuda:
             if func is torch.Tensor.cuda:
                 self.recorder.changed("cuda", "Tensor.cuda() / Module.cuda() stay on the CPU")
