@@ -15,6 +15,7 @@ from ddpify.analysis.effects import SideEffects
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, walk
+from ddpify.analysis.values import MAX_STEPS
 
 
 @dataclass
@@ -57,8 +58,38 @@ class Models:
                         continue
                     models.append(Model({name}, optimizer))
         for model in models:
+            model.names |= self._handed_in(model)
             self._find_placement(model)
         return models
+
+    def _handed_in(self, model: Model) -> set[str]:
+        """The names a model made elsewhere is handed in by, when the optimizer is made in a
+        function of it (`def trainIters(encoder, decoder, ...)` making `SGD(encoder.
+        parameters())`, PyTorch's seq2seq tutorial): followed through the calls of the
+        function while every call hands in the same name (one object, wrapped where it is
+        built); several objects through one parameter stay unfollowed."""
+        found: set[str] = set()
+        [name] = model.names
+        scope = self.index.function_of(model.optimizer_call)
+        for _ in range(MAX_STEPS):
+            if scope is None or name not in self.graph.parameters_of(scope):
+                break
+            if any(
+                isinstance(node, cst.Assign)
+                and any(dotted(t.target) == name for t in node.targets)
+                and self.index.function_of(node) is scope
+                for node in walk(scope.body)
+            ):
+                break  # rebound in the function: built there
+            sites = self.graph.call_sites(scope)
+            given = {dotted(self.graph.bound_argument(site, scope, name)) for site in sites}
+            callers = {id(self.index.function_of(site)) for site in sites}
+            if len(given) != 1 or None in given or len(callers) != 1:
+                break
+            name = given.pop() or ""
+            found.add(name)
+            scope = self.index.function_of(sites[0])
+        return found
 
     @cached_property
     def assigned_names(self) -> set[str]:

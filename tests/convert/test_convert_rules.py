@@ -1275,3 +1275,47 @@ main()
     assert result.refused
     [problem] = [p for p in result.problems if p.blocking]
     assert "steps on `tr_loss`, summed from this process's batches only" in problem.message
+
+
+HANDED_IN = """import torch
+from torch.utils.data import DataLoader
+
+
+def train_iters(encoder, loader, lr):
+    optimizer = torch.optim.SGD(encoder.parameters(), lr=lr)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = encoder(x).sum()
+            loss.backward()
+            optimizer.step()
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    enc = Net().to(device)
+    train_iters(enc, loader, 0.1)
+    torch.save(enc.state_dict(), "enc.pt")
+
+
+main()
+"""
+
+
+def test_a_model_handed_to_the_function_that_makes_its_optimizer_is_wrapped_where_built() -> None:
+    """Round-9 audit b07 (PyTorch's seq2seq tutorial, `trainIters(encoder, decoder, ...)`)
+    and round-8 a04: the optimizer is made in a function the model is handed to; it was
+    refused ("cannot tell where `encoder` is built"). One object through the parameter:
+    wrapped where it is built. Two objects through one parameter: still refused."""
+    result = convert_source(HANDED_IN.encode(), "iters.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    enc = Net().to(device)\n    enc = DDP(enc, device_ids=" in text
+    assert 'torch.save(enc.module.state_dict(), "enc.pt")' in text
+    two = HANDED_IN.replace(
+        "    train_iters(enc, loader, 0.1)\n",
+        "    train_iters(enc, loader, 0.1)\n    other = Net().to(device)\n"
+        "    train_iters(other, loader, 0.1)\n",
+    )
+    result = convert_source(two.encode(), "iters.py", ConvertOptions())
+    assert result.refused
+    assert any("cannot tell where `encoder` is built" in p.message for p in result.problems)
