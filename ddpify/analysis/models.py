@@ -116,6 +116,12 @@ class Models:
         moves: list[tuple[cst.BaseStatement, str]] = []
         for _ in range(3):  # names flow `model` -> `self.model` -> ...: a few rounds suffice
             for node in walk(self.index.module):
+                for target_node, value in _pairs(node):
+                    # `self.model, self.save_dir = model, save_dir` (a checkpointer's
+                    # `__init__`, round-9 audit b04): each pair as its own assignment
+                    target = dotted(target_node)
+                    if target is not None and dotted(value) in model.names:
+                        model.names.add(target)
                 if isinstance(node, cst.Assign) and len(node.targets) == 1:
                     target = dotted(node.targets[0].target)
                     source = _moved_value(node.value)
@@ -267,6 +273,20 @@ class Models:
             if isinstance(ancestor, cst.If | cst.With | cst.Try):
                 anchor = ancestor
         return anchor
+
+
+def _pairs(node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The (target, value) pairs of a tuple assignment `a, b = x, y`."""
+    if not (isinstance(node, cst.Assign) and len(node.targets) == 1):
+        return []
+    target, value = node.targets[0].target, node.value
+    if not (
+        isinstance(target, cst.Tuple | cst.List)
+        and isinstance(value, cst.Tuple | cst.List)
+        and len(target.elements) == len(value.elements)
+    ):
+        return []
+    return [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
 
 
 def _moved_value(value: cst.BaseExpression) -> cst.BaseExpression:

@@ -1319,3 +1319,38 @@ def test_a_model_handed_to_the_function_that_makes_its_optimizer_is_wrapped_wher
     result = convert_source(two.encode(), "iters.py", ConvertOptions())
     assert result.refused
     assert any("cannot tell where `encoder` is built" in p.message for p in result.problems)
+
+
+def test_a_model_kept_by_a_tuple_assignment_saves_the_bare_model() -> None:
+    """Round-9 audit b04 (detectron2's Checkpointer): `self.model, self.save_dir = model,
+    save_dir` hid the wrapper, and every checkpoint had `module.` keys."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Checkpointer:
+    def __init__(self, model, save_dir):
+        self.model, self.save_dir = model, save_dir
+
+    def save(self, name):
+        torch.save({"model": self.model.state_dict()}, f"{self.save_dir}/{name}.pth")
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    checkpointer = Checkpointer(model, "out")
+    for epoch in range(2):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+        checkpointer.save(f"epoch{epoch}")
+
+
+main()
+"""
+    result = convert_source(source.encode(), "ckpt.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b'torch.save({"model": self.model.module.state_dict()}' in result.output
