@@ -36,6 +36,11 @@ PIL_IMAGES = frozenset(
     }
 )  # fmt: skip
 PIL_METHODS = frozenset({"convert", "resize", "rotate", "crop", "transpose", "copy", "quantize"})
+# What makes a TorchScript module, whose `.save(path)` writes a file (round-9 audit b16).
+SCRIPTED = frozenset(
+    {"torch.jit.script", "torch.jit.trace", "torch.jit.trace_module", "torch.jit.freeze",
+     "torch.jit.optimize_for_inference"}
+)  # fmt: skip
 # Calls that make a file, folder or buffer of this process's own (`tempfile.gettempdir()`,
 # the folder every process shares, is not one).
 PRIVATE = (
@@ -102,8 +107,12 @@ class SideEffects:
                 return "file write"  # two ranks creating it at once: one gets FileExistsError
             if attr == "save_image":
                 return "file write"
-            if attr == "save" and self._pil_image(func.value, self.index.function_of(call), 0):
-                return "file write"
+            if attr == "save" and call.args:
+                scope = self.index.function_of(call)
+                if self._made_by(func.value, scope, PIL_IMAGES, 0):
+                    return "file write"
+                if self._made_by(func.value, scope, SCRIPTED, 0):
+                    return "checkpoint write"
             if base == "sys.stdout" and attr == "write":
                 return "print"
         if self._prints_through(call):
@@ -164,11 +173,16 @@ class SideEffects:
                         return made
         return None
 
-    def _pil_image(
-        self, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int
+    def _made_by(
+        self,
+        expr: cst.BaseExpression,
+        scope: cst.FunctionDef | None,
+        makers: frozenset[str],
+        depth: int,
     ) -> bool:
-        """Whether `expr` is a PIL image: made by PIL (`Image.fromarray(grid)`, `to_pil_image`),
-        maybe through its methods (`.convert("RGB")`), or a name assigned one in `scope`."""
+        """Whether `expr` is made by one of `makers`: a PIL image (`Image.fromarray(grid)`,
+        `to_pil_image`, maybe through its methods, `.convert("RGB")`), a TorchScript module
+        (`torch.jit.trace(model, x)`), or a name assigned one in `scope`."""
         if depth > 3:
             return False
         while (
@@ -181,13 +195,13 @@ class SideEffects:
             made = (
                 expr.func.func if isinstance(expr.func, cst.Call) else expr.func
             )  # ToPILImage()(x)
-            return bool(self.index.qualified_names(made) & PIL_IMAGES)
+            return bool(self.index.qualified_names(made) & makers)
         if isinstance(expr, cst.Name):
             return any(
                 len(assign.targets) == 1
                 and dotted(assign.targets[0].target) == expr.value
                 and self.index.function_of(assign) is scope
-                and self._pil_image(assign.value, scope, depth + 1)
+                and self._made_by(assign.value, scope, makers, depth + 1)
                 for assign in self.index.assigns
             )
         return False

@@ -1354,3 +1354,38 @@ main()
     result = convert_source(source.encode(), "ckpt.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b'torch.save({"model": self.model.module.state_dict()}' in result.output
+
+
+def test_a_torchscript_module_s_save_is_a_write_on_rank_0() -> None:
+    """Round-9 audit b16: `torch.jit.trace(model, x).save(path)`, chained or through a name,
+    was left on every rank (only `torch.jit.save(traced, path)` was guarded); a `.save` of
+    something else (an optimizer's `save` method of the script) is not taken for one."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    torch.jit.trace(model, x).save("chained.pt")
+    scripted = torch.jit.script(model)
+    scripted.save("named.pt")
+    store.save("not-a-module")
+
+
+main()
+"""
+    result = convert_source(source.encode(), "export.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "    if dist.get_rank() == 0:\n"
+        '        torch.jit.trace(model.module, x).save("chained.pt")\n' in text
+    )
+    assert '    if dist.get_rank() == 0:\n        scripted.save("named.pt")\n' in text
+    assert '\n    store.save("not-a-module")\n' in text
