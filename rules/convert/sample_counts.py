@@ -164,6 +164,14 @@ class SampleCounts(ConvertRule):
                 # `total / len(train_ds)`, the dataset the loader was given: as a divisor
                 # only (`print(f"train={len(train_ds)}")` states the dataset's size).
                 lengths += [(n, True) for n in _lengths(anatomy, scope, dataset)]
+            for source in _tensor_sources(anatomy, loop.loader, scope):
+                # `running / len(X_train)` with `TensorDataset(torch.from_numpy(X_train), ...)`
+                # (round-9 audit b10): a divisor of what the batch loop sums only.
+                lengths += [
+                    (n, True)
+                    for n in _lengths(anatomy, scope, source)
+                    if _divides_a_sum(anatomy, n, loop.batch_loop)
+                ]
             for length, divisor_only in lengths:
                 if id(length) in done or not _averaged_or_shown(anatomy, length, divisor_only):
                     continue
@@ -195,6 +203,80 @@ def _dataset_name(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | Non
     ):
         return name if len(anatomy.values.assignments(name, None)) <= 1 else None
     return None
+
+
+# Conversions of an array into the tensor a TensorDataset holds, row for row.
+AS_TENSOR = {
+    "torch.from_numpy",
+    "torch.tensor",
+    "torch.as_tensor",
+    "torch.Tensor",
+    "torch.FloatTensor",
+}
+
+
+def _tensor_sources(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | None) -> list[str]:
+    """The arrays a `TensorDataset` the loader reads was made of, by the names they have in
+    `scope` (`TensorDataset(torch.from_numpy(X_train), torch.from_numpy(y_train))`): each has
+    as many rows as the dataset has samples."""
+    dataset = call_arg(loader.call, 0, "dataset")
+    if dataset is None:
+        return []
+    made_in = anatomy.function_of(loader.call)
+    value = dataset.value
+    if isinstance(value, cst.Name):
+        values = anatomy.values.assignments(value.value, made_in)
+        value = values[0] if len(values) == 1 else value
+    if not (
+        isinstance(value, cst.Call)
+        and (dotted(value.func) or "").rsplit(".", 1)[-1] == "TensorDataset"
+    ):
+        return []
+    found = []
+    for arg in value.args:
+        inner = arg.value
+        while isinstance(inner, cst.Call) and len(inner.args) >= 1:
+            if isinstance(inner.func, cst.Attribute) and not anatomy.is_call_to(inner, AS_TENSOR):
+                inner = inner.func.value  # `X.float()`, `torch.from_numpy(X).float()`
+            elif anatomy.is_call_to(inner, AS_TENSOR):
+                inner = inner.args[0].value
+            else:
+                break
+        while (
+            isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and not inner.args
+        ):
+            inner = inner.func.value  # `.float()`
+        if not isinstance(inner, cst.Name):
+            continue
+        name = inner.value
+        if made_in is not scope and (
+            made_in is not None
+            or scope is None
+            or anatomy.values.binds(scope, name)
+            or name in anatomy.graph.parameters_of(scope)
+        ):
+            continue  # not the same object where the length is taken
+        if len(anatomy.values.assignments(name, made_in)) <= 1:
+            found.append(name)
+    return found
+
+
+def _divides_a_sum(anatomy: Anatomy, length: cst.Call, batch_loop: cst.CSTNode) -> bool:
+    """`running / len(X)` where `running` is summed (`+=`) in the batch loop."""
+    parent = anatomy.parent(length)
+    if not (
+        isinstance(parent, cst.BinaryOperation)
+        and isinstance(parent.operator, cst.Divide)
+        and parent.right is length
+    ):
+        return False
+    summed = {dotted(n) for n in walk(parent.left) if isinstance(n, cst.Name | cst.Attribute)}
+    return any(
+        isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and dotted(node.target) in summed
+        for node in walk(batch_loop)
+    )
 
 
 def _replaced_by(new: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.BaseExpression]:

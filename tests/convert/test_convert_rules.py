@@ -1389,3 +1389,34 @@ main()
     )
     assert '    if dist.get_rank() == 0:\n        scripted.save("named.pt")\n' in text
     assert '\n    store.save("not-a-module")\n' in text
+
+
+def test_an_average_over_the_array_a_tensor_dataset_holds_counts_this_process_s_samples() -> None:
+    """Round-9 audit b10: `running / len(X_train)`, X_train the array the TensorDataset was
+    made of, was left as it was, and the training loss logged was 1/N of its value. A
+    length of it that divides nothing the batch loop sums stays."""
+    source = """import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+X = np.random.randn(256, 4).astype(np.float32)
+Y = X.sum(1, keepdims=True)
+loader = DataLoader(TensorDataset(torch.from_numpy(X), torch.from_numpy(Y)), batch_size=32, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+print(f"{len(X)} samples, {100 / len(X):.2f}% each")
+for epoch in range(3):
+    running = 0.0
+    for xb, yb in loader:
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        running += loss.item() * xb.size(0)
+    print(f"epoch {epoch} mse {running / len(X):.4f}")
+"""  # noqa: E501
+    result = convert_source(source.encode(), "arrays.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'print(f"epoch {epoch} mse {running / len(loader.sampler):.4f}")' in text
+    assert 'print(f"{len(X)} samples, {100 / len(X):.2f}% each")' in text
