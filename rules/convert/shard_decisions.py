@@ -454,9 +454,14 @@ def _saves_privately(anatomy: Anatomy, branch: cst.If) -> bool:
     )
 
 
+# Calls that end the process: taken on one rank alone, the others wait for it in their next
+# all-reduce until the launcher tears them down, and its message is lost (round-9 audit b12).
+EXITS = {"sys.exit", "exit", "quit", "os._exit"}
+
+
 def _exit_in(branch: cst.If) -> str | None:
-    """`break`, `continue` or `return` in the `if`'s own branches (not inside an inner loop
-    or function, where it would leave that one)."""
+    """`break`, `continue`, `return` or `sys.exit()` in the `if`'s own branches (not inside
+    an inner loop or function, where it would leave that one)."""
     stack: list[cst.CSTNode] = [branch.body]
     if branch.orelse is not None:
         stack.append(branch.orelse)
@@ -468,6 +473,8 @@ def _exit_in(branch: cst.If) -> str | None:
             return "continue"
         if isinstance(node, cst.Return):
             return "return"
+        if isinstance(node, cst.Call) and dotted(node.func) in EXITS:
+            return f"{dotted(node.func)}()"  # the NaN check of torchvision's references
         if isinstance(node, cst.For | cst.While | cst.FunctionDef | cst.ClassDef | cst.Lambda):
             continue
         stack.extend(child_nodes(node))

@@ -1420,3 +1420,40 @@ for epoch in range(3):
     text = result.output.decode()
     assert 'print(f"epoch {epoch} mse {running / len(loader.sampler):.4f}")' in text
     assert 'print(f"{len(X)} samples, {100 / len(X):.2f}% each")' in text
+
+
+def test_a_sys_exit_on_this_process_s_loss_is_taken_by_every_process() -> None:
+    """Round-9 audit b12 (torchvision's detection reference): `if not
+    math.isfinite(loss_value): print(...); sys.exit(1)` on one rank's loss: that rank left
+    alone, its message guarded away, and the other died in its next all-reduce. The loss is
+    averaged first, so every process stops together and rank 0 says why."""
+    source = """import math
+import sys
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss_value = loss.item()
+            if not math.isfinite(loss_value):
+                print(f"Loss is {loss_value}, stopping training")
+                sys.exit(1)
+            loss.backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "nan.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "dist.all_reduce(mean)\n" in text
+    assert text.index("dist.all_reduce(mean)") < text.index("if not math.isfinite(loss_value):")
+    assert '                if dist.get_rank() == 0:\n                    print(f"Loss is' in text
