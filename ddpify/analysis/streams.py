@@ -47,6 +47,16 @@ TORCH_DRAWS = set(
     }
 )  # fmt: skip
 IN_PLACE = ("normal_", "uniform_", "bernoulli_", "random_", "exponential_")
+# The global generators' draws of NumPy (`np.random.<name>`) and Python (`random.<name>`).
+NUMPY_DRAWS = frozenset(
+    {"rand", "randn", "randint", "random", "random_sample", "choice", "permutation", "shuffle",
+     "beta", "uniform", "normal", "binomial", "poisson", "exponential", "gamma", "dirichlet",
+     "multinomial", "lognormal", "laplace", "standard_normal", "integers"}
+)  # fmt: skip
+PY_DRAWS = frozenset(
+    {"random", "randint", "randrange", "choice", "choices", "sample", "shuffle", "uniform",
+     "gauss", "normalvariate", "betavariate", "expovariate", "triangular"}
+)  # fmt: skip
 # Families whose global generator may start alike in every process (torch's fixed default
 # seed before 2.x releases that draw it from the OS): seeded per process either way.
 ALIKE_UNSEEDED = {"torch"}
@@ -161,29 +171,50 @@ class Streams:
         for loop in self.script.train_loops:
             if loop.loader is None or id(loop.batch_loop) in seeded:
                 continue
-            draws: list[cst.Call] = []
+            draws: dict[str, list[cst.Call]] = {}
 
-            def collect(node: cst.CSTNode, into: list[cst.Call] = draws) -> bool:
-                if isinstance(node, cst.Call) and (
-                    self.index.is_call_to(node, TORCH_DRAWS) or is_method_call(node, *IN_PLACE)
-                ):
-                    into.append(node)
+            def collect(node: cst.CSTNode, into: dict[str, list[cst.Call]] = draws) -> bool:
+                if isinstance(node, cst.Call):
+                    family = self._drawn_from(node)
+                    if family is not None:
+                        into.setdefault(family, []).append(node)
                 return False  # look at every node
 
             self.graph.reaches(loop.batch_loop.body, collect)
+            # Python's and NumPy's generators start from OS entropy: only a script that seeds
+            # them draws alike in every process (timm's mixup λ with `np.random.beta`, b05).
+            families = {f for f in draws if f == "torch" or self._seeds(f)}
             hidden = False
-            if not draws and self._seeds("torch"):
+            if not families:
                 for method in self._drawing_methods(loop):
                     self.graph.reaches(method.body, collect)
-                hidden = bool(draws)
-            if not draws:
+                families = {f for f in draws if self._seeds(f)}
+                hidden = bool(families)
+            if not families:
                 continue
             seeded.add(id(loop.batch_loop))
-            stream = RandomBatches(loop.batch_loop, draws, {"torch"}, hidden=hidden)
+            drawn = [call for family in sorted(families) for call in draws[family]]
+            stream = RandomBatches(loop.batch_loop, drawn, families, hidden=hidden)
             stream.anchor = self._anchor(loop.batch_loop)
-            stream.seeds["torch"] = self._seeds("torch")
+            for family in families:
+                stream.seeds[family] = self._seeds(family)
             found.append(stream)
         return found
+
+    def _drawn_from(self, call: cst.Call) -> str | None:
+        """The generator family a call draws from while training: torch's (`torch.randn`,
+        `x.normal_()`), NumPy's global one (`np.random.beta`) or Python's (`random.random`)."""
+        if self.index.is_call_to(call, TORCH_DRAWS) or is_method_call(call, *IN_PLACE):
+            return "torch"
+        if not self.index.may_name(call, set(PY_DRAWS | NUMPY_DRAWS)):
+            return None
+        for name in self.index.qualified_names(call.func):
+            head, _, last = name.rpartition(".")
+            if head == "numpy.random" and last in NUMPY_DRAWS:
+                return "numpy"
+            if head == "random" and last in PY_DRAWS:
+                return "random"
+        return None
 
     def _seeds(self, family: str) -> list[cst.Call]:
         return [call for call in self.index.calls if self._seed_family(call) == family]

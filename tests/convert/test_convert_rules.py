@@ -1457,3 +1457,36 @@ main()
     assert "dist.all_reduce(mean)\n" in text
     assert text.index("dist.all_reduce(mean)") < text.index("if not math.isfinite(loss_value):")
     assert '                if dist.get_rank() == 0:\n                    print(f"Loss is' in text
+
+
+def test_numpy_and_python_draws_are_seeded_apart_when_the_script_seeds_them() -> None:
+    """Round-9 audit b05 (timm's mixup: `lam = np.random.beta(a, a)` each step) and b13
+    (negatives drawn with `np.random.randint` in `__getitem__`): NumPy seeded alike drew the
+    same λ and the same negatives on every rank; only torch's generator was seeded apart.
+    Unseeded, NumPy starts from OS entropy in every process: nothing is added for it."""
+    source = """import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    np.random.seed(5)
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            lam = np.random.beta(0.2, 0.2)
+            loss = model(lam * x + (1 - lam) * x.flip(0)).sum()
+            loss.backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "mixup.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"    np.random.seed(5 + dist.get_rank())" in result.output
+    assert b"manual_seed" not in result.output
+    unseeded = source.replace("    np.random.seed(5)\n", "")
+    assert b"seed" not in convert_source(unseeded.encode(), "mixup.py", ConvertOptions()).output
