@@ -319,10 +319,12 @@ class RankZeroSideEffects(ConvertRule):
             kind = anatomy.effects.of(node)
             if (
                 kind is None
-                or not anatomy.script.after_setup(node)
                 or anatomy.ranks.guard(node) is not None
                 or any(anatomy.inside(node, outer) for outer in guarded)
             ):
+                continue
+            if not anatomy.script.after_setup(node):
+                _before_setup(ctx, node, kind, guarded)
                 continue
             private = anatomy.effects.private(node) if kind in FILE_WRITES else None
             if private:
@@ -411,6 +413,30 @@ class RankZeroSideEffects(ConvertRule):
             ctx.changed(line, f"{where} writes files ({writes}): on rank 0 only")
         _foreign_training(ctx)
         _kept_open(ctx)
+
+
+# Rank 0 before the process group exists: the rank torchrun gives each process.
+LAUNCHED_RANK_ZERO = 'int(os.environ.get("RANK", 0)) == 0'
+
+
+def _before_setup(
+    ctx: ConvertContext, node: cst.CSTNode, kind: str, guarded: list[cst.CSTNode]
+) -> None:
+    """A print or log line that runs before the process group is set up (`logging.info(f"Using
+    device {device}")` at the top of the `__main__` block, round-9 audit b09; a warning
+    printed at import): under torchrun every process runs it; on rank 0 only, read from the
+    `RANK` torchrun sets (0 with plain `python`). A spawned worker re-imports the module
+    without it: left as is there."""
+    from ddpify.options import Launcher
+
+    if kind not in {"print", "logging"} or ctx.options.launcher is not Launcher.TORCHRUN:
+        return
+    if ctx.anatomy.function_of(node) is not None or ctx.anatomy.script.entry is None:
+        return
+    ctx.plan.guard(node, expression(LAUNCHED_RANK_ZERO))
+    guarded.append(node)
+    ctx.add_import("os")
+    ctx.changed(node, f"{kind} before the process group exists: on rank 0 only (torchrun's RANK)")
 
 
 def _foreign_training(ctx: ConvertContext) -> None:

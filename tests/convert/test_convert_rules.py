@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from ddpify.convert import convert_source
-from ddpify.options import ConvertOptions
+from ddpify.options import ConvertOptions, Launcher
 from ddpify.rule import CheckRule, ConvertRule, Example, NoteKind, all_rules, convert_rules
 
 CASES = [
@@ -1490,3 +1490,44 @@ main()
     assert b"manual_seed" not in result.output
     unseeded = source.replace("    np.random.seed(5)\n", "")
     assert b"seed" not in convert_source(unseeded.encode(), "mixup.py", ConvertOptions()).output
+
+
+def test_a_log_line_before_the_process_group_exists_is_rank_0_s_by_torchrun_s_rank() -> None:
+    """Round-9 audit b09 (milesial's U-Net): `logging.info(f"Using device {device}")` at the
+    top of the `__main__` block stays before the setup ddpify inserts, and was logged by
+    every process. It is guarded with the RANK torchrun sets; a spawned worker re-imports
+    the module without it, so with --launcher spawn it is left as is."""
+    source = """import logging
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def train_model(model, device):
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x.to(device)).sum()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    logging.info(f"Using device {device}")
+    torch.manual_seed(0)
+    model = Net()
+    model.to(device=device)
+    train_model(model, device)
+"""
+    result = convert_source(source.encode(), "unet.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        '    if int(os.environ.get("RANK", 0)) == 0:\n'
+        '        logging.info(f"Using device {device}")\n' in text
+    )
+    assert text.index('logging.info(f"Using device') < text.index("dist.init_process_group")
+    spawned = convert_source(source.encode(), "unet.py", ConvertOptions(launcher=Launcher.SPAWN))
+    assert b'os.environ.get("RANK", 0)' not in spawned.output
