@@ -122,6 +122,11 @@ class Models:
                     target = dotted(target_node)
                     if target is not None and dotted(value) in model.names:
                         model.names.add(target)
+                    moved = _moved_value(value)
+                    if target in model.names and moved is not value and moved is not None:
+                        # `netG, netD = G().to(device), D().to(device)` (WGAN-GP): each is
+                        # wrapped after the line
+                        moves.append((self.index.statement_of(node), target))
                 if isinstance(node, cst.Assign) and len(node.targets) == 1:
                     target = dotted(node.targets[0].target)
                     source = _moved_value(node.value)

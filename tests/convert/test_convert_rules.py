@@ -1531,3 +1531,42 @@ if __name__ == "__main__":
     assert text.index('logging.info(f"Using device') < text.index("dist.init_process_group")
     spawned = convert_source(source.encode(), "unet.py", ConvertOptions(launcher=Launcher.SPAWN))
     assert b'os.environ.get("RANK", 0)' not in spawned.output
+
+
+def test_models_moved_in_one_tuple_assignment_and_a_generator_over_one_tensor_batches() -> None:
+    """Round-9 audit b14 (WGAN-GP, caogang's): `netG, netD = G().to(d), D().to(d)` was refused
+    ("built together with other objects"), and `inf_data(loader)`'s `for (batch,) in
+    loader: yield batch` was taken for an evaluation over the training loader."""
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def inf_data(loader):
+    while True:
+        for (batch,) in loader:
+            yield batch
+
+
+netG, netD = Generator().to(device), Discriminator().to(device)
+optimizerD = torch.optim.Adam(netD.parameters(), lr=1e-4)
+optimizerG = torch.optim.Adam(netG.parameters(), lr=1e-4)
+loader = DataLoader(TensorDataset(points), batch_size=64, shuffle=True, drop_last=True)
+data = inf_data(loader)
+for iteration in range(100):
+    real = next(data)
+    loss_d = netD(netG(noise()).detach()).mean() - netD(real).mean()
+    loss_d.backward()
+    optimizerD.step()
+    loss_g = -netD(netG(noise())).mean()
+    loss_g.backward()
+    optimizerG.step()
+"""
+    result = convert_source(source.encode(), "wgan.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "netG, netD = Generator().to(device), Discriminator().to(device)\nnetD = DDP(" in text
+    assert "\nnetG = DDP(netG, " in text
+    assert (
+        "        loader.sampler.set_epoch(loader.sampler.epoch + 1)\n"
+        "        for (batch,) in loader:\n" in text
+    )
