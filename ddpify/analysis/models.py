@@ -156,6 +156,18 @@ class Models:
                 inner = call_arg(call, 0, "module")
                 if inner is not None and dotted(inner.value) in model.names:
                     model.data_parallel.append(call)
+        # A plain name moved in another function that takes it as a parameter is another
+        # variable (`def test(model, ...): model.to(device)` beside `def train(model, ...)`
+        # making the optimizer, round-8 audit a04): not this model's placement.
+        home = self.index.function_of(model.optimizer_call)
+        moves = [
+            (statement, name)
+            for statement, name in moves
+            if "." in name
+            or (where := self.index.function_of(statement)) is None
+            or where is home
+            or name not in self.graph.parameters_of(where)
+        ]
         unique = {id(statement): (statement, name) for statement, name in moves}
         # The instance the optimizer trains: the last move before the optimizer is made, in
         # its function, when there is one (a model made again after training, to reload the

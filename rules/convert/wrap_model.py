@@ -436,6 +436,20 @@ def _unplaced(anatomy: Anatomy, model: Model) -> str:
                 f"`{name}` is built together with other objects in one assignment (line "
                 f"{anatomy.line(node)}): assign it on its own line, or wrap it in DDP by hand"
             )
+    function = anatomy.function_of(optimizer)
+    if function is not None and name in anatomy.graph.parameters_of(function):
+        given = sorted(
+            {
+                dotted(anatomy.graph.bound_argument(site, function, name)) or "an expression"
+                for site in anatomy.graph.call_sites(function)
+            }
+        )
+        if len(given) > 1:
+            shown = ", ".join(f"`{g}`" for g in given)
+            return (
+                f"`{name}` is handed to `{function.name.value}()` by calls with different "
+                f"models ({shown}): each must be wrapped in DDP where it is built, by hand"
+            )
     return (
         f"cannot tell where `{name}` is built: no assignment of it before its optimizer that "
         "can be followed (made in another file, or passed in); wrap it in DDP by hand"
