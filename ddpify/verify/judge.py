@@ -877,6 +877,7 @@ def _changes(facts: _Facts) -> list[str]:
         "batch": "the original's training batch",
         "dropout": "dropout neutralised",
         "batchnorm": "BatchNorm statistics made global",
+        "precision": "rounding noise removed",
         "random": "noticed, not changed",
         "writes": "checkpoints written slowly, so a read before the write ends fails",
         "launcher": "the verifier starts the processes",

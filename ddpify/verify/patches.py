@@ -113,10 +113,11 @@ class CheckMode(TorchFunctionMode):
     """Sees every torch call of the script: maps CUDA to the CPU, makes dropout the identity
     and notes BatchNorm in training mode."""
 
-    def __init__(self, recorder: Recorder, map_cuda: bool):
+    def __init__(self, recorder: Recorder, map_cuda: bool, float64: bool = False):
         super().__init__()
         self.recorder = recorder
         self.map_cuda = map_cuda
+        self.float64 = float64
 
     def __torch_function__(
         self,
@@ -126,6 +127,8 @@ class CheckMode(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = dict(kwargs or {})
+        if self.float64:
+            args, kwargs = self._upcast(func, args, kwargs)
         if func in DROPOUTS:
             return self._dropout(func, args, kwargs)
         if func is F.scaled_dot_product_attention and (
@@ -150,6 +153,29 @@ class CheckMode(TorchFunctionMode):
                 return args[0]
             args, kwargs = self._to_cpu(func, args, kwargs)
         return func(*args, **kwargs)
+
+    def _upcast(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Run in float64 (issue 13: no false alarms from rounding): the model's parameters
+        are float64 (the default dtype), data the script makes float32 (`torch.from_numpy`,
+        `ToTensor`) meets them here and is upcast, both runs alike. In-place calls keep
+        their tensor's own dtype."""
+        if getattr(func, "__name__", "").endswith("_"):
+            return args, kwargs
+        values = [*args, *kwargs.values()]
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        if not any(t.dtype == torch.float64 for t in tensors) or not any(
+            t.dtype == torch.float32 for t in tensors
+        ):
+            return args, kwargs
+
+        def up(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+                return value.double()
+            return value
+
+        return tuple(up(a) for a in args), {k: up(v) for k, v in kwargs.items()}
 
     def _dropout(
         self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
