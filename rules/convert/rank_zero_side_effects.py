@@ -778,9 +778,16 @@ def _helpers_that_write(
 def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:
     """`torch.save(model, ...)`, `print(model)`, `str(model)`: the model saved or shown, not
     run; `torch.jit.script(model)` and the other exports, which get the bare model (DDP003)."""
-    return anatomy.is_call_to(call, {"torch.save", *EXPORTS}) or dotted(call.func) in {
-        "print", "str", "repr", "format",
-    }  # fmt: skip
+    string_format = (  # `"Model:\n{}".format(model)` (detectron2's logger line)
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "format"
+        and isinstance(call.func.value, cst.SimpleString | cst.ConcatenatedString)
+    )
+    return (
+        string_format
+        or anatomy.is_call_to(call, {"torch.save", *EXPORTS})
+        or dotted(call.func) in {"print", "str", "repr", "format"}
+    )
 
 
 SUMMARY_WRITERS = ("torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter")

@@ -1576,3 +1576,33 @@ for iteration in range(100):
         "        loader.sampler.set_epoch(loader.sampler.epoch + 1)\n"
         "        for (batch,) in loader:\n" in text
     )
+
+
+def test_a_log_line_that_formats_the_model_shows_it_and_does_not_run_it() -> None:
+    """Round-9 audit b04: `logger.info("Model:\\n{}".format(model))` was reported as running
+    the model (its value "computed first, on every rank"); formatting only shows it."""
+    source = """import logging
+
+import torch
+from torch.utils.data import DataLoader
+
+logger = logging.getLogger(__name__)
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net().to(device)
+    logger.info("Model:\\n{}".format(model))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "det.py", ConvertOptions())
+    assert not result.refused, result.problems
+    [note] = [n for n in result.notes if n.line == 12]
+    assert note.message == "logging on rank 0 only"
