@@ -33,6 +33,9 @@ class Model:
     # The other name of the same object where it is moved: `model` in `m = model.to(device)`
     # (`Module.to` returns the module itself), which the script may go on using.
     alias: str | None = None
+    # The functions (None: module level) it is handed in from, when the optimizer is made in
+    # a function it is handed to (`train(rnn, data)`): where it may be built.
+    handed_from: list[cst.FunctionDef | None] = field(default_factory=list)
 
 
 class Models:
@@ -89,6 +92,7 @@ class Models:
             name = given.pop() or ""
             found.add(name)
             scope = self.index.function_of(sites[0])
+            model.handed_from.append(scope)
         return found
 
     @cached_property
@@ -194,6 +198,9 @@ class Models:
         built = self._built(model, scope)
         if not built and scope is not None and model.optimizer_call in self.script.manual_updates:
             built = self._built(model, None)
+        for caller in model.handed_from:  # `rnn = CharRNN(...)`, then `train(rnn, data)`
+            if not built:
+                built = self._built(model, caller)
         if built:
             last = built[-1]
             model.placement = self._after_initialisation(self.index.statement_of(last), model.names)

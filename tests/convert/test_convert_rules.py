@@ -1311,6 +1311,13 @@ def test_a_model_handed_to_the_function_that_makes_its_optimizer_is_wrapped_wher
     text = result.output.decode()
     assert "    enc = Net().to(device)\n    enc = DDP(enc, device_ids=" in text
     assert 'torch.save(enc.module.state_dict(), "enc.pt")' in text
+    # never moved (a CPU script, round-10 audit c01's char-RNN `train(rnn, data)`): wrapped
+    # right after it is built, in the caller
+    on_cpu = convert_source(
+        HANDED_IN.replace("Net().to(device)", "Net()").encode(), "iters.py", ConvertOptions()
+    )
+    assert not on_cpu.refused, on_cpu.problems
+    assert b"    enc = Net()\n    enc = DDP(enc, device_ids=" in on_cpu.output
     two = HANDED_IN.replace(
         "    train_iters(enc, loader, 0.1)\n",
         "    train_iters(enc, loader, 0.1)\n    other = Net().to(device)\n"
