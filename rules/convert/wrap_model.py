@@ -202,6 +202,18 @@ class WrapModel(ConvertRule):
                 blocking=True,
             )
             return
+        updated = _updates_buffers(anatomy)
+        if updated is not None:
+            node, owner, buffer = updated
+            ctx.cannot(
+                node,
+                f"`{owner}`'s forward writes its buffer `self.{buffer}` from this process's "
+                "batch (a queue of keys, a memory bank): DDP broadcasts rank 0's buffers "
+                "before every forward, so the other processes' writes are lost; gather "
+                "what is written from every process (dist.all_gather) first, by hand",
+                blocking=True,
+            )
+            return
         routed: set[int] = set()  # loop variables' uses, routed once for all the models
         for model in anatomy.models.all:
             if model.placement is None or model.placed_name is None:
@@ -694,6 +706,63 @@ WEIGHTED = frozenset(
 )  # fmt: skip
 
 
+def _updates_buffers(anatomy: Anatomy) -> tuple[cst.CSTNode, str, str] | None:
+    """A module class of the script whose forward writes one of its own registered buffers
+    from the batch (MoCo's queue: `self.queue[:, ptr:ptr + bs] = keys.T`, round-10 audit
+    c08): the statement, the class and the buffer. DDP broadcasts rank 0's buffers before
+    every forward, so what the other processes wrote is lost. (BatchNorm's running
+    statistics are torch's own, and averaged out by the same broadcast.)"""
+    for owner in anatomy.classes.values():
+        by_name = {method.name.value: method for method in methods(owner)}
+        forward, init = by_name.get("forward"), by_name.get("__init__")
+        if forward is None or init is None:
+            continue
+        buffers = {
+            node.args[0].value.raw_value
+            for node in walk(init.body)
+            if is_method_call(node, "register_buffer")
+            and isinstance(node, cst.Call)
+            and node.args
+            and isinstance(node.args[0].value, cst.SimpleString)
+        }
+        if not buffers:
+            continue
+        reached, todo = {"forward"}, [forward]
+        while todo:
+            method = todo.pop()
+            for node in walk(method.body):
+                if (
+                    isinstance(node, cst.Attribute)
+                    and is_name(node.value, "self")
+                    and node.attr.value in by_name
+                    and node.attr.value not in reached
+                ):
+                    reached.add(node.attr.value)
+                    todo.append(by_name[node.attr.value])
+                targets: list[cst.BaseExpression] = []
+                if isinstance(node, cst.Assign):
+                    targets = [t.target for t in node.targets]
+                elif isinstance(node, cst.AugAssign):
+                    targets = [node.target]
+                elif (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value.endswith("_")
+                    and node.func.attr.value != "requires_grad_"
+                ):
+                    targets = [node.func.value]
+                for target in targets:
+                    while isinstance(target, cst.Subscript):
+                        target = target.value
+                    if (
+                        isinstance(target, cst.Attribute)
+                        and is_name(target.value, "self")
+                        and target.attr.value in buffers
+                    ):
+                        return node, owner.name.value, target.attr.value
+    return None
+
+
 def _skips_parameters(anatomy: Anatomy) -> str | None:
     """A module class of the script whose forward leaves a layer of its own unused: one it
     never refers to, or a slice of a container (`self.net[2:](h)`, round-7 audit s11's
@@ -913,6 +982,12 @@ def _bypasses_forward(ctx: ConvertContext, attribute: cst.Attribute, model: Mode
         outer, parent = parent, anatomy.parent(parent)
     if not (isinstance(parent, cst.Call) and parent.func is outer):
         return False  # a value read (`model.temperature`), not a part of the model run
+    if (
+        outer is not attribute
+        and isinstance(outer, cst.Attribute)
+        and outer.attr.value in (DDP_TRANSPARENT - {"forward", "__call__"})
+    ):
+        return False  # `model.encoder_q.eval()`: a mode set or a move, not a forward (c08)
     ctx.cannot(
         attribute,
         f"`{dotted(attribute)}` computes the loss outside the model's forward: through "

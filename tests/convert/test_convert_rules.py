@@ -1613,3 +1613,62 @@ main()
     assert not result.refused, result.problems
     [note] = [n for n in result.notes if n.line == 12]
     assert note.message == "logging on rank 0 only"
+
+
+MOCO = """import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+
+class MoCo(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder_q = nn.Linear(8, 4)
+        self.register_buffer("queue", torch.randn(4, 64))
+        self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))
+
+    def _enqueue(self, keys):
+        ptr = int(self.queue_ptr)
+        self.queue[:, ptr:ptr + keys.size(0)] = keys.T
+        self.queue_ptr[0] = (ptr + keys.size(0)) % 64
+
+    def forward(self, x):
+        q = self.encoder_q(x)
+        logits = q @ self.queue.clone().detach()
+        self._enqueue(q.detach())
+        return logits
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = MoCo().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x).logsumexp(1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    backbone = model.encoder_q.eval()
+    with torch.no_grad():
+        feats = backbone(probe_x)
+
+
+main()
+"""
+
+
+def test_a_forward_that_writes_its_own_buffers_is_refused() -> None:
+    """Round-10 audit c08 (MoCo's queue of keys, enqueued in the forward): DDP broadcasts
+    rank 0's buffers before every forward, so the keys the other ranks enqueue are lost.
+    Refused once, at the write, with the reason. Without the queue, the same script
+    converts: `model.encoder_q.eval()` after training sets a mode, it is no forward
+    outside DDP's."""
+    result = convert_source(MOCO.encode(), "moco.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP003", 15)
+    assert "writes its buffer `self.queue`" in problem.message
+    plain = MOCO.replace("        self._enqueue(q.detach())\n", "")
+    result = convert_source(plain.encode(), "moco.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"    backbone = model.module.encoder_q.eval()\n" in result.output
