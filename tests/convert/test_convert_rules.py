@@ -1672,3 +1672,26 @@ def test_a_forward_that_writes_its_own_buffers_is_refused() -> None:
     result = convert_source(plain.encode(), "moco.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"    backbone = model.module.encoder_q.eval()\n" in result.output
+
+
+def test_a_script_that_updates_its_parameters_by_hand_is_a_training_script() -> None:
+    """Round-10 audit c13 (pytorch/examples' word language model): no optimizer, the update
+    is `p.data.add_(p.grad, alpha=-lr)`; the text prefilter wanted `optim` in the file, so it
+    was "not a training script", left unchanged with exit 0, and ran on all data twice."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(4, 1)
+lr = 0.1
+for x, y in DataLoader(ds, batch_size=16, shuffle=True):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    model.zero_grad()
+    loss.backward()
+    for p in model.parameters():
+        p.data.add_(p.grad, alpha=-lr)
+torch.save(model.state_dict(), "model.pt")
+"""
+    result = convert_source(source.encode(), "wlm.py", ConvertOptions())
+    assert result.skipped is None and not result.refused, (result.skipped, result.problems)
+    assert b"model = DDP(model, " in result.output
+    assert b"sampler=DistributedSampler(" in result.output
