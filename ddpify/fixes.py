@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 import libcst as cst
@@ -10,7 +11,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.script import TrainLoop
-from ddpify.analysis.tree import call_arg, dotted, is_name
+from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
 
@@ -51,7 +52,27 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
     body = loop.epoch_loop.body
     assert isinstance(body, cst.IndentedBlock)
     call = statement(f"{loop.loader_at_epoch}.{via}.set_epoch({loop.epoch_var})\n")
-    plan.insert_before(body.body[0], [call])
+    # A loader made anew in the epoch (`loader = DataLoader(...)` or `make_loader(epoch)`
+    # inside the loop, round-10 audit c10): after it is made, before its batch loop.
+    root = re.split(r"[.\[]", loop.loader_at_epoch or "")[0]
+    made = None
+    for line in body.body:
+        if any(node is loop.batch_loop for node in walk(line)):
+            break
+        if isinstance(line, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.Assign | cst.AnnAssign)
+            and any(
+                isinstance(node, cst.Name) and node.value == root
+                for target in (small.targets if isinstance(small, cst.Assign) else [small])
+                for node in walk(target.target)
+            )
+            for small in line.body
+        ):
+            made = line
+    if made is not None:
+        plan.insert_after(made, [call])
+    else:
+        plan.insert_before(body.body[0], [call])
 
 
 def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:

@@ -1695,3 +1695,34 @@ torch.save(model.state_dict(), "model.pt")
     assert result.skipped is None and not result.refused, (result.skipped, result.problems)
     assert b"model = DDP(model, " in result.output
     assert b"sampler=DistributedSampler(" in result.output
+
+
+def test_set_epoch_follows_a_loader_made_anew_in_every_epoch() -> None:
+    """Round-10 audit c10 (a curriculum: `loader = make_loader(epoch)` each epoch): the
+    `set_epoch` went first in the epoch loop, before the loader existed (UnboundLocalError
+    on every rank)."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    model = Net().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        print(f"epoch {epoch}")
+        loader = DataLoader(ds, batch_size=16, shuffle=True)
+        for x, y in loader:
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "curriculum.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b"sampler=DistributedSampler(ds, shuffle=True))\n"
+        b"        loader.sampler.set_epoch(epoch)\n        for x, y in loader:\n" in result.output
+    )
