@@ -36,6 +36,8 @@ PIL_IMAGES = frozenset(
     }
 )  # fmt: skip
 PIL_METHODS = frozenset({"convert", "resize", "rotate", "crop", "transpose", "copy", "quantize"})
+# tqdm's class, whose `write` prints above the bars.
+TQDMS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm"})
 # What makes a TorchScript module, whose `.save(path)` writes a file (round-9 audit b16).
 SCRIPTED = frozenset(
     {"torch.jit.script", "torch.jit.trace", "torch.jit.trace_module", "torch.jit.freeze",
@@ -115,6 +117,8 @@ class SideEffects:
                     return "checkpoint write"
             if base == "sys.stdout" and attr == "write":
                 return "print"
+            if attr == "write" and self.index.qualified_names(func.value) & TQDMS:
+                return "print"  # `tqdm.write(...)` (round-10 audit c12)
         if self._prints_through(call):
             return "print"
         if not self.index.may_name(call, SIDE_EFFECT_NAMES):

@@ -1726,3 +1726,34 @@ main()
         b"sampler=DistributedSampler(ds, shuffle=True))\n"
         b"        loader.sampler.set_epoch(epoch)\n        for x, y in loader:\n" in result.output
     )
+
+
+def test_tqdm_write_is_a_print_on_rank_0() -> None:
+    """Round-10 audit c12: the bars were hidden on rank 1 but `tqdm.write(...)`, the epoch's
+    summary line, was printed by every process."""
+    source = """import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+
+def main():
+    loader = DataLoader(ds, batch_size=16, shuffle=True)
+    model = Net().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for x, y in tqdm(loader):
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        tqdm.write(f"epoch {epoch} done")
+
+
+main()
+"""
+    result = convert_source(source.encode(), "bars.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b'        if dist.get_rank() == 0:\n            tqdm.write(f"epoch {epoch} done")\n'
+        in result.output
+    )
