@@ -25,7 +25,7 @@ from ddpify.analysis.api import SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript, TrainLoop
-from ddpify.analysis.tree import dotted, is_method_call, is_name, methods, walk
+from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, methods, walk
 
 # Calls that draw sample indices (or samples), and the generator family they draw from.
 DRAWS = {
@@ -190,10 +190,15 @@ class Streams:
                     self.graph.reaches(method.body, collect)
                 families = {f for f in draws if self._seeds(f)}
                 hidden = bool(families)
+                if draws and self._in_workers(loop) and self._seeds("torch"):
+                    # Loader workers seed NumPy and Python from a base seed drawn from
+                    # torch's generator: alike on every rank unless torch's is seeded apart
+                    # too (round-10 audit c12, `num_workers=2`).
+                    families.add("torch")
             if not families:
                 continue
             seeded.add(id(loop.batch_loop))
-            drawn = [call for family in sorted(families) for call in draws[family]]
+            drawn = [call for family in sorted(families) for call in draws.get(family, [])]
             stream = RandomBatches(loop.batch_loop, drawn, families, hidden=hidden)
             stream.anchor = self._anchor(loop.batch_loop)
             for family in families:
@@ -215,6 +220,15 @@ class Streams:
             if head == "random" and last in PY_DRAWS:
                 return "random"
         return None
+
+    def _in_workers(self, loop: TrainLoop) -> bool:
+        """Whether the loop's loader loads in worker processes (`num_workers` not 0)."""
+        if loop.loader is None:
+            return False
+        workers = call_arg(loop.loader.call, 5, "num_workers")
+        return workers is not None and not (
+            isinstance(workers.value, cst.Integer) and workers.value.value == "0"
+        )
 
     def _seeds(self, family: str) -> list[cst.Call]:
         return [call for call in self.index.calls if self._seed_family(call) == family]
@@ -245,13 +259,22 @@ class Streams:
         name = dotted(dataset) if dataset is not None else None
         for assign in self.index.assigns:
             if (
-                name is not None
-                and len(assign.targets) == 1
-                and dotted(assign.targets[0].target) == name
-                and self.index.function_of(assign) is scope
-                and isinstance(assign.value, cst.Call)
+                name is None
+                or len(assign.targets) != 1
+                or self.index.function_of(assign) is not scope
             ):
-                return assign.value
+                continue
+            target, value = assign.targets[0].target, assign.value
+            if dotted(target) == name and isinstance(value, cst.Call):
+                return value
+            if (  # `train_ds, val_ds = Spots(1600), Spots(320)`
+                isinstance(target, cst.Tuple)
+                and isinstance(value, cst.Tuple)
+                and len(target.elements) == len(value.elements)
+            ):
+                for element, made in zip(target.elements, value.elements, strict=True):
+                    if dotted(element.value) == name and isinstance(made.value, cst.Call):
+                        return made.value
         return None
 
     @cached_property

@@ -1757,3 +1757,44 @@ main()
         b'        if dist.get_rank() == 0:\n            tqdm.write(f"epoch {epoch} done")\n'
         in result.output
     )
+
+
+def test_draws_in_loader_workers_need_torch_seeded_apart() -> None:
+    """Round-10 audit c12: NumPy noise drawn in `__getitem__` by `num_workers=2` workers
+    (datasets made in one tuple assignment). The workers seed NumPy from a base seed drawn
+    from torch's generator, so torch's is seeded apart, even with NumPy itself unseeded."""
+    source = """import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Noisy(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.tensor([i + np.random.normal()], dtype=torch.float32)
+
+
+def main():
+    torch.manual_seed(0)
+    train_ds, val_ds = Noisy(), Noisy()
+    loader = DataLoader(train_ds, batch_size=8, shuffle=True, num_workers=2)
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x in loader:
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "workers.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"    torch.manual_seed(0 + dist.get_rank())" in result.output
+    in_process = source.replace(", num_workers=2", "")
+    output = convert_source(in_process.encode(), "workers.py", ConvertOptions()).output
+    assert b"dist.get_rank())" not in output.split(b"for epoch")[0].split(b"main():")[-1]
