@@ -105,9 +105,7 @@ def could_train(source: bytes, imports_helpers: bool = False) -> bool:
     `p.data.add_(p.grad, alpha=-lr)`: pytorch/examples' word language model, round-10 audit
     c13), or `backward` (unless its training loop may sit in a helper it imports from its
     project), trains nothing, and is dismissed without building a syntax tree."""
-    return (b"optim" in source or b".grad" in source) and (
-        imports_helpers or b"backward" in source
-    )
+    return (b"optim" in source or b".grad" in source) and (imports_helpers or b"backward" in source)
 
 
 def _why_left_alone(anatomy: Anatomy) -> str | None:
