@@ -192,6 +192,8 @@ class ScheduleLength(ConvertRule):
         anatomy = ctx.anatomy
         scope = anatomy.function_of(scheduler)
         for value, _ in anatomy.values.values_of(name, scope):
+            if not _arithmetic(value):
+                continue  # `train_loader = DataLoader(..., sampler=sampler)`: not a count
             for inner in walk(value):
                 if isinstance(inner, cst.Name) and not anatomy.is_attribute_name(inner):
                     self._refuse_computed(ctx, scheduler, inner.value, loaders, seen, depth + 1)
@@ -216,6 +218,18 @@ class ScheduleLength(ConvertRule):
                         "len(train_loader) by hand",
                         blocking=True,
                     )
+
+
+# Calls a count of steps is computed with.
+COUNTING = {"len", "int", "round", "max", "min", "math.ceil", "math.floor", "ceil", "floor"}
+
+
+def _arithmetic(value: cst.BaseExpression) -> bool:
+    """Whether `value` computes a number from names and counts (`epochs * steps_per_epoch`,
+    `math.ceil(len(ds) / bs)`), not an object (a loader, a sampler)."""
+    return all(
+        (dotted(node.func) or "") in COUNTING for node in walk(value) if isinstance(node, cst.Call)
+    )
 
 
 def _measuring(what: str) -> Callable[[cst.Call], cst.Call]:

@@ -1798,3 +1798,34 @@ main()
     in_process = source.replace(", num_workers=2", "")
     output = convert_source(in_process.encode(), "workers.py", ConvertOptions()).output
     assert b"dist.get_rank())" not in output.split(b"for epoch")[0].split(b"main():")[-1]
+
+
+def test_a_schedule_sized_from_the_loader_is_not_followed_into_the_loader_s_sampler() -> None:
+    """Round-8 audit a13 (a WeightedRandomSampler drawing `len(train_set)` samples): a
+    schedule sized `epochs * len(train_loader)` counts this process's batches already;
+    following its names into `train_loader = DataLoader(..., sampler=sampler)` found
+    `len(train_set)` and refused."""
+    source = """import torch
+from torch.utils.data import DataLoader, WeightedRandomSampler
+
+
+def main():
+    sampler = WeightedRandomSampler(weights, num_samples=len(train_set), replacement=True)
+    train_loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=5 * len(train_loader))
+    for epoch in range(5):
+        for x, y in train_loader:
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "weighted.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"T_max=5 * len(train_loader))" in result.output
