@@ -11,6 +11,7 @@ from ddpify.analysis.project import Helper
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import RANK_ZERO, expression, statement, with_keyword
+from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 
@@ -427,8 +428,6 @@ def _before_setup(
     printed at import): under torchrun every process runs it; on rank 0 only, read from the
     `RANK` torchrun sets (0 with plain `python`). A spawned worker re-imports the module
     without it: left as is there."""
-    from ddpify.options import Launcher
-
     if kind not in {"print", "logging"} or ctx.options.launcher is not Launcher.TORCHRUN:
         return
     if ctx.anatomy.function_of(node) is not None or ctx.anatomy.script.entry is None:
