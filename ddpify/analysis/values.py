@@ -125,6 +125,9 @@ class Values:
                 and not index.inside(node, anchor)
                 and not self._made_anew(name, scope, anchor, node)
             )
+        returned = self._returned_after(anchor, node, name, scope, depth, some)
+        if returned is not None:
+            return returned
         if scope is None or self.binds(scope, name):
             return False
         sites = self.graph.call_sites(scope) if name in self.graph.parameters_of(scope) else []
@@ -135,6 +138,55 @@ class Values:
             for site in sites
             for given in [dotted(self.graph.bound_argument(site, scope, name))]
         ]
+        return any(after) if some else all(after)
+
+    def _returned_after(
+        self,
+        anchor: cst.CSTNode,
+        node: cst.CSTNode,
+        name: str,
+        scope: Scope,
+        depth: int,
+        some: bool,
+    ) -> bool | None:
+        """When the last value `name` is given before `node` in its own function (or at
+        module level) is what one of the script's functions returns (`model, hist =
+        train_one(lr)`, round-10 audit c11): whether that return runs after `anchor`. None
+        when `name` is not given such a value there."""
+        index = self.index
+        last: cst.BaseExpression | None = None
+        for assign in self._assignments_by_scope.get(scope, ()):
+            if assign.value is None or not index.precedes(assign, node):
+                continue
+            if index.inside(node, assign):
+                continue
+            targets = (
+                [target.target for target in assign.targets]
+                if isinstance(assign, cst.Assign)
+                else [assign.target]
+            )
+            for target in targets:
+                for value in _values_for(target, assign.value, name):
+                    last = value
+        if last is None or depth >= MAX_STEPS:
+            return None
+        position = constant_index(last)
+        call = last.value if isinstance(last, cst.Subscript) and position is not None else last
+        callee = self.graph.callee(call) if isinstance(call, cst.Call) else None
+        if callee is None:
+            return None
+        after = []
+        for value in self.graph.returned_values(callee):
+            if position is not None:
+                if not (isinstance(value, cst.Tuple) and position < len(value.elements)):
+                    return None
+                value = value.elements[position].value
+            returned = dotted(value)
+            if returned is None:
+                return None
+            after.append(self.runs_after(anchor, value, returned, depth + 1, some=some))
+        if not after:
+            return None
         return any(after) if some else all(after)
 
     def _made_anew(self, name: str, scope: Scope, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:

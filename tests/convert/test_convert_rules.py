@@ -1829,3 +1829,37 @@ main()
     result = convert_source(source.encode(), "weighted.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"T_max=5 * len(train_loader))" in result.output
+
+
+def test_a_model_returned_from_the_function_that_wraps_it_is_saved_bare() -> None:
+    """Round-10 audit c11 (a grid search): `model, hist = train_one(lr)` returns the model
+    `train_one` wrapped, and `torch.save(model, ...)` in the caller pickled the DDP wrapper,
+    which loads only where a process group exists. Under another name too."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+
+def train_one(lr):
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    return model, {"lr": lr}
+
+
+for lr in [0.1, 0.01]:
+    model, hist = train_one(lr)
+    torch.save(model, f"model_{lr}.pt")
+    net = train_one(lr)[0]
+    best, _ = train_one(lr)
+    torch.save(best.state_dict(), "best.pt")
+"""
+    result = convert_source(source, "sweep.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'torch.save(model.module, f"model_{lr}.pt")' in text
+    assert 'torch.save(best.module.state_dict(), "best.pt")' in text
