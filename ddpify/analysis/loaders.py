@@ -174,6 +174,8 @@ class Loaders:
         `**kwargs` that cannot be followed may hold it."""
         arg = call_arg(call, LOADER_POSITIONS.get(parameter), parameter)
         found = [Passed(arg.value, arg, direct=True)] if arg is not None else []
+        if arg is not None and arg.keyword is not None:
+            return found  # a `**` dict holding it too would be a TypeError
         for star in call.args:
             if star.star == "*":
                 return None
