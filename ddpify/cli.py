@@ -190,7 +190,7 @@ def _report(result: ConvertResult, name: str, options: ConvertOptions, out: str 
     if not result.changed:
         say(f"{name}: unchanged")
         return
-    say(f"{name}: {batch_semantics(options)}")
+    say(f"{name}: {batch_semantics(options, result.whole_batch)}")
     if out and out != "-":
         say(f"launch with: {launch_command(out, options)}")
 

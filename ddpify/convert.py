@@ -24,6 +24,8 @@ class ConvertResult:
     skipped: str | None = None
     # Why no safe conversion exists; `output` is then the unchanged input.
     refused: bool = False
+    # Every step trained on the whole data, now split between the processes.
+    whole_batch: bool = False
 
     @property
     def changed(self) -> bool:
@@ -52,7 +54,12 @@ def launch_command(name: str, options: ConvertOptions) -> str:
     return f"torchrun --standalone --nproc_per_node=gpu {name}"
 
 
-def batch_semantics(options: ConvertOptions) -> str:
+def batch_semantics(options: ConvertOptions, whole_batch: bool = False) -> str:
+    if whole_batch:
+        return (
+            "every step trained on all of the samples at once: the processes split them, so "
+            "the effective batch and the learning rate stay as they were"
+        )
     if options.batch is BatchMode.GLOBAL:
         return (
             "--batch global: each process loads batch_size // world_size samples, so the "
@@ -94,7 +101,8 @@ def convert_source(
     new = ctx.plan.apply(anatomy.module)
     new = add_imports(new, sorted(ctx.imports, key=str))
     notes = sorted(ctx.notes, key=lambda note: (note.line, note.code))
-    return ConvertResult(source, new.bytes, notes=notes)
+    whole = anatomy.whole_batch is not None
+    return ConvertResult(source, new.bytes, notes=notes, whole_batch=whole)
 
 
 NOT_TRAINING = "not a training script (no optimizer and backward pass found)"

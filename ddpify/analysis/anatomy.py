@@ -14,7 +14,8 @@ never builds the call graph:
 - `ranks` — rank tests and rank-0 guards (ranks.py);
 - `bindings` — which uses of a name hold the DDP wrapper (wrapped.py);
 - `project` — functions imported from the script's other files (project.py);
-- `streams` — training loops that draw their batches at random (streams.py).
+- `streams` — training loops that draw their batches at random (streams.py);
+- `whole` — a training loop that steps on the same whole tensors every time (whole.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ddpify.analysis.ranks import Ranks
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.streams import Streams
 from ddpify.analysis.values import Values
+from ddpify.analysis.whole import WholeBatch, WholeBatches
 from ddpify.analysis.wrapped import DdpBindings
 
 
@@ -89,3 +91,18 @@ class Anatomy(SourceIndex):
     @cached_property
     def streams(self) -> Streams:
         return Streams(self, self.graph, self.script)
+
+    @cached_property
+    def whole(self) -> WholeBatches:
+        return WholeBatches(self, self.graph, self.values, self.script, self.models)
+
+    @cached_property
+    def whole_batch(self) -> WholeBatch | None:
+        """The full-batch training loop the conversion splits between the processes: no
+        training DataLoader, no batches drawn at random, and samples it can split."""
+        if self.script.train_loaders or self.streams.without_loader != "whole":
+            return None
+        batch = self.whole.batch
+        if batch is None or batch.problem is not None or not batch.samples:
+            return None
+        return batch

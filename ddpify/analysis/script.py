@@ -213,11 +213,12 @@ class TrainingScript:
         trains_here = (
             bool(self.backward_calls)
             and self.index.uses_torch
+            and bool(self.optimizer_calls)
             and (
                 any(_passes_parameters(call) for call in self.index.calls)
-                or any(self._builds_from_parameters(call) for call in self.optimizer_calls)
+                or any(self.builds_from_parameters(call) for call in self.optimizer_calls)
+                or bool(raw_optimizers(self))
             )
-            and bool(self.optimizer_calls)
         )
         # Or it hands its training to a helper of another of its files.
         return trains_here or (
@@ -255,7 +256,7 @@ class TrainingScript:
             found += frontier
         return found + _handed_parameters(self.graph, found)
 
-    def _builds_from_parameters(self, optimizer: cst.Call) -> bool:
+    def builds_from_parameters(self, optimizer: cst.Call) -> bool:
         return any(
             is_method_call(node, *PARAMETERS)
             for source in self.parameter_sources(optimizer)
@@ -385,7 +386,11 @@ class TrainingScript:
         if len(self.loaders.all) == 1:
             self.loaders.all[0].trains = True
             return list(self.loaders.all)
-        guessed = [loader for loader in self.loaders.all if _looks_like_training(loader)]
+        guessed = [
+            loader
+            for loader in self.loaders.all
+            if _looks_like_training(loader) and not _made_to_evaluate(self.index, loader)
+        ]
         for loader in guessed:
             loader.trains = True
         return guessed
@@ -487,7 +492,7 @@ def _loss_nodes(
                 if index.is_attribute_name(node):
                     continue
                 for origin in values.origins(node, scope):
-                    if origin is not node:
+                    if origin is not node and not _given_later(index, origin, node):
                         collect(origin, index.function_of(origin), depth + 1)
                         for item in _stored_items(index, node.value, index.function_of(origin)):
                             collect(item, index.function_of(item), depth + 1)
@@ -501,6 +506,36 @@ def _loss_nodes(
         if isinstance(backward.func, cst.Attribute):
             collect(backward.func.value, index.function_of(backward), 0)
     return found
+
+
+def raw_optimizers(script: TrainingScript) -> list[cst.Call]:
+    """Optimizers of `torch.optim` given tensors of the script's own, not a module's
+    parameters (makemore's MLP: `SGD([C, W1, b1, W2, b2])`): training, with nothing for
+    DDP to wrap."""
+    return [
+        call
+        for call in script.optimizer_calls
+        if call not in script.manual_updates
+        and call_arg(call, 0, "params") is not None
+        and not script.builds_from_parameters(call)
+    ]
+
+
+def _given_later(index: SourceIndex, origin: cst.CSTNode, read: cst.CSTNode) -> bool:
+    """Whether `origin`, a value given to the name `read` reads, is given after it in the
+    same function and no loop runs both (`codes = model.encoder(data)` after training, in
+    a function that read another `codes` before: round-11 audit d13)."""
+    if index.function_of(origin) is not index.function_of(read):
+        return False
+    try:
+        if not index.precedes(read, origin):
+            return False
+    except KeyError:  # made outside the tree (`make()[1]` for `a, b = make()`)
+        return False
+    return not any(
+        isinstance(loop, cst.For | cst.While) and index.inside(origin, loop)
+        for loop in index.ancestors(read)
+    )
 
 
 def _handed_parameters(
@@ -679,6 +714,21 @@ def _passes_parameters(call: cst.Call) -> bool:
     """`f(model.parameters(), ...)` or `f([{"params": m.parameters()}])`: an optimizer's shape."""
     return any(
         is_method_call(node, *PARAMETERS) for arg in call.args[:1] for node in walk(arg.value)
+    )
+
+
+def _made_to_evaluate(index: SourceIndex, loader: Loader) -> bool:
+    """A loader made in a function that runs without gradients (`@torch.no_grad()`,
+    `@torch.inference_mode()` on it, makemore's `evaluate`) or under `with
+    torch.no_grad():`: it cannot feed a backward pass."""
+    if _without_gradients(index, loader.call):
+        return True
+    function = index.function_of(loader.call)
+    return function is not None and any(
+        (
+            dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or ""
+        ).endswith(("no_grad", "inference_mode"))
+        for d in function.decorators
     )
 
 

@@ -106,7 +106,14 @@ class BatchAndLearningRate(ConvertRule):
                     continue
                 ctx.plan.replace(size.value, lambda v: _scaled(v, f"// {WORLD_SIZE}"))
                 ctx.changed(size, "batch size divided by the world size (--batch global)")
-        if options.scale_lr is not ScaleLR.NONE:
+        if anatomy.whole_batch is not None and options.scale_lr is not ScaleLR.NONE:
+            ctx.info(
+                anatomy.whole_batch.loop,
+                f"--scale-lr {options.scale_lr.value}: every step trains on all of the "
+                "samples, split between the processes, so the effective batch is unchanged "
+                "and the learning rate is left as it is",
+            )
+        elif options.scale_lr is not ScaleLR.NONE:
             factor = WORLD_SIZE if options.scale_lr is ScaleLR.LINEAR else f"{WORLD_SIZE} ** 0.5"
             for optimizer in {
                 id(model.optimizer_call): model.optimizer_call for model in anatomy.models.all

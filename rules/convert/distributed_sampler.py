@@ -24,6 +24,70 @@ from ddpify.fixes import (
 )
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
+# Full batch: every step on the same whole tensors; each process takes its part.
+FULL_BATCH = Example(
+    """
+    import torch
+
+    x = torch.tensor(features)
+    y = torch.tensor(labels)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(100):
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    predicted = model(x).argmax(1)
+    """,
+    """
+    import torch
+    import torch.distributed as dist
+
+    x = torch.tensor(features)
+    y = torch.tensor(labels)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x_part = x[dist.get_rank()::dist.get_world_size()]  # this process's part of the samples
+    y_part = y[dist.get_rank()::dist.get_world_size()]
+    for epoch in range(100):
+        optimizer.zero_grad()
+        loss = criterion(model(x_part), y_part)
+        loss.backward()
+        optimizer.step()
+    predicted = model(x).argmax(1)
+    """,
+)
+
+# A weighted sampler (class imbalance): a stream of its own per process.
+WEIGHTED = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader, WeightedRandomSampler
+
+    sampler = WeightedRandomSampler(weights, num_samples=len(weights))
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader, WeightedRandomSampler
+    import torch.distributed as dist
+
+    sampler = WeightedRandomSampler(weights, num_samples=len(weights), generator=torch.Generator().manual_seed(torch.initial_seed() + dist.get_rank()))
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,  # noqa: E501
+)
+
 
 class DistributedSampler(ConvertRule):
     """
@@ -62,6 +126,19 @@ class DistributedSampler(ConvertRule):
     generator of its own, `torch.Generator().manual_seed(torch.initial_seed() +
     dist.get_rank())`, so that every process draws a different, reproducible stream.
 
+    A script that trains every step on the same whole tensors (full batch: `output =
+    model(inputs)` on `inputs` made once before the loop) has no batches to shard: each
+    process takes every world_size-th sample, `inputs[dist.get_rank()::dist.
+    get_world_size()]`, under a new name the loop reads (`inputs_part`); the script's own
+    name keeps every sample for what runs after training. DDP averages the processes'
+    gradients, which is the whole batch's gradient when the loss is a mean over the samples
+    and their number divides by the world size (a summed loss is scaled by DDP007). Samples
+    drawn at random unseeded (`x = torch.randn(64, 1000)`) are rank 0's in every process.
+    Refused, with the reason: a name the loss is computed from that cannot be told to be
+    samples (`batch_size = len(data)` read in the step), a loss added up in a loop, the
+    model's output indexed by a set of samples (`output[idx_train]`: a graph every process
+    needs whole), or a training step in a function the loop calls.
+
     ## Why is this bad?
     Without the sampler every process trains on the same batches: N GPUs do the work of
     one. Without `set_epoch` the sampler shuffles the same way every epoch.
@@ -81,6 +158,7 @@ class DistributedSampler(ConvertRule):
         each process draws its own stream, so an epoch draws world_size times the samples.
     """
     examples = (
+        FULL_BATCH,
         # Batches drawn at random every step (nanoGPT): a stream of its own per process.
         Example(
             """
@@ -295,36 +373,7 @@ class DistributedSampler(ConvertRule):
                             optimizer.step()
             """,  # noqa: E501
         ),
-        # A weighted sampler (class imbalance): a stream of its own per process.
-        Example(
-            """
-            import torch
-            from torch.utils.data import DataLoader, WeightedRandomSampler
-
-            sampler = WeightedRandomSampler(weights, num_samples=len(weights))
-            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for epoch in range(10):
-                for x, y in loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-            """,
-            """
-            import torch
-            from torch.utils.data import DataLoader, WeightedRandomSampler
-            import torch.distributed as dist
-
-            sampler = WeightedRandomSampler(weights, num_samples=len(weights), generator=torch.Generator().manual_seed(torch.initial_seed() + dist.get_rank()))
-            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for epoch in range(10):
-                for x, y in loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-            """,  # noqa: E501
-        ),
+        WEIGHTED,
         # Options chosen by a conditional expression; a progress bar made each epoch.
         Example(
             """
@@ -369,7 +418,8 @@ class DistributedSampler(ConvertRule):
             _seed_per_process(ctx, stream)
             return
         if not loaders:
-            _refuse_unsharded(ctx)
+            if anatomy.streams.without_loader != "whole" or not _split_whole_batch(ctx):
+                _refuse_unsharded(ctx)
             return
         sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
         _share_draws(ctx)
@@ -632,6 +682,77 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
     return True
 
 
+def _split_whole_batch(ctx: ConvertContext) -> bool:
+    """Every step trains on the same whole tensors (full batch): each process takes every
+    world_size-th sample, under a name of its own read in the loop only (the script's own
+    name keeps the whole batch for what runs after training). False when there is no such
+    loop; a loop that cannot be split is refused here, with its reason."""
+    anatomy = ctx.anatomy
+    batch = anatomy.whole.batch
+    if batch is None or (batch.problem is None and not batch.samples):
+        return False
+    if batch.problem is not None:
+        ctx.cannot(
+            batch.where,
+            "found no DataLoader to shard: every step trains on the same whole tensors (full "
+            f"batch), which cannot be split by rank: {batch.problem}; split them by hand, or "
+            "feed them through a DataLoader",
+            blocking=True,
+        )
+        return True
+    for samples in batch.samples:
+        if samples.drawn is not None and not _share_drawn_samples(ctx, samples.drawn):
+            return True
+    lines = []
+    for samples in batch.samples:
+        part = anatomy.free_name([f"{samples.name}_part"])
+        lines.append(f"{part} = {samples.name}[dist.get_rank()::dist.get_world_size()]\n")
+        for read in samples.reads:
+            ctx.plan.replace(read, lambda node, part=part: node.with_changes(value=part))
+    lines[0] = lines[0].rstrip("\n") + "  # this process's part of the samples\n"
+    ctx.plan.insert_before(batch.loop, statements("".join(lines)))
+    ctx.add_import("torch.distributed", asname="dist")
+    names = ", ".join(f"`{samples.name}`" for samples in batch.samples)
+    ctx.changed(
+        batch.loop,
+        f"every step trains on the whole tensors {names}: each process takes every "
+        "world_size-th sample (`x[rank::world_size]`), and DDP averages the processes' "
+        "gradients, which is the whole batch's gradient when the loss is a mean over the "
+        "samples and their number divides by the world size (otherwise the parts differ by "
+        "one sample and weigh slightly differently); every process needs at least one sample",
+    )
+    return True
+
+
+def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call) -> bool:
+    """Samples drawn at random, unseeded (`x = torch.randn(N, D)`): every process takes rank
+    0's, right after they are drawn, so the processes split one set of samples."""
+    anatomy = ctx.anatomy
+    statement_ = anatomy.statement_of(draw)
+    target = None
+    if isinstance(statement_, cst.SimpleStatementLine) and len(statement_.body) == 1:
+        small = statement_.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+    name = dotted(target) if isinstance(target, cst.Name) else None
+    if name is None or not anatomy.script.after_setup(statement_):
+        ctx.cannot(
+            draw,
+            f"the samples are drawn at random (`{dotted(draw.func)}`), unseeded, before the "
+            "process group exists: every process would draw different ones; seed the "
+            "generator first, or take rank 0's by hand",
+            blocking=True,
+        )
+        return False
+    take_rank_zeros(ctx.plan, statement_, name)
+    ctx.changed(
+        draw,
+        f"the samples `{name}` are drawn at random (`{dotted(draw.func)}`), unseeded: every "
+        "process takes rank 0's, so the processes split one set of samples",
+    )
+    return True
+
+
 def _refuse_unsharded(ctx: ConvertContext) -> None:
     """No training loader to shard, and no random stream: say how the data does come."""
     anatomy = ctx.anatomy
@@ -643,9 +764,10 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
         feeding = anatomy.streams.without_loader
         if feeding == "ordered":
             reason = (
-                "found no DataLoader to shard: the training loop walks its tensors in order "
-                "(`x[i:i + bs]`), and every process would walk all of them; split them by "
-                "rank by hand, or feed them through a DataLoader"
+                "found no DataLoader to shard: the training loop slices its batches out of "
+                "whole tensors with its own counter (`x[i:i + bs]`, or indices `perm[i:i + "
+                "bs]`), and every process would walk all of them; split them by rank by hand, "
+                "or feed them through a DataLoader"
             )
         elif feeding == "whole":
             reason = (

@@ -7,6 +7,8 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import DDP_OWN, DDP_RENAMED, DDP_TRANSPARENT, EXPORTS, PARAMETERS
 from ddpify.analysis.models import Model, holds_model
+from ddpify.analysis.script import raw_optimizers
+from ddpify.analysis.streams import TORCH_DRAWS
 from ddpify.analysis.tree import (
     child_nodes,
     dotted,
@@ -196,9 +198,14 @@ class WrapModel(ConvertRule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         if not anatomy.models.all:
+            raw = raw_optimizers(anatomy.script)
             ctx.cannot(
-                anatomy.script.optimizer_calls[0],
-                "found no model among the optimizer's arguments",
+                raw[0] if raw else anatomy.script.optimizer_calls[0],
+                "the optimizer trains tensors of the script's own, not a module's parameters: "
+                "DDP wraps an nn.Module; gather them in one, or average their gradients over "
+                "the processes by hand"
+                if raw
+                else "found no model among the optimizer's arguments",
                 blocking=True,
             )
             return
@@ -672,6 +679,16 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
     for forward in _forwards(anatomy, model):
         params = [p.name.value for p in forward.params.params][2:]  # after self and the input
         for node in walk(forward.body):
+            if (
+                isinstance(node, cst.For | cst.If | cst.IfExp)
+                and _draws_at_random(anatomy, node.iter if isinstance(node, cst.For) else node.test)
+                and any(_calls_submodule(inner) for inner in walk(node.body))
+            ):
+                line = anatomy.line(node)
+                return (
+                    f"the forward of `{model.placed_name}` draws at random what runs "
+                    f"(line {line}), and each process draws its own"
+                ), most
             if isinstance(node, cst.If | cst.IfExp):
                 chooses = any(is_name(n, *params) for n in walk(node.test)) and any(
                     _calls_submodule(inner) for inner in walk(node) if inner is not node.test
@@ -883,6 +900,19 @@ def _other_branch_calls(branching: cst.CSTNode, taken: cst.CSTNode, chosen: set[
     branches = [branching.body, branching.orelse]
     other = next((b for b in branches if b is not None and b is not taken), None)
     return other is not None and taken in branches and _together(other, chosen) > 0
+
+
+def _draws_at_random(anatomy: Anatomy, expr: cst.BaseExpression) -> bool:
+    """`random.randint(0, 3)`, `torch.rand(1) < p`: a random draw decides (jcjohnson's
+    dynamic net runs its middle layer a random number of times, stochastic depth skips a
+    block)."""
+    for node in walk(expr):
+        if not isinstance(node, cst.Call):
+            continue
+        for name in anatomy.qualified_names(node.func):
+            if name in TORCH_DRAWS or name.startswith(("random.", "numpy.random.")):
+                return True
+    return False
 
 
 def _calls_submodule(node: cst.CSTNode) -> bool:

@@ -949,3 +949,41 @@ def test_a_writer_handed_to_the_training_function_writes_one_event_file(
     [events] = list((tmp_path / "runs").iterdir())
     tags = set(events.read_text().split())
     assert tags == {"loss", "weight", "bias"}
+
+
+def test_a_full_batch_split_between_the_ranks_trains_as_the_whole_batch(tmp_path: Path) -> None:
+    """nlp-tutorial's layout: whole tensors every step, a vocabulary numbered from a set.
+    Each rank takes every other sample and DDP averages the two means: the run ends where
+    the single process ends (with the vocabulary sorted, the order DDP013 gives every rank;
+    unsorted, each rank would number the words by its own hash seed)."""
+    name = "full_batch_vocab.py"
+    original = (FIXTURES / "convert" / "scripts" / name).read_text()
+    ordered = "word_list = list(set(word_list))"
+    assert ordered in original
+    (tmp_path / "original.py").write_text(
+        original.replace(ordered, "word_list = sorted(set(word_list))")
+    )
+    converted = (EXPECTED / name).read_text()
+    split = "    target_batch_part = target_batch[dist.get_rank()::dist.get_world_size()]\n"
+    assert split in converted
+    probe = "    json.dump(input_batch_part.tolist(), open(f'part{dist.get_rank()}.json', 'w'))\n"
+    (tmp_path / "converted.py").write_text(
+        "import json\n" + converted.replace(split, split + probe)
+    )
+    single = run([sys.executable, "original.py"], cwd=tmp_path, timeout=120)
+    assert single.returncode == 0, single.stderr.decode()[-3000:]
+    (tmp_path / "nnlm.pt").rename(tmp_path / "single.pt")
+    result = torchrun(["converted.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert len(progress_lines(result.stdout.replace(b"Epoch:", b"epoch"))) == 3  # rank 0's
+    expected = torch.load(tmp_path / "single.pt", weights_only=True)
+    saved = torch.load(tmp_path / "nnlm.pt", weights_only=True)
+    assert saved["vocab"] == expected["vocab"]
+    assert saved["model"].keys() == expected["model"].keys()  # no `module.`
+    for key, value in expected["model"].items():
+        assert torch.allclose(saved["model"][key], value, atol=1e-5), key
+    import json
+
+    parts = [json.loads((tmp_path / f"part{rank}.json").read_text()) for rank in (0, 1)]
+    assert len(parts[0]) == len(parts[1]) == 4  # each rank half of the 8 sentences
+    assert not {tuple(p) for p in parts[0]} & {tuple(p) for p in parts[1]}

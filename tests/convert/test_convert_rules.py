@@ -1863,3 +1863,253 @@ for lr in [0.1, 0.01]:
     text = result.output.decode()
     assert 'torch.save(model.module, f"model_{lr}.pt")' in text
     assert 'torch.save(best.module.state_dict(), "best.pt")' in text
+
+
+FULL_BATCH = """import torch
+
+{data}
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(100):
+    optimizer.zero_grad()
+{step}
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("data", "step", "reason"),
+    [
+        pytest.param(
+            "x = torch.tensor(features)\ny = torch.tensor(labels)\nbatch_size = len(x)",
+            "    hidden = torch.zeros(1, batch_size, 8)\n    loss = criterion(model(x, hidden), y)",
+            "cannot tell that `batch_size` holds samples",
+            id="a-count-of-the-samples",
+        ),
+        pytest.param(
+            "x = torch.tensor(features)\ny = torch.tensor(labels)",
+            "    out = model(x)\n    loss = 0\n"
+            "    for i in range(len(y)):\n        loss += criterion(out[i], y[i])",
+            "the loss is added up in a loop",
+            id="a-loss-summed-per-sample",
+        ),
+        pytest.param(
+            "features = torch.tensor(f)\nadj = torch.tensor(a)\nlabels = torch.tensor(l)\n"
+            "idx_train = torch.arange(140)",
+            "    output = model(features, adj)\n"
+            "    loss = criterion(output[idx_train], labels[idx_train])",
+            "the model's output is indexed by a set of samples (`output[idx_train]`)",
+            id="a-graph",
+        ),
+        pytest.param(
+            "x = torch.tensor(features)\ny = torch.tensor(labels)\nbatch_size = 6",
+            "    hidden = torch.zeros(1, batch_size, 8)\n    loss = criterion(model(x, hidden), y)",
+            "the step reads `batch_size` (line 5), which may count the samples",
+            id="a-batch-size-constant",
+        ),
+        pytest.param(
+            "x = torch.LongTensor([[1, 2, 3]])\ny = torch.LongTensor([[2, 3, 4]])",
+            "    loss = criterion(model(x), y)",
+            "`x` holds one sample (line 3): nothing to split",
+            id="one-sample",
+        ),
+        pytest.param(
+            "x = torch.from_numpy(x_np).float()\ny = torch.from_numpy(y_np)\n"
+            "rnn = torch.nn.GRU(4, 8)",
+            "    loss = criterion(model(x), y)",
+            "`torch.nn.GRU` (line 5) takes sequence-first tensors",
+            id="sequence-first",
+        ),
+        pytest.param(
+            "x, y = load()",
+            "    loss = criterion(model(x), y)",
+            "cannot tell that `x` holds samples",
+            id="an-unknown-call",
+        ),
+    ],
+)
+def test_a_full_batch_that_cannot_be_split_is_refused_with_its_reason(
+    data: str, step: str, reason: str
+) -> None:
+    """Only samples the analysis can tell apart are split: anything else is refused (a
+    sequence-first GRU fed `x[seq, batch, feat]` whole was split along time: round-11
+    audit p14c)."""
+    source = FULL_BATCH.format(data=data, step=step)
+    result = convert_source(source.encode(), "full.py", ConvertOptions())
+    assert result.refused
+    assert any(reason in note.message for note in result.problems), result.problems
+
+
+def test_a_full_batch_step_loop_in_a_function_splits_its_parameters() -> None:
+    """`train(model, X, y)` given the whole tensors: the split is made in the function, from
+    its parameters, and what the caller evaluates afterwards is still every sample."""
+    source = b"""import numpy as np
+import torch
+
+
+def train(model, X, y, epochs):
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(X), y)
+        loss.backward()
+        optimizer.step()
+
+
+def main():
+    X = torch.from_numpy(np.loadtxt("x.csv")).float()
+    y = torch.from_numpy(np.loadtxt("y.csv")).float()
+    model = torch.nn.Linear(3, 1)
+    train(model, X, y, 10)
+    print(torch.nn.functional.mse_loss(model(X), y).item())
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source, "fit.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    X_part = X[dist.get_rank()::dist.get_world_size()]" in text
+    assert "loss = torch.nn.functional.mse_loss(model(X_part), y_part)" in text
+    assert "model_result = model(X)\n" in text
+    assert result.whole_batch
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        "        for _ in range(random.randint(0, 3)):\n            h = self.middle(h)\n",
+        "        if torch.rand(1).item() < 0.5:\n            h = self.middle(h)\n",
+    ],
+    ids=["a-random-depth", "stochastic-depth"],
+)
+def test_a_forward_that_draws_what_runs_trains_with_find_unused_parameters(choice: str) -> None:
+    """jcjohnson's dynamic net reuses its middle layer a random number of times, zero
+    included: each process draws its own, and a process that drew zero leaves the layer
+    without a gradient. Without find_unused_parameters DDP stopped at the second step
+    ("Expected to have finished reduction in the prior iteration")."""
+    source = f"""import random
+import torch
+
+
+class DynamicNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(4, 8)
+        self.middle = torch.nn.Linear(8, 8)
+        self.out = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = self.inp(x).clamp(min=0)
+{choice}        return self.out(h)
+
+
+x = torch.tensor(features)
+y = torch.tensor(targets)
+model = DynamicNet()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for t in range(100):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    result = convert_source(source.encode(), "dynamic.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "find_unused_parameters=True)" in result.output.decode()
+
+
+def test_an_optimizer_of_raw_tensors_is_refused_not_left_alone() -> None:
+    """Round-11 audit d07 (makemore part 2): `SGD([C, W1, b1, W2, b2])` trains tensors of
+    the script's own. It was "not a training script", copied unchanged with exit 0: under
+    torchrun, two independent trainings writing one file."""
+    source = b"""import torch
+
+C = torch.randn((27, 10), requires_grad=True)
+W = torch.randn((30, 27), requires_grad=True)
+parameters = [C, W]
+optimizer = torch.optim.SGD(parameters, lr=0.1)
+for step in range(100):
+    ix = torch.randint(0, X.shape[0], (32,))
+    loss = torch.nn.functional.cross_entropy(C[X[ix]].view(-1, 30) @ W, Y[ix])
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    result = convert_source(source, "mlp.py", ConvertOptions())
+    assert result.skipped is None and result.refused
+    assert any("trains tensors of the script's own" in n.message for n in result.problems)
+
+
+def test_a_file_a_helper_writes_when_missing_is_written_by_rank_0_first() -> None:
+    """Round-11 audit d03: `if not os.path.exists(path): make_csv(path)` then
+    `np.loadtxt(path)`: the write is rank 0's, so rank 1 read a file that did not exist yet
+    (FileNotFoundError in 4 runs of 4). Rank 0 runs the `if` first, the others after a
+    barrier: they find the file, and every rank reaches the barrier whatever it finds."""
+    source = b"""import os
+import numpy as np
+import torch
+
+
+def make_csv(path):
+    np.savetxt(path, np.random.rand(64, 4), delimiter=",")
+
+
+def main():
+    if not os.path.exists("data.csv"):
+        make_csv("data.csv")
+    raw = torch.from_numpy(np.loadtxt("data.csv", delimiter=",")).float()
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(raw, batch_size=8, shuffle=True)
+    for epoch in range(2):
+        for batch in loader:
+            loss = (model(batch[:, :3]) - batch[:, 3:]).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source, "tabular.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    first = (
+        "    if dist.get_rank() != 0:\n"
+        "        dist.barrier()  # rank 0 writes the files first; the others then find them\n"
+        '    if not os.path.exists("data.csv"):\n'
+        '        make_csv("data.csv")\n'
+        "    if dist.get_rank() == 0:\n"
+        "        dist.barrier()\n"
+    )
+    assert first in text
+
+
+def test_full_batch_samples_drawn_unseeded_inside_a_tensor_are_rank_0s() -> None:
+    """Labels drawn with `np.random.choice` inside `torch.tensor(...)` differ per process
+    unseeded: every rank takes rank 0's before the split (round-11 audit p14). A draw from
+    a seeded generator of its own (`generator=g`) is the same everywhere and left alone;
+    `.unsqueeze(1)` keeps the samples first (d09)."""
+    source = b"""import numpy as np
+import torch
+
+g = torch.Generator().manual_seed(0)
+x = torch.randn(64, 3, generator=g)
+y = torch.tensor(np.random.choice(2, 64)).float().unsqueeze(1)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    result = convert_source(source, "labels.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "y = [y]\ndist.broadcast_object_list(y)" in text
+    assert "x = [x]" not in text
+    assert "y_part = y[dist.get_rank()::dist.get_world_size()]" in text

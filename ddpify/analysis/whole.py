@@ -1,0 +1,530 @@
+"""Full-batch training: every step trains on the same whole tensors, made before the loop.
+
+`output = model(inputs); loss = criterion(output, targets)` in `for epoch in range(n)`, with
+`inputs` and `targets` made once before the loop (PyTorch's "learning PyTorch with
+examples", nlp-tutorial, the basic regression tutorials). The distributed equivalent splits
+the samples: each process trains on every world_size-th one (`inputs[rank::world_size]`),
+and DDP averages the processes' gradients. With a loss averaged over the samples and parts
+of equal size, that average is the whole batch's gradient, the single-GPU script's; a loss
+summed over the samples is the global sum once multiplied by the world size (DDP007).
+
+The samples are found from the loss backward: the names the loss and the model's inputs are
+computed from inside the loop, followed through the loop's own assignments to the names made
+before it. Each of those must be data whose first dimension is the samples, made by a
+tensor or array constructor (`torch.tensor`, `torch.LongTensor`, `np.array`,
+`torch.from_numpy`, `torch.randn(N, D)`), a list, what the script's own function returns
+(`make_batch()`), or a device or dtype move of one; hyper-parameters (numbers) and the
+model, its criterion and its optimizer are not samples. Anything else is a reason to
+refuse, given with its line: a name that cannot be told to be samples, a loss added up in a
+loop (it may sum over samples), the model's output indexed by a set of samples (a graph
+model trained on `output[idx_train]`: every process needs the whole graph), several
+backward passes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import libcst as cst
+
+from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.models import Models
+from ddpify.analysis.script import TrainingScript
+from ddpify.analysis.tree import call_arg, dotted, walk
+from ddpify.analysis.values import MAX_STEPS, Values, constant_index
+
+# Calls that make samples: their first dimension is the samples.
+MAKERS = frozenset(
+    {
+        "torch.tensor", "torch.Tensor", "torch.LongTensor", "torch.FloatTensor",
+        "torch.DoubleTensor", "torch.IntTensor", "torch.BoolTensor", "torch.from_numpy",
+        "torch.as_tensor", "torch.randn", "torch.rand", "torch.randint", "torch.stack",
+        "torch.cat", "torch.autograd.Variable", "numpy.array", "numpy.asarray",
+        "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.stack",
+        "numpy.concatenate", "numpy.random.randn", "numpy.random.rand",
+        "numpy.random.randint", "numpy.random.normal", "numpy.random.uniform",
+        "numpy.linspace", "torch.linspace", "torch.logspace", "torch.arange",
+        "torch.zeros_like", "torch.ones_like", "numpy.zeros_like", "numpy.ones_like",
+    }
+)  # fmt: skip
+# Layers that take sequence-first tensors unless given `batch_first=True`.
+SEQUENCE_FIRST = frozenset(
+    {
+        "torch.nn.RNN", "torch.nn.LSTM", "torch.nn.GRU", "torch.nn.Transformer",
+        "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer",
+        "torch.nn.MultiheadAttention",
+    }
+)  # fmt: skip
+# Names of numbers that may count the samples (`hidden = torch.zeros(1, batch_size, h)`).
+COUNTS = re.compile(r"(^|_)(batch|bs|samples|sample_count)($|_)|^(n|N|num|n_samples)$", re.I)
+# Makers whose first argument is the data itself (not a shape).
+FROM_DATA = frozenset(
+    {
+        "torch.tensor", "torch.Tensor", "torch.LongTensor", "torch.FloatTensor",
+        "torch.DoubleTensor", "torch.IntTensor", "torch.BoolTensor", "torch.as_tensor",
+        "numpy.array", "numpy.asarray",
+    }
+)  # fmt: skip
+# Draws among the makers: unseeded, every process would draw different samples.
+DRAWN = frozenset(
+    {
+        "torch.randn", "torch.rand", "torch.randint", "numpy.random.randn",
+        "numpy.random.rand", "numpy.random.randint", "numpy.random.normal",
+        "numpy.random.uniform",
+    }
+)  # fmt: skip
+# Methods that keep the samples where they are (a move, a new dtype, a copy).
+KEEPING = frozenset(
+    {
+        "to", "cuda", "cpu", "float", "double", "long", "int", "half", "bool", "contiguous",
+        "detach", "clone", "numpy", "astype", "requires_grad_", "type",
+    }
+)  # fmt: skip
+
+
+@dataclass
+class Samples:
+    """A name made before the training loop that holds samples, and its reads in the loop."""
+
+    name: str
+    reads: list[cst.Name]
+    # An unseeded draw it is made by (`x = torch.randn(N, D)`): rank 0's is shared.
+    drawn: cst.Call | None = None
+
+
+@dataclass
+class WholeBatch:
+    """A training loop that steps on the same whole tensors every time (None `problem`), or
+    why it cannot be split by rank (`problem`, at `where`)."""
+
+    loop: cst.For | cst.While
+    samples: list[Samples] = field(default_factory=list)
+    problem: str | None = None
+    where: cst.CSTNode | None = None
+
+
+class WholeBatches:
+    """The full-batch training loop of a script without a DataLoader, if it has one."""
+
+    def __init__(
+        self,
+        index: SourceIndex,
+        graph: CallGraph,
+        values: Values,
+        script: TrainingScript,
+        models: Models,
+    ) -> None:
+        self.index = index
+        self.graph = graph
+        self.values = values
+        self.script = script
+        self.models = models
+
+    @cached_property
+    def batch(self) -> WholeBatch | None:
+        backwards = self.script.backward_calls
+        if not backwards:
+            return None
+        loops = [node for node, kind in self.graph.loops_around(backwards[0]) if kind == "loop"]
+        if not loops:
+            return None
+        loop = loops[0]
+        assert isinstance(loop, cst.For | cst.While)
+        found = WholeBatch(loop)
+        if len(backwards) > 1:
+            return _refused(found, backwards[1], "it has several backward passes")
+        backward = backwards[0]
+        scope = self.index.function_of(backward)
+        if self.index.function_of(loop) is not scope:
+            return _refused(found, backward, "the backward pass is in a function the loop calls")
+        assert isinstance(backward.func, cst.Attribute)
+        self._follow(found, backward.func.value, backward, set())
+        layer = self._sequence_first() if found.problem is None else None
+        if layer is not None:
+            _refused(
+                found,
+                layer,
+                f"`{_code(layer.func)}` (line {self.index.line(layer)}) takes sequence-first "
+                "tensors (no `batch_first=True`) and nothing transposes them: the samples may "
+                "be the second dimension, not the first",
+            )
+        return found
+
+    def _sequence_first(self) -> cst.Call | None:
+        """A recurrent or attention layer built sequence-first, in a script that never
+        swaps the first two dimensions (`x.transpose(0, 1)`, the nlp-tutorial models' own
+        forward): then the whole tensors may well be `[seq, batch, ...]` (round-11 audit
+        p14c, a GRU tagger fed `x[seq, batch, feat]`, was split along time)."""
+        layers = [
+            call
+            for call in self.index.calls
+            if self.index.qualified_names(call.func) & SEQUENCE_FIRST
+            and not any(
+                arg.keyword is not None
+                and arg.keyword.value == "batch_first"
+                and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
+                for arg in call.args
+            )
+        ]
+        if not layers or any(_swaps_first_two(call) for call in self.index.calls):
+            return None
+        return layers[0]
+
+    def _follow(
+        self, found: WholeBatch, expr: cst.BaseExpression, at: cst.CSTNode, seen: set[str]
+    ) -> None:
+        """Follow the names `expr` (read at `at`, in the loop) is computed from."""
+        if found.problem is not None:
+            return
+        loop, index = found.loop, self.index
+        model_names = {name for model in self.models.all for name in model.names}
+        counters = (
+            {dotted(inner) for inner in walk(loop.target)} if isinstance(loop, cst.For) else set()
+        )
+        for node in walk(expr):
+            if found.problem is not None:
+                return
+            if isinstance(node, cst.Subscript) and self._indexes_output(node, model_names):
+                _refused(
+                    found,
+                    node,
+                    f"the model's output is indexed by a set of samples (`{_code(node)}`): a "
+                    "graph, or a mask over one batch, that every process needs whole",
+                )
+                return
+            if not isinstance(node, cst.Name) or index.is_attribute_name(node):
+                continue
+            if _is_keyword(index, node) or node.value in seen:
+                continue
+            name = node.value
+            seen.add(name)
+            if name in model_names or self._callable(node) or name in counters:
+                continue
+            inside = self._assignments_in_loop(loop, name)
+            if inside:
+                for statement, value in inside:
+                    if value is None:
+                        _refused(
+                            found,
+                            statement,
+                            f"the loss is added up in a loop (`{name}`): it may sum over "
+                            "the samples",
+                        )
+                        return
+                    self._follow(found, value, statement, seen)
+                continue
+            self._outside(found, node, seen)
+
+    def _outside(self, found: WholeBatch, node: cst.Name, seen: set[str]) -> None:
+        """`node` names something made before the loop: samples, a number, or unknown."""
+        name = node.value
+        scope = self.index.function_of(found.loop)
+        made = self.values.values_of(name, scope)
+        if not made and scope is not None and name in self.graph.parameters_of(scope):
+            made = self._arguments(scope, name)
+        if not made:
+            if self._is_import_or_definition(name):
+                return
+            _refused(found, node, f"cannot tell what `{name}` holds")
+            return
+        if all(_constant(value) for value, _ in made):
+            if COUNTS.search(name):
+                _refused(
+                    found,
+                    node,
+                    f"the step reads `{name}` (line {self.index.line(made[-1][0])}), which may "
+                    "count the samples, of which each process would have a part",
+                )
+            return  # a hyper-parameter
+        drawn: cst.Call | None = None
+        for value, where in made:
+            try:
+                kind = self._kind(value, where, 0)
+            except _OneSample as one:
+                _refused(
+                    found,
+                    node,
+                    f"`{name}` holds one sample (line {self.index.line(one.display)}): "
+                    "nothing to split between the processes",
+                )
+                return
+            if kind is None:
+                _refused(
+                    found,
+                    node,
+                    f"cannot tell that `{name}` holds samples, one to a row (line "
+                    f"{self._line(value)}: made in a way ddpify does not follow)",
+                )
+                return
+            if isinstance(kind, cst.Call):
+                drawn = kind
+        reads = [
+            read
+            for read in walk(found.loop.body)
+            if isinstance(read, cst.Name)
+            and read.value == name
+            and not self.index.is_attribute_name(read)
+            and not _is_keyword(self.index, read)
+            and self.index.function_of(read) is scope
+        ]
+        found.samples.append(Samples(name, reads, drawn))
+
+    def _kind(
+        self, value: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int
+    ) -> bool | cst.Call | None:
+        """Whether `value` holds samples: True, or the unseeded draw that makes them; None
+        when it cannot be told."""
+        if depth > MAX_STEPS:
+            return None
+        if isinstance(value, cst.List | cst.ListComp | cst.Tuple):
+            return True
+        position = constant_index(value)
+        if position is not None:  # `a, b = make_batch()`
+            assert isinstance(value, cst.Subscript) and isinstance(value.value, cst.Call)
+            callee = self.graph.callee(value.value)
+            if callee is None:
+                return None
+            kinds = [
+                self._kind(returned.elements[position].value, callee, depth + 1)
+                if isinstance(returned, cst.Tuple) and position < len(returned.elements)
+                else None
+                for returned in self.graph.returned_values(callee)
+            ]
+            return _together(kinds)
+        if isinstance(value, cst.Call):
+            names = self.index.qualified_names(value.func)
+            if names & FROM_DATA and value.args:
+                self._count(value.args[0].value, scope, depth + 1)
+            if names & MAKERS:
+                return self._unseeded_draw(value) or True
+            if isinstance(value.func, cst.Attribute) and _keeps_samples(value):
+                return self._kind(value.func.value, scope, depth + 1)
+            return None
+        name = dotted(value)
+        if name is None or "." in name:
+            return None
+        made = self.values.values_of(name, scope)
+        if not made:
+            return None
+        return _together([self._kind(inner, where, depth + 1) for inner, where in made])
+
+    def _count(self, data: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int) -> None:
+        """Raise `_OneSample` when the data a tensor is made from is a list of one element
+        (`torch.LongTensor([[1, 2, 3]])`), through names and the script's own functions."""
+        if depth > MAX_STEPS:
+            return
+        if isinstance(data, cst.List | cst.Tuple):
+            elements = data.elements
+            if len(elements) == 1 and not isinstance(elements[0], cst.StarredElement):
+                raise _OneSample(data)
+            return
+        position = constant_index(data)
+        if position is not None:
+            assert isinstance(data, cst.Subscript) and isinstance(data.value, cst.Call)
+            callee = self.graph.callee(data.value)
+            for returned in self.graph.returned_values(callee) if callee else []:
+                if isinstance(returned, cst.Tuple) and position < len(returned.elements):
+                    self._count(returned.elements[position].value, callee, depth + 1)
+            return
+        name = dotted(data)
+        if name is not None and "." not in name:
+            for value, where in self.values.values_of(name, scope):
+                if value is not data:
+                    self._count(value, where, depth + 1)
+
+    def _line(self, value: cst.BaseExpression) -> int:
+        """The line of `value`, or of the call it unpacks (`make()[1]` stands for `a, b =
+        make()`)."""
+        if constant_index(value) is not None:
+            assert isinstance(value, cst.Subscript)
+            value = value.value
+        return self.index.line(value)
+
+    def _unseeded_draw(self, made: cst.Call) -> cst.Call | None:
+        """A draw `made` is, or is made from (`torch.tensor(np.random.choice(...))`), from a
+        generator nothing seeded before it: every process would draw its own."""
+        for node in walk(made):
+            if not isinstance(node, cst.Call) or call_arg(node, None, "generator") is not None:
+                continue  # a generator of its own, seeded where it is made
+            names = self.index.qualified_names(node.func)
+            drawn = names & DRAWN or any(
+                name.startswith(("numpy.random.", "random.")) for name in names
+            )
+            if drawn and not self._seeded_before(node):
+                return node
+        return None
+
+    def _seeded_before(self, draw: cst.Call) -> bool:
+        names = self.index.qualified_names(draw.func)
+        if any(name.startswith("numpy.") for name in names):
+            seeds = {"numpy.random.seed"}
+        elif any(name.startswith("random.") for name in names):
+            seeds = {"random.seed"}
+        else:
+            seeds = {"torch.manual_seed"}
+        return any(
+            self.index.is_call_to(call, seeds) and self.index.precedes(call, draw)
+            for call in self.index.calls
+        )
+
+    def _arguments(
+        self, function: cst.FunctionDef, name: str
+    ) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
+        """What every call of `function` gives its parameter `name`."""
+        given = []
+        for site in self.graph.call_sites(function):
+            argument = self.graph.bound_argument(site, function, name)
+            if argument is None:
+                return []
+            given.append((argument, self.index.function_of(site)))
+        return given
+
+    def _assignments_in_loop(
+        self, loop: cst.For | cst.While, name: str
+    ) -> list[tuple[cst.BaseStatement, cst.BaseExpression | None]]:
+        """The loop's own assignments to `name`, with their values (None: `name += ...`)."""
+        scope = self.index.function_of(loop)
+        found: list[tuple[cst.BaseStatement, cst.BaseExpression | None]] = []
+        for node in walk(loop.body):
+            if self.index.function_of(node) is not scope:
+                continue
+            if isinstance(node, cst.AugAssign) and dotted(node.target) == name:
+                found.append((self.index.statement_of(node), None))
+            elif isinstance(node, cst.Assign):
+                for target in node.targets:
+                    for value in _bound(target.target, node.value, name):
+                        found.append((self.index.statement_of(node), value))
+            elif isinstance(node, cst.For) and any(
+                dotted(inner) == name for inner in walk(node.target)
+            ):
+                found.append((node, node.iter))
+        return found
+
+    def _indexes_output(self, node: cst.Subscript, model_names: set[str]) -> bool:
+        """`output[idx_train]`: the model's output (a name assigned from its call, or the call
+        itself) indexed by a name, not a number or a slice."""
+        index_names = [
+            element.slice.value
+            for element in node.slice
+            if isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name)
+        ]
+        if not index_names:
+            return False
+        base = node.value
+        if isinstance(base, cst.Call) and dotted(base.func) in model_names:
+            return True
+        name = dotted(base)
+        if name is None:
+            return False
+        scope = self.index.function_of(node)
+        return any(
+            isinstance(value, cst.Call) and dotted(value.func) in model_names
+            for value, _ in self.values.values_of(name, scope)
+        )
+
+    def _callable(self, node: cst.Name) -> bool:
+        """`criterion` in `criterion(out, y)`, `F` in `F.relu(...)`: called, not samples."""
+        parent = self.index.parent(node)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            return True
+        return isinstance(parent, cst.Attribute) and self._is_import_or_definition(node.value)
+
+    def _is_import_or_definition(self, name: str) -> bool:
+        return (
+            name in self.index.import_aliases
+            or name in self.index.imports
+            or name in self.index.functions
+            or name in self.index.classes
+            or hasattr(builtins, name)
+        )
+
+
+class _OneSample(Exception):
+    def __init__(self, display: cst.List | cst.Tuple) -> None:
+        super().__init__()
+        self.display = display
+
+
+def _swaps_first_two(call: cst.Call) -> bool:
+    """`x.transpose(0, 1)`, `torch.transpose(x, 1, 0)`, `x.permute(1, 0, 2)`, `x.t()`,
+    `x.swapaxes(0, 1)`."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    method = func.attr.value
+    if method == "t" and not call.args:
+        return True
+    numbers = [arg.value.value for arg in call.args if isinstance(arg.value, cst.Integer)]
+    if method in {"transpose", "swapaxes", "swapdims"}:
+        return sorted(numbers[-2:]) == ["0", "1"]
+    if method == "permute":
+        return numbers[:2] == ["1", "0"]
+    return False
+
+
+def _keeps_samples(call: cst.Call) -> bool:
+    """A method that leaves the samples in the first dimension: a move or a new dtype
+    (`.float()`, `.to(device)`), `.unsqueeze(k)` past the first, `.view(-1, k)`."""
+    assert isinstance(call.func, cst.Attribute)
+    method = call.func.attr.value
+    if method in KEEPING:
+        return True
+    first = call.args[0].value if call.args else None
+    if method == "unsqueeze" and first is not None:
+        return not (isinstance(first, cst.Integer) and first.value == "0")
+    if method in {"view", "reshape"} and first is not None and len(call.args) > 1:
+        # `.view(-1, 1)`; not `.view(-1)`, which flattens the samples' values into one row
+        return isinstance(first, cst.UnaryOperation) and _constant(first)
+    return False
+
+
+def _refused(found: WholeBatch, where: cst.CSTNode, problem: str) -> WholeBatch:
+    found.problem, found.where = problem, where
+    return found
+
+
+def _together(kinds: list[bool | cst.Call | None]) -> bool | cst.Call | None:
+    if not kinds or any(kind is None for kind in kinds):
+        return None
+    return next((kind for kind in kinds if isinstance(kind, cst.Call)), True)
+
+
+def _constant(value: cst.BaseExpression) -> bool:
+    """A number, a string, True/False/None, or arithmetic of numbers."""
+    if isinstance(value, cst.Integer | cst.Float | cst.SimpleString | cst.Imaginary):
+        return True
+    if isinstance(value, cst.Name):
+        return value.value in {"True", "False", "None"}
+    if isinstance(value, cst.UnaryOperation):
+        return _constant(value.expression)
+    if isinstance(value, cst.BinaryOperation):
+        return _constant(value.left) and _constant(value.right)
+    return False
+
+
+def _is_keyword(index: SourceIndex, node: cst.Name) -> bool:
+    """`dim` in `f(dim=1)`: an argument's keyword, not a read."""
+    parent = index.parent(node)
+    return isinstance(parent, cst.Arg) and parent.keyword is node
+
+
+def _bound(
+    target: cst.BaseExpression, value: cst.BaseExpression, name: str
+) -> list[cst.BaseExpression]:
+    """What an assignment gives `name` (for a tuple target, the whole value: what it is
+    computed from)."""
+    if dotted(target) == name:
+        return [value]
+    if isinstance(target, cst.Tuple | cst.List) and any(
+        dotted(element.value) == name for element in target.elements
+    ):
+        return [value]
+    return []
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
