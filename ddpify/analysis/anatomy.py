@@ -97,12 +97,22 @@ class Anatomy(SourceIndex):
         return WholeBatches(self, self.graph, self.values, self.script, self.models)
 
     @cached_property
-    def whole_batch(self) -> WholeBatch | None:
-        """The full-batch training loop the conversion splits between the processes: no
-        training DataLoader, no batches drawn at random, and samples it can split."""
-        if self.script.train_loaders or self.streams.without_loader != "whole":
+    def split_samples(self) -> WholeBatch | None:
+        """The training loop without a DataLoader whose samples the conversion splits
+        between the processes: whole tensors every step, or slices of them by the loop's
+        counter (`x[i:i + bs]`); None without such a loop, or when they cannot be split."""
+        if self.script.train_loaders or self.streams.without_loader not in ("whole", "ordered"):
             return None
         batch = self.whole.batch
         if batch is None or batch.problem is not None or not batch.samples:
             return None
+        if batch.ordered != (self.streams.without_loader == "ordered"):
+            return None
         return batch
+
+    @cached_property
+    def whole_batch(self) -> WholeBatch | None:
+        """`split_samples` when every step trains on all of them (full batch): the effective
+        batch does not change."""
+        split = self.split_samples
+        return split if split is not None and not split.ordered else None

@@ -492,7 +492,7 @@ def _loss_nodes(
                 if index.is_attribute_name(node):
                     continue
                 for origin in values.origins(node, scope):
-                    if origin is not node and not _given_later(index, origin, node):
+                    if origin is not node and not given_later(index, origin, node):
                         collect(origin, index.function_of(origin), depth + 1)
                         for item in _stored_items(index, node.value, index.function_of(origin)):
                             collect(item, index.function_of(item), depth + 1)
@@ -521,7 +521,7 @@ def raw_optimizers(script: TrainingScript) -> list[cst.Call]:
     ]
 
 
-def _given_later(index: SourceIndex, origin: cst.CSTNode, read: cst.CSTNode) -> bool:
+def given_later(index: SourceIndex, origin: cst.CSTNode, read: cst.CSTNode) -> bool:
     """Whether `origin`, a value given to the name `read` reads, is given after it in the
     same function and no loop runs both (`codes = model.encoder(data)` after training, in
     a function that read another `codes` before: round-11 audit d13)."""

@@ -33,8 +33,8 @@ import libcst as cst
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.models import Models
-from ddpify.analysis.script import TrainingScript
-from ddpify.analysis.tree import call_arg, dotted, walk
+from ddpify.analysis.script import TrainingScript, given_later
+from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.analysis.values import MAX_STEPS, Values, constant_index
 
 # Calls that make samples: their first dimension is the samples.
@@ -49,6 +49,15 @@ MAKERS = frozenset(
         "numpy.random.randint", "numpy.random.normal", "numpy.random.uniform",
         "numpy.linspace", "torch.linspace", "torch.logspace", "torch.arange",
         "torch.zeros_like", "torch.ones_like", "numpy.zeros_like", "numpy.ones_like",
+    }
+)  # fmt: skip
+# Element-wise functions: what they make has the samples of their first argument.
+ELEMENTWISE = frozenset(
+    {
+        "torch.sigmoid", "torch.tanh", "torch.exp", "torch.log", "torch.log1p", "torch.sqrt",
+        "torch.abs", "torch.relu", "torch.clamp", "torch.sin", "torch.cos", "numpy.sin",
+        "numpy.cos", "numpy.exp", "numpy.log", "numpy.tanh", "numpy.sqrt", "numpy.abs",
+        "numpy.clip",
     }
 )  # fmt: skip
 # Layers that take sequence-first tensors unless given `batch_first=True`.
@@ -105,6 +114,14 @@ class WholeBatch:
     samples: list[Samples] = field(default_factory=list)
     problem: str | None = None
     where: cst.CSTNode | None = None
+    # The loop slices its batches out of the samples by its counter (`for i in range(0,
+    # len(x), bs): xb = x[i:i + bs]`): every process must take as many samples.
+    ordered: bool = False
+    # Where the split goes: before the outermost loop around `loop` that makes no samples.
+    anchor: cst.BaseStatement | None = None
+    # `len(x)` of a sample name in those outer loops, dividing or shown (`total / len(x)`):
+    # this process's count.
+    counts: list[cst.Name] = field(default_factory=list)
 
 
 class WholeBatches:
@@ -142,8 +159,13 @@ class WholeBatches:
         if self.index.function_of(loop) is not scope:
             return _refused(found, backward, "the backward pass is in a function the loop calls")
         assert isinstance(backward.func, cst.Attribute)
+        found.ordered = _steps_through(loop)
         self._follow(found, backward.func.value, backward, set())
-        layer = self._sequence_first() if found.problem is None else None
+        if found.ordered and found.problem is None:
+            self._walked(found)
+        if found.problem is None:
+            self._place(found, loops)
+        layer = _sequence_first(self.index) if found.problem is None else None
         if layer is not None:
             _refused(
                 found,
@@ -154,25 +176,54 @@ class WholeBatches:
             )
         return found
 
-    def _sequence_first(self) -> cst.Call | None:
-        """A recurrent or attention layer built sequence-first, in a script that never
-        swaps the first two dimensions (`x.transpose(0, 1)`, the nlp-tutorial models' own
-        forward): then the whole tensors may well be `[seq, batch, ...]` (round-11 audit
-        p14c, a GRU tagger fed `x[seq, batch, feat]`, was split along time)."""
-        layers = [
-            call
-            for call in self.index.calls
-            if self.index.qualified_names(call.func) & SEQUENCE_FIRST
-            and not any(
-                arg.keyword is not None
-                and arg.keyword.value == "batch_first"
-                and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
-                for arg in call.args
+    def _walked(self, found: WholeBatch) -> None:
+        """A loop `for i in range(0, len(x), bs)` must count to the length of samples it
+        splits (`len(x)`, `x.shape[0]`, `x.size(0)`): its reads of them are this process's
+        part too. Counting to anything else (`N`), it would walk past its part."""
+        loop = found.loop
+        assert isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call)
+        stop = loop.iter.args[1].value
+        names = {samples.name: samples for samples in found.samples}
+        measured = _measured(stop)
+        if measured is None or measured.value not in names:
+            _refused(
+                found,
+                stop,
+                f"the loop counts to `{_code(stop)}`, not to the length of the samples it "
+                "slices: each process would walk past its part",
             )
-        ]
-        if not layers or any(_swaps_first_two(call) for call in self.index.calls):
-            return None
-        return layers[0]
+            return
+        names[measured.value].reads.append(measured)
+
+    def _place(self, found: WholeBatch, loops: list[cst.CSTNode]) -> None:
+        """The statement the split goes before: the outermost loop around the training loop,
+        in its function, that gives no sample name a value (so it is split once, not every
+        epoch), and the per-process counts those loops read."""
+        names = {samples.name for samples in found.samples}
+        scope = self.index.function_of(found.loop)
+        anchor: cst.CSTNode = found.loop
+        for outer in loops[1:]:
+            if self.index.function_of(outer) is not scope or any(
+                self._assignments_in_loop(outer, name)  # type: ignore[arg-type]
+                for name in names
+            ):
+                break
+            anchor = outer
+        assert isinstance(anchor, cst.BaseStatement)
+        found.anchor = anchor
+        if anchor is found.loop:
+            return
+        for node in walk(anchor):
+            if (
+                isinstance(node, cst.Call)
+                and is_name(node.func, "len")
+                and len(node.args) == 1
+                and isinstance(node.args[0].value, cst.Name)
+                and node.args[0].value.value in names
+                and not self.index.inside(node, found.loop)
+                and _divides_or_shown(self.index, node)
+            ):
+                found.counts.append(node.args[0].value)
 
     def _follow(
         self, found: WholeBatch, expr: cst.BaseExpression, at: cst.CSTNode, seen: set[str]
@@ -223,7 +274,11 @@ class WholeBatches:
         """`node` names something made before the loop: samples, a number, or unknown."""
         name = node.value
         scope = self.index.function_of(found.loop)
-        made = self.values.values_of(name, scope)
+        made = [
+            (value, where)
+            for value, where in self.values.values_of(name, scope)
+            if not given_later(self.index, value, node)
+        ]
         if not made and scope is not None and name in self.graph.parameters_of(scope):
             made = self._arguments(scope, name)
         if not made:
@@ -232,7 +287,7 @@ class WholeBatches:
             _refused(found, node, f"cannot tell what `{name}` holds")
             return
         if all(_constant(value) for value, _ in made):
-            if COUNTS.search(name):
+            if COUNTS.search(name) and not found.ordered:
                 _refused(
                     found,
                     node,
@@ -264,7 +319,11 @@ class WholeBatches:
                 drawn = kind
         reads = [
             read
-            for read in walk(found.loop.body)
+            for read in walk(found.loop)
+            if not self.index.inside(
+                read, found.loop.target if isinstance(found.loop, cst.For) else found.loop.test
+            )
+            and not (isinstance(found.loop, cst.For) and self.index.inside(read, found.loop.iter))
             if isinstance(read, cst.Name)
             and read.value == name
             and not self.index.is_attribute_name(read)
@@ -295,8 +354,12 @@ class WholeBatches:
                 for returned in self.graph.returned_values(callee)
             ]
             return _together(kinds)
+        if isinstance(value, cst.BinaryOperation):
+            return self._operands(value, scope, depth)
         if isinstance(value, cst.Call):
             names = self.index.qualified_names(value.func)
+            if names & ELEMENTWISE and value.args:
+                return self._kind(value.args[0].value, scope, depth + 1)
             if names & FROM_DATA and value.args:
                 self._count(value.args[0].value, scope, depth + 1)
             if names & MAKERS:
@@ -307,10 +370,24 @@ class WholeBatches:
         name = dotted(value)
         if name is None or "." in name:
             return None
-        made = self.values.values_of(name, scope)
+        made = [
+            (inner, where)
+            for inner, where in self.values.values_of(name, scope)
+            if not given_later(self.index, inner, value)  # `codes = model.encoder(data)` after
+        ]
         if not made:
             return None
         return _together([self._kind(inner, where, depth + 1) for inner, where in made])
+
+    def _operands(
+        self, value: cst.BinaryOperation, scope: cst.FunctionDef | None, depth: int
+    ) -> bool | cst.Call | None:
+        """`codes @ basis` keeps the left operand's rows; `0.05 * noise`, `(x - mean) /
+        std` keep the samples of what is not a number (both sides samples: both must be)."""
+        if isinstance(value.operator, cst.MatrixMultiply):
+            return self._kind(value.left, scope, depth + 1)
+        sides = [side for side in (value.left, value.right) if not _constant(side)]
+        return _together([self._kind(side, scope, depth + 1) for side in sides])
 
     def _count(self, data: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int) -> None:
         """Raise `_OneSample` when the data a tensor is made from is a list of one element
@@ -447,6 +524,83 @@ class _OneSample(Exception):
     def __init__(self, display: cst.List | cst.Tuple) -> None:
         super().__init__()
         self.display = display
+
+
+def _divides_or_shown(index: SourceIndex, node: cst.CSTNode) -> bool:
+    """`total / len(x)`, or `len(x)` in a print or a formatted string."""
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, cst.BinaryOperation) and isinstance(
+            ancestor.operator, cst.Divide | cst.FloorDivide
+        ):
+            return index.inside(node, ancestor.right)
+        if isinstance(ancestor, cst.FormattedString) or (
+            isinstance(ancestor, cst.Call) and is_name(ancestor.func, "print")
+        ):
+            return True
+        if isinstance(ancestor, cst.BaseStatement):
+            return False
+    return False
+
+
+def _sequence_first(index: SourceIndex) -> cst.Call | None:
+    """A recurrent or attention layer built sequence-first, in a script that never
+    swaps the first two dimensions (`x.transpose(0, 1)`, the nlp-tutorial models' own
+    forward): then the whole tensors may well be `[seq, batch, ...]` (round-11 audit
+    p14c, a GRU tagger fed `x[seq, batch, feat]`, was split along time)."""
+    layers = [
+        call
+        for call in index.calls
+        if index.qualified_names(call.func) & SEQUENCE_FIRST
+        and not any(
+            arg.keyword is not None
+            and arg.keyword.value == "batch_first"
+            and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
+            for arg in call.args
+        )
+    ]
+    if not layers or any(_swaps_first_two(call) for call in index.calls):
+        return None
+    return layers[0]
+
+
+def _steps_through(loop: cst.CSTNode) -> bool:
+    """`for i in range(0, stop, step)`."""
+    return (
+        isinstance(loop, cst.For)
+        and isinstance(loop.iter, cst.Call)
+        and is_name(loop.iter.func, "range")
+        and len(loop.iter.args) == 3
+        and all(arg.keyword is None and not arg.star for arg in loop.iter.args)
+    )
+
+
+def _measured(stop: cst.BaseExpression) -> cst.Name | None:
+    """`x` in `len(x)`, `x.shape[0]`, `x.size(0)`."""
+    if isinstance(stop, cst.Call) and is_name(stop.func, "len") and len(stop.args) == 1:
+        inner = stop.args[0].value
+        return inner if isinstance(inner, cst.Name) else None
+    if (
+        isinstance(stop, cst.Call)
+        and isinstance(stop.func, cst.Attribute)
+        and stop.func.attr.value == "size"
+        and len(stop.args) == 1
+        and isinstance(stop.args[0].value, cst.Integer)
+        and stop.args[0].value.value == "0"
+        and isinstance(stop.func.value, cst.Name)
+    ):
+        return stop.func.value
+    if (
+        isinstance(stop, cst.Subscript)
+        and isinstance(stop.value, cst.Attribute)
+        and stop.value.attr.value == "shape"
+        and isinstance(stop.value.value, cst.Name)
+        and len(stop.slice) == 1
+        and isinstance(stop.slice[0].slice, cst.Index)
+        and isinstance(stop.slice[0].slice.value, cst.Integer)
+        and stop.slice[0].slice.value.value == "0"
+    ):
+        return stop.value.value
+    return None
 
 
 def _swaps_first_two(call: cst.Call) -> bool:

@@ -137,7 +137,10 @@ class DistributedSampler(ConvertRule):
     Refused, with the reason: a name the loss is computed from that cannot be told to be
     samples (`batch_size = len(data)` read in the step), a loss added up in a loop, the
     model's output indexed by a set of samples (`output[idx_train]`: a graph every process
-    needs whole), or a training step in a function the loop calls.
+    needs whole), a sequence-first RNN nothing transposes, or a training step in a function
+    the loop calls. A loop slicing its batches by its counter (`data[i:i + bs]` for `i in
+    range(0, len(data), bs)`) walks `data_part`, as many samples in every process (`n_split`,
+    the largest multiple of the world size), with the script's batch size.
 
     ## Why is this bad?
     Without the sampler every process trains on the same batches: N GPUs do the work of
@@ -418,7 +421,7 @@ class DistributedSampler(ConvertRule):
             _seed_per_process(ctx, stream)
             return
         if not loaders:
-            if anatomy.streams.without_loader != "whole" or not _split_whole_batch(ctx):
+            if anatomy.streams.without_loader not in ("whole", "ordered") or not _split(ctx):
                 _refuse_unsharded(ctx)
             return
         sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
@@ -682,21 +685,28 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
     return True
 
 
-def _split_whole_batch(ctx: ConvertContext) -> bool:
-    """Every step trains on the same whole tensors (full batch): each process takes every
-    world_size-th sample, under a name of its own read in the loop only (the script's own
-    name keeps the whole batch for what runs after training). False when there is no such
-    loop; a loop that cannot be split is refused here, with its reason."""
+def _split(ctx: ConvertContext) -> bool:
+    """A loop without a DataLoader that trains every step on the same whole tensors (full
+    batch), or slices its batches out of them by its counter (`x[i:i + bs]`): each process
+    takes every world_size-th sample, under a name of its own that the loop reads (the
+    script's own name keeps every sample for what runs after training). False when there is
+    no such loop; one that cannot be split is refused here, with its reason."""
     anatomy = ctx.anatomy
     batch = anatomy.whole.batch
     if batch is None or (batch.problem is None and not batch.samples):
         return False
+    if batch.ordered != (anatomy.streams.without_loader == "ordered"):
+        return False  # `for i in range(len(x)): model(x[i])`: one sample a step, not split
+    how = (
+        "the training loop slices its batches out of whole tensors by its counter"
+        if batch.ordered
+        else "every step trains on the same whole tensors (full batch)"
+    )
     if batch.problem is not None:
         ctx.cannot(
             batch.where,
-            "found no DataLoader to shard: every step trains on the same whole tensors (full "
-            f"batch), which cannot be split by rank: {batch.problem}; split them by hand, or "
-            "feed them through a DataLoader",
+            f"found no DataLoader to shard: {how}, which cannot be split by rank: "
+            f"{batch.problem}; split them by hand, or feed them through a DataLoader",
             blocking=True,
         )
         return True
@@ -704,15 +714,40 @@ def _split_whole_batch(ctx: ConvertContext) -> bool:
         if samples.drawn is not None and not _share_drawn_samples(ctx, samples.drawn):
             return True
     lines = []
+    stop = ""
+    if batch.ordered:  # as many samples in every process, or one would step once more
+        first = batch.samples[0].name
+        usable = anatomy.free_name(["n_split"])
+        lines.append(
+            f"{usable} = len({first}) - len({first}) % dist.get_world_size()"
+            "  # as many samples in every process\n"
+        )
+        stop = usable
+    parts = {}
     for samples in batch.samples:
         part = anatomy.free_name([f"{samples.name}_part"])
-        lines.append(f"{part} = {samples.name}[dist.get_rank()::dist.get_world_size()]\n")
+        parts[samples.name] = part
+        lines.append(f"{part} = {samples.name}[dist.get_rank():{stop}:dist.get_world_size()]\n")
         for read in samples.reads:
             ctx.plan.replace(read, lambda node, part=part: node.with_changes(value=part))
-    lines[0] = lines[0].rstrip("\n") + "  # this process's part of the samples\n"
-    ctx.plan.insert_before(batch.loop, statements("".join(lines)))
+    for read in batch.counts:
+        part = parts[read.value]
+        ctx.plan.replace(read, lambda node, part=part: node.with_changes(value=part))
+    first_part = 1 if batch.ordered else 0
+    lines[first_part] = lines[first_part].rstrip("\n") + "  # this process's part of the samples\n"
+    assert batch.anchor is not None
+    ctx.plan.insert_before(batch.anchor, statements("".join(lines)))
     ctx.add_import("torch.distributed", asname="dist")
     names = ", ".join(f"`{samples.name}`" for samples in batch.samples)
+    if batch.ordered:
+        ctx.changed(
+            batch.loop,
+            f"{how} ({names}): each process walks its own part, every world_size-th "
+            "sample, as many in every process (the last len % world_size are left out), "
+            "in batches of the script's size: the effective batch is world_size times "
+            "larger, as with a DistributedSampler",
+        )
+        return True
     ctx.changed(
         batch.loop,
         f"every step trains on the whole tensors {names}: each process takes every "

@@ -325,6 +325,21 @@ class WrapModel(ConvertRule):
                     continue
                 ctx.plan.replace(attribute.value, _through_module)
                 ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
+            for item in _raw_items(anatomy, model):
+                if unwrapped is not None and _after(anatomy, unwrapped, item):
+                    continue
+                if id(item) in anatomy.script.loss_nodes:
+                    ctx.cannot(
+                        item,
+                        f"`{_code(item)}` computes the loss outside the model's forward: "
+                        "through `.module` its gradients would not be averaged across "
+                        "processes; compute the loss through the model's call, or convert "
+                        "by hand",
+                        blocking=True,
+                    )
+                    continue
+                ctx.plan.replace(item.value, _through_module)
+                ctx.changed(item, "an item of the bare model (`model[i]`) via `.module`")
             for call, argument in _handed_to_helpers(anatomy, model):
                 _through_helper(ctx, call, argument)
             for attribute, every in _loop_uses(anatomy, model):
@@ -623,6 +638,23 @@ def _raw_uses(anatomy: Anatomy, model: Model, *, some: bool = False) -> list[cst
             else values.runs_after(model.placement, node, dotted(node.value) or "")
         )
     ]
+
+
+def _raw_items(anatomy: Anatomy, model: Model) -> list[cst.Subscript]:
+    """`model[0]` of a `Sequential` (or `ModuleList`) model after the wrap: the wrapper has
+    no items (TypeError: not subscriptable)."""
+    assert model.placement is not None
+    return [
+        node
+        for node in walk(anatomy.module)
+        if isinstance(node, cst.Subscript)
+        and dotted(node.value) in model.names - model.bare
+        and anatomy.values.runs_after(model.placement, node, dotted(node.value) or "")
+    ]
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
 
 
 # Attributes that differ on the wrapper in what they give back: a checkpoint's keys.

@@ -119,7 +119,8 @@ for epoch in range(3):
 """
     result = convert_source(source, "manual.py", ConvertOptions())
     assert result.refused and result.output == source
-    assert [(note.code, note.line) for note in result.problems] == [("DDP004", 9)]
+    assert [(note.code, note.line) for note in result.problems] == [("DDP004", 7)]
+    assert "the loop counts to `64`, not to the length of the samples" in result.problems[0].message
 
 
 def test_a_print_that_runs_the_model_computes_on_every_rank_and_prints_on_rank_0() -> None:

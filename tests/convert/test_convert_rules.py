@@ -2113,3 +2113,56 @@ for epoch in range(10):
     assert "y = [y]\ndist.broadcast_object_list(y)" in text
     assert "x = [x]" not in text
     assert "y_part = y[dist.get_rank()::dist.get_world_size()]" in text
+
+
+def test_batches_sliced_by_the_loops_counter_walk_this_processs_part() -> None:
+    """Round-11 audit d13 (an autoencoder over `data[i:i + bs]`): each process walks every
+    world_size-th sample, as many in every process (a process with one batch more would
+    wait for the others' all-reduce forever), and the epoch's average divides by its own
+    count; what runs after training still sees every sample. A loop counting to a number
+    of its own, not to the samples' length, is refused."""
+    source = b"""import torch
+
+
+def main():
+    torch.manual_seed(0)
+    data = torch.sigmoid(torch.rand(512, 8) @ torch.rand(8, 64))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.Linear(8, 64))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    bs = 64
+    for epoch in range(3):
+        total = 0.0
+        for i in range(0, len(data), bs):
+            batch = data[i:i + bs]
+            loss = torch.nn.functional.mse_loss(model(batch), batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * batch.size(0)
+        print(epoch, total / len(data))
+    with torch.no_grad():
+        codes = model[0](data)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source, "ae.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    split = (
+        "    n_split = len(data) - len(data) % dist.get_world_size()"
+        "  # as many samples in every process\n"
+        "    data_part = data[dist.get_rank():n_split:dist.get_world_size()]"
+        "  # this process's part of the samples\n"
+        "    for epoch in range(3):\n"
+    )
+    assert split in text
+    assert "for i in range(0, len(data_part), bs):\n            batch = data_part[i:i + bs]" in text
+    assert "print(epoch, total / len(data_part))" in text
+    assert "codes = model.module[0](data)" in text
+    assert not result.whole_batch  # the effective batch grows, as with a sampler
+    counted = source.replace(b"range(0, len(data), bs)", b"range(0, 512, bs)")
+    refused = convert_source(counted, "ae.py", ConvertOptions())
+    assert refused.refused
+    assert any("the loop counts to `512`" in note.message for note in refused.problems)
