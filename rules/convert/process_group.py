@@ -128,7 +128,12 @@ class ProcessGroup(ConvertRule):
             ctx.plan.insert_before(anchor, new)
         ctx.changed(anchor, "process group set up from the environment torchrun provides")
         destroy = statement("dist.destroy_process_group()\n")
-        if entry.body:
+        guard = anatomy.script.main_guard
+        inline = guard is not None and any(
+            anatomy.inside(call, guard) and anatomy.function_of(call) is None
+            for call in anatomy.script.training_calls
+        )
+        if entry.body and not inline:  # `main()`: a try/finally of a line or two
             ctx.plan.wrap_rest_of_block(entry.body[0], lambda body: [_try_finally(body, destroy)])
         else:
             released = sorted(
@@ -143,7 +148,6 @@ class ProcessGroup(ConvertRule):
             if released:
                 names = ", ".join(released)
                 tail.insert(0, statement(f"del {names}  {RELEASE_COMMENT}\n"))
-            guard = anatomy.script.main_guard
             if guard is not None and any(
                 anatomy.inside(call, guard) for call in anatomy.script.training_calls
             ):

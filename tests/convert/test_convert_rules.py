@@ -2166,3 +2166,31 @@ if __name__ == "__main__":
     refused = convert_source(counted, "ae.py", ConvertOptions())
     assert refused.refused
     assert any("the loop counts to `512`" in note.message for note in refused.problems)
+
+
+def test_training_inline_under_main_is_not_reindented_into_a_try() -> None:
+    """makemore trains in its `if __name__ == "__main__":` block itself: the cleanup goes at
+    the end of the block, and the block keeps its indentation (a try/finally around it
+    made a diff as long as the script); `main()` alone still gets the try/finally."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+if __name__ == "__main__":
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    print("done")
+"""
+    result = convert_source(source, "inline.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "try:" not in text
+    assert "    for epoch in range(2):\n        loader.sampler.set_epoch(epoch)\n" in text
+    assert text.endswith(
+        "    del model  # release DDP before its process group\n    dist.destroy_process_group()\n"
+    )
