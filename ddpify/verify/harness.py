@@ -101,6 +101,10 @@ def main(argv: list[str]) -> int:
 
     import torch
     import torch.distributed as dist
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
     from torch.optim.optimizer import (
         register_optimizer_step_post_hook,
         register_optimizer_step_pre_hook,
@@ -137,6 +141,8 @@ def main(argv: list[str]) -> int:
         patches.patch_spawn(recorder)
     patches.patch_data(recorder, options.train_loader, options.train_batch)
     patches.patch_writes(recorder)
+    register_module_forward_pre_hook(recorder.forward_starts)
+    register_module_forward_hook(recorder.forward_ends)
     register_optimizer_step_post_hook(recorder.after_step)
     register_optimizer_step_pre_hook(recorder.before_step)
     if options.compare_with is not None:

@@ -200,6 +200,11 @@ class _Facts:
     def batch_semantics(self) -> tuple[str | None, str]:
         """("per-gpu" | "global" | None, explanation)."""
         batch, ordinal = self.verification.train_batch, self.verification.train_loader
+        if ordinal is None and self.verification.whole_batch:
+            return "whole", (
+                f"full batch: every step trains on all of the samples, which the {self.n} "
+                "ranks split between them and the original takes whole"
+            )
         if ordinal is None or batch is None:
             return None, "the converted script's training batches do not come from a DataLoader"
         per_rank = batch // self.n
@@ -580,12 +585,18 @@ class _DataSharding(_NamedCheck):
         if not facts.ranks or not facts.orig_record.primary_steps:
             return Check(name, Status.UNCHECKED, "no steps to compare")
         steps = facts.expected_steps
+        whole = facts.batch_semantics()[0] == "whole"
         for k in range(steps):
             original = facts.orig_record.primary_steps[k].indices
             per_rank = [r.primary_steps[k].indices for r in facts.ranks]
+            if whole:  # no sampler: the rows the model took, fingerprinted
+                original = facts.orig_record.primary_steps[k].rows
+                per_rank = [r.primary_steps[k].rows for r in facts.ranks]
             if original is None or any(indices is None for indices in per_rank):
                 return Check(
                     name, Status.UNCHECKED,
+                    "the rows the model took could not be read (its first argument not a "
+                    "tensor)" if whole else
                     "the batches' sample indices could not be read (not a DataLoader with a "
                     "sampler)",
                 )  # fmt: skip
@@ -621,8 +632,9 @@ class _DataSharding(_NamedCheck):
                 f"steps 1-{steps} were sharded, but a run did not finish" if steps
                 else "no step completed on every rank",
             )  # fmt: skip
-        sizes = [len(r.primary_steps[0].indices or ()) for r in facts.ranks]
-        total = len(facts.orig_record.primary_steps[0].indices or ())
+        field = "rows" if whole else "indices"
+        sizes = [len(getattr(r.primary_steps[0], field) or ()) for r in facts.ranks]
+        total = len(getattr(facts.orig_record.primary_steps[0], field) or ())
         return Check(
             name,
             Status.PASS,
@@ -863,6 +875,7 @@ def _changes(facts: _Facts) -> list[str]:
     """Exactly what the harness changed to make the check possible."""
     lines = [
         "every process seeded (torch, random, numpy: 0), one intra-op thread each",
+        *(f"the original's text: {line}" for line in facts.verification.normalised),
     ]
     by_kind: dict[tuple[str, str], list[str]] = {}
     for role, records in (("original", (facts.orig_record,)), ("converted", facts.ranks)):

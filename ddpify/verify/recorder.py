@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import os
 import warnings
@@ -75,6 +76,10 @@ class Recorder:
         self._optimizer_steps: dict[int, int] = {}
         self._names: dict[int, list[tuple[str, torch.Tensor]]] = {}
         self._fetched: list[tuple[int, int | None, list[int] | None]] = []
+        # Rows the outermost module calls took since the last step, as fingerprints: the
+        # samples of a step that reads no DataLoader (a full batch split between ranks).
+        self._rows: list[int] = []
+        self._depth = 0
         self._changes: set[tuple[str, str]] = set()
         self._loaders = 0
         self._saves = 0
@@ -101,6 +106,28 @@ class Recorder:
     def batch_fetched(self, iterator: int, loader: int | None, indices: list[int] | None) -> None:
         self.training = True
         self._fetched.append((iterator, loader, indices))
+
+    def forward_starts(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        """A global forward pre-hook: the rows of the first tensor an outermost module call
+        takes with gradients on (the model's forward, or DDP's), fingerprinted."""
+        self._depth += 1
+        if self._depth != 1 or not torch.is_grad_enabled():
+            return
+        if next(module.parameters(), None) is None:
+            return  # a loss module (`nn.CrossEntropyLoss()`): it takes outputs, not samples
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if first is None or first.dim() == 0 or first.requires_grad:
+            return  # computed, not data
+        rows = first.detach().cpu().reshape(first.shape[0], -1)
+        if rows.is_floating_point():
+            rows = rows.to(torch.float32)  # float64 for the check, float32 as the data came
+        self._rows.extend(
+            int.from_bytes(hashlib.blake2b(row.numpy().tobytes(), digest_size=7).digest(), "big")
+            for row in rows
+        )
+
+    def forward_ends(self, *_: object) -> None:
+        self._depth = max(0, self._depth - 1)
 
     def place(self, target: object) -> tuple[str, bool]:
         """A written path as the checks compare it: relative inside the working directory."""
@@ -178,9 +205,11 @@ class Recorder:
         count = self._optimizer_steps[key] = self._optimizer_steps.get(key, 0) + 1
         primary = ordinal == 0
         loader, indices = (None, None)
+        rows: list[int] | None = None
         if primary:
             self.step = count
             loader, indices = self._take_batches()
+            rows, self._rows = (self._rows or None) if loader is None else None, []
         with torch.no_grad():
             snapshot = {name: p.detach().cpu().clone() for name, p in self._names[key]}
         self.keep(snapshot, snapshot_name(ordinal, count))
@@ -197,6 +226,7 @@ class Recorder:
             primary=primary,
             loader=loader,
             indices=indices,
+            rows=rows,
             lr=[lr for lr, _ in rates],
             momentum=[momentum for _, momentum in rates],
             own_lr=[lr for lr, _ in own or rates],

@@ -56,6 +56,9 @@ class StepRecord:
     # the converted run's were replayed.
     own_lr: tuple[float, ...] = ()
     momentum: tuple[float | None, ...] = ()  # SGD's momentum or Adam's first beta, per group
+    # Without a DataLoader: fingerprints of the rows the model's outermost calls took with
+    # gradients on since the last step (a full batch the ranks split).
+    rows: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ class ProcessRecord:
                     momentum=tuple(
                         None if m is None else float(m) for m in event.get("momentum", ())
                     ),
+                    rows=None if event.get("rows") is None else tuple(event["rows"]),
                 )
             )
         elif kind == "write":

@@ -152,6 +152,12 @@ class Verification:
     comparison: dict[str, Any] | None = None
     train_loader: int | None = None
     train_batch: int | None = None
+    # The original trains every step on whole tensors, which the conversion splits: the
+    # original runs with its own batch, the one the ranks share out.
+    whole_batch: bool = False
+    # What the original was run with instead of its own text, and why (DDP013's sorted
+    # set orders: an arbitrary order the conversion fixed is not a difference).
+    normalised: list[str] = field(default_factory=list)
     kept: bool = False
     pgids: list[int] = field(default_factory=list)  # every process group the runner started
 
@@ -252,14 +258,19 @@ class ProcessStarter:
         """When a process dumps its stack: a little before the timeout kills it."""
         return time.time() + self.options.timeout - min(3.0, self.options.timeout / 4)
 
-    def start(self, role: str, source: Path, nproc: int, extra: list[str]) -> Started:
-        """Start a run's processes; with `--wait-for` in `extra` they wait to be released."""
+    def start(
+        self, role: str, source: Path, nproc: int, extra: list[str], text: bytes | None = None
+    ) -> Started:
+        """Start a run's processes; with `--wait-for` in `extra` they wait to be released.
+        `text`, when given, is run in place of the source's own."""
         folder = self.verification.temp_dir / role
         workdir = folder / "work"
         workdir.mkdir(parents=True)
         script = workdir / source.name
         stage_folder(source.resolve().parent, workdir)
         shutil.copy2(source, script)
+        if text is not None:
+            script.write_bytes(text)
         port = free_port() if role == "converted" else None
         processes: list[tuple[subprocess.Popen[bytes], ProcessRun]] = []
         for rank in range(nproc):
@@ -389,7 +400,8 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
         first = starter.start("converted", options.converted, options.nproc, [])
         # The original imports torch meanwhile, then waits for the batch it must train with.
         extra = ["--compare-with", str(temp_dir / "converted"), "--wait-for", str(go)]
-        second = starter.start("original", options.original, 1, extra)
+        text = _read_the_original(verification)
+        second = starter.start("original", options.original, 1, extra, text)
         converted = starter.finish(first)
         verification.converted = converted
         say(describe(converted, options))
@@ -412,6 +424,35 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
         else:
             shutil.rmtree(temp_dir, ignore_errors=True)
     return verification
+
+
+def _read_the_original(verification: Verification) -> bytes | None:
+    """What ddpify's own analysis says of the original (no torch needed): whether it trains
+    on whole tensors every step, and its text with the set orders DDP013 sorts sorted (None
+    when there are none, or it cannot be read)."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    path = verification.options.original
+    try:
+        source = path.read_bytes()
+        verification.whole_batch = convert_source(
+            source, path.name, ConvertOptions(), path
+        ).whole_batch
+        sorted_ = convert_source(
+            source, path.name, ConvertOptions(select=frozenset({"DDP013"})), path
+        )
+    except (InputError, OSError, RecursionError):
+        return None
+    if not sorted_.changed:
+        return None
+    lines = sorted({note.line for note in sorted_.notes if note.code == "DDP013"})
+    verification.normalised.append(
+        f"orders taken from a set sorted, as the conversion sorts them (DDP013, line "
+        f"{', '.join(map(str, lines))}): Python orders a set of strings differently in every "
+        "process"
+    )
+    return sorted_.output
 
 
 def describe(run: Run, options: VerifyOptions) -> str:

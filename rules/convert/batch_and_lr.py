@@ -28,7 +28,10 @@ class BatchAndLearningRate(ConvertRule):
     VAE does) is multiplied by the world size where `.backward()` is called on it: DDP
     averages the processes' gradients, and N times that average is the gradient of the sum
     over the global batch, the one the single-GPU script steps on. A sum divided by the
-    batch's size (`len(x)`, `x.size(0)`) is a mean and is left alone.
+    batch's size (`len(x)`, `x.size(0)`) is a mean and is left alone. A full batch split
+    between the processes (DDP004) with a mean loss gets it weighted by the part's share,
+    `len(x_part) * world_size / len(x)`: with parts of unequal size (3 samples on 2
+    processes) the plain average of their means would weigh some samples twice.
 
     ## Why is this bad?
     A per-GPU batch N times larger under an unchanged learning rate trains differently from
@@ -140,6 +143,7 @@ def _scale_summed_losses(ctx: ConvertContext) -> None:
         loss = backward.func.value
         found = _summed(anatomy, loss, anatomy.function_of(backward), 0)
         if found is None:
+            _weigh_the_part(ctx, backward)
             continue
         summed, averaged = found
         line = anatomy.line(summed)
@@ -158,6 +162,35 @@ def _scale_summed_losses(ctx: ConvertContext) -> None:
             "before backward: DDP averages the processes' gradients, and N times their "
             "average is the sum over the global batch, as in the single-GPU script",
         )
+
+
+def _weigh_the_part(ctx: ConvertContext, backward: cst.Call) -> None:
+    """A full batch split between the processes (DDP004), its loss a mean over this
+    process's part: weighted by the part's share of the samples (`len(x_part) *
+    world_size / len(x)`, 1 when the number of samples divides evenly), DDP's average of
+    the processes' gradients is exactly the whole batch's (3 samples on 2 processes: parts
+    of 2 and 1, whose plain means would weigh the lone sample twice)."""
+    anatomy = ctx.anatomy
+    whole = anatomy.whole_batch
+    if whole is None or not anatomy.inside(backward, whole.loop):
+        return
+    assert isinstance(backward.func, cst.Attribute)
+    name = whole.samples[0].name
+    part = anatomy.free_name([f"{name}_part"])  # as DDP004 names it
+    share = f"(len({part}) * {WORLD_SIZE} / len({name}))"
+
+    def weighed(loss: cst.BaseExpression) -> cst.BaseExpression:
+        scaled = _scaled(loss, f"* {share}")
+        return scaled.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.plan.replace(backward.func.value, weighed)
+    ctx.changed(
+        backward,
+        f"the loss is a mean over this process's part of `{name}`: weighted by the part's "
+        "share of the samples (1 when their number divides by the world size), DDP's "
+        "average of the gradients is the whole batch's",
+    )
 
 
 def _times_world_size(loss: cst.BaseExpression) -> cst.BaseExpression:

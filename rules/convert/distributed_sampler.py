@@ -131,8 +131,8 @@ class DistributedSampler(ConvertRule):
     process takes every world_size-th sample, `inputs[dist.get_rank()::dist.
     get_world_size()]`, under a new name the loop reads (`inputs_part`); the script's own
     name keeps every sample for what runs after training. DDP averages the processes'
-    gradients, which is the whole batch's gradient when the loss is a mean over the samples
-    and their number divides by the world size (a summed loss is scaled by DDP007). Samples
+    gradients; DDP007 weighs each part's loss by its share of the samples (a mean) or by the
+    world size (a sum), so that average is the whole batch's gradient. Samples
     drawn at random unseeded (`x = torch.randn(64, 1000)`) are rank 0's in every process.
     Refused, with the reason: a name the loss is computed from that cannot be told to be
     samples (`batch_size = len(data)` read in the step), a loss added up in a loop, the
@@ -752,9 +752,8 @@ def _split(ctx: ConvertContext) -> bool:
         batch.loop,
         f"every step trains on the whole tensors {names}: each process takes every "
         "world_size-th sample (`x[rank::world_size]`), and DDP averages the processes' "
-        "gradients, which is the whole batch's gradient when the loss is a mean over the "
-        "samples and their number divides by the world size (otherwise the parts differ by "
-        "one sample and weigh slightly differently); every process needs at least one sample",
+        "gradients (DDP007 weighs each part's loss by its share of the samples); every "
+        "process needs at least one sample",
     )
     return True
 

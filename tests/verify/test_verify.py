@@ -584,3 +584,31 @@ def test_learning_rates_that_differ_between_ranks_fail_replicas_in_sync() -> Non
     replicas = next(c for c in outcome.checks if c.name == "replicas-in-sync")
     assert replicas.data == {"step": 3, "rank": 1}
     assert "rank 1 steps with learning rate(s) [0.1], rank 0 with [0.05]" in replicas.summary
+
+
+def test_a_full_batch_split_between_the_ranks_is_equivalent_and_sharded(tmp_path: Path) -> None:
+    """nlp-tutorial's layout: whole tensors every step, a vocabulary from a set. The original
+    runs with its set order sorted as DDP013 sorts it (said in the report), takes its whole
+    batch, and the ranks' parts are told apart by the rows the model took. A conversion
+    that forgot to split trains the same and fails data-sharding instead."""
+    original = FIXTURES / "convert" / "scripts" / "full_batch_vocab.py"
+    converted = FIXTURES / "convert" / "expected" / "full_batch_vocab.py"
+    verification, outcome = verify(original, converted, steps=3)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert statuses(outcome)["equivalence"] is Status.PASS
+    assert "full batch: every step trains on all of the samples" in table
+    assert "steps 1-3: 2 ranks x 4 disjoint samples = the original's batch of 8" in table
+    assert "orders taken from a set sorted, as the conversion sorts them (DDP013" in table
+    unsplit = tmp_path / "unsplit.py"
+    text = converted.read_text()
+    split = "input_batch[dist.get_rank()::dist.get_world_size()]"
+    assert split in text
+    unsplit.write_text(
+        text.replace(split, "input_batch").replace(
+            "target_batch[dist.get_rank()::dist.get_world_size()]", "target_batch"
+        )
+    )
+    _, outcome = verify(original, unsplit, steps=2)
+    assert statuses(outcome)["data-sharding"] is Status.FAIL
+    assert "both trained on samples" in check(outcome, "data-sharding")
