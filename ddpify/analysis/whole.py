@@ -37,6 +37,8 @@ from ddpify.analysis.script import TrainingScript, given_later
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.analysis.values import MAX_STEPS, Values, constant_index
 
+# How deep `_kind` follows an expression: names, calls and operators, one step each.
+MAX_EXPRESSION_DEPTH = 24
 # Calls that make samples: their first dimension is the samples.
 MAKERS = frozenset(
     {
@@ -286,7 +288,9 @@ class WholeBatches:
                 return
             _refused(found, node, f"cannot tell what `{name}` holds")
             return
-        if all(_constant(value) for value, _ in made):
+        if all(_parsed_arguments(value) for value, _ in made):
+            return  # `args = parser.parse_args()`: settings, the same in every process
+        if all(_numeric(self.values, value, where, 0) for value, where in made):
             if COUNTS.search(name) and not found.ordered:
                 _refused(
                     found,
@@ -337,7 +341,7 @@ class WholeBatches:
     ) -> bool | cst.Call | None:
         """Whether `value` holds samples: True, or the unseeded draw that makes them; None
         when it cannot be told."""
-        if depth > MAX_STEPS:
+        if depth > MAX_EXPRESSION_DEPTH:
             return None
         if isinstance(value, cst.List | cst.ListComp | cst.Tuple):
             return True
@@ -356,6 +360,17 @@ class WholeBatches:
             return _together(kinds)
         if isinstance(value, cst.BinaryOperation):
             return self._operands(value, scope, depth)
+        if isinstance(value, cst.Comparison) and len(value.comparisons) == 1:
+            # `(scores > 0)`: one truth value per element, as the operands have
+            pair = cst.BinaryOperation(value.left, cst.Add(), value.comparisons[0].comparator)
+            return self._operands(pair, scope, depth)
+        if (
+            isinstance(value, cst.Subscript)
+            and value.slice
+            and isinstance(value.slice[0].slice, cst.Slice)
+            and constant_index(value) is None
+        ):  # `X[:480]`, `X[480:, :5]`: some of the rows, still one sample to a row
+            return self._kind(value.value, scope, depth + 1)
         if isinstance(value, cst.Call):
             names = self.index.qualified_names(value.func)
             if names & ELEMENTWISE and value.args:
@@ -363,7 +378,7 @@ class WholeBatches:
             if names & FROM_DATA and value.args:
                 self._count(value.args[0].value, scope, depth + 1)
             if names & MAKERS:
-                return self._unseeded_draw(value) or True
+                return _unseeded_draw(self.index, value) or True
             if isinstance(value.func, cst.Attribute) and _keeps_samples(value):
                 return self._kind(value.func.value, scope, depth + 1)
             return None
@@ -420,33 +435,6 @@ class WholeBatches:
             assert isinstance(value, cst.Subscript)
             value = value.value
         return self.index.line(value)
-
-    def _unseeded_draw(self, made: cst.Call) -> cst.Call | None:
-        """A draw `made` is, or is made from (`torch.tensor(np.random.choice(...))`), from a
-        generator nothing seeded before it: every process would draw its own."""
-        for node in walk(made):
-            if not isinstance(node, cst.Call) or call_arg(node, None, "generator") is not None:
-                continue  # a generator of its own, seeded where it is made
-            names = self.index.qualified_names(node.func)
-            drawn = names & DRAWN or any(
-                name.startswith(("numpy.random.", "random.")) for name in names
-            )
-            if drawn and not self._seeded_before(node):
-                return node
-        return None
-
-    def _seeded_before(self, draw: cst.Call) -> bool:
-        names = self.index.qualified_names(draw.func)
-        if any(name.startswith("numpy.") for name in names):
-            seeds = {"numpy.random.seed"}
-        elif any(name.startswith("random.") for name in names):
-            seeds = {"random.seed"}
-        else:
-            seeds = {"torch.manual_seed"}
-        return any(
-            self.index.is_call_to(call, seeds) and self.index.precedes(call, draw)
-            for call in self.index.calls
-        )
 
     def _arguments(
         self, function: cst.FunctionDef, name: str
@@ -563,6 +551,56 @@ def _sequence_first(index: SourceIndex) -> cst.Call | None:
     return layers[0]
 
 
+def _unseeded_draw(index: SourceIndex, made: cst.Call) -> cst.Call | None:
+    """A draw `made` is, or is made from (`torch.tensor(np.random.choice(...))`), from a
+    generator nothing seeded before it: every process would draw its own."""
+    for node in walk(made):
+        if not isinstance(node, cst.Call) or call_arg(node, None, "generator") is not None:
+            continue  # a generator of its own, seeded where it is made
+        names = index.qualified_names(node.func)
+        drawn = names & DRAWN or any(
+            name.startswith(("numpy.random.", "random.")) for name in names
+        )
+        if drawn and not _seeded_before(index, node):
+            return node
+    return None
+
+
+def _seeded_before(index: SourceIndex, draw: cst.Call) -> bool:
+    names = index.qualified_names(draw.func)
+    if any(name.startswith("numpy.") for name in names):
+        seeds = {"numpy.random.seed"}
+    elif any(name.startswith("random.") for name in names):
+        seeds = {"random.seed"}
+    else:
+        seeds = {"torch.manual_seed"}
+    return any(index.is_call_to(call, seeds) and index.precedes(call, draw) for call in index.calls)
+
+
+def _numeric(
+    values: Values, value: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int
+) -> bool:
+    """A number: a literal, arithmetic of numbers, or a name only ever given one (`mu =
+    2 * d` with `d = 2`), not the samples."""
+    if _constant(value):
+        return True
+    if depth > MAX_STEPS:
+        return False
+    if isinstance(value, cst.BinaryOperation):
+        return _numeric(values, value.left, scope, depth + 1) and _numeric(
+            values, value.right, scope, depth + 1
+        )
+    if isinstance(value, cst.UnaryOperation):
+        return _numeric(values, value.expression, scope, depth + 1)
+    if isinstance(value, cst.Name):
+        made = values.values_of(value.value, scope)
+        return bool(made) and all(_numeric(values, v, w, depth + 1) for v, w in made)
+    if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name):
+        made = values.values_of(value.value.value, scope)  # `args.patience`
+        return bool(made) and all(_parsed_arguments(v) for v, _ in made)
+    return False
+
+
 def _steps_through(loop: cst.CSTNode) -> bool:
     """`for i in range(0, stop, step)`."""
     return (
@@ -618,6 +656,16 @@ def _swaps_first_two(call: cst.Call) -> bool:
     if method == "permute":
         return numbers[:2] == ["1", "0"]
     return False
+
+
+def _parsed_arguments(value: cst.BaseExpression) -> bool:
+    """`parser.parse_args()`, `parser.parse_known_args()[0]`."""
+    if isinstance(value, cst.Subscript):
+        value = value.value
+    return isinstance(value, cst.Call) and (
+        isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in {"parse_args", "parse_known_args"}
+    )
 
 
 def _keeps_samples(call: cst.Call) -> bool:

@@ -95,6 +95,14 @@ class BatchAndLearningRate(ConvertRule):
         anatomy = ctx.anatomy
         options = ctx.options
         _scale_summed_losses(ctx)
+        split = anatomy.split_samples
+        if options.batch is BatchMode.GLOBAL and split is not None and split.ordered:
+            ctx.cannot(
+                split.loop,
+                "--batch global: batches sliced by the loop's counter keep their size in "
+                "every process; divide it by the world size by hand",
+                blocking=True,
+            )
         if options.batch is BatchMode.GLOBAL and anatomy.streams.random_batches is not None:
             ctx.cannot(
                 anatomy.streams.random_batches.loop,
@@ -174,6 +182,8 @@ def _weigh_the_part(ctx: ConvertContext, backward: cst.Call) -> None:
     whole = anatomy.whole_batch
     if whole is None or not anatomy.inside(backward, whole.loop):
         return
+    if ctx.options.select is not None and "DDP004" not in ctx.options.select:
+        return  # no split made, nothing to weigh
     assert isinstance(backward.func, cst.Attribute)
     name = whole.samples[0].name
     part = anatomy.free_name([f"{name}_part"])  # as DDP004 names it

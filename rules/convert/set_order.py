@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.tree import is_name
+from ddpify.edits import EditPlan
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 # Calls that keep the order of what they are given: a set's order becomes theirs.
@@ -90,12 +91,9 @@ class SetOrder(ConvertRule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         for call in anatomy.calls:
-            if not _orders_a_set(anatomy, call):
+            if not orders_a_set(anatomy, call):
                 continue
-            if is_name(call.func, "list"):
-                ctx.plan.replace(call, lambda node: node.with_changes(func=cst.Name("sorted")))
-            else:
-                ctx.plan.replace(call.args[0].value, _sorted)
+            sort_the_set(ctx.plan, call)
             ctx.changed(
                 call,
                 "an order taken from a set: sorted, since Python orders a set of strings by "
@@ -103,7 +101,7 @@ class SetOrder(ConvertRule):
             )
 
 
-def _orders_a_set(anatomy: Anatomy, call: cst.Call) -> bool:
+def orders_a_set(anatomy: Anatomy, call: cst.Call) -> bool:
     """`list(set(...))`, `tuple({...})`, `enumerate(set(a) - set(b))`, one argument."""
     if not (isinstance(call.func, cst.Name) and call.func.value in ORDERING):
         return False
@@ -136,6 +134,14 @@ def _is_set(
             _is_set(anatomy, value, where, depth + 1) for value, where in values
         )
     return False
+
+
+def sort_the_set(plan: EditPlan, call: cst.Call) -> None:
+    """`list(s)` becomes `sorted(s)`; `enumerate(s)`, `tuple(s)` get `sorted(s)` inside."""
+    if is_name(call.func, "list"):
+        plan.replace(call, lambda node: node.with_changes(func=cst.Name("sorted")))
+    else:
+        plan.replace(call.args[0].value, _sorted)
 
 
 def _sorted(node: cst.CSTNode) -> cst.CSTNode:

@@ -220,11 +220,15 @@ class ShardDecisions(ConvertRule):
             elif _is_batch_mean(anatomy, local, call):
                 plateau_means.append((anatomy.statement_of(call), local))
             elif local is not None:
+                summed = anatomy.split_samples is None  # a full batch's loss is a mean
                 ctx.cannot(
                     call,
-                    f"ReduceLROnPlateau steps on `{local}`, summed from this process's "
+                    f"ReduceLROnPlateau steps on `{local}`, "
+                    f"{'summed' if summed else 'computed'} from this process's "
                     "batches only: the processes would cut the learning rate at different "
-                    "epochs; all-reduce it first (dist.all_reduce) by hand",
+                    "epochs; give the mean loss a name of its own (`train_loss = "
+                    "loss.item()`, which ddpify averages over the processes), or all-reduce "
+                    "it first (dist.all_reduce) by hand",
                     blocking=True,
                 )
         for node, setting in _learning_rates(anatomy):
@@ -250,6 +254,9 @@ class ShardDecisions(ConvertRule):
             if local is None or local in averaged:
                 continue  # averaged once, the value is the same in every process
             branch = anatomy.parent(test)
+            local = _mean_behind(anatomy, local, test)
+            if local in averaged:
+                continue
             if isinstance(branch, cst.If) and _is_batch_mean(anatomy, local, test):
                 # before the `if` (the first of an `if`/`elif` chain), or right after the
                 # value is computed
@@ -336,6 +343,26 @@ def _agree(ctx: ConvertContext, branch: cst.If, exit_: str, local: str, taken: s
     )
 
 
+def _mean_behind(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> str:
+    """The batch mean a best-so-far value follows (`best_loss = avg_loss` under a test, from
+    `float("inf")`): averaged, every process keeps the same best; else `name` itself."""
+    scope = anatomy.function_of(test)
+    given = [value for value, _ in anatomy.values.values_of(name, scope)]
+    means = {
+        value.value
+        for value in given
+        if isinstance(value, cst.Name) and _is_batch_mean(anatomy, value.value, test)
+    }
+    rest = [
+        value
+        for value in given
+        if not (isinstance(value, cst.Name) and value.value in means)
+        and not isinstance(value, cst.Integer | cst.Float)
+        and not (isinstance(value, cst.Call) and dotted(value.func) == "float")
+    ]
+    return means.pop() if len(means) == 1 and not rest else name
+
+
 def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> bool:
     """Whether `name` holds a mean over this process's batches, a number: `loss.item()`, or
     `running / len(train_loader)` with `running += loss.item()` in the batch loop. The mean
@@ -355,14 +382,24 @@ def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> boo
         isinstance(right, cst.Call)
         and dotted(right.func) == "len"
         and len(right.args) == 1
-        and isinstance(value.left, cst.Name)
+        and isinstance(value.left, cst.Name | cst.Call)
     ):
         return False
     counted = right.args[0].value
+    split = anatomy.split_samples
+    if (
+        split is not None
+        and isinstance(counted, cst.Name)
+        and counted.value in {samples.name for samples in split.samples}
+        and is_method_call(value.left, "item")
+    ):
+        return True  # `loss.item() / len(X_train)`: the mean over this process's part
     if isinstance(counted, cst.Attribute) and counted.attr.value in {"dataset", "sampler"}:
         counted = counted.value  # a mean per sample (`len(loader.sampler)` after DDP011)
     loader = anatomy.loaders.loader_for(anatomy.loaders.resolve(counted, where))
     if loader is None or all(loader is not trained for trained in anatomy.script.train_loaders):
+        return False
+    if not isinstance(value.left, cst.Name):
         return False
     running = value.left.value
     sums = [
@@ -629,6 +666,11 @@ def _local_in_loops(anatomy: Anatomy, loops: tuple[cst.For, ...]) -> list[tuple[
             # `for i, (x, y) in enumerate(loader)`: the batch, not the count
             target = cst.Tuple(list(target.elements[1:]))
         names = {dotted(node) for node in walk(target)} - {None}
+        split = anatomy.split_samples
+        if split is not None and loop is split.loop:
+            # No batch to take: this process's values are those of its part of the samples
+            # (`loss = criterion(model(X_part), y_part)`); the counter is the same everywhere.
+            names = {samples.name for samples in split.samples}
         for node in walk(loop.body):
             if (
                 is_method_call(node, "append", "extend")

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from ddpify.convert import convert_source
-from ddpify.options import ConvertOptions, Launcher
+from ddpify.options import BatchMode, ConvertOptions, Launcher
 from ddpify.rule import CheckRule, ConvertRule, Example, NoteKind, all_rules, convert_rules
 
 CASES = [
@@ -2194,3 +2194,90 @@ if __name__ == "__main__":
     assert text.endswith(
         "    del model  # release DDP before its process group\n    dist.destroy_process_group()\n"
     )
+
+
+ROUND_12 = """import argparse
+import os
+import numpy as np
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--patience", type=int, default=20)
+args = parser.parse_args()
+if not os.path.exists("data.npz"):
+    np.savez("data.npz", X=np.random.rand(64, 3), y=np.random.rand(64, 1))
+data = np.load("data.npz")
+X = torch.tensor(data["X"]).float()
+y = torch.tensor(data["y"]).float()
+X_train, X_val = X[:48], X[48:]
+y_train, y_val = y[:48], y[48:]
+scale = 2 * args.patience
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+best_loss, waited = float("inf"), 0
+for epoch in range(500):
+    loss = torch.nn.functional.mse_loss(model(X_train), y_train) / scale
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    avg_loss = loss.item() / len(X_train)
+    if best_loss - avg_loss > 1e-4:
+        best_loss = avg_loss
+        waited = 0
+    else:
+        waited += 1
+    if waited >= args.patience:
+        break
+"""
+
+
+def test_round_12_full_batch_decisions_are_taken_on_the_mean_of_every_part() -> None:
+    """Round-12 audit: e13 (a data file written when missing, then read, at module level:
+    rank 0 first), e01 (`X[:48]` slices and `args` settings are followed), p02 (early
+    stopping on the training loss: the loss is averaged over the parts before the
+    decision, not a flag taken when any part plateaus); `scheduler.step(loss.item())`
+    inline is refused with how to name it."""
+    result = convert_source(ROUND_12.encode(), "fit.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "if dist.get_rank() != 0:\n"
+        "    dist.barrier()  # rank 0 writes the files first; the others then find them\n"
+        'if not os.path.exists("data.npz"):\n'
+    ) in text
+    assert "X_train_part = X_train[dist.get_rank()::dist.get_world_size()]" in text
+    assert (
+        "    avg_loss = loss.item() / len(X_train_part)\n"
+        "    mean = torch.tensor(float(avg_loss))\n"
+        "    dist.all_reduce(mean)\n"
+    ) in text
+    assert "ReduceOp.MAX" not in text
+    plateau = ROUND_12.replace(
+        "optimizer = torch.optim.Adam(model.parameters(), lr=0.01)\n",
+        "optimizer = torch.optim.Adam(model.parameters(), lr=0.01)\n"
+        "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)\n",
+    ).replace("    optimizer.step()\n", "    optimizer.step()\n    scheduler.step(loss.item())\n")
+    refused = convert_source(plateau.encode(), "fit.py", ConvertOptions())
+    assert refused.refused
+    assert any("give the mean loss a name of its own" in n.message for n in refused.problems)
+
+
+def test_batch_global_refuses_a_loop_slicing_batches_by_its_counter() -> None:
+    """Round-12 audit g_p05: `--batch global` was ignored for `X[i:i + bs]` (200 steps for
+    the original's 400) while the report said the batch was divided."""
+    source = b"""import torch
+
+X = torch.rand(100, 3)
+y = torch.rand(100, 1)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for i in range(0, len(X), 10):
+        loss = torch.nn.functional.mse_loss(model(X[i:i + 10]), y[i:i + 10])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "slices.py", ConvertOptions(batch=BatchMode.GLOBAL))
+    assert result.refused
+    assert any("--batch global: batches sliced" in n.message for n in result.problems)
