@@ -394,3 +394,56 @@ def without_keyword(call: cst.Call, keyword: str) -> cst.Call:
     if call.args[-1].keyword is not None and call.args[-1].keyword.value == keyword:
         args[-1] = args[-1].with_changes(comma=call.args[-1].comma)
     return call.with_changes(args=args)
+
+
+# Calls that keep the order of what they are given: a set's order becomes theirs.
+ORDERING = {"list", "tuple", "enumerate"}
+SET_OPERATORS = (cst.Subtract, cst.BitOr, cst.BitAnd, cst.BitXor)
+
+
+def orders_a_set(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`list(set(...))`, `tuple({...})`, `enumerate(set(a) - set(b))`, one argument."""
+    if not (isinstance(call.func, cst.Name) and call.func.value in ORDERING):
+        return False
+    if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+        return False
+    if anatomy.qualified_names(call.func) - {f"builtins.{call.func.value}"}:
+        return False  # the script's own `list`
+    holder = anatomy.parent(anatomy.parent(call) or call)
+    if isinstance(holder, cst.Call) and is_name(holder.func, "sorted"):
+        return False  # `sorted(list(set(text)))`: ordered already
+    return _is_set(anatomy, call.args[0].value, anatomy.function_of(call))
+
+
+def _is_set(
+    anatomy: Anatomy, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
+) -> bool:
+    """A set display or comprehension, `set(...)`, set operations on one, or a name only
+    ever given one (`vocab = set(words)`, then `enumerate(vocab)`: round-11 audit p04)."""
+    if isinstance(expr, cst.SetComp | cst.Set):
+        return True
+    if isinstance(expr, cst.Call):
+        return is_name(expr.func, "set") or is_name(expr.func, "frozenset")
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, SET_OPERATORS):
+        return _is_set(anatomy, expr.left, scope, depth) or _is_set(
+            anatomy, expr.right, scope, depth
+        )
+    if isinstance(expr, cst.Name) and depth < 3:
+        values = anatomy.values.values_of(expr.value, scope)
+        return bool(values) and all(
+            _is_set(anatomy, value, where, depth + 1) for value, where in values
+        )
+    return False
+
+
+def sort_the_set(plan: EditPlan, call: cst.Call) -> None:
+    """`list(s)` becomes `sorted(s)`; `enumerate(s)`, `tuple(s)` get `sorted(s)` inside."""
+    if is_name(call.func, "list"):
+        plan.replace(call, lambda node: node.with_changes(func=cst.Name("sorted")))
+    else:
+        plan.replace(call.args[0].value, _sorted)
+
+
+def _sorted(node: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(node, cst.BaseExpression)
+    return cst.Call(cst.Name("sorted"), [cst.Arg(node)])

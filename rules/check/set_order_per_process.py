@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import partial
 
 import libcst as cst
-from ddpify.rules.convert.set_order import orders_a_set, sort_the_set
 
+from ddpify.fixes import orders_a_set, sort_the_set
 from ddpify.rule import CheckContext, CheckRule, Example, Severity
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import libcst as cst
@@ -729,10 +730,9 @@ def _split(ctx: ConvertContext) -> bool:
         parts[samples.name] = part
         lines.append(f"{part} = {samples.name}[dist.get_rank():{stop}:dist.get_world_size()]\n")
         for read in samples.reads:
-            ctx.plan.replace(read, lambda node, part=part: node.with_changes(value=part))
+            ctx.plan.replace(read, _renamed(part))
     for read in batch.counts:
-        part = parts[read.value]
-        ctx.plan.replace(read, lambda node, part=part: node.with_changes(value=part))
+        ctx.plan.replace(read, _renamed(parts[read.value]))
     first_part = 1 if batch.ordered else 0
     lines[first_part] = lines[first_part].rstrip("\n") + "  # this process's part of the samples\n"
     assert batch.anchor is not None
@@ -756,6 +756,16 @@ def _split(ctx: ConvertContext) -> bool:
         "process needs at least one sample",
     )
     return True
+
+
+def _renamed(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """An edit that gives a `Name` node another name."""
+
+    def rename(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Name)
+        return node.with_changes(value=name)
+
+    return rename
 
 
 def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call) -> bool:
