@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
@@ -354,6 +356,7 @@ class RankZeroSideEffects(ConvertRule):
             guarded.append(node)
             ctx.changed(node, f"{kind} on rank 0 only")
         _one_line_blocks(ctx, model_names, guarded)
+        _one_line_suites(ctx, model_names, guarded)
         for first, last in _preparing_runs(anatomy, guarded):
             ctx.add_import("torch.distributed", asname="dist")
             ctx.plan.insert_before(first, [statement(FIRST_PREPARE)], outermost=True)
@@ -981,6 +984,55 @@ def _one_line_blocks(ctx: ConvertContext, models: set[str], guarded: list[cst.CS
             "own first",
             blocking=writes,
         )
+
+
+def _one_line_suites(ctx: ConvertContext, models: set[str], guarded: list[cst.CSTNode]) -> None:
+    """`except ImportError: HAS_SK = False; print("install sklearn")` (MorvanZhou's 401_CNN),
+    a one-line `for`, `while`, `with`, `try` or `else:` body that prints or logs: its
+    statements go on lines of their own, the prints and logs under the rank-0 guard (one
+    process prints the line, as the single-process script did). A one-line `if` is
+    `_one_line_blocks`'."""
+    anatomy = ctx.anatomy
+    for suite in walk(anatomy.module):
+        if not isinstance(suite, cst.SimpleStatementSuite):
+            continue
+        owner = anatomy.parent(suite)
+        if owner is None or isinstance(owner, cst.If | cst.FunctionDef):
+            continue
+        if (
+            not anatomy.script.after_setup(owner)
+            or anatomy.ranks.guard(owner) is not None
+            or any(anatomy.inside(owner, outer) for outer in guarded)
+        ):
+            continue
+        kinds = [anatomy.effects.of(cst.SimpleStatementLine(body=[small])) for small in suite.body]
+        shown = [kind in {"print", "log"} for kind in kinds]
+        if not any(shown) or any(kind and kind not in {"print", "log"} for kind in kinds):
+            continue
+        if any(
+            _must_run_everywhere(anatomy, small, models)
+            for small, prints in zip(suite.body, shown, strict=True)
+            if prints
+        ):
+            continue
+        ctx.plan.replace(suite, partial(_unfolded, shown=shown))
+        ctx.add_import("torch.distributed", asname="dist")
+        ctx.changed(owner, "the one-line body on lines of its own, its prints on rank 0 only")
+
+
+def _unfolded(suite: cst.CSTNode, shown: list[bool]) -> cst.CSTNode:
+    """The suite as an indented block, the statements that print under the rank-0 guard."""
+    assert isinstance(suite, cst.SimpleStatementSuite)
+    lines: list[cst.BaseStatement] = []
+    for small, prints in zip(suite.body, shown, strict=True):
+        line = cst.SimpleStatementLine(
+            body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]
+        )
+        if prints:
+            lines.append(cst.If(test=expression(RANK_ZERO), body=cst.IndentedBlock(body=[line])))
+        else:
+            lines.append(line)
+    return cst.IndentedBlock(body=lines, footer=[])
 
 
 FUNCTION_RUNS_MODEL = "a function that runs the model (DDP's forward talks to every rank)"

@@ -2281,3 +2281,32 @@ for epoch in range(3):
     result = convert_source(source, "slices.py", ConvertOptions(batch=BatchMode.GLOBAL))
     assert result.refused
     assert any("--batch global: batches sliced" in n.message for n in result.problems)
+
+
+def test_a_print_in_a_one_line_except_is_printed_by_rank_0_only() -> None:
+    """MorvanZhou's 401_CNN: `except: HAS_SK = False; print('Please install sklearn ...')`
+    printed on every rank (the corpus verify: 'printed by rank 1 too'). Its body goes on
+    lines of its own, the print under the guard; the assignment stays on every rank."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+try: from sklearn.manifold import TSNE; HAS_SK = True
+except: HAS_SK = False; print('Please install sklearn for layer visualization')
+loader = DataLoader(train_data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "cnn.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "except:\n"
+        "    HAS_SK = False\n"
+        "    if dist.get_rank() == 0:\n"
+        "        print('Please install sklearn for layer visualization')\n"
+    ) in text
