@@ -325,6 +325,9 @@ class WrapModel(ConvertRule):
                     continue
                 ctx.plan.replace(attribute.value, _through_module)
                 ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
+            for shown in _shown(anatomy, model):
+                ctx.plan.replace(shown, _through_module)
+                ctx.changed(shown, "the model printed is the bare one (via `.module`)")
             for item in _raw_items(anatomy, model):
                 if unwrapped is not None and _after(anatomy, unwrapped, item):
                     continue
@@ -638,6 +641,26 @@ def _raw_uses(anatomy: Anatomy, model: Model, *, some: bool = False) -> list[cst
             else values.runs_after(model.placement, node, dotted(node.value) or "")
         )
     ]
+
+
+def _shown(anatomy: Anatomy, model: Model) -> list[cst.Name]:
+    """`print(model)`, `str(model)`, `f"{model}"` after the wrap: the wrapper's text is
+    `DistributedDataParallel((module): Net(...))`, not the architecture the script shows."""
+    assert model.placement is not None
+    found = []
+    for node in walk(anatomy.module):
+        if not isinstance(node, cst.Name) or node.value not in model.names - model.bare:
+            continue
+        parent = anatomy.parent(node)
+        holder = anatomy.parent(parent) if isinstance(parent, cst.Arg) else None
+        shown = isinstance(parent, cst.FormattedStringExpression) or (
+            isinstance(holder, cst.Call)
+            and len(holder.args) == 1
+            and any(is_name(holder.func, name) for name in ("print", "str", "repr"))
+        )
+        if shown and anatomy.values.runs_after(model.placement, node, node.value):
+            found.append(node)
+    return found
 
 
 def _raw_items(anatomy: Anatomy, model: Model) -> list[cst.Subscript]:

@@ -2286,7 +2286,8 @@ for epoch in range(3):
 def test_a_print_in_a_one_line_except_is_printed_by_rank_0_only() -> None:
     """MorvanZhou's 401_CNN: `except: HAS_SK = False; print('Please install sklearn ...')`
     printed on every rank (the corpus verify: 'printed by rank 1 too'). Its body goes on
-    lines of its own, the print under the guard; the assignment stays on every rank."""
+    lines of its own, the print under the guard; the assignment stays on every rank.
+    `print(model)` after the wrap shows the model, not `DistributedDataParallel(...)`."""
     source = b"""import torch
 from torch.utils.data import DataLoader
 
@@ -2300,10 +2301,12 @@ for epoch in range(2):
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
+print(model)
 """
     result = convert_source(source, "cnn.py", ConvertOptions())
     assert not result.refused, result.problems
     text = result.output.decode()
+    assert "    print(model.module)\n" in text  # the architecture, not DDP's wrapper
     assert (
         "except:\n"
         "    HAS_SK = False\n"
