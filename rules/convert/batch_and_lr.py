@@ -7,7 +7,7 @@ from functools import partial
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.tree import call_arg, is_attribute, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_attribute, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import WORLD_SIZE, expression
 from ddpify.options import BatchMode, ScaleLR
@@ -31,7 +31,8 @@ class BatchAndLearningRate(ConvertRule):
     batch's size (`len(x)`, `x.size(0)`) is a mean and is left alone. A full batch split
     between the processes (DDP004) with a mean loss gets it weighted by the part's share,
     `len(x_part) * world_size / len(x)`: with parts of unequal size (3 samples on 2
-    processes) the plain average of their means would weigh some samples twice.
+    processes) the plain average of their means would weigh some samples twice. There a
+    loss summed by hand (`((pred - y) ** 2).sum()`, `torch.sum(...)`) counts as a sum too.
 
     ## Why is this bad?
     A per-GPU batch N times larger under an unchanged learning rate trains differently from
@@ -186,6 +187,25 @@ def _weigh_the_part(ctx: ConvertContext, backward: cst.Call) -> None:
         return  # no split made, nothing to weigh
     assert isinstance(backward.func, cst.Attribute)
     name = whole.samples[0].name
+    loss = backward.func.value
+    values = (
+        [loss]
+        if not isinstance(loss, cst.Name)
+        else [
+            value
+            for value, _ in anatomy.values.values_of(loss.value, anatomy.function_of(backward))
+        ]
+    )
+    if values and all(_sums_elements(value) for value in values):
+        # `((pred - y) ** 2).sum()`: each part's sum; N times their average is the whole sum
+        ctx.add_import("torch.distributed", asname="dist")
+        ctx.plan.replace(loss, _times_world_size)
+        ctx.changed(
+            backward,
+            f"the loss sums over this process's part of `{name}`: multiplied by the world "
+            "size before backward, DDP's average of the gradients is the whole batch's sum's",
+        )
+        return
     part = anatomy.free_name([f"{name}_part"])  # as DDP004 names it
     share = f"(len({part}) * {WORLD_SIZE} / len({name}))"
 
@@ -201,6 +221,21 @@ def _weigh_the_part(ctx: ConvertContext, backward: cst.Call) -> None:
         "share of the samples (1 when their number divides by the world size), DDP's "
         "average of the gradients is the whole batch's",
     )
+
+
+def _sums_elements(expr: cst.BaseExpression) -> bool:
+    """`x.sum()`, `torch.sum(x)`, sums of those, or one times a number: a sum over the
+    samples, not a mean (`x.sum() / len(x)` is a mean)."""
+    if isinstance(expr, cst.Call):
+        return (isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "sum") or (
+            dotted(expr.func) == "torch.sum"
+        )
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, cst.Add | cst.Subtract):
+            return _sums_elements(expr.left) or _sums_elements(expr.right)
+        if isinstance(expr.operator, cst.Multiply):
+            return _sums_elements(expr.left) or _sums_elements(expr.right)
+    return False
 
 
 def _times_world_size(loss: cst.BaseExpression) -> cst.BaseExpression:

