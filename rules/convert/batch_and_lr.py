@@ -232,7 +232,9 @@ def _sums_elements(expr: cst.BaseExpression) -> bool:
         )
     if isinstance(expr, cst.BinaryOperation):
         if isinstance(expr.operator, cst.Add | cst.Subtract):
-            return _sums_elements(expr.left) or _sums_elements(expr.right)
+            # both: `ce_mean + 1e-4 * (w ** 2).sum()` is a mean plus a penalty, which the
+            # share's weighting keeps (the shares add up to one)
+            return _sums_elements(expr.left) and _sums_elements(expr.right)
         if isinstance(expr.operator, cst.Multiply):
             return _sums_elements(expr.left) or _sums_elements(expr.right)
     return False

@@ -2328,8 +2328,12 @@ print(model)
             "(model(x) - y).pow(2).sum() / len(x)",
             "(loss * (len(x_part) * dist.get_world_size() / len(x))).backward()",
         ),
+        (
+            "((model(x) - y) ** 2).mean() + 1e-4 * (model.weight ** 2).sum()",
+            "(loss * (len(x_part) * dist.get_world_size() / len(x))).backward()",
+        ),
     ],
-    ids=["sum-method", "torch-sum", "mean", "sum-over-count"],
+    ids=["sum-method", "torch-sum", "mean", "sum-over-count", "mean-plus-penalty"],
 )
 def test_a_split_full_batch_loss_is_weighed_as_a_sum_or_as_a_mean(loss: str, backward: str) -> None:
     """A sum over the part times the world size is the whole batch's sum; a mean weighed by
