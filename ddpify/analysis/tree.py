@@ -139,3 +139,8 @@ def call_arg(call: cst.Call, position: int | None, keyword: str) -> cst.Arg | No
 def methods(owner: cst.ClassDef) -> list[cst.FunctionDef]:
     """The functions defined in a class's body."""
     return [node for node in owner.body.body if isinstance(node, cst.FunctionDef)]
+
+
+def source_text(node: cst.CSTNode) -> str:
+    """The source text of `node` (for messages and rebuilt expressions)."""
+    return cst.Module([]).code_for_node(node)

@@ -34,7 +34,7 @@ from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.models import Models
 from ddpify.analysis.script import TrainingScript, given_later
-from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
 from ddpify.analysis.values import MAX_STEPS, Values, constant_index
 
 # How deep `_kind` follows an expression: names, calls and operators, one step each.
@@ -172,7 +172,7 @@ class WholeBatches:
             _refused(
                 found,
                 layer,
-                f"`{_code(layer.func)}` (line {self.index.line(layer)}) takes sequence-first "
+                f"`{source_text(layer.func)}` (line {self.index.line(layer)}) takes sequence-first "
                 "tensors (no `batch_first=True`) and nothing transposes them: the samples may "
                 "be the second dimension, not the first",
             )
@@ -191,7 +191,7 @@ class WholeBatches:
             _refused(
                 found,
                 stop,
-                f"the loop counts to `{_code(stop)}`, not to the length of the samples it "
+                f"the loop counts to `{source_text(stop)}`, not to the length of the samples it "
                 "slices: each process would walk past its part",
             )
             return
@@ -245,7 +245,7 @@ class WholeBatches:
                 _refused(
                     found,
                     node,
-                    f"the model's output is indexed by a set of samples (`{_code(node)}`): a "
+                    f"the model's output is indexed by a set of samples (`{source_text(node)}`): a "
                     "graph, or a mask over one batch, that every process needs whole",
                 )
                 return
@@ -726,7 +726,3 @@ def _bound(
     ):
         return [value]
     return []
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)

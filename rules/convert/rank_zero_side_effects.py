@@ -570,7 +570,8 @@ def _preparing_runs(
     cache when it is missing, then lists it): the others would read before rank 0 wrote."""
     runs: list[tuple[cst.CSTNode, cst.CSTNode]] = []
     previous: cst.CSTNode | None = None
-    candidates: list[cst.CSTNode] = [*anatomy.simple_statements, *_ifs(anatomy)]
+    blocks = [node for node in anatomy.ifs if not isinstance(anatomy.parent(node), cst.If)]
+    candidates: list[cst.CSTNode] = [*anatomy.simple_statements, *blocks]  # not `elif`s
     for node in sorted(candidates, key=anatomy.order):
         if isinstance(node, cst.SimpleStatementLine) and _downloads(node):
             continue  # a download has its own "rank 0 first"
@@ -594,14 +595,9 @@ def _preparing_runs(
     return runs
 
 
-def _ifs(anatomy: Anatomy) -> list[cst.If]:
-    """`if` statements in a block (not `elif`s)."""
-    return [
-        node
-        for node in walk(anatomy.module)
-        if isinstance(node, cst.If)
-        and isinstance(anatomy.parent(node), cst.IndentedBlock | cst.Module)
-    ]
+def _reads_files(node: cst.CSTNode) -> bool:
+    """`np.loadtxt(path)`, `os.listdir(folder)`, ...: a call that reads what a path holds."""
+    return isinstance(node, cst.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] in READS
 
 
 def _read_later(anatomy: Anatomy, statement: cst.CSTNode) -> bool:
@@ -610,9 +606,7 @@ def _read_later(anatomy: Anatomy, statement: cst.CSTNode) -> bool:
     assert isinstance(statement, cst.BaseStatement)
     body = list(anatomy.body_of(statement))
     return any(
-        isinstance(node, cst.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] in READS
-        for later in body[body.index(statement) + 1 :]
-        for node in walk(later)
+        _reads_files(node) for later in body[body.index(statement) + 1 :] for node in walk(later)
     )
 
 
@@ -650,10 +644,7 @@ def _prepares(
             continue
         for function in anatomy.graph.callees(call):
             writes = any(anatomy.inside(node, function) for node in guarded)
-            reads = any(
-                isinstance(node, cst.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] in READS
-                for node in walk(function.body)
-            )
+            reads = any(_reads_files(node) for node in walk(function.body))
             if writes and (reads or _read_later(anatomy, line)):
                 return True
     return False

@@ -16,6 +16,7 @@ from ddpify.analysis.tree import (
     is_method_call,
     is_name,
     methods,
+    source_text,
     walk,
 )
 from ddpify.analysis.values import MAX_STEPS
@@ -334,7 +335,7 @@ class WrapModel(ConvertRule):
                 if id(item) in anatomy.script.loss_nodes:
                     ctx.cannot(
                         item,
-                        f"`{_code(item)}` computes the loss outside the model's forward: "
+                        f"`{source_text(item)}` computes the loss outside the model's forward: "
                         "through `.module` its gradients would not be averaged across "
                         "processes; compute the loss through the model's call, or convert "
                         "by hand",
@@ -674,10 +675,6 @@ def _raw_items(anatomy: Anatomy, model: Model) -> list[cst.Subscript]:
         and dotted(node.value) in model.names - model.bare
         and anatomy.values.runs_after(model.placement, node, dotted(node.value) or "")
     ]
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 # Attributes that differ on the wrapper in what they give back: a checkpoint's keys.
