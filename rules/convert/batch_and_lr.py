@@ -32,7 +32,10 @@ class BatchAndLearningRate(ConvertRule):
     between the processes (DDP004) with a mean loss gets it weighted by the part's share,
     `len(x_part) * world_size / len(x)`: with parts of unequal size (3 samples on 2
     processes) the plain average of their means would weigh some samples twice. There a
-    loss summed by hand (`((pred - y) ** 2).sum()`, `torch.sum(...)`) counts as a sum too.
+    loss summed by hand over what the model computes for the batch (`((model(x) - y) **
+    2).sum()`, `torch.sum(...)`, a criterion's `reduction='none'` summed) counts as a sum
+    when every term of the loss sums; a sum of a criterion's mean or of the parameters (a
+    penalty) does not.
 
     ## Why is this bad?
     A per-GPU batch N times larger under an unchanged learning rate trains differently from
@@ -77,6 +80,7 @@ class BatchAndLearningRate(ConvertRule):
                 optimizer.step()
             """,
         ),
+        # Summed by hand over what the model computes for the batch: a sum too.
         Example(
             """
             import torch
@@ -85,7 +89,39 @@ class BatchAndLearningRate(ConvertRule):
             loader = DataLoader(dataset, batch_size=64)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             for x, y in loader:
-                loss = model(x).sum()
+                loss = ((model(x) - y) ** 2).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+
+            loader = DataLoader(dataset, batch_size=64)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = ((model(x) - y) ** 2).sum()
+                (loss * dist.get_world_size()).backward()
+                optimizer.step()
+            """,
+        ),
+        # A mean, a criterion's mean summed, a mean plus a penalty on the weights: unchanged.
+        Example(
+            """
+            import torch
+            import torch.nn.functional as F
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(dataset, batch_size=64)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x).mean()
+                loss.backward()
+                loss = F.mse_loss(model(x), y).sum()
+                loss.backward()
+                penalty = sum((p**2).sum() for p in model.parameters())
+                loss = F.mse_loss(model(x), y) + 1e-4 * penalty
                 loss.backward()
                 optimizer.step()
             """
@@ -151,6 +187,12 @@ def _scale_summed_losses(ctx: ConvertContext) -> None:
             continue
         loss = backward.func.value
         found = _summed(anatomy, loss, anatomy.function_of(backward), 0)
+        if found is not None and not _sums(found[0]):
+            # summed by hand: only when every term of the loss sums (`mse + out.abs().sum()`
+            # is a mean plus a sum, which neither scaling makes the global batch's)
+            values = _loss_values(anatomy, backward)
+            if not values or not all(_sums_elements(value) for value in values):
+                found = None
         if found is None:
             _weigh_the_part(ctx, backward)
             continue
@@ -188,14 +230,7 @@ def _weigh_the_part(ctx: ConvertContext, backward: cst.Call) -> None:
     assert isinstance(backward.func, cst.Attribute)
     name = whole.samples[0].name
     loss = backward.func.value
-    values = (
-        [loss]
-        if not isinstance(loss, cst.Name)
-        else [
-            value
-            for value, _ in anatomy.values.values_of(loss.value, anatomy.function_of(backward))
-        ]
-    )
+    values = _loss_values(anatomy, backward)
     if values and all(_sums_elements(value) for value in values):
         # `((pred - y) ** 2).sum()`: each part's sum; N times their average is the whole sum
         ctx.add_import("torch.distributed", asname="dist")
@@ -223,12 +258,24 @@ def _weigh_the_part(ctx: ConvertContext, backward: cst.Call) -> None:
     )
 
 
+def _loss_values(anatomy: Anatomy, backward: cst.Call) -> list[cst.BaseExpression]:
+    """The expressions `loss.backward()`'s loss is: itself, or what its name is given."""
+    assert isinstance(backward.func, cst.Attribute)
+    loss = backward.func.value
+    if not isinstance(loss, cst.Name):
+        return [loss]
+    scope = anatomy.function_of(backward)
+    return [value for value, _ in anatomy.values.values_of(loss.value, scope)]
+
+
 def _sums_elements(expr: cst.BaseExpression) -> bool:
     """`x.sum()`, `torch.sum(x)`, sums of those, or one times a number: a sum over the
     samples, not a mean (`x.sum() / len(x)` is a mean)."""
     if isinstance(expr, cst.Call):
-        return (isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "sum") or (
-            dotted(expr.func) == "torch.sum"
+        return (
+            (isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "sum")
+            or dotted(expr.func) == "torch.sum"
+            or _sums(expr)
         )
     if isinstance(expr, cst.BinaryOperation):
         if isinstance(expr.operator, cst.Add | cst.Subtract):
@@ -258,7 +305,7 @@ def _summed(
     for node in walk(expr):
         found: tuple[cst.Call, bool] | None = None
         if isinstance(node, cst.Call):
-            if _sums(node):
+            if _sums(node) or _sums_by_hand(anatomy, node, scope):
                 found = (node, False)
             else:
                 built = [
@@ -292,6 +339,73 @@ def _sums(call: cst.Call) -> bool:
         return isinstance(value, cst.SimpleString) and value.evaluated_value == "sum"
     size_average = call_arg(call, None, "size_average")
     return size_average is not None and is_name(size_average.value, "False")
+
+
+def _sums_by_hand(anatomy: Anatomy, call: cst.Call, scope: cst.FunctionDef | None) -> bool:
+    """`(model(x) - y).pow(2).sum()` or `torch.sum(...)`: a sum of every element of what the
+    model computes for the batch, a sum over the samples. Not a sum along a dimension
+    (`x.sum(1).mean()`), of a criterion's mean (`criterion(out, y).sum()`), or of the
+    parameters (`(w ** 2).sum()`, a penalty)."""
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "sum":
+        if any(arg.keyword is None or arg.keyword.value == "dim" for arg in call.args):
+            return False
+        summed: cst.BaseExpression = call.func.value
+    elif dotted(call.func) == "torch.sum" and len(call.args) == 1 and call.args[0].keyword is None:
+        summed = call.args[0].value
+    else:
+        return False
+    return _per_sample(anatomy, summed, scope, 0) is True
+
+
+def _per_sample(
+    anatomy: Anatomy, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int
+) -> bool | None:
+    """Whether `expr` holds values per sample of a model's forward pass (True), holds a
+    reduced loss or the parameters (False), or neither (None)."""
+    if depth > MAX_STEPS:
+        return False
+    models = {name for model in anatomy.models.all for name in model.names}
+    per_sample: bool | None = None
+    for node in walk(expr):
+        if isinstance(node, cst.Call):
+            if is_attribute(node.func, "parameters", "named_parameters", "mean", "item"):
+                return False
+            if dotted(node.func) in models:
+                per_sample = True
+                continue
+            criteria = [
+                origin
+                for origin in anatomy.values.origins(node.func, scope)
+                if isinstance(origin, cst.Call) and origin is not node.func
+            ]
+            name = dotted(node.func) or ""
+            if any(_loss_class(c) for c in criteria) or name.rsplit(".", 1)[-1].endswith(
+                ("_loss", "_entropy", "nll_loss", "kl_div")
+            ):
+                reduction = call_arg(node, None, "reduction") or next(
+                    (call_arg(c, None, "reduction") for c in criteria), None
+                )
+                if reduction is None or not (
+                    isinstance(reduction.value, cst.SimpleString)
+                    and reduction.value.evaluated_value == "none"
+                ):
+                    return False  # a reduced loss: a mean, or a sum `_sums` finds
+                per_sample = True
+        elif isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
+            for origin in anatomy.values.origins(node, scope):
+                if origin is node:
+                    continue
+                found = _per_sample(anatomy, origin, anatomy.function_of(origin), depth + 1)
+                if found is False:
+                    return False
+                per_sample = per_sample or found
+    return per_sample
+
+
+def _loss_class(call: cst.Call) -> bool:
+    """`nn.MSELoss(...)`, `torch.nn.CrossEntropyLoss(...)`: a criterion."""
+    name = dotted(call.func) or ""
+    return name.rsplit(".", 1)[-1].endswith("Loss")
 
 
 def _divided_by_size(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> bool:

@@ -96,7 +96,7 @@ scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
 loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
 for epoch in range(2):
     for i, x in enumerate(loader):
-        loss = model(x).sum()
+        loss = model(x).mean()
         {body}
 """
 
@@ -123,7 +123,7 @@ for epoch in range(2):
             "loss.backward()\n        if (i + 1) % 2 == 0 or i + 1 == len(loader):\n"
             "            optimizer.step()",
             "with model.no_sync() if not ((i + 1) % 2 == 0 or i + 1 == len(loader)) "
-            "else contextlib.nullcontext():\n            loss = model(x).sum()\n"
+            "else contextlib.nullcontext():\n            loss = model(x).mean()\n"
             "            loss.backward()\n        if (i + 1)",
         ),
         # A step decided by the loss: the decision comes after the forward, too late for
@@ -2355,3 +2355,4 @@ for t in range(20):
     result = convert_source(source.encode(), "sums.py", ConvertOptions())
     assert not result.refused, result.problems
     assert f"    {backward}\n" in result.output.decode()
+
