@@ -143,6 +143,35 @@ class Project:
             found = _find(qualified, self.roots)
             if found is not None:
                 return found
+        name = dotted(call.func)
+        for module in self._starred if name is not None and "." not in name else ():
+            found = _find(f"{module}.{name}", self.roots)
+            if found is not None:
+                return found
+        return None
+
+    @cached_property
+    def _starred(self) -> list[str]:
+        """Modules of the project the script imports everything from (`from utils import *`,
+        dome272's diffusion models): where a name it never imports by name may come from."""
+        return [
+            cst.Module([]).code_for_node(node.module)
+            for node in walk(self.index.module)
+            if isinstance(node, cst.ImportFrom)
+            and isinstance(node.names, cst.ImportStar)
+            and node.module is not None
+            and not node.relative
+            and self._local(cst.Module([]).code_for_node(node.module).split(".")[0])
+        ]
+
+    def class_made(self, call: cst.Call) -> tuple[cst.ClassDef, Path] | None:
+        """The class of another project file that `call` makes (`EncoderCNN(256)`)."""
+        if not self._may_be_helper(call):
+            return None
+        for qualified in self.index.qualified_names(call.func):
+            found = _definition(qualified, self.roots)
+            if found is not None and isinstance(found[0], cst.ClassDef):
+                return found[0], found[2]
         return None
 
     def trainer_class(self, call: cst.Call) -> Path | None:

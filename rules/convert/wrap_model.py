@@ -7,6 +7,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import DDP_OWN, DDP_RENAMED, DDP_TRANSPARENT, EXPORTS, PARAMETERS
 from ddpify.analysis.models import Model, holds_model
+from ddpify.analysis.project import NO_GRAD
 from ddpify.analysis.script import raw_optimizers
 from ddpify.analysis.streams import TORCH_DRAWS
 from ddpify.analysis.tree import (
@@ -33,7 +34,10 @@ class WrapModel(ConvertRule):
     statement that moves it to its device (`device_ids` only on CUDA), replaces
     `nn.DataParallel`, and sends the uses that need the bare model -- `state_dict()`,
     `load_state_dict()`, custom methods and attributes such as `model.generate(...)` or
-    `model.config` -- through `.module`.
+    `model.config` -- through `.module`. A model whose forward may leave parameters without
+    a gradient (a layer called under a condition, one it never uses, a backbone run under
+    `torch.no_grad()` that is never frozen, in its class here or in another file of the
+    project) is wrapped with `find_unused_parameters=True`.
 
     ## Why is this bad?
     Without the wrapper nothing averages the gradients: every process trains its own
@@ -725,7 +729,7 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                     reason = picked
     if reason is not None:
         return reason, most
-    skipped = _skips_parameters(anatomy)
+    skipped = _skips_parameters(anatomy) or _runs_without_grad(anatomy, model)
     if skipped is not None:
         return skipped, most
     for forward in _forwards(anatomy, model):
@@ -974,6 +978,72 @@ def _calls_submodule(node: cst.CSTNode) -> bool:
         and isinstance(node.func, cst.Attribute)
         and is_name(node.func.value, "self")
     )
+
+
+def _runs_without_grad(anatomy: Anatomy, model: Model) -> str | None:
+    """The model's class (the script's own, or one of its project) runs a layer of its own
+    in `forward` under `torch.no_grad()` (a frozen backbone: yunjey's image captioning runs
+    its ResNet so) that it never freezes (`requires_grad`): those parameters get no gradient,
+    and DDP waits for them."""
+    for node in anatomy.assigns:
+        if len(node.targets) != 1 or dotted(node.targets[0].target) not in model.names:
+            continue
+        value = node.value
+        while isinstance(value, cst.Call) and is_attribute(value.func, "to", "cuda"):
+            value = value.func.value  # type: ignore[attr-defined]
+        if not isinstance(value, cst.Call):
+            continue
+        owner = anatomy.classes.get(dotted(value.func) or "")
+        where = "" if owner is not None else None
+        if owner is None:
+            made = anatomy.project.class_made(value)
+            if made is None:
+                continue
+            owner, path = made
+            where = f" ({anatomy.project.shown(path)})"
+        by_name = {method.name.value: method for method in methods(owner)}
+        forward = by_name.get("forward")
+        if forward is None:
+            continue
+        for block in walk(forward.body):
+            if not isinstance(block, cst.With) or not any(
+                isinstance(item.item, cst.Call)
+                and (dotted(item.item.func) or "").rsplit(".", 1)[-1] in NO_GRAD
+                for item in block.items
+            ):
+                continue
+            for call in walk(block.body):
+                if (
+                    isinstance(call, cst.Call)
+                    and isinstance(call.func, cst.Attribute)
+                    and is_name(call.func.value, "self")
+                    and call.func.attr.value not in by_name
+                    and f"self.{call.func.attr.value}" not in _frozen(owner)
+                ):
+                    return (
+                        f"the forward of `{owner.name.value}`{where} runs `self."
+                        f"{call.func.attr.value}` under `torch.no_grad()`, and its parameters "
+                        "are never frozen"
+                    )
+    return None
+
+
+def _frozen(owner: cst.ClassDef) -> set[str | None]:
+    """Layers the class freezes: `self.resnet` in `for p in self.resnet.parameters():
+    p.requires_grad = False` or `self.resnet.requires_grad_(False)`."""
+    frozen: set[str | None] = set()
+    for node in walk(owner):
+        if isinstance(node, cst.For) and any(
+            is_attribute(inner, "requires_grad") for inner in walk(node.body)
+        ):
+            frozen |= {
+                dotted(inner.func.value)  # type: ignore[attr-defined]
+                for inner in walk(node.iter)
+                if is_method_call(inner, "parameters")
+            }
+        if is_method_call(node, "requires_grad_"):
+            frozen.add(dotted(node.func.value))  # type: ignore[attr-defined]
+    return frozen
 
 
 def _forwards(anatomy: Anatomy, model: Model) -> list[cst.FunctionDef]:

@@ -2356,3 +2356,53 @@ for t in range(20):
     assert not result.refused, result.problems
     assert f"    {backward}\n" in result.output.decode()
 
+
+NO_GRAD_BACKBONE = """import torch
+import torch.nn as nn
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 1)
+{frozen}
+    def forward(self, x):
+        with torch.no_grad():
+            features = self.backbone(x)
+        return self.head(features)
+
+
+model = Encoder()
+loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+optimizer = torch.optim.SGD(model.head.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in loader:
+        loss = model(x).mean()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("frozen", "unused"),
+    [
+        ("", True),
+        (
+            "        for p in self.backbone.parameters():\n            p.requires_grad = False\n",
+            False,
+        ),
+        ("        self.backbone.requires_grad_(False)\n", False),
+    ],
+    ids=["never-frozen", "frozen-in-a-loop", "requires-grad-off"],
+)
+def test_a_layer_run_without_grad_needs_find_unused_parameters_unless_frozen(
+    frozen: str, unused: bool
+) -> None:
+    """A backbone run under no_grad in the forward, never frozen (yunjey's image
+    captioning): its parameters get no gradient and DDP would wait for them at the next
+    step. Frozen, DDP leaves them out itself."""
+    source = NO_GRAD_BACKBONE.format(frozen=frozen).encode()
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (b"find_unused_parameters=True" in result.output) is unused
