@@ -87,6 +87,14 @@ def convert_source(
         return ConvertResult(source, source, skipped=skipped)
     ctx = ConvertContext(anatomy=anatomy, options=options)
     for rule in convert_rules():
+        if options.select is None or rule.code in options.select:
+            ctx.rule = rule
+            rule().prepare(ctx)
+    if ctx.plan:
+        prepared = add_imports(ctx.plan.apply(module), sorted(ctx.imports, key=str))
+        anatomy = Anatomy(prepared, path, _line_map(module.code, prepared.code))
+        ctx = ConvertContext(anatomy=anatomy, options=options, notes=ctx.notes)
+    for rule in convert_rules():
         ctx.rule = rule
         rule().refuse(ctx)
     if any(note.blocking for note in ctx.notes):
@@ -103,6 +111,20 @@ def convert_source(
     notes = sorted(ctx.notes, key=lambda note: (note.line, note.code))
     whole = anatomy.whole_batch is not None
     return ConvertResult(source, new.bytes, notes=notes, whole_batch=whole)
+
+
+def _line_map(before: str, after: str) -> list[int]:
+    """For each line of `after` (`before` with statements added), the line of `before` it
+    is, or, for an added line, the line before it."""
+    old, new = before.splitlines(), after.splitlines()
+    lines: list[int] = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            lines += range(i1 + 1, i2 + 1)
+        else:
+            lines += [max(i1, 1)] * (j2 - j1)
+    return lines
 
 
 NOT_TRAINING = "not a training script (no optimizer and backward pass found)"

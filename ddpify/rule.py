@@ -241,6 +241,11 @@ class ConvertRule(Rule):
     # Before/after pairs (after None: left as it is), converted with this rule alone.
     examples: ClassVar[tuple[Example, ...]] = ()
 
+    def prepare(self, ctx: ConvertContext) -> None:
+        """Before the analysis the other steps read: statements this step adds to the script
+        for that analysis to see as the script's own (a training loader another file makes,
+        made again where the script gets it). The engine applies them and analyses again."""
+
     def refuse(self, ctx: ConvertContext) -> None:
         """Before any rule runs: report, as a blocking problem, what leaves this step no
         safe way to convert the script at all (so that no rule runs)."""

@@ -15,7 +15,8 @@ never builds the call graph:
 - `bindings` — which uses of a name hold the DDP wrapper (wrapped.py);
 - `project` — functions imported from the script's other files (project.py);
 - `streams` — training loops that draw their batches at random (streams.py);
-- `whole` — a training loop that steps on the same whole tensors every time (whole.py).
+- `whole` — a training loop that steps on the same whole tensors every time (whole.py);
+- `foreign_loaders` — training loaders a helper of another project file makes (foreign.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import libcst as cst
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.distributed import DistributedCode
 from ddpify.analysis.effects import SideEffects
+from ddpify.analysis.foreign import ForeignLoader, foreign_loaders
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import Loaders
 from ddpify.analysis.models import Models
@@ -44,8 +46,10 @@ class Anatomy(SourceIndex):
     """One parsed module and the analyses of it, each computed once and shared by every rule.
     `path` is where the module was read from, when it was read from a file."""
 
-    def __init__(self, module: cst.Module, path: Path | None = None) -> None:
-        super().__init__(module)
+    def __init__(
+        self, module: cst.Module, path: Path | None = None, lines: list[int] | None = None
+    ) -> None:
+        super().__init__(module, lines)
         self.path = path
 
     @cached_property
@@ -95,6 +99,10 @@ class Anatomy(SourceIndex):
     @cached_property
     def whole(self) -> WholeBatches:
         return WholeBatches(self, self.graph, self.values, self.script, self.models)
+
+    @cached_property
+    def foreign_loaders(self) -> list[ForeignLoader]:
+        return foreign_loaders(self, self.script, self.project)
 
     @cached_property
     def split_samples(self) -> WholeBatch | None:

@@ -27,8 +27,12 @@ if TYPE_CHECKING:
 class SourceIndex:
     """One module's nodes, in one pass: what every provider of the analysis reads."""
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, lines: list[int] | None = None) -> None:
         self.module = module
+        # For a module a conversion step added statements to before the analysis (a loader
+        # made again, ddpify/analysis/foreign.py): each of its lines' line in the script as
+        # it was, which reports give.
+        self._lines = lines
         # One read of the tree: parents, source order, and the nodes the rules ask about.
         self._parents, self._order = tree.index(self.module)
         collector = _Collector()
@@ -66,12 +70,17 @@ class SourceIndex:
         return self.wrapper.resolve(QualifiedNameProvider)
 
     def line(self, node: cst.CSTNode) -> int:
-        return self._positions[node].start.line
+        return self._original(self._positions[node].start.line)
 
     def position(self, node: cst.CSTNode) -> tuple[int, int]:
         """Line and column of `node`'s start, both counted from 1."""
         start = self._positions[node].start
-        return start.line, start.column + 1
+        return self._original(start.line), start.column + 1
+
+    def _original(self, line: int) -> int:
+        if self._lines is None or not 0 < line <= len(self._lines):
+            return line
+        return self._lines[line - 1]
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self._parents.get(node)

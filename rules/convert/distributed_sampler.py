@@ -109,6 +109,14 @@ class DistributedSampler(ConvertRule):
     `if phase == "train"`): that key's loader gets the sampler, the others keep their
     `shuffle=`, and `set_epoch` goes in the epoch loop around the phase loop.
 
+    A training loader made in another file of the script's project and returned to it
+    (`dataloader = get_data(args)`, `get_data` in utils.py) is made again right where the
+    script gets it, from its dataset and the settings its `DataLoader(...)` is given
+    (`DataLoader(dataloader.dataset, batch_size=dataloader.batch_size, ...)`), and that
+    loader takes the sampler. Given anything that cannot be carried over (`sampler=`,
+    `batch_sampler=`, `**kwargs`, a `shuffle=` the script cannot name), it is refused, with
+    the helper's file and line.
+
     A script without a DataLoader that draws every step's batch at random (nanoGPT's
     `get_batch` with `torch.randint`, `random.choice` of a training pair) has no passes to
     shard: each process draws a stream of its own instead, from generators seeded just
@@ -413,6 +421,9 @@ class DistributedSampler(ConvertRule):
             """,  # noqa: E501
         ),
     )
+
+    def prepare(self, ctx: ConvertContext) -> None:
+        _make_foreign_loaders_again(ctx)
 
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
@@ -819,6 +830,14 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
                 "(full batch), so every process would compute the same gradient, with no "
                 "speed-up; split them by rank by hand, or feed them through a DataLoader"
             )
+        elif feeding == "untraced" and any(f.problem for f in anatomy.foreign_loaders):
+            foreign = next(f for f in anatomy.foreign_loaders if f.problem)
+            where = foreign.statement
+            reason = (
+                f"found no DataLoader to shard: the training loader comes from another file, "
+                f"and cannot be made again here from its dataset and settings: {foreign.problem}"
+                "; give it a DistributedSampler by hand"
+            )
         elif feeding == "untraced":
             reason = (
                 "found no DataLoader to shard: the training loop iterates over something not "
@@ -828,6 +847,66 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
         else:
             reason = "found no DataLoader to shard: every process would train on the same data"
     ctx.cannot(where, reason, blocking=True)
+
+
+def _make_foreign_loaders_again(ctx: ConvertContext) -> None:
+    """`loader = get_data(args)`, its `DataLoader(...)` made in another file: made again
+    right after, from its dataset and settings, as a loader of the script's own that the
+    conversion then gives a DistributedSampler (ddpify/analysis/foreign.py)."""
+    anatomy = ctx.anatomy
+    for foreign in anatomy.foreign_loaders:
+        if foreign.problem is not None or foreign.made is None:
+            continue
+        if _data_loader_is_another(anatomy):
+            return
+        name = foreign.name
+        arguments = [f"{name}.dataset"]
+        for arg in foreign.made.args[1:]:
+            assert arg.keyword is not None
+            keyword = arg.keyword.value
+            if keyword == "shuffle" and foreign.shuffle is not None:
+                value = cst.Module([]).code_for_node(foreign.shuffle)
+                arguments.append(f"shuffle={value}")
+            elif keyword in foreign.kept:
+                arguments.append(f"{keyword}={name}.{keyword}")
+        indent = "    " * sum(
+            isinstance(node, cst.IndentedBlock) for node in anatomy.ancestors(foreign.statement)
+        )
+        code = f"{name} = DataLoader({', '.join(arguments)})\n"
+        if len(indent) + len(code) > 89:
+            listed = "".join(f"    {argument},\n" for argument in arguments)
+            code = f"{name} = DataLoader(\n{listed})\n"
+        made = statement(code).with_changes(
+            leading_lines=[
+                cst.EmptyLine(
+                    comment=cst.Comment(
+                        f"# {foreign.helper.name}() ({foreign.helper.path.name}) makes the "
+                        "loader: made again here, to take a DistributedSampler"
+                    )
+                )
+            ]
+        )
+        ctx.add_import("torch.utils.data", "DataLoader")
+        ctx.plan.insert_after(foreign.statement, [made])
+        settings = ["dataset", *foreign.kept]
+        listed = ", ".join(settings[:-1]) + f" and {settings[-1]}" if foreign.kept else "dataset"
+        ctx.changed(
+            foreign.statement,
+            f"the training DataLoader is made by {foreign.where}: made again here from its "
+            f"{listed}, to take a DistributedSampler",
+        )
+
+
+def _data_loader_is_another(anatomy: Anatomy) -> bool:
+    """The script binds `DataLoader` to something other than torch's."""
+    for node in walk(anatomy.module):
+        if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            module = cst.Module([]).code_for_node(node.module) if node.module else ""
+            for alias in node.names:
+                bound = alias.evaluated_alias or alias.evaluated_name
+                if bound == "DataLoader" and not module.startswith("torch.utils.data"):
+                    return True
+    return False
 
 
 def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "") -> None:

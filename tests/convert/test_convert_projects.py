@@ -348,3 +348,70 @@ def test_a_class_of_another_file_that_makes_a_tensorboard_writer_is_rank_0s(
         "            logger.scalar_summary('loss', loss.item(), epoch)\n"
     ) in text
     assert "`Logger` writes TensorBoard logs: made, and used, on rank 0 only" in notes
+
+
+CAPTIONER = FIXTURES / "convert" / "projects" / "captioner"
+
+
+def test_a_loader_made_in_another_file_is_made_again_with_a_sampler() -> None:
+    """dome272's diffusion models and yunjey's image captioning: `get_loader(...)` (data.py,
+    imported with `*`) makes the training loader. It is made again where the script gets
+    it, from its dataset and settings; the encoder, whose forward runs its backbone under
+    no_grad (model.py), is wrapped with find_unused_parameters."""
+    output, notes = convert(CAPTIONER / "train.py")
+    assert output == (CAPTIONER / "train.expected.py").read_bytes()
+    assert (
+        "the training DataLoader is made by `get_loader()` (data.py, line 33): made again "
+        "here from its dataset, batch_size, num_workers and collate_fn, to take a "
+        "DistributedSampler"
+    ) in notes
+    assert any("`Encoder` (model.py) runs `self.backbone` under" in note for note in notes)
+    again = convert_source(output, "train.py", ConvertOptions(), CAPTIONER / "train.py")
+    assert again.output == output
+
+
+@pytest.mark.parametrize(
+    ("change", "replacement", "why"),
+    [
+        ("shuffle=shuffle,", "batch_sampler=make(dataset),", "is given `batch_sampler=`"),
+        ("collate_fn=collate,", "**{'collate_fn': collate},", "is given `**` arguments"),
+    ],
+    ids=["batch-sampler", "kwargs"],
+)
+def test_a_loader_of_another_file_that_cannot_be_made_again_is_refused(
+    tmp_path: Path, change: str, replacement: str, why: str
+) -> None:
+    project = tmp_path / "captioner"
+    shutil.copytree(CAPTIONER, project)
+    data = project / "data.py"
+    data.write_text(data.read_text().replace(change, replacement))
+    script = project / "train.py"
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused and result.output == script.read_bytes()
+    [problem] = [p for p in result.problems if p.code == "DDP004"]
+    assert problem.line == 13
+    assert "the training loader comes from another file" in problem.message
+    assert f"`get_loader()` (data.py, line 33) {why}" in problem.message
+
+
+def test_the_loader_made_again_shards_the_data_under_torchrun(tmp_path: Path) -> None:
+    """Each process reads its own half of every epoch, a different half each epoch (its
+    sampler's `set_epoch`), and the checkpoint is the bare encoder's."""
+    torch = pytest.importorskip("torch")
+    project = tmp_path / "captioner"
+    shutil.copytree(CAPTIONER, project)
+    result = torchrun(["train.expected.py"], cwd=project, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    printed = [line for line in result.stdout.decode().splitlines() if line.startswith("epoch")]
+    assert len(printed) == 2, printed  # rank 0 only
+    seen = [
+        [int(line) for line in (project / f"seen-{rank}.txt").read_text().split()]
+        for rank in (0, 1)
+    ]
+    assert [len(indices) for indices in seen] == [16, 16]  # 8 a process, each of 2 epochs
+    for epoch in (0, 1):
+        parts = [set(indices[epoch * 8 : epoch * 8 + 8]) for indices in seen]
+        assert not parts[0] & parts[1] and parts[0] | parts[1] == set(range(16))
+    assert any(indices[:8] != indices[8:] for indices in seen)  # reshuffled
+    state = torch.load(project / "encoder.pt", weights_only=True)
+    assert sorted(state) == ["backbone.bias", "backbone.weight", "head.bias", "head.weight"]

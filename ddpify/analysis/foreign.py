@@ -1,0 +1,249 @@
+"""Training loaders made in another file of the script's project: `dataloader =
+get_data(args)` with `get_data` in `utils.py` (dome272's diffusion models, yunjey's image
+captioning). The loader cannot take a sampler where it is made, which is not the script's
+file; it can be made again where the script gets it, from its dataset and with its settings
+(`DataLoader(loader.dataset, batch_size=loader.batch_size, ...)`), and that loader takes
+one. What the helper's `DataLoader(...)` is given must all be accounted for: its dataset,
+settings the loader keeps as attributes, and a `shuffle=` the script can spell at the call
+site. Anything else (`sampler=`, `batch_sampler=`, `**kwargs`) leaves it as it is, with why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.project import Helper, Project
+from ddpify.analysis.script import TrainingScript
+from ddpify.analysis.tree import dotted, walk
+from ddpify.analysis.values import MAX_STEPS
+
+# `DataLoader(...)` keywords the loader keeps under the same attribute name.
+KEPT = (
+    "batch_size",
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "drop_last",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+)
+
+
+@dataclass(frozen=True)
+class ForeignLoader:
+    """A training loader a helper of another project file makes and returns."""
+
+    statement: cst.SimpleStatementLine  # `loader = get_data(args)`, in the script
+    name: str  # `loader`
+    site: cst.Call  # `get_data(args)`
+    helper: Helper
+    # The rest is known when the loader can be made again: the helper's `DataLoader(...)`,
+    # the keywords to carry over as attributes, and `shuffle=` as the call site spells it.
+    made: cst.Call | None = None
+    kept: tuple[str, ...] = ()
+    shuffle: cst.BaseExpression | None = None
+    problem: str | None = None
+
+    @property
+    def where(self) -> str:
+        """`get_data()` (utils.py, line 33)"""
+        line = self.helper.index.line(self.made) if self.made is not None else None
+        at = f", line {line}" if line is not None else ""
+        return f"`{self.helper.name}()` ({self.helper.path.name}{at})"
+
+
+def foreign_loaders(
+    index: SourceIndex, script: TrainingScript, project: Project
+) -> list[ForeignLoader]:
+    """The training loops' loaders that a helper of another file makes, one per statement
+    that gets one."""
+    found: dict[int, ForeignLoader] = {}
+    for loop in script.train_loops:
+        if loop.loader is not None:
+            continue
+        name: str | None
+        if loop.epoch_loop is not None and loop.loader_at_epoch is not None:
+            name, scope = loop.loader_at_epoch, index.function_of(loop.epoch_loop)
+        else:
+            scope = index.function_of(loop.batch_loop)
+            name = script.loader_name(loop.batch_loop.iter, scope)
+        if name is None or "." in name:
+            continue
+        bound = _bound_by_call(index, name, scope)
+        if bound is None:
+            continue
+        statement, site, position = bound
+        helper = project.helper(site)
+        if helper is None or id(statement) in found:
+            continue
+        found[id(statement)] = _made_again(statement, name, site, position, helper)
+    return list(found.values())
+
+
+def _bound_by_call(
+    index: SourceIndex, name: str, scope: cst.FunctionDef | None
+) -> tuple[cst.SimpleStatementLine, cst.Call, int | None] | None:
+    """The one statement of `scope` that binds `name`, when it is `name = f(...)` (position
+    None) or `a, name = f(...)` (its position in the tuple)."""
+    bindings: list[tuple[cst.Assign, int | None]] = []
+    for assign in index.assigns:
+        if index.function_of(assign) is not scope:
+            continue
+        for target in assign.targets:
+            if isinstance(target.target, cst.Name) and target.target.value == name:
+                bindings.append((assign, None))
+            elif isinstance(target.target, cst.Tuple | cst.List):
+                names = [dotted(element.value) for element in target.target.elements]
+                if name in names:
+                    bindings.append((assign, names.index(name)))
+    if scope is not None and name in {p.name.value for p in scope.params.params}:
+        return None
+    if len(bindings) != 1 or any(isinstance(n, cst.For) for n in index.ancestors(bindings[0][0])):
+        return None
+    assign, position = bindings[0]
+    statement = index.parent(assign)
+    if not isinstance(assign.value, cst.Call) or not isinstance(statement, cst.SimpleStatementLine):
+        return None
+    if len(statement.body) != 1:
+        return None
+    return statement, assign.value, position
+
+
+def _made_again(
+    statement: cst.SimpleStatementLine,
+    name: str,
+    site: cst.Call,
+    position: int | None,
+    helper: Helper,
+) -> ForeignLoader:
+    unknown = ForeignLoader(statement, name, site, helper)
+    made = _returned_loader(helper, position)
+    if made is None:
+        return _problem(
+            unknown,
+            f"`{helper.name}()` ({helper.path.name}) returns something not traced to a "
+            "`DataLoader(...)` it makes",
+        )
+    loader = ForeignLoader(statement, name, site, helper, made)
+    kept: list[str] = []
+    shuffle: cst.BaseExpression | None = None
+    for i, arg in enumerate(made.args):
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        if arg.star:
+            return _problem(loader, f"{loader.where} is given `{arg.star}` arguments")
+        if (keyword is None and i == 0) or keyword == "dataset":
+            continue
+        if keyword is None:
+            return _problem(loader, f"{loader.where} is given its settings by position")
+        if keyword == "shuffle":
+            shuffle = _at_call_site(arg.value, site, helper)
+            if shuffle is None:
+                return _problem(
+                    loader,
+                    f"the `shuffle=` of {loader.where} is not a value the script can name "
+                    "where it calls the helper",
+                )
+        elif keyword in KEPT:
+            kept.append(keyword)
+        elif not (keyword in ("sampler", "batch_sampler") and dotted(arg.value) == "None"):
+            return _problem(loader, f"{loader.where} is given `{keyword}=`")
+    if not made.args:
+        return _problem(loader, f"{loader.where} is given no dataset")
+    return ForeignLoader(statement, name, site, helper, made, tuple(kept), shuffle)
+
+
+def _problem(loader: ForeignLoader, why: str) -> ForeignLoader:
+    return ForeignLoader(
+        loader.statement, loader.name, loader.site, loader.helper, loader.made, problem=why
+    )
+
+
+def _returned_loader(helper: Helper, position: int | None) -> cst.Call | None:
+    """The `DataLoader(...)` call whose loader the helper returns (at `position` of the
+    tuple it returns), made once in the helper itself."""
+    returns = [
+        node
+        for node in walk(helper.function.body)
+        if isinstance(node, cst.Return) and helper.index.function_of(node) is helper.function
+    ]
+    made: set[int] = set()
+    calls: list[cst.Call] = []
+    for ret in returns:
+        value = ret.value
+        if position is not None:
+            if not isinstance(value, cst.Tuple | cst.List) or len(value.elements) <= position:
+                return None
+            value = value.elements[position].value
+        elif isinstance(value, cst.Tuple | cst.List):
+            return None
+        call = _loader_call(helper, value)
+        if call is None:
+            return None
+        if id(call) not in made:
+            made.add(id(call))
+            calls.append(call)
+    return calls[0] if len(calls) == 1 else None
+
+
+def _loader_call(helper: Helper, value: cst.BaseExpression | None) -> cst.Call | None:
+    for _ in range(MAX_STEPS):
+        if isinstance(value, cst.Call):
+            names = helper.index.qualified_names(value.func) | {dotted(value.func) or ""}
+            if any(name.rsplit(".", 1)[-1] == "DataLoader" for name in names):
+                return value
+            return None
+        if not isinstance(value, cst.Name):
+            return None
+        values = [
+            assign.value
+            for assign in helper.index.assigns
+            if helper.index.function_of(assign) is helper.function
+            and any(
+                isinstance(t.target, cst.Name) and t.target.value == value.value
+                for t in assign.targets
+            )
+        ]
+        if len(values) != 1:
+            return None
+        value = values[0]
+    return None
+
+
+def _at_call_site(
+    value: cst.BaseExpression, site: cst.Call, helper: Helper
+) -> cst.BaseExpression | None:
+    """`value`, read in the helper, as the script can spell it at the call site: a literal
+    as it is; a parameter as the argument the site binds it to, or its default."""
+    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+        return value
+    if not isinstance(value, cst.Name):
+        return None
+    params = helper.function.params
+    ordered = [*params.posonly_params, *params.params]
+    every = [*ordered, *params.kwonly_params]
+    param = next((p for p in every if p.name.value == value.value), None)
+    if param is None or any(arg.star for arg in site.args):
+        return None
+    for arg in site.args:
+        if arg.keyword is not None and arg.keyword.value == value.value:
+            return _simple(arg.value)
+    positional = [arg for arg in site.args if arg.keyword is None]
+    if param in ordered and ordered.index(param) < len(positional):
+        return _simple(positional[ordered.index(param)].value)
+    return _simple(param.default) if param.default is not None else None
+
+
+def _simple(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """A literal or a dotted name: the same value read once more at the call site."""
+    if dotted(value) is not None or isinstance(value, cst.Integer):
+        return value
+    return None
