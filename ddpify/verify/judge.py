@@ -476,6 +476,17 @@ class _Equivalence(_NamedCheck):
                 "the whole global batch (every rank's part all-reduced, as SyncBatchNorm does); "
                 "the conversion as written normalises each process's part with its own"
             )
+        keyed = sorted(
+            {c.detail.split()[0] for r in facts.ranks for c in r.changes if c.kind == "keyed"}
+        )
+        if keyed:
+            notes.append(
+                f"random numbers drawn while training ({', '.join(keyed)}): for the check "
+                "each sample's were drawn from a generator seeded by its dataset index, in "
+                "both runs alike, so the original's whole batch and each rank's part got the "
+                "same numbers for the same sample (data-sharding says whether the ranks' own "
+                "draws differ)"
+            )
         drawn = sorted(
             {c.detail.split()[0] for r in facts.ranks for c in r.changes if c.kind == "random"}
         )
@@ -632,6 +643,9 @@ class _DataSharding(_NamedCheck):
                 f"steps 1-{steps} were sharded, but a run did not finish" if steps
                 else "no step completed on every rank",
             )  # fmt: skip
+        same = _same_draws(facts)
+        if same is not None:
+            return same
         field = "rows" if whole else "indices"
         sizes = [len(getattr(r.primary_steps[0], field) or ()) for r in facts.ranks]
         total = len(getattr(facts.orig_record.primary_steps[0], field) or ())
@@ -642,6 +656,34 @@ class _DataSharding(_NamedCheck):
             f"disjoint samples = the original's batch of {total}",
             data={"steps": steps, "per_rank": sizes, "original": total},
         )
+
+
+def _same_draws(facts: _Facts) -> Check | None:
+    """Every rank drew the same random numbers for its batch (GAN noise, diffusion
+    timesteps): each rank's samples get the noise the others' get, and the global batch
+    sees N times fewer distinct draws than the original. A FAIL, with the first draw."""
+    if facts.n < 2:
+        return None
+    by_draw: dict[tuple[int, int], list[tuple[str, str]]] = {}
+    for record in facts.ranks:
+        for draw in record.draws:
+            by_draw.setdefault((draw.step, draw.ordinal), []).append((draw.name, draw.digest))
+    compared = [draws for draws in by_draw.values() if len(draws) == facts.n]
+    if not compared or any(len({digest for _, digest in draws}) > 1 for draws in compared):
+        return None
+    step, _ = min(key for key, draws in by_draw.items() if len(draws) == facts.n)
+    name = compared[0][0][0]
+    return Check(
+        "data-sharding",
+        Status.FAIL,
+        f"every rank drew the same random numbers ({name}, {len(compared)} draw(s) from step "
+        f"{step + 1} on): identical noise on every rank",
+        [
+            "seed each process apart before training (e.g. torch.manual_seed(seed + rank)), "
+            "so that each rank draws its own"
+        ],
+        {"draws": len(compared)},
+    )
 
 
 class _SideEffectsOnce(_NamedCheck):
@@ -892,6 +934,7 @@ def _changes(facts: _Facts) -> list[str]:
         "batchnorm": "BatchNorm statistics made global",
         "precision": "rounding noise removed",
         "random": "noticed, not changed",
+        "keyed": "random draws made per sample",
         "writes": "checkpoints written slowly, so a read before the write ends fails",
         "launcher": "the verifier starts the processes",
     }

@@ -17,6 +17,8 @@ import inspect
 import io
 import itertools
 import os
+import random
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -29,8 +31,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SubsetRandomSampler
 from torch.utils.data import dataloader as dataloader_module
+from torch.utils.data._utils import fetch as fetch_module
 
-from ddpify.verify.recorder import Recorder
+from ddpify.verify.recorder import Recorder, sample_seed
 
 DROPOUTS: dict[Callable[..., Any], str] = {
     F.dropout: "F.dropout",
@@ -51,6 +54,14 @@ RANDOM = frozenset(
     {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
      "normal", "bernoulli", "multinomial", "poisson", "random_", "uniform_", "normal_",
      "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_"}
+)  # fmt: skip
+
+
+# Draws whose numbers depend on their shape alone: made per sample for the check.
+PER_SAMPLE = frozenset(
+    {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "normal",
+     "random_", "uniform_", "normal_", "exponential_", "geometric_", "cauchy_", "log_normal_",
+     "bernoulli_"}
 )  # fmt: skip
 
 
@@ -136,10 +147,17 @@ class CheckMode(TorchFunctionMode):
         ):
             self.recorder.changed("dropout", "F.scaled_dot_product_attention: dropout_p set to 0")
             args, kwargs = args[:4], {**kwargs, "dropout_p": 0.0}
+        keyed = False
         if self.recorder.training and not self.recorder.in_loader_setup:
             name = getattr(func, "__name__", "")
-            if name in RANDOM:
-                self.recorder.changed("random", f"{name} drawn while training")
+            if name in RANDOM and self.recorder.in_sample:
+                self.recorder.changed(
+                    "keyed", f"{name} drawn for a sample: from a generator seeded by its index"
+                )
+            elif name in RANDOM:
+                keyed = self._per_sample(name, args, kwargs)
+                if not keyed:
+                    self.recorder.changed("random", f"{name} drawn while training")
         if func is F.batch_norm and kwargs.get("training", args[5] if len(args) > 5 else False):
             self.recorder.changed(
                 "batchnorm",
@@ -152,7 +170,63 @@ class CheckMode(TorchFunctionMode):
                 self.recorder.changed("cuda", "Tensor.cuda() / Module.cuda() stay on the CPU")
                 return args[0]
             args, kwargs = self._to_cpu(func, args, kwargs)
-        return func(*args, **kwargs)
+        result = func(*args, **kwargs)
+        if keyed and self._shaped_like_the_batch(result):
+            self._draw_per_sample(func, args, kwargs, result)
+        elif keyed:
+            self.recorder.changed("random", f"{getattr(func, '__name__', '')} drawn while training")
+        return result
+
+    def _per_sample(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether a draw may be made per sample: one of the latest batch's shape (checked
+        once drawn) whose numbers depend on nothing per sample (`torch.randn(b, nz)`,
+        `randn_like(x)`, `t.normal_()`; not `bernoulli(p)` with a tensor `p`)."""
+        if name not in PER_SAMPLE or self.recorder.batch_indices is None:
+            return False
+        given = [*args[1:], *kwargs.values()]
+        return not any(isinstance(value, torch.Tensor) and value.dim() for value in given)
+
+    def _shaped_like_the_batch(self, result: Any) -> bool:
+        indices = self.recorder.batch_indices
+        return (
+            isinstance(result, torch.Tensor)
+            and indices is not None
+            and result.dim() > 0
+            and result.shape[0] == len(indices)
+        )
+
+    def _draw_per_sample(
+        self,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        result: torch.Tensor,
+    ) -> None:
+        """Replace each row of a batch-shaped draw with the first row of the same draw made
+        from that sample's own generator: the original's whole batch and each rank's part
+        then draw the same numbers for the same sample. What the process drew is recorded
+        first, so that the ranks' own draws can be told apart (identical noise on every rank
+        is a bug of the conversion)."""
+        name = getattr(func, "__name__", "")
+        self.recorder.drawn(name, result)
+        in_place = name.endswith("_")
+        rows = []
+        for seed in self.recorder.draw_seeds():
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                if in_place:
+                    fresh = torch.empty_like(args[0])
+                    func(fresh, *args[1:], **kwargs)
+                else:
+                    fresh = func(*args, **kwargs)
+            rows.append(fresh[0])
+        with torch.no_grad():
+            result.copy_(torch.stack(rows))
+        self.recorder.changed(
+            "keyed",
+            f"{name} drawn for the batch: each sample's numbers from a generator seeded by its "
+            "index, alike in both runs",
+        )
 
     def _upcast(
         self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -434,6 +508,48 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
     base.__init__ = iter_init  # type: ignore[method-assign]
     base._next_index = next_index  # type: ignore[method-assign]
     base.__next__ = next_batch  # type: ignore[method-assign]
+    _seed_each_sample(recorder)
+
+
+def _seed_each_sample(recorder: Recorder) -> None:
+    """A map-style dataset's samples are fetched one by one, each from generators (torch's,
+    Python's, NumPy's) seeded by its index and how often it was fetched: a random crop or
+    flip is then the same for a sample in the original's whole batch and in a rank's part.
+    The script's own streams go on as if nothing had been drawn."""
+    fetcher = fetch_module._MapDatasetFetcher
+    fetched: dict[int, int] = {}
+
+    def one(dataset: Any, index: Any) -> Any:
+        if not isinstance(index, int):
+            return dataset[index]
+        occurrence = fetched[index] = fetched.get(index, 0) + 1
+        seed = sample_seed(index, occurrence, -1)
+        state = random.getstate()
+        numpy: Any = sys.modules.get("numpy")
+        numpy_state = numpy.random.get_state() if numpy is not None else None
+        recorder.in_sample += 1
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                random.seed(seed)
+                if numpy is not None:
+                    numpy.random.seed(seed % 2**32)
+                return dataset[index]
+        finally:
+            recorder.in_sample -= 1
+            random.setstate(state)
+            if numpy is not None:
+                numpy.random.set_state(numpy_state)
+
+    def fetch(self: Any, possibly_batched_index: Any) -> Any:
+        if self.auto_collation and not hasattr(self.dataset, "__getitems__"):
+            return self.collate_fn([one(self.dataset, i) for i in possibly_batched_index])
+        if not self.auto_collation:
+            return self.collate_fn(one(self.dataset, possibly_batched_index))
+        return real_fetch(self, possibly_batched_index)
+
+    real_fetch: Callable[[Any, Any], Any] = fetcher.fetch
+    fetcher.fetch = fetch  # type: ignore[method-assign]
 
 
 SLOW_SAVE = 0.3  # seconds rank 0 pauses halfway through each checkpoint it writes

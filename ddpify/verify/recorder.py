@@ -80,6 +80,12 @@ class Recorder:
         # samples of a step that reads no DataLoader (a full batch split between ranks).
         self._rows: list[int] = []
         self._depth = 0
+        # Random draws while training (issue 13): the latest batch's dataset indices, how
+        # often each index was fetched, and the batch-shaped draws since that batch came.
+        self.batch_indices: list[int] | None = None
+        self._seen: dict[int, int] = {}
+        self._draws = 0
+        self.in_sample = 0  # inside one sample's fetch (its transforms draw)
         self._changes: set[tuple[str, str]] = set()
         self._loaders = 0
         self._saves = 0
@@ -106,6 +112,27 @@ class Recorder:
     def batch_fetched(self, iterator: int, loader: int | None, indices: list[int] | None) -> None:
         self.training = True
         self._fetched.append((iterator, loader, indices))
+        self.batch_indices, self._draws = indices, 0
+        for index in indices or ():
+            self._seen[index] = self._seen.get(index, 0) + 1
+
+    def draw_seeds(self) -> list[int]:
+        """Seeds for the next draw shaped like the latest batch, one per sample: from its
+        dataset index, how often it was fetched, and the draw's place in the step, so that
+        a sample gets the same numbers whichever batch, rank or position it is in."""
+        assert self.batch_indices is not None
+        ordinal, self._draws = self._draws, self._draws + 1
+        return [
+            sample_seed(index, self._seen.get(index, 0), ordinal) for index in self.batch_indices
+        ]
+
+    def drawn(self, name: str, value: torch.Tensor) -> None:
+        """What this process drew itself (before the check replaced it): ranks compare them."""
+        data = value.detach().cpu().contiguous().reshape(-1)
+        if data.is_floating_point():
+            data = data.to(torch.float64)
+        digest = hashlib.blake2b(data.numpy().tobytes(), digest_size=8).hexdigest()
+        self.event("draw", step=self.step, ordinal=self._draws - 1, draw=name, digest=digest)
 
     def forward_starts(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         """A global forward pre-hook: the rows of the first tensor an outermost module call
@@ -253,6 +280,12 @@ class Recorder:
     def end(self, reason: str, detail: str = "") -> None:
         self.event("end", reason=reason, detail=detail, steps=self.step)
         self._events.flush()
+
+
+def sample_seed(index: int, occurrence: int, ordinal: int) -> int:
+    """A seed for one sample's random numbers, alike in every run of the check."""
+    key = f"{index}:{occurrence}:{ordinal}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "big")
 
 
 def named_parameters_of(optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:

@@ -83,6 +83,16 @@ class SaveRecord:
 
 
 @dataclass(frozen=True)
+class DrawRecord:
+    """A batch-shaped random draw while training, as the process drew it itself."""
+
+    step: int  # primary steps taken before it
+    ordinal: int  # its place among the batch's draws
+    name: str
+    digest: str
+
+
+@dataclass(frozen=True)
 class Change:
     """Something the harness changed (or noticed and left alone) to make the check possible."""
 
@@ -99,6 +109,7 @@ class ProcessRecord:
     writes: list[WriteRecord] = field(default_factory=list)
     saves: list[SaveRecord] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    draws: list[DrawRecord] = field(default_factory=list)
     started: bool = False
     cuda: bool = False
     backend: str | None = None
@@ -181,6 +192,15 @@ class ProcessRecord:
                     index=int(event["index"]),
                     keys=tuple(str(key) for key in event["keys"]),
                     step=int(event["step"]),
+                )
+            )
+        elif kind == "draw":
+            self.draws.append(
+                DrawRecord(
+                    step=int(event["step"]),
+                    ordinal=int(event["ordinal"]),
+                    name=str(event["draw"]),
+                    digest=str(event["digest"]),
                 )
             )
         elif kind == "changed":

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, ROOT, run
 
+from ddpify.convert import convert_source
+from ddpify.options import ConvertOptions
 from ddpify.verify.judge import Outcome, Status, judge, mask, similar
 from ddpify.verify.report import render_json, render_table
 from ddpify.verify.runner import Verification, VerifyOptions, parse_stack, run_verification
@@ -300,19 +302,76 @@ def test_batchnorm_statistics_made_global_give_their_own_verdict(tmp_path: Path)
     assert statuses(outcome)["equivalence"] is Status.FAIL
 
 
-@pytest.mark.slow  # beyond the default run's time budget: `python -m pytest -m slow`
-def test_noise_drawn_while_training_is_named_as_the_cause() -> None:
-    """A GAN's torch.randn: every rank draws the same noise, the original fresh noise for the
-    whole batch. Two optimizers: the one that diverged is named."""
-    _, outcome = verify(
-        FIXTURES / "convert" / "scripts" / "gan_two_models.py",
-        FIXTURES / "convert" / "expected" / "gan_two_models.py",
+GAN = FIXTURES / "convert" / "expected" / "gan_two_models.py"
+
+
+def test_noise_drawn_per_rank_is_drawn_per_sample_for_the_check() -> None:
+    """A GAN's torch.randn(b, latent) while training: each sample's noise comes from a
+    generator seeded by its index in both runs, so the conversion (each rank seeded apart,
+    as ddpify writes it) is equivalent to the original, and the report says how."""
+    _, outcome = verify(FIXTURES / "convert" / "scripts" / "gan_two_models.py", GAN)
+    assert outcome.exit_code == 0, [(c.name, c.summary) for c in outcome.checks]
+    assert "random numbers drawn while training (randn): for the check each sample" in check(
+        outcome, "equivalence"
     )
-    equivalence = next(c for c in outcome.checks if c.name == "equivalence")
-    assert equivalence.status is Status.FAIL
-    assert equivalence.summary.startswith("diverged at step 1 (optimizer 1, Adam): net.0.weight")
-    assert "random numbers drawn while training (randn)" in check(outcome, "equivalence")
-    assert statuses(outcome)["data-sharding"] is Status.PASS
+    assert any(line.startswith("random draws made per sample: randn") for line in outcome.changes)
+
+
+def test_the_same_noise_on_every_rank_fails_data_sharding(tmp_path: Path) -> None:
+    """Without the per-rank seed every rank draws the same noise: the keyed check would
+    still match the original, so the ranks' own draws are compared and fail."""
+    same = tmp_path / "gan_same_noise.py"
+    seeding = "    torch.manual_seed(0 + dist.get_rank())  # every process draws noise of its own\n"
+    assert seeding in GAN.read_text()
+    same.write_text(GAN.read_text().replace(seeding, ""))
+    _, outcome = verify(FIXTURES / "convert" / "scripts" / "gan_two_models.py", same)
+    assert outcome.exit_code == 1
+    sharding = check(outcome, "data-sharding")
+    assert sharding.startswith("every rank drew the same random numbers (randn, ")
+    assert "identical noise on every rank" in sharding
+
+
+AUGMENTED = """import random
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Noisy(Dataset):
+    def __init__(self):
+        self.x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        x = self.x[i] + 0.1 * torch.randn(8)  # augmentation: drawn per sample
+        return (x.flip(0) if random.random() < 0.5 else x), self.x[i].sum(0, keepdim=True)
+
+
+loader = DataLoader(Noisy(), batch_size=8, shuffle=True)
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_augmentation_drawn_in_the_dataset_is_seeded_per_sample(tmp_path: Path) -> None:
+    """Random noise and a coin flip in `__getitem__` (torch's and Python's generators): each
+    sample is fetched under generators seeded by its index, so both runs augment it alike."""
+    original = tmp_path / "augmented.py"
+    original.write_text(AUGMENTED)
+    result = convert_source(AUGMENTED.encode(), "augmented.py", ConvertOptions())
+    converted = tmp_path / "augmented_ddp.py"
+    converted.write_bytes(result.output)
+    _, outcome = verify(original, converted)
+    assert outcome.exit_code == 0, [(c.name, c.summary) for c in outcome.checks]
+    assert any("randn drawn for a sample" in line for line in outcome.changes)
 
 
 def test_a_rank_that_crashes_fails_runs_with_its_error(tmp_path: Path) -> None:
