@@ -126,7 +126,7 @@ class TrainingScript:
                 loop = chain[0][0]
                 assert isinstance(loop, cst.For | cst.While)
                 training.epoch_loop = loop
-                training.epoch_var = self._epoch_variable(loop)
+                training.epoch_var = epoch_variable(loop)
             found.append(training)
         return found
 
@@ -302,7 +302,7 @@ class TrainingScript:
                 train.epoch_loop = node
                 train.loader_at_epoch = expression
                 train.also_at_epoch = others
-                train.epoch_var = self._epoch_variable(node)
+                train.epoch_var = epoch_variable(node)
                 break
             loops.append(train)
         return loops
@@ -358,19 +358,6 @@ class TrainingScript:
             via_self = isinstance(site.func, cst.Attribute) and is_name(site.func.value, "self")
             return name if same_class and via_self else None
         return name  # a global
-
-    def _epoch_variable(self, loop: cst.For | cst.While) -> str | None:
-        if isinstance(loop, cst.For):
-            return loop.target.value if isinstance(loop.target, cst.Name) else None
-        for node in walk(loop.body):
-            if (
-                isinstance(node, cst.AugAssign)
-                and isinstance(node.operator, cst.AddAssign)
-                and isinstance(node.target, cst.Name)
-                and "epoch" in node.target.value
-            ):
-                return node.target.value
-        return None
 
     @cached_property
     def train_loaders(self) -> list[Loader]:
@@ -436,8 +423,15 @@ class TrainingScript:
         block: Sequence[cst.BaseStatement] = self.index.module.body
         if self.main_guard is not None and isinstance(self.main_guard.body, cst.IndentedBlock):
             block = self.main_guard.body.body
+        at_module_level = block is self.index.module.body
         for position, candidate in enumerate(block):
-            if isinstance(candidate, cst.FunctionDef | cst.ClassDef | cst.If):
+            if isinstance(candidate, cst.FunctionDef | cst.ClassDef):
+                continue
+            # `if args.inference: inference(args) else: main(args)` in the main block
+            # (pytorch/examples' language translation): set up before the `if`, so that every
+            # branch, training or not, runs the converted functions with a group
+            branching = isinstance(candidate, cst.If) and not at_module_level
+            if isinstance(candidate, cst.If) and not (branching and self._trains(candidate)):
                 continue
             for node in walk(candidate):
                 if isinstance(node, cst.Call) and self.graph.calls_script(node):
@@ -445,9 +439,14 @@ class TrainingScript:
                         setup_before=self._first_needing_group(block[:position]) or candidate,
                         setup_after=None,
                         body=block[position:],
-                        at_module_level=block is self.index.module.body,
+                        at_module_level=at_module_level,
                     )
         return None
+
+    def _trains(self, statement: cst.BaseStatement) -> bool:
+        """Whether `statement` runs a backward pass, itself or through the script's calls."""
+        training = {id(call) for call in self.training_calls}
+        return self.graph.reaches(statement, lambda node: id(node) in training)
 
     def _first_needing_group(
         self, statements: Sequence[cst.BaseStatement]
@@ -740,6 +739,31 @@ def _looks_like_training(loader: Loader) -> bool:
         return False
     shuffle = call_arg(loader.call, 2, "shuffle")
     return "train" in text or (shuffle is not None and is_name(shuffle.value, "True"))
+
+
+def epoch_variable(loop: cst.For | cst.While) -> str | None:
+    """The name that counts an epoch loop's passes: its target, or `epoch += 1` in it."""
+    if isinstance(loop, cst.For) and isinstance(loop.target, cst.Tuple):
+        # `for idx, epoch in enumerate(range(1, epochs + 1))`: either counts the passes
+        names = [e.value.value for e in loop.target.elements if isinstance(e.value, cst.Name)]
+        if len(names) != len(loop.target.elements):
+            return None
+        named = [name for name in names if "epoch" in name]
+        if named:
+            return named[0]
+        counted = isinstance(loop.iter, cst.Call) and is_name(loop.iter.func, "enumerate")
+        return names[0] if counted else None
+    if isinstance(loop, cst.For):
+        return loop.target.value if isinstance(loop.target, cst.Name) else None
+    for node in walk(loop.body):
+        if (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and isinstance(node.target, cst.Name)
+            and "epoch" in node.target.value
+        ):
+            return node.target.value
+    return None
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, TORCHRUN, recording, run, torchrun, writers
 
+from ddpify.convert import convert_source
+from ddpify.options import ConvertOptions
+
 torch = pytest.importorskip("torch")
 
 EXPECTED = FIXTURES / "convert" / "expected"
@@ -1045,3 +1048,65 @@ def test_batches_sliced_by_the_counter_split_evenly_and_stay_in_sync(tmp_path: P
     assert len(firsts[0]) == len(firsts[1]) == 50 and not firsts[0] & firsts[1]
     params = [json.loads((tmp_path / f"params{rank}.json").read_text()) for rank in (0, 1)]
     assert params[0] == params[1]
+
+
+BRANCHED_MAIN = """import argparse
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate_only(args):
+    model = torch.nn.Linear(4, 1)
+    model.load_state_dict(torch.load(args.model_path))
+    print("evaluated", float(model(torch.ones(1, 4))))
+
+
+def main(args):
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for idx, epoch in enumerate(range(1, args.epochs + 1)):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+    torch.save(model.state_dict(), args.model_path)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--inference", action="store_true")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--model_path", default="model.pt")
+    args = parser.parse_args()
+    if args.inference:
+        evaluate_only(args)
+    else:
+        main(args)
+"""
+
+
+def test_training_in_one_branch_of_the_main_block_converts_and_both_branches_run(
+    tmp_path: Path,
+) -> None:
+    """pytorch/examples' language translation: `if args.inference: ... else: main(args)`.
+    The group is set up before the `if`, so the branch that does not train runs the
+    converted functions too (a group of one under plain python); the epoch loop counts its
+    passes with `enumerate`."""
+    pytest.importorskip("torch")
+    result = convert_source(BRANCHED_MAIN.encode(), "translate.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        loader.sampler.set_epoch(epoch)\n" in text
+    assert "    try:\n        if args.inference:\n" in text
+    (tmp_path / "translate.py").write_text(text)
+    trained = torchrun(["translate.py"], cwd=tmp_path, timeout=240)
+    assert trained.returncode == 0, trained.stderr.decode()[-3000:]
+    assert trained.stdout.decode().count("epoch 2 loss") == 1
+    evaluated = run([sys.executable, "translate.py", "--inference"], cwd=tmp_path, timeout=120)
+    assert evaluated.returncode == 0, evaluated.stderr.decode()[-3000:]
+    assert evaluated.stdout.decode().startswith("evaluated ")
