@@ -6,7 +6,10 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import libcst as cst
+
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.script import unknown_step
 from ddpify.edits import add_imports
 from ddpify.options import BatchMode, ConvertOptions, Launcher
 from ddpify.rule import ConvertContext, Note, NoteKind, convert_rules
@@ -83,6 +86,20 @@ def convert_source(
     module = parse_source(source, name)
     anatomy = Anatomy(module, path)
     skipped = _why_left_alone(anatomy)
+    step = unknown_step(anatomy.script)
+    if skipped == NOT_TRAINING and step is not None:
+        optimizer = cst.Module([]).code_for_node(step.func.value)  # type: ignore[attr-defined]
+        problem = Note(
+            "DDP003",
+            anatomy.line(step),
+            f"`{optimizer}.step()` follows a backward pass, but where `{optimizer}` is "
+            "made is not found (a helper of another file, a factory passed in, "
+            "`getattr(torch.optim, name)`): which model it trains decides the DDP wrap; "
+            "make it in this file from `model.parameters()`, or convert by hand",
+            NoteKind.CANNOT,
+            blocking=True,
+        )
+        return ConvertResult(source, source, notes=[problem], refused=True)
     if skipped is not None:
         return ConvertResult(source, source, skipped=skipped)
     ctx = ConvertContext(anatomy=anatomy, options=options)

@@ -85,7 +85,7 @@ def foreign_loaders(
         helper = project.helper(site)
         if helper is None or id(statement) in found:
             continue
-        found[id(statement)] = _made_again(statement, name, site, position, helper)
+        found[id(statement)] = _made_again(index, statement, name, site, position, helper)
     return list(found.values())
 
 
@@ -119,6 +119,7 @@ def _bound_by_call(
 
 
 def _made_again(
+    index: SourceIndex,
     statement: cst.SimpleStatementLine,
     name: str,
     site: cst.Call,
@@ -158,7 +159,99 @@ def _made_again(
             return _problem(loader, f"{loader.where} is given `{keyword}=`")
     if not made.args:
         return _problem(loader, f"{loader.where} is given no dataset")
+    if "generator" in kept:
+        return _problem(
+            loader,
+            f"{loader.where} is given a `generator=`, seeded alike in every process: its "
+            "workers would draw alike in every process",
+        )
+    why = _unshardable(index, helper, made, site)
+    if why is not None:
+        return _problem(loader, why)
     return ForeignLoader(statement, name, site, helper, made, tuple(kept), shuffle)
+
+
+def _unshardable(index: SourceIndex, helper: Helper, made: cst.Call, site: cst.Call) -> str | None:
+    """Why the helper's loader cannot simply take a DistributedSampler: its dataset is
+    iterable (no indices to split) or draws at random for each item (every process seeded
+    alike would augment alike), or the helper splits the data at random unseeded (every
+    process would split it its own way)."""
+    for call in walk(helper.function):
+        if (
+            isinstance(call, cst.Call)
+            and (dotted(call.func) or "").rsplit(".", 1)[-1] == "random_split"
+            and not any(arg.keyword and arg.keyword.value == "generator" for arg in call.args)
+        ):
+            line = helper.index.line(call)
+            return (
+                f"`{helper.name}()` ({helper.path.name}, line {line}) splits the data with "
+                "`random_split` and no generator: every process would draw its own split"
+            )
+    owner = _dataset_class(index, helper, made, site)
+    if owner is None:
+        return None
+    bases = {(dotted(base.value) or "").rsplit(".", 1)[-1] for base in owner.bases}
+    methods = {m.name.value: m for m in owner.body.body if isinstance(m, cst.FunctionDef)}
+    if "IterableDataset" in bases or ("__iter__" in methods and "__getitem__" not in methods):
+        return (
+            f"its dataset, `{owner.name.value}`, is an IterableDataset: it has no indices to split"
+        )
+    getitem = methods.get("__getitem__")
+    if getitem is not None and any(_draws(node) for node in walk(getitem)):
+        return (
+            f"its dataset, `{owner.name.value}`, draws at random in `__getitem__`: every "
+            "process, seeded alike, would draw alike for its items; seed each process apart"
+        )
+    return None
+
+
+# What draws from a global generator: `np.random.<x>(...)`, `random.<x>(...)`, `torch.rand*`.
+_DRAW_PREFIXES = ("np.random.", "numpy.random.", "random.", "torch.rand", "torch.normal")
+
+
+def _draws(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and (dotted(node.func) or "").startswith(_DRAW_PREFIXES)
+
+
+def _dataset_class(
+    index: SourceIndex, helper: Helper, made: cst.Call, site: cst.Call
+) -> cst.ClassDef | None:
+    """The class of the helper's dataset, when it is one of the helper's file: made in the
+    helper (`dataset = Numbers(n)`), or by the script and passed in (a class imported from
+    the helper's file)."""
+    dataset = made.args[0].value
+    for _ in range(MAX_STEPS):
+        if isinstance(dataset, cst.Call):
+            return helper.index.classes.get(dotted(dataset.func) or "")
+        if not isinstance(dataset, cst.Name):
+            return None
+        values = [
+            assign.value
+            for assign in helper.index.assigns
+            if helper.index.function_of(assign) is helper.function
+            and any(
+                isinstance(t.target, cst.Name) and t.target.value == dataset.value
+                for t in assign.targets
+            )
+        ]
+        if len(values) == 1:
+            dataset = values[0]
+            continue
+        passed = _at_call_site(dataset, site, helper, simple=False)
+        if isinstance(passed, cst.Name):  # `loader = build(train_ds)`: how the script made it
+            scope = index.function_of(site)
+            made_here = [
+                assign.value
+                for assign in index.assigns
+                if index.function_of(assign) is scope
+                and any(dotted(t.target) == passed.value for t in assign.targets)
+            ]
+            passed = made_here[0] if len(made_here) == 1 else None
+        if isinstance(passed, cst.Call):
+            name = (dotted(passed.func) or "").rsplit(".", 1)[-1]
+            return helper.index.classes.get(name) or index.classes.get(name)
+        return None
+    return None
 
 
 def _problem(loader: ForeignLoader, why: str) -> ForeignLoader:
@@ -219,12 +312,14 @@ def _loader_call(helper: Helper, value: cst.BaseExpression | None) -> cst.Call |
 
 
 def _at_call_site(
-    value: cst.BaseExpression, site: cst.Call, helper: Helper
+    value: cst.BaseExpression, site: cst.Call, helper: Helper, simple: bool = True
 ) -> cst.BaseExpression | None:
     """`value`, read in the helper, as the script can spell it at the call site: a literal
-    as it is; a parameter as the argument the site binds it to, or its default."""
+    as it is; a parameter as the argument the site binds it to, or its default (`simple`:
+    only a literal or a dotted name, the same value read once more)."""
     if isinstance(value, cst.Name) and value.value in ("True", "False"):
         return value
+    keep = _simple if simple else (lambda expr: expr)
     if not isinstance(value, cst.Name):
         return None
     params = helper.function.params
@@ -235,11 +330,11 @@ def _at_call_site(
         return None
     for arg in site.args:
         if arg.keyword is not None and arg.keyword.value == value.value:
-            return _simple(arg.value)
+            return keep(arg.value)
     positional = [arg for arg in site.args if arg.keyword is None]
     if param in ordered and ordered.index(param) < len(positional):
-        return _simple(positional[ordered.index(param)].value)
-    return _simple(param.default) if param.default is not None else None
+        return keep(positional[ordered.index(param)].value)
+    return keep(param.default) if param.default is not None else None
 
 
 def _simple(value: cst.BaseExpression) -> cst.BaseExpression | None:

@@ -755,15 +755,42 @@ def epoch_variable(loop: cst.For | cst.While) -> str | None:
         return names[0] if counted else None
     if isinstance(loop, cst.For):
         return loop.target.value if isinstance(loop.target, cst.Name) else None
-    for node in walk(loop.body):
-        if (
-            isinstance(node, cst.AugAssign)
-            and isinstance(node.operator, cst.AddAssign)
-            and isinstance(node.target, cst.Name)
-            and "epoch" in node.target.value
-        ):
-            return node.target.value
+    grown = [
+        node.target.value
+        for node in walk(loop.body)
+        if isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.target, cst.Name)
+    ]
+    named = [name for name in grown if "epoch" in name]
+    if named:
+        return named[0]
+    # `while iteration < max_iter:` with `iteration += 1` in it (detectron2's loops): the
+    # counter the loop tests grows every pass, so it tells the passes apart too
+    test = loop.test
+    if isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name):
+        return test.left.value if test.left.value in grown else None
     return None
+
+
+def unknown_step(script: TrainingScript) -> cst.Call | None:
+    """`optimizer.step()` in a function that runs a backward pass, when no optimizer the
+    script makes is found (built by a helper of another file, a factory given as an
+    argument, `getattr(torch.optim, name)(...)`): a training script whose optimizer the
+    analysis cannot see."""
+    if script.optimizer_calls or not script.backward_calls or not script.index.uses_torch:
+        return None
+    scopes = {id(script.index.function_of(backward)) for backward in script.backward_calls}
+    return next(
+        (
+            call
+            for call in script.index.calls
+            if is_method_call(call, "step")
+            and dotted(call.func.value) is not None  # type: ignore[attr-defined]
+            and id(script.index.function_of(call)) in scopes
+        ),
+        None,
+    )
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:

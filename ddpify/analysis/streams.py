@@ -26,6 +26,7 @@ from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript, TrainLoop
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, methods, walk
+from ddpify.analysis.values import MAX_STEPS
 
 # Calls that draw sample indices (or samples), and the generator family they draw from.
 DRAWS = {
@@ -252,11 +253,22 @@ class Streams:
         return found
 
     def _made_by(
-        self, dataset: cst.BaseExpression | None, scope: cst.FunctionDef | None
+        self, dataset: cst.BaseExpression | None, scope: cst.FunctionDef | None, depth: int = 0
     ) -> cst.Call | None:
         if isinstance(dataset, cst.Call):
             return dataset
         name = dotted(dataset) if dataset is not None else None
+        if scope is not None and name in self.graph.parameters_of(scope) and depth < MAX_STEPS:
+            # `def build_dataloader(dataset, ...)`, called `build_dataloader(Signals(128), ...)`
+            passed = [
+                self._made_by(
+                    self.graph.bound_argument(site, scope, name),
+                    self.index.function_of(site),
+                    depth + 1,
+                )
+                for site in self.graph.call_sites(scope)
+            ]
+            return passed[0] if len(passed) == 1 else None
         for assign in self.index.assigns:
             if (
                 name is None

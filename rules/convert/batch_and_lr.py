@@ -7,7 +7,7 @@ from functools import partial
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.tree import call_arg, dotted, is_attribute, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_attribute, is_name, source_text, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import WORLD_SIZE, expression
 from ddpify.options import BatchMode, ScaleLR
@@ -132,6 +132,7 @@ class BatchAndLearningRate(ConvertRule):
         anatomy = ctx.anatomy
         options = ctx.options
         _scale_summed_losses(ctx)
+        _foreign_sums(ctx)
         split = anatomy.split_samples
         if options.batch is BatchMode.GLOBAL and split is not None and split.ordered:
             ctx.cannot(
@@ -186,18 +187,30 @@ def _scale_summed_losses(ctx: ConvertContext) -> None:
         if not isinstance(backward.func, cst.Attribute):
             continue
         loss = backward.func.value
-        found = _summed(anatomy, loss, anatomy.function_of(backward), 0)
-        if found is not None and not _sums(found[0]):
-            # summed by hand: only when every term of the loss sums (`mse + out.abs().sum()`
-            # is a mean plus a sum, which neither scaling makes the global batch's)
-            values = _loss_values(anatomy, backward)
-            if not values or not all(_sums_elements(value) for value in values):
-                found = None
+        scope = anatomy.function_of(backward)
+        found = _summed(anatomy, loss, scope, 0)
+        unsummed = _unsummed_term(anatomy, backward) if found is not None else None
+        if found is not None and unsummed is not None and not found[1]:
+            # `F.mse_loss(..., reduction="sum") + l2 * penalty(model)`: a sum over the batch
+            # plus a term that is not one; scaling all of it by N would scale the penalty too
+            ctx.cannot(
+                backward,
+                f"the loss adds to a sum over the batch (line {anatomy.line(found[0])}) a term "
+                f"that is not one (`{source_text(unsummed)}`): multiplying the loss by the "
+                "world size, as DDP's average of gradients needs for the sum, would multiply "
+                "that term too; multiply only the summed part by `dist.get_world_size()` by "
+                "hand",
+                blocking=True,
+            )
+            continue
         if found is None:
             _weigh_the_part(ctx, backward)
             continue
         summed, averaged = found
         line = anatomy.line(summed)
+        if averaged and anatomy.whole_batch is not None:
+            _weigh_the_part(ctx, backward)  # a mean over this process's part
+            continue
         if averaged:
             ctx.info(
                 backward,
@@ -213,6 +226,28 @@ def _scale_summed_losses(ctx: ConvertContext) -> None:
             "before backward: DDP averages the processes' gradients, and N times their "
             "average is the sum over the global batch, as in the single-GPU script",
         )
+
+
+def _foreign_sums(ctx: ConvertContext) -> None:
+    """A criterion summed over the batch handed to a helper of another file that trains
+    (`train_one_epoch(model, criterion, ...)` in engine.py): its backward is there, where
+    ddpify writes nothing; the loss must be multiplied by the world size there."""
+    anatomy = ctx.anatomy
+    for training in anatomy.script.foreign_training:
+        scope = anatomy.function_of(training.call)
+        for arg in training.call.args:
+            built = [arg.value, *anatomy.values.origins(arg.value, scope)]
+            summed = next((c for c in built if isinstance(c, cst.Call) and _sums(c)), None)
+            if summed is not None:
+                ctx.cannot(
+                    training.call,
+                    f"the criterion sums over the batch (line {anatomy.line(summed)}) and "
+                    f"`{training.helper.name}()` ({training.helper.path.name}) runs its "
+                    "backward pass: DDP averages the processes' gradients, so the loss must "
+                    "be multiplied by `dist.get_world_size()` there, by hand",
+                    blocking=True,
+                )
+                break
 
 
 def _weigh_the_part(ctx: ConvertContext, backward: cst.Call) -> None:
@@ -258,6 +293,27 @@ def _weigh_the_part(ctx: ConvertContext, backward: cst.Call) -> None:
     )
 
 
+def _unsummed_term(anatomy: Anatomy, backward: cst.Call) -> cst.BaseExpression | None:
+    """A term added to the loss (`a + b - c`, through the name the loss is given) that sums
+    nothing over the batch, when another term does."""
+    scope = anatomy.function_of(backward)
+    for value in _loss_values(anatomy, backward):
+        terms = list(_terms(value))
+        if len(terms) < 2:
+            continue
+        for term in terms:
+            if _summed(anatomy, term, scope, 0) is None:
+                return term
+    return None
+
+
+def _terms(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms of a sum or difference, `a + b - c`: a, b and c."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add | cst.Subtract):
+        return [*_terms(expr.left), *_terms(expr.right)]
+    return [expr]
+
+
 def _loss_values(anatomy: Anatomy, backward: cst.Call) -> list[cst.BaseExpression]:
     """The expressions `loss.backward()`'s loss is: itself, or what its name is given."""
     assert isinstance(backward.func, cst.Attribute)
@@ -284,6 +340,8 @@ def _sums_elements(expr: cst.BaseExpression) -> bool:
             return _sums_elements(expr.left) and _sums_elements(expr.right)
         if isinstance(expr.operator, cst.Multiply):
             return _sums_elements(expr.left) or _sums_elements(expr.right)
+        if isinstance(expr.operator, cst.Divide):  # `((out - y) ** 2).sum() / 2`
+            return _sums_elements(expr.left) and isinstance(expr.right, cst.Integer | cst.Float)
     return False
 
 
@@ -346,12 +404,15 @@ def _sums_by_hand(anatomy: Anatomy, call: cst.Call, scope: cst.FunctionDef | Non
     model computes for the batch, a sum over the samples. Not a sum along a dimension
     (`x.sum(1).mean()`), of a criterion's mean (`criterion(out, y).sum()`), or of the
     parameters (`(w ** 2).sum()`, a penalty)."""
-    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "sum":
+    summed: cst.BaseExpression
+    if dotted(call.func) == "torch.sum":
+        if len(call.args) != 1 or call.args[0].keyword is not None:
+            return False
+        summed = call.args[0].value
+    elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "sum":
         if any(arg.keyword is None or arg.keyword.value == "dim" for arg in call.args):
             return False
-        summed: cst.BaseExpression = call.func.value
-    elif dotted(call.func) == "torch.sum" and len(call.args) == 1 and call.args[0].keyword is None:
-        summed = call.args[0].value
+        summed = call.func.value
     else:
         return False
     return _per_sample(anatomy, summed, scope, 0) is True

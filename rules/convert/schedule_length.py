@@ -292,8 +292,8 @@ def _source_of(anatomy: Anatomy, length: cst.Call, loaders: list[Loader]) -> Loa
     """The training loader whose dataset is built from what `len(...)` measures
     (`train_dataset = ReviewDataset(reviews[df_train], ...)` with `len(df_train)`)."""
     measured = dotted(length.args[0].value)
-    if measured is None:
-        return None
+    if measured is None or any(loader.name == measured for loader in loaders):
+        return None  # `len(train_loader)`: its batches, already this process's
     for loader in loaders:
         dataset = call_arg(loader.call, 0, "dataset")
         if dataset is None:

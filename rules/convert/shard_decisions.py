@@ -134,6 +134,7 @@ class ShardDecisions(ConvertRule):
             """
             import torch
 
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
             for epoch in range(epochs):
                 for x, y in train_loader:
@@ -187,6 +188,7 @@ class ShardDecisions(ConvertRule):
             """
             import torch
 
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             for epoch in range(epochs):
                 for i, (x, y) in enumerate(train_loader):
                     loss = model(x).sum()

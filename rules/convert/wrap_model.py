@@ -1001,11 +1001,21 @@ def _runs_without_grad(anatomy: Anatomy, model: Model) -> str | None:
                 continue
             owner, path = made
             where = f" ({anatomy.project.shown(path)})"
-        by_name = {method.name.value: method for method in methods(owner)}
-        forward = by_name.get("forward")
+        forward = next((m for m in methods(owner) if m.name.value == "forward"), None)
         if forward is None:
             continue
         for block in walk(forward.body):
+            # `self.encoder(x).detach()`: the same, without a gradient past the detach
+            layer = (
+                _own_layer(owner, block.func.value)  # type: ignore[attr-defined]
+                if is_method_call(block, "detach")
+                else None
+            )
+            if layer is not None:
+                return (
+                    f"the forward of `{owner.name.value}`{where} detaches what `self.{layer}` "
+                    "computes, and its parameters are never frozen"
+                )
             if not isinstance(block, cst.With) or not any(
                 isinstance(item.item, cst.Call)
                 and (dotted(item.item.func) or "").rsplit(".", 1)[-1] in NO_GRAD
@@ -1013,18 +1023,25 @@ def _runs_without_grad(anatomy: Anatomy, model: Model) -> str | None:
             ):
                 continue
             for call in walk(block.body):
-                if (
-                    isinstance(call, cst.Call)
-                    and isinstance(call.func, cst.Attribute)
-                    and is_name(call.func.value, "self")
-                    and call.func.attr.value not in by_name
-                    and f"self.{call.func.attr.value}" not in _frozen(owner)
-                ):
+                layer = _own_layer(owner, call)
+                if layer is not None:
                     return (
-                        f"the forward of `{owner.name.value}`{where} runs `self."
-                        f"{call.func.attr.value}` under `torch.no_grad()`, and its parameters "
-                        "are never frozen"
+                        f"the forward of `{owner.name.value}`{where} runs `self.{layer}` under "
+                        "`torch.no_grad()`, and its parameters are never frozen"
                     )
+    return None
+
+
+def _own_layer(owner: cst.ClassDef, call: cst.CSTNode) -> str | None:
+    """`resnet` for `self.resnet(...)`: a layer of the class (not a method) it never freezes."""
+    if (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and is_name(call.func.value, "self")
+        and call.func.attr.value not in {method.name.value for method in methods(owner)}
+        and f"self.{call.func.attr.value}" not in _frozen(owner)
+    ):
+        return call.func.attr.value
     return None
 
 
