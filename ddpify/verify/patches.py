@@ -208,10 +208,11 @@ class CheckMode(TorchFunctionMode):
         first, so that the ranks' own draws can be told apart (identical noise on every rank
         is a bug of the conversion)."""
         name = getattr(func, "__name__", "")
+        seeds = self.recorder.draw_seeds()
         self.recorder.drawn(name, result)
         in_place = name.endswith("_")
         rows = []
-        for seed in self.recorder.draw_seeds():
+        for seed in seeds:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 if in_place:
@@ -511,6 +512,73 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
     _seed_each_sample(recorder)
 
 
+# NumPy's global draws whose numbers depend on their size alone: made per sample too.
+NUMPY_PER_SAMPLE = (
+    "rand", "randn", "random", "random_sample", "standard_normal", "normal", "uniform",
+    "randint", "beta", "binomial", "poisson", "exponential", "gamma", "laplace", "lognormal",
+)  # fmt: skip
+
+
+def patch_numpy(recorder: Recorder) -> None:
+    """NumPy's global generator while training (PyTorch-GAN's `np.random.normal(0, 1,
+    (imgs.shape[0], latent_dim))`): a draw shaped like the batch is made per sample, as
+    torch's are (CheckMode). The ranks' own draws are recorded for comparison only when the
+    script seeds NumPy itself: unseeded, every process starts from OS entropy, and the
+    harness's common seed would make them look alike."""
+    numpy: Any = sys.modules.get("numpy")
+    if numpy is None:
+        try:
+            import numpy
+        except ImportError:
+            return
+    module = numpy.random
+    real_seed = module.seed
+    seeded = [False]
+
+    def seed(*args: Any, **kwargs: Any) -> Any:
+        seeded[0] = True
+        return real_seed(*args, **kwargs)
+
+    module.seed = seed
+
+    def per_sample(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            value = real(*args, **kwargs)
+            if not recorder.training or recorder.in_loader_setup or recorder.in_sample:
+                return value
+            indices = recorder.batch_indices
+            shaped = (
+                isinstance(value, numpy.ndarray)
+                and value.ndim > 0
+                and indices is not None
+                and value.shape[0] == len(indices)
+            )
+            given = [*args, *kwargs.values()]
+            if not shaped or any(isinstance(v, numpy.ndarray) and v.ndim for v in given):
+                recorder.changed("random", f"np.random.{name} drawn while training")
+                return value
+            seeds = recorder.draw_seeds()
+            if seeded[0]:
+                recorder.drawn(f"np.random.{name}", torch.from_numpy(numpy.array(value)))
+            rows = [
+                getattr(numpy.random.RandomState(seed % 2**32), name)(*args, **kwargs)[0]
+                for seed in seeds
+            ]
+            recorder.changed(
+                "keyed",
+                f"np.random.{name} drawn for the batch: each sample's numbers from a generator "
+                "seeded by its index, alike in both runs",
+            )
+            return numpy.stack(rows).astype(value.dtype, copy=False)
+
+        return draw
+
+    for name in NUMPY_PER_SAMPLE:
+        real = getattr(module, name, None)
+        if real is not None:
+            setattr(module, name, per_sample(name, real))
+
+
 def _seed_each_sample(recorder: Recorder) -> None:
     """A map-style dataset's samples are fetched one by one, each from generators (torch's,
     Python's, NumPy's) seeded by its index and how often it was fetched: a random crop or
@@ -532,8 +600,8 @@ def _seed_each_sample(recorder: Recorder) -> None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 random.seed(seed)
-                if numpy is not None:
-                    numpy.random.seed(seed % 2**32)
+                if numpy is not None:  # not through `seed`, which notes the script's own
+                    numpy.random.set_state(numpy.random.RandomState(seed % 2**32).get_state())
                 return dataset[index]
         finally:
             recorder.in_sample -= 1

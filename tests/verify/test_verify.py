@@ -331,6 +331,25 @@ def test_the_same_noise_on_every_rank_fails_data_sharding(tmp_path: Path) -> Non
     assert "identical noise on every rank" in sharding
 
 
+def test_noise_drawn_with_numpy_is_drawn_per_sample_too(tmp_path: Path) -> None:
+    """PyTorch-GAN's `np.random.normal(0, 1, (imgs.shape[0], latent_dim))`: NumPy's global
+    generator, made per sample like torch's; unseeded by the script, its ranks' draws are
+    not compared (each process would start from OS entropy)."""
+    script = (FIXTURES / "convert" / "scripts" / "gan_two_models.py").read_text()
+    noise = "z = torch.randn(b, LATENT_DIM, device=device)"
+    numpy_noise = "z = torch.from_numpy(np.random.normal(0, 1, (b, LATENT_DIM))).float()"
+    assert script.count(noise) == 2
+    original = tmp_path / "gan_numpy.py"
+    original.write_text("import numpy as np\n" + script.replace(noise, numpy_noise))
+    converted = tmp_path / "gan_numpy_ddp.py"
+    converted.write_bytes(
+        convert_source(original.read_bytes(), "gan_numpy.py", ConvertOptions()).output
+    )
+    _, outcome = verify(original, converted)
+    assert outcome.exit_code == 0, [(c.name, c.summary) for c in outcome.checks]
+    assert any("np.random.normal drawn for the batch" in line for line in outcome.changes)
+
+
 AUGMENTED = """import random
 
 import torch
