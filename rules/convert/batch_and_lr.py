@@ -294,16 +294,18 @@ def _weigh_the_part(ctx: ConvertContext, backward: cst.Call) -> None:
 
 
 def _unsummed_term(anatomy: Anatomy, backward: cst.Call) -> cst.BaseExpression | None:
-    """A term added to the loss (`a + b - c`, through the name the loss is given) that sums
-    nothing over the batch, when another term does."""
+    """A term added to the loss (`a + b - c`, through the name the loss is given) known not
+    to sum over the batch (it reads the parameters, or is a criterion's mean)."""
     scope = anatomy.function_of(backward)
     for value in _loss_values(anatomy, backward):
         terms = list(_terms(value))
         if len(terms) < 2:
             continue
         for term in terms:
-            if _summed(anatomy, term, scope, 0) is None:
-                return term
+            if _summed(anatomy, term, scope, 0) is None and (
+                _per_sample(anatomy, term, scope, 0) is False
+            ):
+                return term  # a penalty on the parameters, a criterion's mean
     return None
 
 
@@ -428,12 +430,22 @@ def _per_sample(
     models = {name for model in anatomy.models.all for name in model.names}
     per_sample: bool | None = None
     for node in walk(expr):
+        if isinstance(node, cst.Attribute) and dotted(node.value) in models:
+            parent = anatomy.parent(node)
+            if not (isinstance(parent, cst.Call) and parent.func is node):
+                return False  # `model.weight`: a parameter, not what the model computes
         if isinstance(node, cst.Call):
             if is_attribute(node.func, "parameters", "named_parameters", "mean", "item"):
                 return False
             if dotted(node.func) in models:
                 per_sample = True
                 continue
+            callee = anatomy.graph.callee(node)
+            for value in anatomy.graph.returned_values(callee) if callee is not None else ():
+                found = _per_sample(anatomy, value, callee, depth + 1)
+                if found is False:
+                    return False  # `l2_penalty(model)`, summing the parameters
+                per_sample = per_sample or found
             criteria = [
                 origin
                 for origin in anatomy.values.origins(node.func, scope)
@@ -453,6 +465,9 @@ def _per_sample(
                     return False  # a reduced loss: a mean, or a sum `_sums` finds
                 per_sample = True
         elif isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
+            if _unpacked_from_model(anatomy, node.value, scope, models):
+                per_sample = True  # `x_reconst, mu, log_var = model(x)`
+                continue
             for origin in anatomy.values.origins(node, scope):
                 if origin is node:
                     continue
@@ -461,6 +476,24 @@ def _per_sample(
                     return False
                 per_sample = per_sample or found
     return per_sample
+
+
+def _unpacked_from_model(
+    anatomy: Anatomy, name: str, scope: cst.FunctionDef | None, models: set[str]
+) -> bool:
+    """`name` is one of the outputs a model call is unpacked into (`recon, mu, logvar =
+    model(x)`, a VAE's)."""
+    return any(
+        isinstance(assign.value, cst.Call)
+        and dotted(assign.value.func) in models
+        and anatomy.function_of(assign) is scope
+        and any(
+            isinstance(target.target, cst.Tuple | cst.List)
+            and name in {dotted(element.value) for element in target.target.elements}
+            for target in assign.targets
+        )
+        for assign in anatomy.assigns
+    )
 
 
 def _loss_class(call: cst.Call) -> bool:

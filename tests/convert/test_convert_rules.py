@@ -2531,3 +2531,28 @@ def test_a_layer_whose_output_is_detached_needs_find_unused_parameters() -> None
     assert not result.refused, result.problems
     assert b"find_unused_parameters=True" in result.output
     assert any("detaches what `self.backbone` computes" in note.message for note in result.notes)
+
+
+def test_a_vae_s_summed_reconstruction_plus_kl_is_multiplied_whole() -> None:
+    """yunjey's VAE: `reconst (size_average=False) + kl_div`, the KL a `torch.sum` over the
+    outputs the model call is unpacked into: both sums over the batch, so all of the loss
+    is multiplied (the term check had refused it as a sum plus something else)."""
+    source = """import torch
+import torch.nn.functional as F
+
+model = VAE()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+loader = torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True)
+for epoch in range(2):
+    for x, _ in loader:
+        x_reconst, mu, log_var = model(x)
+        reconst_loss = F.binary_cross_entropy(x_reconst, x, size_average=False)
+        kl_div = -0.5 * torch.sum(1 + log_var - mu.pow(2) - log_var.exp())
+        loss = reconst_loss + kl_div
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source.encode(), "vae.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "(loss * dist.get_world_size()).backward()" in result.output.decode()
