@@ -225,15 +225,7 @@ def _dataset_class(
             return helper.index.classes.get(dotted(dataset.func) or "")
         if not isinstance(dataset, cst.Name):
             return None
-        values = [
-            assign.value
-            for assign in helper.index.assigns
-            if helper.index.function_of(assign) is helper.function
-            and any(
-                isinstance(t.target, cst.Name) and t.target.value == dataset.value
-                for t in assign.targets
-            )
-        ]
+        values = _given_in(helper, dataset.value)
         if len(values) == 1:
             dataset = values[0]
             continue
@@ -287,6 +279,16 @@ def _returned_loader(helper: Helper, position: int | None) -> cst.Call | None:
     return calls[0] if len(calls) == 1 else None
 
 
+def _given_in(helper: Helper, name: str) -> list[cst.BaseExpression]:
+    """The values the helper function assigns to the plain name `name`."""
+    return [
+        assign.value
+        for assign in helper.index.assigns
+        if helper.index.function_of(assign) is helper.function
+        and any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
+    ]
+
+
 def _loader_call(helper: Helper, value: cst.BaseExpression | None) -> cst.Call | None:
     for _ in range(MAX_STEPS):
         if isinstance(value, cst.Call):
@@ -296,15 +298,7 @@ def _loader_call(helper: Helper, value: cst.BaseExpression | None) -> cst.Call |
             return None
         if not isinstance(value, cst.Name):
             return None
-        values = [
-            assign.value
-            for assign in helper.index.assigns
-            if helper.index.function_of(assign) is helper.function
-            and any(
-                isinstance(t.target, cst.Name) and t.target.value == value.value
-                for t in assign.targets
-            )
-        ]
+        values = _given_in(helper, value.value)
         if len(values) != 1:
             return None
         value = values[0]

@@ -985,14 +985,7 @@ def _runs_without_grad(anatomy: Anatomy, model: Model) -> str | None:
     in `forward` under `torch.no_grad()` (a frozen backbone: yunjey's image captioning runs
     its ResNet so) that it never freezes (`requires_grad`): those parameters get no gradient,
     and DDP waits for them."""
-    for node in anatomy.assigns:
-        if len(node.targets) != 1 or dotted(node.targets[0].target) not in model.names:
-            continue
-        value = node.value
-        while isinstance(value, cst.Call) and is_attribute(value.func, "to", "cuda"):
-            value = value.func.value  # type: ignore[attr-defined]
-        if not isinstance(value, cst.Call):
-            continue
+    for value in _constructions(anatomy, model):
         owner = anatomy.classes.get(dotted(value.func) or "")
         where = "" if owner is not None else None
         if owner is None:
@@ -1066,18 +1059,24 @@ def _frozen(owner: cst.ClassDef) -> set[str | None]:
 def _forwards(anatomy: Anatomy, model: Model) -> list[cst.FunctionDef]:
     """The `forward` of the script's own class the model is built from."""
     found = []
+    for value in _constructions(anatomy, model):
+        owner = anatomy.classes.get(dotted(value.func) or "")
+        if owner is not None:
+            found += [method for method in methods(owner) if method.name.value == "forward"]
+    return found
+
+
+def _constructions(anatomy: Anatomy, model: Model) -> list[cst.Call]:
+    """The calls that make the model: `Net(...)` in `model = Net(...).to(device)`."""
+    found = []
     for node in anatomy.assigns:
         if len(node.targets) != 1 or dotted(node.targets[0].target) not in model.names:
             continue
         value = node.value
         while isinstance(value, cst.Call) and is_attribute(value.func, "to", "cuda"):
             value = value.func.value  # type: ignore[attr-defined]
-        owner = (
-            anatomy.classes.get(dotted(value.func) or "") if isinstance(value, cst.Call) else None
-        )
-        if owner is None:
-            continue
-        found += [method for method in methods(owner) if method.name.value == "forward"]
+        if isinstance(value, cst.Call):
+            found.append(value)
     return found
 
 
