@@ -141,6 +141,7 @@ def main(argv: list[str]) -> int:
         patches.patch_spawn(recorder)
     patches.patch_data(recorder, options.train_loader, options.train_batch)
     patches.patch_numpy(recorder)
+    patches.patch_torch_seed(recorder)
     patches.patch_writes(recorder)
     register_module_forward_pre_hook(recorder.forward_starts)
     register_module_forward_hook(recorder.forward_ends)

@@ -209,12 +209,13 @@ class CheckMode(TorchFunctionMode):
         is a bug of the conversion)."""
         name = getattr(func, "__name__", "")
         seeds = self.recorder.draw_seeds()
-        self.recorder.drawn(name, result)
+        if self.recorder.torch_seeded:  # unseeded, each process starts from its own seed
+            self.recorder.drawn(name, result)
         in_place = name.endswith("_")
         rows = []
         for seed in seeds:
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
+                torch.default_generator.manual_seed(seed)  # not the script's own
                 if in_place:
                     fresh = torch.empty_like(args[0])
                     func(fresh, *args[1:], **kwargs)
@@ -519,6 +520,19 @@ NUMPY_PER_SAMPLE = (
 )  # fmt: skip
 
 
+def patch_torch_seed(recorder: Recorder) -> None:
+    """Note when the script seeds torch itself: only then may its processes draw alike
+    (since torch 2.x an unseeded process starts from a seed of its own)."""
+    real = torch.manual_seed
+
+    def manual_seed(seed: Any) -> Any:
+        recorder.torch_seeded = True
+        return real(seed)
+
+    torch.manual_seed = manual_seed
+    torch.random.manual_seed = manual_seed
+
+
 def patch_numpy(recorder: Recorder) -> None:
     """NumPy's global generator while training (PyTorch-GAN's `np.random.normal(0, 1,
     (imgs.shape[0], latent_dim))`): a draw shaped like the batch is made per sample, as
@@ -598,7 +612,7 @@ def _seed_each_sample(recorder: Recorder) -> None:
         recorder.in_sample += 1
         try:
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
+                torch.default_generator.manual_seed(seed)  # not the script's own
                 random.seed(seed)
                 if numpy is not None:  # not through `seed`, which notes the script's own
                     numpy.random.set_state(numpy.random.RandomState(seed % 2**32).get_state())

@@ -86,6 +86,7 @@ class Recorder:
         self._seen: dict[int, int] = {}
         self._draws = 0
         self.in_sample = 0  # inside one sample's fetch (its transforms draw)
+        self.torch_seeded = False  # the script seeds torch itself
         self._changes: set[tuple[str, str]] = set()
         self._loaders = 0
         self._saves = 0

@@ -350,6 +350,23 @@ def test_noise_drawn_with_numpy_is_drawn_per_sample_too(tmp_path: Path) -> None:
     assert any("np.random.normal drawn for the batch" in line for line in outcome.changes)
 
 
+def test_an_unseeded_script_s_draws_are_not_compared_between_ranks(tmp_path: Path) -> None:
+    """yunjey's VAE seeds nothing: since torch 2.x every process starts from a seed of its
+    own, so its ranks draw apart; the check's common seed must not make them look alike."""
+    original = tmp_path / "gan_unseeded.py"
+    seed = "    torch.manual_seed(0)\n"
+    script = (FIXTURES / "convert" / "scripts" / "gan_two_models.py").read_text()
+    assert seed in script
+    original.write_text(script.replace(seed, ""))
+    converted = tmp_path / "gan_unseeded_ddp.py"
+    output = convert_source(original.read_bytes(), "gan_unseeded.py", ConvertOptions()).output
+    # without ddpify's per-process seed: nothing in the script seeds torch at all
+    lines = output.decode().splitlines(keepends=True)
+    converted.write_text("".join(line for line in lines if "manual_seed" not in line))
+    _, outcome = verify(original, converted)
+    assert outcome.exit_code == 0, [(c.name, c.summary) for c in outcome.checks]
+
+
 AUGMENTED = """import random
 
 import torch
