@@ -436,6 +436,22 @@ def _is_set(
     return False
 
 
+def loops_over_a_set(anatomy: Anatomy, loop: cst.For | cst.CompFor) -> bool:
+    """`for w in vocab:` (or `[... for w in vocab]`) with `vocab` a set: the order the body
+    numbers or lists its items in differs in every process (round-14 audit m02: `for w in
+    words: word_to_id[w] = len(word_to_id)`). A set comprehension's order does not matter."""
+    if isinstance(loop, cst.CompFor) and isinstance(anatomy.parent(loop), cst.SetComp):
+        return False
+    if isinstance(loop.iter, cst.Call) and is_name(loop.iter.func, "sorted"):
+        return False
+    return _is_set(anatomy, loop.iter, anatomy.function_of(loop))
+
+
+def sort_the_loop(plan: EditPlan, loop: cst.For | cst.CompFor) -> None:
+    """`for w in vocab:` becomes `for w in sorted(vocab):`."""
+    plan.replace(loop.iter, _sorted)
+
+
 def sort_the_set(plan: EditPlan, call: cst.Call) -> None:
     """`list(s)` becomes `sorted(s)`; `enumerate(s)`, `tuple(s)` get `sorted(s)` inside."""
     if is_name(call.func, "list"):

@@ -72,7 +72,8 @@ LOG_SETUP = {"logging.basicConfig", "logging.getLogger", "logging.captureWarning
 LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 # The last parts of the names `SideEffects.of` resolves (print, torch.save, logging.*, ...).
 SIDE_EFFECT_NAMES = {
-    "print", "save", "dump", "savez", "savez_compressed", "savetxt", "savemat", "save_image",
+    "print", "pprint", "pp", "save", "dump", "savez", "savez_compressed", "savetxt", "savemat",
+    "save_image",
     *LOG_LEVELS,
 }  # fmt: skip
 ITER_WRAPPERS = {

@@ -124,8 +124,8 @@ class SideEffects:
         if not self.index.may_name(call, SIDE_EFFECT_NAMES):
             return None
         names = self.index.qualified_names(func)
-        if "builtins.print" in names or "print" in names:
-            return "print"
+        if names & {"builtins.print", "print", "pprint.pprint", "pprint.pp"}:
+            return "print"  # pprint's too (round-14 audit s26)
         if "torch.save" in names:
             return "checkpoint write"
         if any(name.startswith("logging.") for name in names) and not names & LOG_SETUP:

@@ -106,6 +106,10 @@ def drawn_splits(
         if depth > MAX_STEPS:
             return
         for node in walk(expr):
+            callee = values.graph.callee(node) if isinstance(node, cst.Call) else None
+            if callee is not None:  # `X_train, ... = train_test_split(X, y)` of the script
+                for returned in values.graph.returned_values(callee):
+                    visit(returned, callee, depth + 1)
             if not isinstance(node, cst.Name) or index.is_attribute_name(node):
                 continue
             key = (node.value, id(scope))

@@ -503,17 +503,17 @@ def _loss_class(call: cst.Call) -> bool:
 
 
 def _divided_by_size(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> bool:
-    """`node` sits, below `top`, on the left of a division by a batch size."""
+    """`node` sits, below `top`, on the left of a division by a count: a batch size
+    (`len(x)`, `x.size(0)`), or any value not a number written in the script (`/ ntokens`,
+    `/ batch_size`, round-14 audit s05): a mean of some kind, not a sum to multiply. A
+    number (`.sum() / 2`, d2l's squared loss) leaves it a sum."""
     child = node
     for parent in anatomy.ancestors(node):
         if (
             isinstance(parent, cst.BinaryOperation)
             and isinstance(parent.operator, cst.Divide)
             and parent.left is child
-            and any(
-                is_name(inner, "len") or is_attribute(inner, "size", "shape", "numel")
-                for inner in walk(parent.right)
-            )
+            and not isinstance(parent.right, cst.Integer | cst.Float)
         ):
             return True
         if parent is top or isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):

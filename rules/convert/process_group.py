@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.tree import walk
 from ddpify.emit import statement, statements, unindented_blank_lines
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -105,6 +107,15 @@ class ProcessGroup(ConvertRule):
                 '`if __name__ == "__main__":` block): nowhere to set up the process group',
                 blocking=True,
             )
+        taken = _binds_dist(ctx.anatomy)
+        if taken is not None:
+            ctx.cannot(
+                taken,
+                "the script gives `dist` a value of its own (a distance, a distribution): "
+                "the conversion reads `torch.distributed` as `dist`, and inside a function "
+                "that assigns `dist` every `dist.get_rank()` would fail; rename it",
+                blocking=True,
+            )
 
     def convert(self, ctx: ConvertContext) -> None:
         if ctx.options.launcher is not Launcher.TORCHRUN:
@@ -171,3 +182,20 @@ def _try_finally(body: list[cst.BaseStatement], cleanup: cst.BaseStatement) -> c
         finalbody=cst.Finally(cst.IndentedBlock([cleanup])),
         leading_lines=first.leading_lines,
     )
+
+
+def _binds_dist(anatomy: Anatomy) -> cst.CSTNode | None:
+    """Where the script gives the name `dist` a value other than `torch.distributed`: an
+    assignment, a loop target, a parameter."""
+    for node in walk(anatomy.module):
+        if isinstance(node, cst.Param) and node.name.value == "dist":
+            return node
+        targets: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Assign):
+            targets = [target.target for target in node.targets]
+        elif isinstance(node, cst.AnnAssign | cst.AugAssign | cst.For):
+            targets = [node.target]
+        for target in targets:
+            if any(isinstance(n, cst.Name) and n.value == "dist" for n in walk(target)):
+                return node
+    return None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ddpify.fixes import orders_a_set, sort_the_set
+import libcst as cst
+
+from ddpify.analysis.tree import walk
+from ddpify.fixes import loops_over_a_set, orders_a_set, sort_the_loop, sort_the_set
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 
@@ -12,7 +15,8 @@ class SetOrder(ConvertRule):
     `list(set(words))`, `tuple(set(words))` and `enumerate(set(words))` (a set made by
     `set(...)`, a set comprehension, set operations on them, or a name only ever given
     one: `classes = set(labels)`, then `enumerate(classes)`) become
-    `sorted(set(words))`, `tuple(sorted(set(words)))` and `enumerate(sorted(set(words)))`.
+    `sorted(set(words))`, `tuple(sorted(set(words)))` and `enumerate(sorted(set(words)))`,
+    and a loop over such a set (`for w in vocab:`) runs over it sorted.
 
     ## Why is this bad?
     A set of strings is ordered by their hashes, and Python salts string hashes anew in
@@ -91,3 +95,11 @@ class SetOrder(ConvertRule):
                 "an order taken from a set: sorted, since Python orders a set of strings by "
                 "hashes salted anew in every process",
             )
+        for loop in walk(anatomy.module):
+            if isinstance(loop, cst.For | cst.CompFor) and loops_over_a_set(anatomy, loop):
+                sort_the_loop(ctx.plan, loop)
+                ctx.changed(
+                    loop,
+                    "a loop over a set: over the set sorted, since Python orders a set of "
+                    "strings by hashes salted anew in every process",
+                )

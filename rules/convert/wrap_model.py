@@ -240,6 +240,15 @@ class WrapModel(ConvertRule):
                     blocking=True,
                 )
                 continue
+            if not anatomy.script.after_setup(model.placement):
+                ctx.cannot(
+                    model.optimizer_call,
+                    f"`{model.placed_name}` is made at module level, and the process group is "
+                    "set up later, where training starts: DDP cannot wrap it before the "
+                    "group exists; make the model (and its optimizer) where training starts",
+                    blocking=True,
+                )
+                continue
             held = _held_from_before(anatomy, model)
             if held is not None:
                 target, line = held
@@ -729,7 +738,11 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                     reason = picked
     if reason is not None:
         return reason, most
-    skipped = _skips_parameters(anatomy) or _runs_without_grad(anatomy, model)
+    skipped = (
+        _skips_parameters(anatomy)
+        or _runs_without_grad(anatomy, model)
+        or _output_discarded(anatomy, model)
+    )
     if skipped is not None:
         return skipped, most
     for forward in _forwards(anatomy, model):
@@ -1022,6 +1035,27 @@ def _runs_without_grad(anatomy: Anatomy, model: Model) -> str | None:
                         f"the forward of `{owner.name.value}`{where} runs `self.{layer}` under "
                         "`torch.no_grad()`, and its parameters are never frozen"
                     )
+    return None
+
+
+def _output_discarded(anatomy: Anatomy, model: Model) -> str | None:
+    """`logits, _ = model(x)` in a training loop: an output the step throws away (an
+    auxiliary head's, round-14 audit s04), whose own parameters then get no gradient."""
+    loops = [loop.batch_loop for loop in anatomy.script.train_loops]
+    for assign in anatomy.assigns:
+        value = assign.value
+        if not (isinstance(value, cst.Call) and dotted(value.func) in model.names):
+            continue
+        if not any(anatomy.inside(assign, loop) for loop in loops):
+            continue
+        for target in assign.targets:
+            if isinstance(target.target, cst.Tuple | cst.List) and any(
+                is_name(element.value, "_") for element in target.target.elements
+            ):
+                return (
+                    f"an output of `{dotted(value.func)}` is thrown away (line "
+                    f"{anatomy.line(assign)}), and what only it depends on gets no gradient"
+                )
     return None
 
 

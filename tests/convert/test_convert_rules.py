@@ -2556,3 +2556,99 @@ for epoch in range(2):
     result = convert_source(source.encode(), "vae.py", ConvertOptions())
     assert not result.refused, result.problems
     assert "(loss * dist.get_world_size()).backward()" in result.output.decode()
+
+
+ROUND_14 = """import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def split(X, y):
+    idx = np.arange(len(X))
+    np.random.shuffle(idx)
+    return X[idx[:48]], y[idx[:48]]
+
+
+def main():
+    X, y = split(np.random.rand(64, 2), np.random.rand(64, 1))
+    data = TensorDataset(torch.from_numpy(X), torch.from_numpy(y))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for xb, yb in loader:
+            {step}
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_split_shuffled_in_a_function_of_the_script_is_taken_from_rank_0() -> None:
+    """Round-14 audit s18b: `np.random.shuffle(idx)` in the script's own `train_test_split`,
+    unseeded: every rank split its own way (63 rows twice in an epoch, test rows trained)."""
+    step = "torch.nn.functional.mse_loss(model(xb), yb).backward()"
+    result = convert_source(ROUND_14.format(step=step).encode(), "split.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "    np.random.shuffle(idx)\n    idx = [idx]\n"
+        "    dist.broadcast_object_list(idx)  # every process takes rank 0's\n"
+    ) in result.output.decode()
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [
+        # s05: a sum over the tokens divided by their count: a mean, left as it is
+        (
+            "loss = torch.nn.functional.mse_loss(model(xb), yb, reduction='sum')\n"
+            "            n = yb.numel() + 0\n            (loss / n).backward()",
+            "            (loss / n).backward()\n",
+        ),
+        # s04: an output thrown away: its parameters get no gradient
+        (
+            "out, _ = model(xb)\n            out.sum().backward()",
+            "find_unused_parameters=True",
+        ),
+    ],
+    ids=["sum-over-a-count", "output-thrown-away"],
+)
+def test_round_14_conversions(step: str, expected: str) -> None:
+    result = convert_source(ROUND_14.format(step=step).encode(), "r14.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert expected in result.output.decode()
+
+
+def test_a_loop_over_a_set_runs_over_it_sorted() -> None:
+    """Round-14 audit m02: `for w in words: vocab[w] = len(vocab)` over a set numbered the
+    words differently in every process (5 of 38 ids agreed)."""
+    source = ROUND_14.replace(
+        "def main():\n",
+        "def main():\n    words = set('a b c'.split())\n    vocab = dict()\n"
+        "    for w in words:\n        vocab[w] = len(vocab)\n",
+    ).format(step="model(xb).mean().backward()")
+    result = convert_source(source.encode(), "vocab.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "    for w in sorted(words):\n" in result.output.decode()
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        # s18: a value named `dist` of the script's own would shadow torch.distributed
+        ("    X, y = split(", "    dist = 3.0\n    X, y = split("),
+        # s08: a model made at module level, the group set up under __main__
+        ("def main():\n", "model = torch.nn.Linear(2, 1)\n\n\ndef main():\n"),
+    ],
+    ids=["dist-shadowed", "model-at-module-level"],
+)
+def test_round_14_refusals(change: str, why: str) -> None:
+    source = ROUND_14.replace(change, why, 1).format(step="model(xb).mean().backward()")
+    if why.startswith("model ="):
+        source = source.replace("    model = torch.nn.Linear(2, 1)\n", "", 1).replace(
+            "    optimizer = torch.optim.SGD", "    global model\n    optimizer = torch.optim.SGD"
+        )
+    result = convert_source(source.encode(), "r14.py", ConvertOptions())
+    assert result.refused, result.output.decode()
