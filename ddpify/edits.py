@@ -67,8 +67,16 @@ class EditPlan:
         else:
             self.before[statement].extend(new)
 
-    def insert_after(self, statement: cst.CSTNode, new: Sequence[cst.BaseStatement]) -> None:
-        self.after[statement].extend(new)
+    def insert_after(
+        self, statement: cst.CSTNode, new: Sequence[cst.BaseStatement], *, first: bool = False
+    ) -> None:
+        """Insert `new` after `statement`; with `first`, before what other edits insert
+        there too (a barrier that closes a span must come before a DDP wrap placed after
+        its last statement, or rank 0 waits in the wrap while the others wait at it)."""
+        if first:
+            self.after[statement][:0] = new
+        else:
+            self.after[statement].extend(new)
 
     def guard(self, statement: cst.CSTNode, test: cst.BaseExpression) -> None:
         """Run `statement` only when `test` holds; neighbours with the same guard share one `if`."""

@@ -358,9 +358,20 @@ class RankZeroSideEffects(ConvertRule):
         _one_line_blocks(ctx, model_names, guarded)
         _one_line_suites(ctx, model_names, guarded)
         for first, last in _preparing_runs(anatomy, guarded):
+            wrapped = _wraps_inside(anatomy, first, last)
+            if wrapped is not None:
+                ctx.cannot(
+                    first,
+                    f"rank 0 would write the files this reads first, but `{wrapped}` is "
+                    "wrapped in DDP (a collective) between the write and the read: the others "
+                    "would wait at the barrier while rank 0 waits in the wrap; make the model "
+                    "after the files, or order them by hand",
+                    blocking=True,
+                )
+                continue
             ctx.add_import("torch.distributed", asname="dist")
             ctx.plan.insert_before(first, [statement(FIRST_PREPARE)], outermost=True)
-            ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)])
+            ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)], first=True)
             ctx.changed(
                 first,
                 "rank 0 writes the files this call reads first, while the others wait; then "
@@ -370,7 +381,7 @@ class RankZeroSideEffects(ConvertRule):
         for first, last in _download_runs(anatomy):
             ctx.add_import("torch.distributed", asname="dist")
             ctx.plan.insert_before(first, [statement(FIRST_DOWNLOAD)], outermost=True)
-            ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)])
+            ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)], first=True)
             ctx.changed(
                 first,
                 "rank 0 downloads first while the others wait, then they find the files "
@@ -538,6 +549,24 @@ def _devnull_elsewhere(ctx: ConvertContext, assign: cst.Assign, opened: cst.Call
         "os.devnull through the same handle",
     )
     return True
+
+
+def _wraps_inside(anatomy: Anatomy, first: cst.CSTNode, last: cst.CSTNode) -> str | None:
+    """The model DDP003 wraps after a statement from `first` up to, not including, `last`
+    (the wrap after `last` itself comes after the closing barrier)."""
+    holder = anatomy.parent(first)
+    if not isinstance(holder, cst.IndentedBlock | cst.Module) or anatomy.parent(last) is not holder:
+        return None
+    block: list[cst.CSTNode] = list(holder.body)
+    inside = {id(node) for node in block[block.index(first) : block.index(last)]}
+    return next(
+        (
+            model.placed_name
+            for model in anatomy.models.all
+            if model.placement is not None and id(model.placement) in inside
+        ),
+        None,
+    )
 
 
 FIRST_DOWNLOAD = """\

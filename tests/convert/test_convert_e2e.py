@@ -1110,3 +1110,23 @@ def test_training_in_one_branch_of_the_main_block_converts_and_both_branches_run
     evaluated = run([sys.executable, "translate.py", "--inference"], cwd=tmp_path, timeout=120)
     assert evaluated.returncode == 0, evaluated.stderr.decode()[-3000:]
     assert evaluated.stdout.decode().startswith("evaluated ")
+
+
+def test_a_resume_read_before_the_wrap_closes_its_barrier_before_the_wrap(
+    tmp_path: Path,
+) -> None:
+    """Round-14 audit s10: the rank-0-first barrier pair around the resume block had its
+    closing barrier after the DDP wrap placed after that block: rank 0 waited in DDP's
+    construction, the others at the barrier, forever. Run twice: fresh, then resumed."""
+    pytest.importorskip("torch")
+    source = (FIXTURES / "convert" / "scripts" / "resume_keep_best.py").read_bytes()
+    result = convert_source(source, "resume_keep_best.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    closing = text.index("    if dist.get_rank() == 0:\n        dist.barrier()\n")
+    assert closing < text.index("    model = DDP(model")
+    (tmp_path / "resume_keep_best.py").write_text(text)
+    for run_number in (1, 2):
+        ran = torchrun(["resume_keep_best.py"], cwd=tmp_path, timeout=180)
+        assert ran.returncode == 0, (run_number, ran.stderr.decode()[-3000:])
+    assert "resumed from checkpoints/last.pt" in ran.stdout.decode()
