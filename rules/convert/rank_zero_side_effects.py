@@ -357,37 +357,7 @@ class RankZeroSideEffects(ConvertRule):
             ctx.changed(node, f"{kind} on rank 0 only")
         _one_line_blocks(ctx, model_names, guarded)
         _one_line_suites(ctx, model_names, guarded)
-        for first, last in _preparing_runs(anatomy, guarded):
-            wrapped = _wraps_inside(anatomy, first, last)
-            if wrapped is not None:
-                ctx.cannot(
-                    first,
-                    f"rank 0 would write the files this reads first, but `{wrapped}` is "
-                    "wrapped in DDP (a collective) between the write and the read: the others "
-                    "would wait at the barrier while rank 0 waits in the wrap; make the model "
-                    "after the files, or order them by hand",
-                    blocking=True,
-                )
-                continue
-            ctx.add_import("torch.distributed", asname="dist")
-            ctx.plan.insert_before(first, [statement(FIRST_PREPARE)], outermost=True)
-            ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)], first=True)
-            ctx.changed(
-                first,
-                "rank 0 writes the files this call reads first, while the others wait; then "
-                "they run it and find them (assumes one folder for all processes: one node "
-                "or a shared filesystem)",
-            )
-        for first, last in _download_runs(anatomy):
-            ctx.add_import("torch.distributed", asname="dist")
-            ctx.plan.insert_before(first, [statement(FIRST_DOWNLOAD)], outermost=True)
-            ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)], first=True)
-            ctx.changed(
-                first,
-                "rank 0 downloads first while the others wait, then they find the files "
-                "(assumes one data folder for all processes: one node or a shared "
-                "filesystem; with a disk per node, test the local rank instead)",
-            )
+        _rank_zero_first(ctx, guarded)
         for handler in _file_handlers(anatomy):
             ctx.plan.replace(
                 handler, lambda updated: with_keyword(updated, "delay", expression("True"))
@@ -549,6 +519,42 @@ def _devnull_elsewhere(ctx: ConvertContext, assign: cst.Assign, opened: cst.Call
         "os.devnull through the same handle",
     )
     return True
+
+
+def _rank_zero_first(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> None:
+    """Rank 0 runs what prepares files (or downloads) first, the others after a barrier."""
+    anatomy = ctx.anatomy
+    for first, last in _preparing_runs(anatomy, guarded):
+        wrapped = _wraps_inside(anatomy, first, last)
+        if wrapped is not None:
+            ctx.cannot(
+                first,
+                f"rank 0 would write the files this reads first, but `{wrapped}` is "
+                "wrapped in DDP (a collective) between the write and the read: the others "
+                "would wait at the barrier while rank 0 waits in the wrap; make the model "
+                "after the files, or order them by hand",
+                blocking=True,
+            )
+            continue
+        ctx.add_import("torch.distributed", asname="dist")
+        ctx.plan.insert_before(first, [statement(FIRST_PREPARE)], outermost=True)
+        ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)], first=True)
+        ctx.changed(
+            first,
+            "rank 0 writes the files this call reads first, while the others wait; then "
+            "they run it and find them (assumes one folder for all processes: one node "
+            "or a shared filesystem)",
+        )
+    for first, last in _download_runs(anatomy):
+        ctx.add_import("torch.distributed", asname="dist")
+        ctx.plan.insert_before(first, [statement(FIRST_DOWNLOAD)], outermost=True)
+        ctx.plan.insert_after(last, [statement(THEN_THE_OTHERS)], first=True)
+        ctx.changed(
+            first,
+            "rank 0 downloads first while the others wait, then they find the files "
+            "(assumes one data folder for all processes: one node or a shared "
+            "filesystem; with a disk per node, test the local rank instead)",
+        )
 
 
 def _wraps_inside(anatomy: Anatomy, first: cst.CSTNode, last: cst.CSTNode) -> str | None:

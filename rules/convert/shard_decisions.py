@@ -574,6 +574,9 @@ def _shard_value(
         if any(name in names for loop, names in local if _visible(anatomy, loop, scope)):
             return name
         if isinstance(node, cst.Attribute):
+            fed = _fed(anatomy, node, scope, depth, settled)
+            if fed is not None:
+                return fed
             continue
         for value, where in anatomy.values.values_of(name, scope):
             if any(id(inner) in trainings for inner in walk(value)):
@@ -583,6 +586,33 @@ def _shard_value(
         decided = _decided_on(anatomy, name, scope, depth, settled)
         if decided is not None:
             return decided
+    return None
+
+
+def _fed(
+    anatomy: Anatomy,
+    attribute: cst.Attribute,
+    scope: cst.FunctionDef | None,
+    depth: int,
+    settled: frozenset[int],
+) -> str | None:
+    """`early_stopping.early_stop` of an object the script calls with a value of this
+    process's batches (`early_stopping(train_loss, model)`, Bjarten's EarlyStopping; round-14
+    audit s22): its state follows that value."""
+    owner = dotted(attribute.value)
+    models = {name for model in anatomy.models.all for name in model.names}
+    if owner is None or owner.startswith("self") or owner in models:
+        return None  # `model.hyperparams`: a model is called with the batch, not fed
+    for call in anatomy.calls:
+        called = dotted(call.func)
+        if called != owner and not (called or "").startswith(f"{owner}."):
+            continue
+        if anatomy.function_of(call) is not scope:
+            continue
+        for arg in call.args:
+            local = _shard_value(anatomy, arg.value, scope, depth + 1, settled)
+            if local is not None:
+                return local
     return None
 
 

@@ -2652,3 +2652,46 @@ def test_round_14_refusals(change: str, why: str) -> None:
         )
     result = convert_source(source.encode(), "r14.py", ConvertOptions())
     assert result.refused, result.output.decode()
+
+
+def test_an_early_stopping_object_fed_the_local_loss_stops_every_process_together() -> None:
+    """Round-14 audit s22 (Bjarten's EarlyStopping): `early_stopping(train_loss, model)` then
+    `if early_stopping.early_stop: break`: rank 1 ran out of patience alone and rank 0 went
+    on into an all-reduce nobody else joined (a hang). The flag is all-reduced."""
+    source = """import numpy as np
+import torch
+
+
+class EarlyStopping:
+    def __init__(self, patience=2):
+        self.patience, self.counter, self.best, self.early_stop = patience, 0, None, False
+
+    def __call__(self, loss, model):
+        if self.best is None or loss < self.best:
+            self.best, self.counter = loss, 0
+        else:
+            self.counter += 1
+            self.early_stop = self.counter >= self.patience
+
+
+model = torch.nn.Linear(2, 1)
+loader = torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+early_stopping = EarlyStopping()
+for epoch in range(100):
+    losses = []
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    early_stopping(np.average(losses), model)
+    if early_stopping.early_stop:
+        break
+"""
+    result = convert_source(source.encode(), "early.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "    dist.all_reduce(stop, op=dist.ReduceOp.MAX)\n    if stop.item():\n        break\n"
+    ) in result.output.decode()
