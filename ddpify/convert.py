@@ -151,8 +151,11 @@ def could_train(source: bytes, imports_helpers: bool = False) -> bool:
     """A text prefilter: a file that never says `optim` nor `.grad` (an update by hand,
     `p.data.add_(p.grad, alpha=-lr)`: pytorch/examples' word language model, round-10 audit
     c13), or `backward` (unless its training loop may sit in a helper it imports from its
-    project), trains nothing, and is dismissed without building a syntax tree."""
-    return (b"optim" in source or b".grad" in source) and (imports_helpers or b"backward" in source)
+    project, which may also make the optimizer), trains nothing, and is dismissed without
+    building a syntax tree."""
+    if imports_helpers:  # a Trainer of another file may make the optimizer too (round-14 m03)
+        return True
+    return (b"optim" in source or b".grad" in source) and b"backward" in source
 
 
 def _why_left_alone(anatomy: Anatomy) -> str | None:

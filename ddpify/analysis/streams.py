@@ -241,7 +241,9 @@ class Streams:
         augmentations, a03), with what they call."""
         found = []
         for owner in self.index.classes.values():
-            found += [m for m in methods(owner) if m.name.value == "forward"]
+            # and the script's transforms (`__call__`: SimCLR's two random views of an item,
+            # round-14 audit s14)
+            found += [m for m in methods(owner) if m.name.value in ("forward", "__call__")]
         if loop.loader is not None and loop.loader.call.args:
             dataset = loop.loader.call.args[0].value
             made = self._made_by(dataset, self.index.function_of(loop.loader.call))

@@ -459,3 +459,29 @@ def test_an_optimizer_made_out_of_sight_is_refused_not_left_alone(tmp_path: Path
     [problem] = result.problems
     assert (problem.code, problem.line) == ("DDP003", 8)
     assert problem.message.startswith("`optimizer.step()` follows a backward pass, but where")
+
+
+def test_a_trainer_that_makes_its_own_optimizer_is_refused_not_left_alone(
+    tmp_path: Path,
+) -> None:
+    """Round-14 audit m03: `Trainer(model, train_ds, val_ds, cfg).fit()` from trainer.py, the
+    optimizer made there too: the script never says `optim`, and the text prefilter had
+    called it "not a training script" (unchanged, exit 0)."""
+    (tmp_path / "trainer.py").write_text(
+        "import torch\n\n\nclass Trainer:\n"
+        "    def __init__(self, model):\n"
+        "        self.model = model\n"
+        "        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\n"
+        "    def fit(self):\n"
+        "        for x in torch.randn(8, 2):\n"
+        "            self.model(x).sum().backward()\n"
+        "            self.opt.step()\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom trainer import Trainer\n\n"
+        "model = torch.nn.Linear(2, 1)\nTrainer(model).fit()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused and result.skipped is None
+    assert [p.code for p in result.problems if p.blocking] == ["DDP003"]

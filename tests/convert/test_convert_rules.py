@@ -2695,3 +2695,40 @@ for epoch in range(100):
     assert (
         "    dist.all_reduce(stop, op=dist.ReduceOp.MAX)\n    if stop.item():\n        break\n"
     ) in result.output.decode()
+
+
+def test_a_transform_class_that_draws_gets_a_seed_per_process() -> None:
+    """Round-14 audit s14 (SimCLR): two random views made by a transform class of the script
+    (`__call__`) in `__getitem__`; seeded alike, both ranks drew the same 768 of 768."""
+    source = """import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class TwoViews:
+    def __call__(self, x):
+        return x + 0.1 * torch.randn_like(x), x + 0.1 * torch.randn_like(x)
+
+
+class Views(Dataset):
+    def __init__(self):
+        self.x, self.transform = torch.randn(32, 4), TwoViews()
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        return self.transform(self.x[i])
+
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+loader = DataLoader(Views(), batch_size=8, shuffle=True)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for a, b in loader:
+        (model(a) - model(b)).pow(2).mean().backward()
+        optimizer.step()
+"""
+    result = convert_source(source.encode(), "views.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "torch.manual_seed(0 + dist.get_rank())" in result.output.decode()
