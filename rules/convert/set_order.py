@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.analysis.tree import walk
+from ddpify.analysis.tree import dotted, walk
 from ddpify.fixes import loops_over_a_set, orders_a_set, sort_the_loop, sort_the_set
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -16,7 +16,9 @@ class SetOrder(ConvertRule):
     `set(...)`, a set comprehension, set operations on them, or a name only ever given
     one: `classes = set(labels)`, then `enumerate(classes)`) become
     `sorted(set(words))`, `tuple(sorted(set(words)))` and `enumerate(sorted(set(words)))`,
-    and a loop over such a set (`for w in vocab:`) runs over it sorted.
+    and a loop over such a set (`for w in vocab:`) runs over it sorted. A helper of another
+    file of the project that takes an order from a set is refused with its file and line:
+    ddpify writes only the script.
 
     ## Why is this bad?
     A set of strings is ordered by their hashes, and Python salts string hashes anew in
@@ -95,6 +97,18 @@ class SetOrder(ConvertRule):
                 "an order taken from a set: sorted, since Python orders a set of strings by "
                 "hashes salted anew in every process",
             )
+        for call in anatomy.calls:
+            helper = anatomy.project.helper(call)
+            ordered = _orders_a_set_in(helper.function) if helper is not None else None
+            if helper is not None and ordered is not None:
+                ctx.cannot(
+                    call,
+                    f"`{helper.name}()` ({anatomy.project.shown(helper.path)}, line "
+                    f"{helper.index.line(ordered)}) takes an order from a set, which differs in "
+                    "every process (Python salts string hashes anew in each): sort it there "
+                    "by hand (`sorted(...)`); ddpify writes only this script",
+                    blocking=True,
+                )
         for loop in walk(anatomy.module):
             if isinstance(loop, cst.For | cst.CompFor) and loops_over_a_set(anatomy, loop):
                 sort_the_loop(ctx.plan, loop)
@@ -103,3 +117,55 @@ class SetOrder(ConvertRule):
                     "a loop over a set: over the set sorted, since Python orders a set of "
                     "strings by hashes salted anew in every process",
                 )
+
+
+def _orders_a_set_in(function: cst.FunctionDef) -> cst.CSTNode | None:
+    """In a function of another file: `for w in words:` (or `list(words)`,
+    `enumerate(words)`) over a name the function only ever gives a set (`words = set()`,
+    `set(...)`, a set comprehension), or over such a set itself."""
+    sets: set[str] = set()
+    others: set[str] = set()
+    for node in walk(function):
+        if isinstance(node, cst.Assign):
+            value = node.value
+            is_set = isinstance(value, cst.SetComp | cst.Set) or (
+                isinstance(value, cst.Call) and dotted(value.func) in ("set", "frozenset")
+            )
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    (sets if is_set else others).add(target.target.value)
+    only_sets = sets - others
+
+    def a_set(expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.Name):
+            return expr.value in only_sets
+        return isinstance(expr, cst.SetComp) or (
+            isinstance(expr, cst.Call) and dotted(expr.func) in ("set", "frozenset")
+        )
+
+    for node in walk(function):
+        if (
+            isinstance(node, cst.For | cst.CompFor)
+            and a_set(node.iter)
+            and not (
+                isinstance(node, cst.CompFor)
+                and isinstance(_parent_comp(function, node), cst.SetComp)
+            )
+        ):
+            return node
+        if (
+            isinstance(node, cst.Call)
+            and dotted(node.func) in ("list", "tuple", "enumerate")
+            and len(node.args) == 1
+            and a_set(node.args[0].value)
+        ):
+            return node
+    return None
+
+
+def _parent_comp(function: cst.FunctionDef, target: cst.CompFor) -> cst.CSTNode | None:
+    for node in walk(function):
+        comp = isinstance(node, cst.SetComp | cst.ListComp | cst.DictComp | cst.GeneratorExp)
+        if comp and node.for_in is target:  # type: ignore[attr-defined]
+            return node
+    return None

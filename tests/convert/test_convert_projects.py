@@ -485,3 +485,36 @@ def test_a_trainer_that_makes_its_own_optimizer_is_refused_not_left_alone(
     result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
     assert result.refused and result.skipped is None
     assert [p.code for p in result.problems if p.blocking] == ["DDP003"]
+
+
+def test_a_helper_that_orders_a_set_is_refused(tmp_path: Path) -> None:
+    """Round-14 audit m02: `build_vocab()` in data.py numbers the words of a set in a loop:
+    every process numbered them its own way (5 of 38 ids agreed). ddpify cannot sort it in
+    that file; it says where."""
+    (tmp_path / "data.py").write_text(
+        "def build_vocab(texts):\n"
+        "    words = set()\n"
+        "    for t in texts:\n"
+        "        words.update(t.split())\n"
+        "    vocab = {}\n"
+        "    for w in words:\n"
+        "        vocab[w] = len(vocab)\n"
+        "    return vocab\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom data import build_vocab\n\n"
+        "vocab = build_vocab(['a b', 'c'])\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = torch.utils.data.DataLoader(torch.randn(8, 2), batch_size=2, shuffle=True)\n"
+        "for epoch in range(2):\n"
+        "    for x in loader:\n"
+        "        model(x).mean().backward()\n"
+        "        optimizer.step()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.code == "DDP013"]
+    assert problem.line == 4
+    assert problem.message.startswith("`build_vocab()` (data.py, line 6) takes an order from a set")
