@@ -6,10 +6,9 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import libcst as cst
-
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.script import unknown_step
+from ddpify.analysis.tree import source_text
 from ddpify.edits import add_imports
 from ddpify.options import BatchMode, ConvertOptions, Launcher
 from ddpify.rule import ConvertContext, Note, NoteKind, convert_rules
@@ -88,7 +87,7 @@ def convert_source(
     skipped = _why_left_alone(anatomy)
     step = unknown_step(anatomy.script)
     if skipped == NOT_TRAINING and step is not None:
-        optimizer = cst.Module([]).code_for_node(step.func.value)  # type: ignore[attr-defined]
+        optimizer = source_text(step.func.value)  # type: ignore[attr-defined]
         problem = Note(
             "DDP003",
             anatomy.line(step),

@@ -23,7 +23,7 @@ import libcst as cst
 from ddpify.analysis.api import DDP_TRANSPARENT
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import dotted, is_method_call, methods, walk
+from ddpify.analysis.tree import dotted, is_method_call, methods, source_text, walk
 
 # How many folders above the script a package root is looked for in (`repo/pkg/train.py`
 # importing `pkg.utils.loss`).
@@ -155,13 +155,13 @@ class Project:
         """Modules of the project the script imports everything from (`from utils import *`,
         dome272's diffusion models): where a name it never imports by name may come from."""
         return [
-            cst.Module([]).code_for_node(node.module)
+            source_text(node.module)
             for node in walk(self.index.module)
             if isinstance(node, cst.ImportFrom)
             and isinstance(node.names, cst.ImportStar)
             and node.module is not None
             and not node.relative
-            and self._local(cst.Module([]).code_for_node(node.module).split(".")[0])
+            and self._local(source_text(node.module).split(".")[0])
         ]
 
     def class_made(self, call: cst.Call) -> tuple[cst.ClassDef, Path] | None:

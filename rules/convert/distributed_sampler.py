@@ -12,7 +12,7 @@ from ddpify.analysis.loaders import Loader, keyed_read, string_value
 from ddpify.analysis.script import ForeignTraining
 from ddpify.analysis.splits import drawn_seeds, per_process_draw
 from ddpify.analysis.streams import RandomBatches
-from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
 from ddpify.emit import statement, statements
 from ddpify.fixes import (
     draw_per_process,
@@ -865,7 +865,7 @@ def _make_foreign_loaders_again(ctx: ConvertContext) -> None:
             assert arg.keyword is not None
             keyword = arg.keyword.value
             if keyword == "shuffle" and foreign.shuffle is not None:
-                value = cst.Module([]).code_for_node(foreign.shuffle)
+                value = source_text(foreign.shuffle)
                 arguments.append(f"shuffle={value}")
             elif keyword in foreign.kept:
                 arguments.append(f"{keyword}={name}.{keyword}")
@@ -901,7 +901,7 @@ def _data_loader_is_another(anatomy: Anatomy) -> bool:
     """The script binds `DataLoader` to something other than torch's."""
     for node in walk(anatomy.module):
         if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-            module = cst.Module([]).code_for_node(node.module) if node.module else ""
+            module = source_text(node.module) if node.module else ""
             for alias in node.names:
                 bound = alias.evaluated_alias or alias.evaluated_name
                 if bound == "DataLoader" and not module.startswith("torch.utils.data"):
