@@ -567,9 +567,7 @@ def _handed_to_helpers(anatomy: Anatomy, model: Model) -> list[tuple[cst.Call, c
     for call in anatomy.calls:
         for argument in call.args:
             name = dotted(argument.value)
-            if name in model.names - model.bare and anatomy.values.runs_after(
-                model.placement, call, name
-            ):
+            if name is not None and _holds_wrapper(anatomy, model, call, name):
                 handed.append((call, argument))
     return handed
 
@@ -636,23 +634,59 @@ def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
     ctx.changed(call, "nn.DataParallel replaced: DDP runs one process per GPU instead")
 
 
+def _handed_in_bare(anatomy: Anatomy, model: Model, node: cst.CSTNode, name: str) -> bool:
+    """Whether the plain `name` read at `node` holds the bare model although it is one of the
+    model's names: the wrap rebinds an attribute (`self.model = DDP(self.model)` in a
+    Trainer), and `name` is given its values elsewhere, none of them read from that attribute
+    (round-14 audit s06: minGPT's `model = GPT(...)`, handed to `Trainer(config, model)`,
+    then `model.generate(...)` in a callback)."""
+    placed = model.placed_name or ""
+    if "." not in placed or "." in name:
+        return False
+    attribute = placed.rpartition(".")[2]
+    values, scope = anatomy.values, anatomy.function_of(node)
+    while scope is not None and not values.binds(scope, name):
+        if name in anatomy.graph.parameters_of(scope):
+            return False  # followed through its calls
+        scope = anatomy.function_of(scope)
+    if scope is anatomy.function_of(model.placement):  # `self.model = model.to(device)`
+        return False
+    given = values.assignments(name, scope)
+    return bool(given) and not any(
+        (isinstance(inner, cst.Attribute) and inner.attr.value == attribute)
+        or dotted(inner) == placed
+        for value in given
+        for inner in walk(value)
+    )
+
+
+def _holds_wrapper(
+    anatomy: Anatomy, model: Model, node: cst.CSTNode, name: str, *, some: bool = False
+) -> bool:
+    """Whether `name`, read at `node`, holds the DDP wrapper (with `some`: may hold it)."""
+    assert model.placement is not None
+    return (
+        name in model.names - model.bare
+        and not _handed_in_bare(anatomy, model, node, name)
+        and anatomy.values.runs_after(model.placement, node, name, some=some)
+    )
+
+
 def _raw_uses(anatomy: Anatomy, model: Model, *, some: bool = False) -> list[cst.Attribute]:
     """`model.x` where `x` is not served by the wrapper, at places that run after the wrap.
     With `some`, the ones in a function called both before and after it (round-8 audit
     a14's `set_backbone_trainable(model, flag)`): one `.x` cannot serve both."""
     assert model.placement is not None
-    values = anatomy.values
     return [
         node
         for node in walk(anatomy.module)
         if isinstance(node, cst.Attribute)
         and node.attr.value not in (DDP_TRANSPARENT - DDP_RENAMED) | DDP_OWN
-        and dotted(node.value) in model.names - model.bare
         and (
-            values.runs_after(model.placement, node, dotted(node.value) or "", some=True)
-            and not values.runs_after(model.placement, node, dotted(node.value) or "")
+            _holds_wrapper(anatomy, model, node, dotted(node.value) or "", some=True)
+            and not _holds_wrapper(anatomy, model, node, dotted(node.value) or "")
             if some
-            else values.runs_after(model.placement, node, dotted(node.value) or "")
+            else _holds_wrapper(anatomy, model, node, dotted(node.value) or "")
         )
     ]
 
@@ -672,7 +706,7 @@ def _shown(anatomy: Anatomy, model: Model) -> list[cst.Name]:
             and len(holder.args) == 1
             and any(is_name(holder.func, name) for name in ("print", "str", "repr"))
         )
-        if shown and anatomy.values.runs_after(model.placement, node, node.value):
+        if shown and _holds_wrapper(anatomy, model, node, node.value):
             found.append(node)
     return found
 
@@ -685,8 +719,7 @@ def _raw_items(anatomy: Anatomy, model: Model) -> list[cst.Subscript]:
         node
         for node in walk(anatomy.module)
         if isinstance(node, cst.Subscript)
-        and dotted(node.value) in model.names - model.bare
-        and anatomy.values.runs_after(model.placement, node, dotted(node.value) or "")
+        and _holds_wrapper(anatomy, model, node, dotted(node.value) or "")
     ]
 
 
@@ -1239,11 +1272,7 @@ def _given_the_wrapper(
         argument = anatomy.graph.bound_argument(site, function, parameter)
         name = dotted(argument) if argument is not None else None
         caller = anatomy.function_of(site)
-        if (
-            name is not None
-            and name in model.names - model.bare
-            and anatomy.values.runs_after(model.placement, site, name)
-        ):
+        if name is not None and _holds_wrapper(anatomy, model, site, name):
             verdicts.append(True)
         elif (
             name is not None
@@ -1408,8 +1437,6 @@ def _whole_model_saves(
             ]
         for candidate in candidates:
             name = dotted(candidate)
-            if name in model.names - model.bare and anatomy.values.runs_after(
-                model.placement, candidate, name or ""
-            ):
+            if name is not None and _holds_wrapper(anatomy, model, candidate, name):
                 saves.append(candidate)
     return saves

@@ -1130,3 +1130,71 @@ def test_a_resume_read_before_the_wrap_closes_its_barrier_before_the_wrap(
         ran = torchrun(["resume_keep_best.py"], cwd=tmp_path, timeout=180)
         assert ran.returncode == 0, (run_number, ran.stderr.decode()[-3000:])
     assert "resumed from checkpoints/last.pt" in ran.stdout.decode()
+
+
+TRAINER_WITH_CALLBACK = """\
+import os
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def describe(self):
+        return f"net with {sum(p.numel() for p in self.parameters())} parameters"
+
+
+class Trainer:
+    def __init__(self, model, dataset):
+        self.dataset = dataset
+        self.model = model.to("cpu")
+        self.callbacks = []
+
+    def run(self):
+        model = self.model
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(self.dataset, batch_size=4, shuffle=True)
+        for epoch in range(2):
+            for x, y in loader:
+                optimizer.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+            for callback in self.callbacks:
+                callback(self)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    model = Net()
+    trainer = Trainer(model, TensorDataset(torch.randn(32, 4), torch.randn(32, 1)))
+
+    def on_epoch_end(trainer):
+        print(model.describe())
+        torch.save(model.state_dict(), "callback.pt")
+
+    trainer.callbacks.append(on_epoch_end)
+    trainer.run()
+"""
+
+
+def test_the_bare_model_handed_to_a_trainer_that_wraps_its_own_copy_stays_bare(
+    tmp_path: Path,
+) -> None:
+    """Round-14 audit s06 (minGPT's chargpt): the Trainer wraps `self.model`; the script's
+    own `model`, read in a callback, is still the bare instance: routing it through
+    `.module` crashed with AttributeError at the first callback."""
+    result = convert_source(TRAINER_WITH_CALLBACK.encode(), "chargpt.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"self.model = DDP(self.model" in result.output
+    assert b"model.module" not in result.output
+    (tmp_path / "chargpt.py").write_bytes(result.output)
+    ran = torchrun(["chargpt.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert ran.stdout.decode().count("net with 5 parameters") == 2  # two epochs, rank 0
+    assert_checkpoint_is_plain(tmp_path / "callback.pt")
