@@ -1198,3 +1198,65 @@ def test_the_bare_model_handed_to_a_trainer_that_wraps_its_own_copy_stays_bare(
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert ran.stdout.decode().count("net with 5 parameters") == 2  # two epochs, rank 0
     assert_checkpoint_is_plain(tmp_path / "callback.pt")
+
+
+LOGGER_CLASS = """\
+import csv
+import json
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class MetricsLogger:
+    def __init__(self, path):
+        self.fh = open(path, "w", newline="")
+        self.writer = csv.DictWriter(self.fh, fieldnames=["epoch", "loss"])
+        self.writer.writeheader()
+        self.rows = []
+
+    def log(self, **row):
+        self.writer.writerow(row)
+        self.rows.append(row)
+
+    def close(self):
+        self.fh.close()
+        best = min(self.rows, key=lambda r: r["loss"])
+        with open("summary.json", "w") as f:
+            json.dump(best, f)
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    logger = MetricsLogger("metrics.csv")
+    for epoch in range(3):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        logger.log(epoch=epoch, loss=round(loss.item(), 5))
+    logger.close()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_logger_class_of_the_script_keeps_its_rows_on_every_rank(tmp_path: Path) -> None:
+    """Round-14 audit s11: `logger.log(...)` of the script's own class was guarded whole as
+    if it were `logging`'s, so rank 1 kept no rows and `close()` crashed on `min()` of
+    nothing. The writes inside the class are rank 0's; the rows are every rank's."""
+    result = convert_source(LOGGER_CLASS.encode(), "logged.py", ConvertOptions())
+    assert not result.refused, result.problems
+    (tmp_path / "logged.py").write_bytes(result.output)
+    ran = torchrun(["logged.py"], cwd=tmp_path, timeout=240, env=recording(tmp_path))
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    written = writers(tmp_path)
+    assert written["metrics.csv"] == {"0"} and written["summary.json"] == {"0"}
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "epoch,loss" and len(rows) == 4
