@@ -29,7 +29,9 @@ class ScheduleLength(ConvertRule):
     the loader is made before it; with the loader not yet made it is refused, as is one
     computed from what the training data is built from
     (`len(df_train)` for `train_dataset = ReviewDataset(reviews[df_train])`). Hugging Face's
-    `get_..._schedule...` helpers count as schedulers.
+    `get_..._schedule...` helpers count as schedulers, and so does a learning rate written
+    into the optimizer's param groups by hand (`group["lr"] = get_lr(it)`): the names it and
+    the script's functions it calls read are followed.
 
     ## Why is this bad?
     Each process now takes 1/N of the single-GPU steps per epoch, while a schedule sized
@@ -113,6 +115,56 @@ class ScheduleLength(ConvertRule):
                     sched.step()
             """,
         ),
+        # A learning rate set by hand in the loop (nanoGPT's `get_lr`): the names its
+        # function reads are followed the same way.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+            max_iters = epochs * (len(train_ds) // bs)
+
+
+            def get_lr(it):
+                return 0.1 * (1 - it / max_iters)
+
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            it = 0
+            for epoch in range(epochs):
+                for x, y in loader:
+                    for group in optimizer.param_groups:
+                        group["lr"] = get_lr(it)
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    it += 1
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+            max_iters = epochs * (len(loader.sampler) // bs)
+
+
+            def get_lr(it):
+                return 0.1 * (1 - it / max_iters)
+
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            it = 0
+            for epoch in range(epochs):
+                for x, y in loader:
+                    for group in optimizer.param_groups:
+                        group["lr"] = get_lr(it)
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    it += 1
+            """,
+        ),
         # Sized from the loader: it already counts this process's batches.
         Example(
             """
@@ -152,6 +204,10 @@ class ScheduleLength(ConvertRule):
                 names |= _read_by_function(anatomy, arg.value, anatomy.function_of(call))
                 for name in sorted(n for n in names if n):
                     self._refuse_computed(ctx, call, name, loaders, seen)
+        for assign in _hand_schedules(anatomy):
+            seen = set()
+            for name in sorted(_read_by_schedule(anatomy, assign)):
+                self._refuse_computed(ctx, assign, name, loaders, seen)
 
     def _resize(
         self, ctx: ConvertContext, scheduler: cst.Call, length: cst.Call, loader: Loader
@@ -174,7 +230,7 @@ class ScheduleLength(ConvertRule):
     def _refuse_computed(
         self,
         ctx: ConvertContext,
-        scheduler: cst.Call,
+        scheduler: cst.CSTNode,
         name: str | None,
         loaders: list[Loader],
         seen: set[str] | None = None,
@@ -267,6 +323,43 @@ def _read_by_function(
         and node.value not in own
         and not anatomy.is_attribute_name(node)
     }
+
+
+def _hand_schedules(anatomy: Anatomy) -> list[cst.Assign]:
+    """`param_group["lr"] = lr`: a learning rate set by hand (nanoGPT's `get_lr(iter_num)`
+    written into every param group)."""
+    return [
+        node
+        for node in anatomy.assigns
+        if any(
+            isinstance(target.target, cst.Subscript)
+            and len(target.target.slice) == 1
+            and isinstance(target.target.slice[0].slice, cst.Index)
+            and isinstance(target.target.slice[0].slice.value, cst.SimpleString)
+            and target.target.slice[0].slice.value.evaluated_value == "lr"
+            for target in node.targets
+        )
+    ]
+
+
+def _read_by_schedule(anatomy: Anatomy, assign: cst.Assign) -> set[str]:
+    """The names a learning rate set by hand is computed from: read in its value, in the
+    values of those names, and in the script's functions they call (`lr = get_lr(it)`, with
+    `get_lr` reading `lr_decay_iters = max_iters = epochs * (len(train_data) // bs)`)."""
+    scope = anatomy.function_of(assign)
+    expressions: list[cst.BaseExpression] = [assign.value]
+    for node in walk(assign.value):
+        if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
+            expressions += [value for value, _ in anatomy.values.values_of(node.value, scope)]
+    names: set[str] = set()
+    for expression in expressions:
+        for node in walk(expression):
+            if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
+                names.add(node.value)
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+                for function in anatomy.graph.callees(node):
+                    names |= _read_by_function(anatomy, node.func, anatomy.function_of(function))
+    return names
 
 
 def _schedules(anatomy: Anatomy, call: cst.Call) -> bool:
