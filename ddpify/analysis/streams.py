@@ -24,7 +24,8 @@ import libcst as cst
 from ddpify.analysis.api import SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.script import TrainingScript, TrainLoop
+from ddpify.analysis.loaders import Loader
+from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, methods, walk
 from ddpify.analysis.values import MAX_STEPS
 
@@ -169,8 +170,9 @@ class Streams:
         already."""
         seeded = {id(stream.loop) for stream in self.drawn_items}
         found: list[RandomBatches] = []
-        for loop in self.script.train_loops:
-            if loop.loader is None or id(loop.batch_loop) in seeded:
+        loops = [(loop.batch_loop, loop.loader) for loop in self.script.train_loops]
+        for batch_loop, loader in [*loops, *self._step_loops()]:
+            if loader is None or id(batch_loop) in seeded:
                 continue
             draws: dict[str, list[cst.Call]] = {}
 
@@ -181,31 +183,52 @@ class Streams:
                         into.setdefault(family, []).append(node)
                 return False  # look at every node
 
-            self.graph.reaches(loop.batch_loop.body, collect)
+            self.graph.reaches(batch_loop.body, collect)
             # Python's and NumPy's generators start from OS entropy: only a script that seeds
             # them draws alike in every process (timm's mixup λ with `np.random.beta`, b05).
             families = {f for f in draws if f == "torch" or self._seeds(f)}
             hidden = False
             if not families:
-                for method in self._drawing_methods(loop):
+                for method in self._drawing_methods(loader):
                     self.graph.reaches(method.body, collect)
                 families = {f for f in draws if self._seeds(f)}
                 hidden = bool(families)
-                if draws and self._in_workers(loop) and self._seeds("torch"):
+                if draws and self._in_workers(loader) and self._seeds("torch"):
                     # Loader workers seed NumPy and Python from a base seed drawn from
                     # torch's generator: alike on every rank unless torch's is seeded apart
                     # too (round-10 audit c12, `num_workers=2`).
                     families.add("torch")
             if not families:
                 continue
-            seeded.add(id(loop.batch_loop))
+            seeded.add(id(batch_loop))
             drawn = [call for family in sorted(families) for call in draws.get(family, [])]
-            stream = RandomBatches(loop.batch_loop, drawn, families, hidden=hidden)
-            stream.anchor = self._anchor(loop.batch_loop)
+            stream = RandomBatches(batch_loop, drawn, families, hidden=hidden)
+            stream.anchor = self._anchor(batch_loop)
             for family in families:
                 stream.seeds[family] = self._seeds(family)
             found.append(stream)
         return found
+
+    def _step_loops(self) -> list[tuple[cst.For | cst.While, Loader]]:
+        """Loops of steps that take their batches with `next(...)` from the one training
+        loader (`while self.step < self.train_num_steps: data = next(self.dl)`, lucidrains'
+        trainers, round-14 audit s07), as loops over that loader."""
+        loaders = self.script.train_loaders
+        if len(loaders) != 1:
+            return []
+        batch_loops = {id(loop.batch_loop) for loop in self.script.train_loops}
+        found: dict[int, tuple[cst.For | cst.While, Loader]] = {}
+        for backward in self.script.backward_calls:
+            chain = self.graph.loops_around(backward)
+            if not chain or chain[0][1] != "loop" or id(chain[0][0]) in batch_loops:
+                continue
+            loop = chain[0][0]
+            assert isinstance(loop, cst.For | cst.While)
+            if any(
+                isinstance(node, cst.Call) and is_name(node.func, "next") for node in walk(loop)
+            ):
+                found[id(loop)] = (loop, loaders[0])
+        return list(found.values())
 
     def _drawn_from(self, call: cst.Call) -> str | None:
         """The generator family a call draws from while training: torch's (`torch.randn`,
@@ -222,11 +245,9 @@ class Streams:
                 return "random"
         return None
 
-    def _in_workers(self, loop: TrainLoop) -> bool:
+    def _in_workers(self, loader: Loader) -> bool:
         """Whether the loop's loader loads in worker processes (`num_workers` not 0)."""
-        if loop.loader is None:
-            return False
-        workers = call_arg(loop.loader.call, 5, "num_workers")
+        workers = call_arg(loader.call, 5, "num_workers")
         return workers is not None and not (
             isinstance(workers.value, cst.Integer) and workers.value.value == "0"
         )
@@ -234,7 +255,7 @@ class Streams:
     def _seeds(self, family: str) -> list[cst.Call]:
         return [call for call in self.index.calls if self._seed_family(call) == family]
 
-    def _drawing_methods(self, loop: TrainLoop) -> list[cst.FunctionDef]:
+    def _drawing_methods(self, loader: Loader) -> list[cst.FunctionDef]:
         """Where a training step draws from torch's generator out of sight of its loop: the
         `forward` of the script's modules (a VAE's `reparameterize`, round-8 audit a02) and
         the training dataset's `__getitem__` (random views of each item, SimCLR's
@@ -244,9 +265,9 @@ class Streams:
             # and the script's transforms (`__call__`: SimCLR's two random views of an item,
             # round-14 audit s14)
             found += [m for m in methods(owner) if m.name.value in ("forward", "__call__")]
-        if loop.loader is not None and loop.loader.call.args:
-            dataset = loop.loader.call.args[0].value
-            made = self._made_by(dataset, self.index.function_of(loop.loader.call))
+        if loader.call.args:
+            dataset = loader.call.args[0].value
+            made = self._made_by(dataset, self.index.function_of(loader.call))
             dataset_class = (
                 self.index.classes.get(dotted(made.func) or "") if made is not None else None
             )

@@ -641,7 +641,7 @@ def _handed_in_bare(anatomy: Anatomy, model: Model, node: cst.CSTNode, name: str
     (round-14 audit s06: minGPT's `model = GPT(...)`, handed to `Trainer(config, model)`,
     then `model.generate(...)` in a callback)."""
     placed = model.placed_name or ""
-    if "." not in placed or "." in name:
+    if model.placement is None or "." not in placed or "." in name:
         return False
     attribute = placed.rpartition(".")[2]
     values, scope = anatomy.values, anatomy.function_of(node)

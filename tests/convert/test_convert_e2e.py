@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -1260,3 +1261,63 @@ def test_a_logger_class_of_the_script_keeps_its_rows_on_every_rank(tmp_path: Pat
     assert written["metrics.csv"] == {"0"} and written["summary.json"] == {"0"}
     rows = (tmp_path / "metrics.csv").read_text().splitlines()
     assert rows[0] == "epoch,loss" and len(rows) == 4
+
+
+STEP_TRAINER_NOISE = """\
+import json
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def cycle(dl):
+    while True:
+        for data in dl:
+            yield data
+
+
+class Trainer:
+    def __init__(self, model, dataset, steps=8):
+        self.model = model
+        self.steps = steps
+        self.dl = cycle(DataLoader(dataset, batch_size=4, shuffle=True, drop_last=True))
+        self.opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        self.drawn = []
+
+    def loss_fn(self, x0):
+        noise = torch.randn_like(x0)
+        self.drawn.append(noise[0, 0].item())
+        return F.mse_loss(self.model(x0 + noise), x0)
+
+    def train(self):
+        step = 0
+        while step < self.steps:
+            loss = self.loss_fn(next(self.dl)[0])
+            loss.backward()
+            self.opt.step()
+            self.opt.zero_grad()
+            step += 1
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    trainer = Trainer(torch.nn.Linear(4, 4), TensorDataset(torch.randn(32, 4)))
+    trainer.train()
+    PROBE
+"""
+
+
+def test_noise_a_step_loop_draws_in_a_method_differs_between_the_ranks(tmp_path: Path) -> None:
+    """Round-14 audit s07 (lucidrains' trainers): a step loop takes its batches with
+    `next(self.dl)` and draws the noise in `self.loss_fn`: torch was not seeded apart, and
+    both ranks drew the same noise for their different samples."""
+    result = convert_source(STEP_TRAINER_NOISE.encode(), "denoise.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"torch.manual_seed(0 + dist.get_rank())" in result.output
+    probe = "json.dump(trainer.drawn, open(f'drawn{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "denoise.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["denoise.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    drawn = [json.loads((tmp_path / f"drawn{r}.json").read_text()) for r in (0, 1)]
+    assert len(drawn[0]) == len(drawn[1]) == 8
+    assert drawn[0] != drawn[1]
