@@ -339,6 +339,13 @@ class WrapModel(ConvertRule):
                     continue
                 ctx.plan.replace(attribute.value, _through_module)
                 ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
+                if compiled_after and attribute.attr.value == "state_dict":
+                    ctx.changed(
+                        attribute,
+                        "the checkpoint's keys are the bare model's, without the `_orig_mod.` "
+                        "prefix the compiled model's carried: load it into the model before "
+                        "`torch.compile` (or add the prefix)",
+                    )
             for shown in _shown(anatomy, model):
                 ctx.plan.replace(shown, _through_module)
                 ctx.changed(shown, "the model printed is the bare one (via `.module`)")

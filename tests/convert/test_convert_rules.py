@@ -2732,3 +2732,34 @@ for epoch in range(2):
     result = convert_source(source.encode(), "views.py", ConvertOptions())
     assert not result.refused, result.problems
     assert "torch.manual_seed(0 + dist.get_rank())" in result.output.decode()
+
+
+COMPILED_AFTER = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model = torch.compile(model)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+torch.save(model.state_dict(), "compiled.pt")
+torch.save(model._orig_mod.state_dict(), "plain.pt")
+"""
+
+
+def test_a_compiled_models_checkpoint_says_its_keys_lose_the_compile_prefix() -> None:
+    """Round-13 audit s12: compiled after the wrap, `model.module.state_dict()` has the
+    bare model's keys, not the `_orig_mod.` ones the single-GPU script saved: said, with
+    what loads it; `model._orig_mod` (the wrapper) reaches the bare model through `.module`."""
+    result = convert_source(COMPILED_AFTER.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'torch.save(model.module.state_dict(), "compiled.pt")' in text
+    assert 'torch.save(model._orig_mod.module.state_dict(), "plain.pt")' in text
+    said = [note.message for note in result.notes if "_orig_mod.` prefix" in note.message]
+    assert len(said) == 1 and "before `torch.compile`" in said[0]
