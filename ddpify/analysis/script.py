@@ -187,7 +187,19 @@ class TrainingScript:
             call
             for call in self.index.calls
             if any(pattern.match(name) for name in self.index.qualified_names(call.func))
+            or self._chosen_by_name(call)
         ] + self.manual_updates
+
+    def _chosen_by_name(self, call: cst.Call) -> bool:
+        """`getattr(optim, args.optim)(model.parameters(), lr=lr)`: an optimizer class of
+        `torch.optim` chosen by its name (locuslab's TCN)."""
+        chooser = call.func
+        return (
+            isinstance(chooser, cst.Call)
+            and is_name(chooser.func, "getattr")
+            and len(chooser.args) == 2
+            and "torch.optim" in self.index.qualified_names(chooser.args[0].value)
+        )
 
     @cached_property
     def manual_updates(self) -> list[cst.Call]:

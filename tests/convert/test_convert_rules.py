@@ -2763,3 +2763,34 @@ def test_a_compiled_models_checkpoint_says_its_keys_lose_the_compile_prefix() ->
     assert 'torch.save(model._orig_mod.module.state_dict(), "plain.pt")' in text
     said = [note.message for note in result.notes if "_orig_mod.` prefix" in note.message]
     assert len(said) == 1 and "before `torch.compile`" in said[0]
+
+
+OPTIMIZER_BY_NAME = """\
+import argparse
+
+import torch
+import torch.optim as optim
+from torch.utils.data import DataLoader
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--optim", default="Adam")
+args = parser.parse_args()
+loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = getattr(optim, args.optim)(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+"""
+
+
+def test_an_optimizer_chosen_by_its_name_is_the_models_optimizer() -> None:
+    """locuslab's TCN: `getattr(optim, args.optim)(model.parameters(), lr=lr)` made the
+    script's `optimizer.step()` untraceable, and the script was refused."""
+    result = convert_source(OPTIMIZER_BY_NAME.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.index("model = DDP(model") < text.index("optimizer = getattr(optim")
+    assert "loader.sampler.set_epoch(epoch)" in text
