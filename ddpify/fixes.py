@@ -89,6 +89,7 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     if any(samplers):
         if loader.key_var is None and (
             plain_sampler(anatomy, loader) is not None
+            or subset_sampler(anatomy, loader) is not None
             or drawing_sampler(anatomy, loader) is not None
         ):
             return None
@@ -134,6 +135,10 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
     plain = plain_sampler(anatomy, loader)
     if plain is not None:
         _replace_sampler(plan, anatomy, plain, importer)
+        return
+    subset = subset_sampler(anatomy, loader)
+    if subset is not None:
+        _sample_the_subset(plan, anatomy, loader, subset, importer)
         return
     dataset = call_arg(call, 0, "dataset")
     shuffle = call_arg(call, 2, "shuffle")
@@ -278,6 +283,68 @@ def plain_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
         return None
     only = call_arg(made, 0, "data_source")
     return made if only is not None and len(made.args) == 1 else None
+
+
+SUBSET_SAMPLERS = (
+    "torch.utils.data.SubsetRandomSampler",
+    "torch.utils.data.sampler.SubsetRandomSampler",
+)
+
+
+def subset_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
+    """The `SubsetRandomSampler(train_idx)` the loader is given as `sampler=` (a train/valid
+    split by indices of one dataset, Udacity's CIFAR-10 notebook), made with the indices
+    alone, in the loader's function, after the loader's dataset (a name) is last bound: a
+    DistributedSampler of `Subset(dataset, train_idx)` takes its place, and the loader reads
+    that subset (`sampler.dataset`)."""
+    made = _given_sampler(anatomy, loader)
+    if made is None or not anatomy.is_call_to(made, SUBSET_SAMPLERS):
+        return None
+    dataset = call_arg(loader.call, 0, "dataset")
+    scope = anatomy.function_of(loader.call)
+    passed = anatomy.loaders.argument(loader.call, "sampler") or []
+    keyword = made.args[0].keyword if len(made.args) == 1 else None
+    if (
+        len(made.args) != 1
+        or (keyword is not None and keyword.value != "indices")
+        or not isinstance(passed[0].value, cst.Name)  # named, so the loader can read it
+        or dataset is None
+        or not isinstance(dataset.value, cst.Name)
+        or anatomy.function_of(made) is not scope
+        or not anatomy.precedes(made, loader.call)
+    ):
+        return None
+    name = dataset.value.value
+    bound = [
+        node
+        for node in anatomy.assigns
+        if anatomy.function_of(node) is scope
+        and any(dotted(target.target) == name for target in node.targets)
+    ]
+    return made if bound and all(anatomy.precedes(node, made) for node in bound) else None
+
+
+def _sample_the_subset(
+    plan: EditPlan, anatomy: Anatomy, loader: Loader, made: cst.Call, importer: Importer
+) -> None:
+    """`SubsetRandomSampler(idx)` becomes `DistributedSampler(Subset(dataset, idx),
+    shuffle=True)` and the loader reads `<sampler>.dataset`, the subset it indexes."""
+    dataset = call_arg(loader.call, 0, "dataset")
+    assert dataset is not None
+    sampler_name = imported_sampler(anatomy, made)
+    if sampler_name is None:
+        sampler_name = "DistributedSampler"
+        importer.add_import("torch.utils.data", "DistributedSampler")
+    importer.add_import("torch.utils.data", "Subset")
+    code = cst.Module([]).code_for_node
+    indices = code(made.args[0].value)
+    sampler = cst.parse_expression(
+        f"{sampler_name}(Subset({code(dataset.value)}, {indices}), shuffle=True)"
+    )
+    plan.replace(made, lambda _: sampler)
+    passed = anatomy.loaders.argument(loader.call, "sampler") or []
+    given = code(passed[0].value)
+    plan.replace(dataset.value, lambda _: cst.parse_expression(f"{given}.dataset"))
 
 
 def _given_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:

@@ -178,6 +178,13 @@ class TrainingScript:
             dataset = call_arg(loader.call, 0, "dataset")
             if dataset is not None:
                 found += drawn_splits(self.index, self.values, dataset.value)
+            # and what its sampler is made from (`SubsetRandomSampler(train_idx)`)
+            scope = self.index.function_of(loader.call)
+            for passed in self.loaders.argument(loader.call, "sampler") or []:
+                for made in self.values.origins(passed.value, scope):
+                    if isinstance(made, cst.Call):
+                        for arg in made.args:
+                            found += drawn_splits(self.index, self.values, arg.value)
         return list({id(split.statement): split for split in found}.values())
 
     @cached_property

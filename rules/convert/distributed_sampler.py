@@ -130,6 +130,11 @@ class DistributedSampler(ConvertRule):
     differ in every process: every process takes rank 0's (`dist.broadcast_object_list`)
     right after it is drawn.
 
+    A `RandomSampler(ds)` or `SequentialSampler(ds)` given as `sampler=` becomes a
+    DistributedSampler that shuffles alike; a `SubsetRandomSampler(train_idx)` over the
+    loader's dataset (a train/valid split by indices) becomes `DistributedSampler(Subset(ds,
+    train_idx), shuffle=True)`, and the loader reads that subset (`sampler.dataset`).
+
     A sampler that draws with replacement (`RandomSampler(ds, replacement=True,
     num_samples=n)`, `WeightedRandomSampler(weights, n)`) has nothing to split: it gets a
     generator of its own, `torch.Generator().manual_seed(torch.initial_seed() +
@@ -342,6 +347,39 @@ class DistributedSampler(ConvertRule):
 
             dataset, train_sampler = load_data("data")
             loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                loader.sampler.set_epoch(epoch)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        # A train/valid split by indices of one dataset (Udacity's CIFAR-10 notebook): the
+        # training subset's sampler becomes a DistributedSampler of that subset.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader, SubsetRandomSampler
+
+            dataset = make_dataset("data")
+            train_sampler = SubsetRandomSampler(train_idx)
+            loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, SubsetRandomSampler, DistributedSampler, Subset
+
+            dataset = make_dataset("data")
+            train_sampler = DistributedSampler(Subset(dataset, train_idx), shuffle=True)
+            loader = DataLoader(train_sampler.dataset, batch_size=32, sampler=train_sampler)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             for epoch in range(10):
                 loader.sampler.set_epoch(epoch)

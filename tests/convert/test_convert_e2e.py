@@ -1321,3 +1321,60 @@ def test_noise_a_step_loop_draws_in_a_method_differs_between_the_ranks(tmp_path:
     drawn = [json.loads((tmp_path / f"drawn{r}.json").read_text()) for r in (0, 1)]
     assert len(drawn[0]) == len(drawn[1]) == 8
     assert drawn[0] != drawn[1]
+
+
+SUBSET_SAMPLER = """\
+import json
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.sampler import SubsetRandomSampler
+
+torch.manual_seed(0)
+dataset = TensorDataset(torch.arange(40).float().unsqueeze(1), torch.randn(40, 1))
+indices = list(range(40))
+np.random.shuffle(indices)
+train_idx, valid_idx = indices[8:], indices[:8]
+train_sampler = SubsetRandomSampler(train_idx)
+train_loader = DataLoader(dataset, batch_size=4, sampler=train_sampler)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+seen = []
+for epoch in range(2):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        seen.append([int(v) for v in x[:, 0]])
+PROBE
+"""
+
+
+def test_a_subset_random_sampler_becomes_a_distributed_sampler_of_the_subset(
+    tmp_path: Path,
+) -> None:
+    """Round-14 audit s09 (Udacity's CIFAR-10 split): `SubsetRandomSampler(train_idx)` over
+    one dataset becomes a DistributedSampler of `Subset(dataset, train_idx)`, which the loader
+    reads; the split, drawn unseeded, is rank 0's on every rank. Each epoch the ranks train
+    on disjoint halves of the training indices, never on a validation one."""
+    result = convert_source(SUBSET_SAMPLER.encode(), "split.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "DistributedSampler(Subset(dataset, train_idx), shuffle=True)" in text
+    assert "DataLoader(train_sampler.dataset, batch_size=4, sampler=train_sampler)" in text
+    probe = (
+        "json.dump({'seen': seen, 'train': [int(i) for i in train_idx]},"
+        " open(f'seen{dist.get_rank()}.json', 'w'))"
+    )
+    (tmp_path / "split.py").write_text(text.replace("PROBE", probe))
+    ran = torchrun(["split.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    runs = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    assert runs[0]["train"] == runs[1]["train"]
+    train = set(runs[0]["train"])
+    for epoch in (0, 1):
+        halves = [
+            {i for batch in run["seen"][epoch * 4 : epoch * 4 + 4] for i in batch} for run in runs
+        ]
+        assert not halves[0] & halves[1] and halves[0] | halves[1] == train
+    assert runs[0]["seen"][:4] != runs[0]["seen"][4:]  # reshuffled by set_epoch
