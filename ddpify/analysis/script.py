@@ -178,13 +178,8 @@ class TrainingScript:
             dataset = call_arg(loader.call, 0, "dataset")
             if dataset is not None:
                 found += drawn_splits(self.index, self.values, dataset.value)
-            # and what its sampler is made from (`SubsetRandomSampler(train_idx)`)
-            scope = self.index.function_of(loader.call)
-            for passed in self.loaders.argument(loader.call, "sampler") or []:
-                for made in self.values.origins(passed.value, scope):
-                    if isinstance(made, cst.Call):
-                        for arg in made.args:
-                            found += drawn_splits(self.index, self.values, arg.value)
+            for made in _sampler_arguments(self, loader):  # `SubsetRandomSampler(train_idx)`
+                found += drawn_splits(self.index, self.values, made)
         return list({id(split.statement): split for split in found}.values())
 
     @cached_property
@@ -194,19 +189,8 @@ class TrainingScript:
             call
             for call in self.index.calls
             if any(pattern.match(name) for name in self.index.qualified_names(call.func))
-            or self._chosen_by_name(call)
+            or _chosen_by_name(self.index, call)
         ] + self.manual_updates
-
-    def _chosen_by_name(self, call: cst.Call) -> bool:
-        """`getattr(optim, args.optim)(model.parameters(), lr=lr)`: an optimizer class of
-        `torch.optim` chosen by its name (locuslab's TCN)."""
-        chooser = call.func
-        return (
-            isinstance(chooser, cst.Call)
-            and is_name(chooser.func, "getattr")
-            and len(chooser.args) == 2
-            and "torch.optim" in self.index.qualified_names(chooser.args[0].value)
-        )
 
     @cached_property
     def manual_updates(self) -> list[cst.Call]:
@@ -524,6 +508,31 @@ def _loss_nodes(
         if isinstance(backward.func, cst.Attribute):
             collect(backward.func.value, index.function_of(backward), 0)
     return found
+
+
+def _sampler_arguments(script: TrainingScript, loader: Loader) -> list[cst.BaseExpression]:
+    """What the loader's `sampler=` is made from (`train_idx` of `SubsetRandomSampler(
+    train_idx)`)."""
+    scope = script.index.function_of(loader.call)
+    return [
+        arg.value
+        for passed in script.loaders.argument(loader.call, "sampler") or []
+        for made in script.values.origins(passed.value, scope)
+        if isinstance(made, cst.Call)
+        for arg in made.args
+    ]
+
+
+def _chosen_by_name(index: SourceIndex, call: cst.Call) -> bool:
+    """`getattr(optim, args.optim)(model.parameters(), lr=lr)`: an optimizer class of
+    `torch.optim` chosen by its name (locuslab's TCN)."""
+    chooser = call.func
+    return (
+        isinstance(chooser, cst.Call)
+        and is_name(chooser.func, "getattr")
+        and len(chooser.args) == 2
+        and "torch.optim" in index.qualified_names(chooser.args[0].value)
+    )
 
 
 def raw_optimizers(script: TrainingScript) -> list[cst.Call]:

@@ -25,6 +25,80 @@ from ddpify.fixes import (
 )
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
+# torchvision's references: a RandomSampler made in load_data() and passed as
+# `sampler=` becomes a DistributedSampler that shuffles alike.
+RANDOM_SAMPLER = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+
+    def load_data(path):
+        dataset = make_dataset(path)
+        return dataset, RandomSampler(dataset)
+
+    dataset, train_sampler = load_data("data")
+    loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler, DistributedSampler
+
+    def load_data(path):
+        dataset = make_dataset(path)
+        return dataset, DistributedSampler(dataset, shuffle=True)
+
+    dataset, train_sampler = load_data("data")
+    loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+)
+
+# A train/valid split by indices of one dataset (Udacity's CIFAR-10 notebook): the
+# training subset's sampler becomes a DistributedSampler of that subset.
+SUBSET_SAMPLER = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader, SubsetRandomSampler
+
+    dataset = make_dataset("data")
+    train_sampler = SubsetRandomSampler(train_idx)
+    loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader, SubsetRandomSampler, DistributedSampler, Subset
+
+    dataset = make_dataset("data")
+    train_sampler = DistributedSampler(Subset(dataset, train_idx), shuffle=True)
+    loader = DataLoader(train_sampler.dataset, batch_size=32, sampler=train_sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+)
+
 # Full batch: every step on the same whole tensors; each process takes its part.
 FULL_BATCH = Example(
     """
@@ -317,78 +391,8 @@ class DistributedSampler(ConvertRule):
             main()
             """,  # noqa: E501
         ),
-        # torchvision's references: a RandomSampler made in load_data() and passed as
-        # `sampler=` becomes a DistributedSampler that shuffles alike.
-        Example(
-            """
-            import torch
-            from torch.utils.data import DataLoader, RandomSampler
-
-            def load_data(path):
-                dataset = make_dataset(path)
-                return dataset, RandomSampler(dataset)
-
-            dataset, train_sampler = load_data("data")
-            loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for epoch in range(10):
-                for x, y in loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-            """,
-            """
-            import torch
-            from torch.utils.data import DataLoader, RandomSampler, DistributedSampler
-
-            def load_data(path):
-                dataset = make_dataset(path)
-                return dataset, DistributedSampler(dataset, shuffle=True)
-
-            dataset, train_sampler = load_data("data")
-            loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for epoch in range(10):
-                loader.sampler.set_epoch(epoch)
-                for x, y in loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-            """,
-        ),
-        # A train/valid split by indices of one dataset (Udacity's CIFAR-10 notebook): the
-        # training subset's sampler becomes a DistributedSampler of that subset.
-        Example(
-            """
-            import torch
-            from torch.utils.data import DataLoader, SubsetRandomSampler
-
-            dataset = make_dataset("data")
-            train_sampler = SubsetRandomSampler(train_idx)
-            loader = DataLoader(dataset, batch_size=32, sampler=train_sampler)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for epoch in range(10):
-                for x, y in loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-            """,
-            """
-            import torch
-            from torch.utils.data import DataLoader, SubsetRandomSampler, DistributedSampler, Subset
-
-            dataset = make_dataset("data")
-            train_sampler = DistributedSampler(Subset(dataset, train_idx), shuffle=True)
-            loader = DataLoader(train_sampler.dataset, batch_size=32, sampler=train_sampler)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for epoch in range(10):
-                loader.sampler.set_epoch(epoch)
-                for x, y in loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-            """,
-        ),
+        RANDOM_SAMPLER,
+        SUBSET_SAMPLER,
         # A loader per phase from one comprehension, and a phase loop (PyTorch's
         # transfer-learning tutorial): the training key's loader is sharded, the others
         # stay whole; set_epoch goes in the epoch loop, around the phase loop.

@@ -324,28 +324,8 @@ class WrapModel(ConvertRule):
                 )
                 continue
             for attribute in _raw_uses(anatomy, model):
-                if unwrapped is not None and _after(anatomy, unwrapped, attribute):
-                    continue  # the name holds the bare model from there on
-                if attribute.attr.value == "_orig_mod" and compiled_after:
-                    # torch.compile(DDP(model)): what it compiled is the wrapper.
-                    ctx.plan.replace(attribute, _through_module)
-                    ctx.changed(
-                        attribute,
-                        "`._orig_mod` is the DDP wrapper (compiled after the wrap): the bare "
-                        "model via `._orig_mod.module`",
-                    )
-                    continue
-                if _bypasses_forward(ctx, attribute, model):
-                    continue
-                ctx.plan.replace(attribute.value, _through_module)
-                ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
-                if compiled_after and attribute.attr.value == "state_dict":
-                    ctx.changed(
-                        attribute,
-                        "the checkpoint's keys are the bare model's, without the `_orig_mod.` "
-                        "prefix the compiled model's carried: load it into the model before "
-                        "`torch.compile` (or add the prefix)",
-                    )
+                if unwrapped is None or not _after(anatomy, unwrapped, attribute):
+                    _route_raw_use(ctx, model, attribute, compiled_after)
             for shown in _shown(anatomy, model):
                 ctx.plan.replace(shown, _through_module)
                 ctx.changed(shown, "the model printed is the bare one (via `.module`)")
@@ -639,6 +619,32 @@ def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
         inner = call.args[0].value
         ctx.plan.replace(call, lambda _: inner)
     ctx.changed(call, "nn.DataParallel replaced: DDP runs one process per GPU instead")
+
+
+def _route_raw_use(
+    ctx: ConvertContext, model: Model, attribute: cst.Attribute, compiled_after: bool
+) -> None:
+    """`model.x` after the wrap, `x` not the wrapper's: the bare model's, via `.module`."""
+    if attribute.attr.value == "_orig_mod" and compiled_after:
+        # torch.compile(DDP(model)): what it compiled is the wrapper.
+        ctx.plan.replace(attribute, _through_module)
+        ctx.changed(
+            attribute,
+            "`._orig_mod` is the DDP wrapper (compiled after the wrap): the bare "
+            "model via `._orig_mod.module`",
+        )
+        return
+    if _bypasses_forward(ctx, attribute, model):
+        return
+    ctx.plan.replace(attribute.value, _through_module)
+    ctx.changed(attribute, f"`.{attribute.attr.value}` of the bare model via `.module`")
+    if compiled_after and attribute.attr.value == "state_dict":
+        ctx.changed(
+            attribute,
+            "the checkpoint's keys are the bare model's, without the `_orig_mod.` prefix the "
+            "compiled model's carried: load it into the model before `torch.compile` (or add "
+            "the prefix)",
+        )
 
 
 def _handed_in_bare(anatomy: Anatomy, model: Model, node: cst.CSTNode, name: str) -> bool:
