@@ -51,6 +51,8 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
     assert set_epoch_problem(loop) is None and loop.epoch_loop is not None
     body = loop.epoch_loop.body
     assert isinstance(body, cst.IndentedBlock)
+    if via == "sampler" and loop.loader is not None:
+        via = loop.loader.sampler_path
     call = statement(f"{loop.loader_at_epoch}.{via}.set_epoch({loop.epoch_var})\n")
     # A loader made anew in the epoch (`loader = DataLoader(...)` or `make_loader(epoch)`
     # inside the loop, round-10 audit c10): after it is made, before its batch loop.
@@ -89,6 +91,7 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     if any(samplers):
         if loader.key_var is None and (
             plain_sampler(anatomy, loader) is not None
+            or batched_sampler(anatomy, loader) is not None
             or subset_sampler(anatomy, loader) is not None
             or drawing_sampler(anatomy, loader) is not None
         ):
@@ -132,7 +135,7 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
     `shuffle=` (the two are mutually exclusive)."""
     assert shard_problem(anatomy, loader) is None
     call = loader.call
-    plain = plain_sampler(anatomy, loader)
+    plain = plain_sampler(anatomy, loader) or batched_sampler(anatomy, loader)
     if plain is not None:
         _replace_sampler(plan, anatomy, plain, importer)
         return
@@ -283,6 +286,34 @@ def plain_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
         return None
     only = call_arg(made, 0, "data_source")
     return made if only is not None and len(made.args) == 1 else None
+
+
+BATCH_SAMPLERS = ("torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler")
+
+
+def batched_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
+    """The `RandomSampler(dataset)` (or `SequentialSampler`) inside the loader's
+    `batch_sampler=BatchSampler(sampler, batch_size, drop_last=True)` (torchvision's
+    detection reference), each made in one place, the batch sampler given directly: a
+    DistributedSampler takes the inner one's place, as torchvision does under DDP."""
+    passed = anatomy.loaders.argument(loader.call, "batch_sampler") or []
+    if len(passed) != 1 or not passed[0].direct or anatomy.loaders.argument(loader.call, "sampler"):
+        return None
+    scope = anatomy.function_of(loader.call)
+    batches = anatomy.values.origins(passed[0].value, scope)
+    if len(batches) != 1 or not isinstance(batches[0], cst.Call):
+        return None
+    batch = batches[0]
+    inner = call_arg(batch, 0, "sampler")
+    if not anatomy.is_call_to(batch, BATCH_SAMPLERS) or inner is None:
+        return None
+    made = anatomy.values.origins(inner.value, anatomy.function_of(batch))
+    if len(made) != 1 or not isinstance(made[0], cst.Call):
+        return None
+    sampler = made[0]
+    if not anatomy.is_call_to(sampler, tuple(PLAIN_SAMPLERS)) or len(sampler.args) != 1:
+        return None
+    return sampler if call_arg(sampler, 0, "data_source") is not None else None
 
 
 SUBSET_SAMPLERS = (

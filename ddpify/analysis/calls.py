@@ -169,6 +169,16 @@ class CallGraph:
         arg = call_arg(call, position, parameter)
         return arg.value if arg is not None else None
 
+    def passed_through(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The iterable `call` gives a generator of the script that yields each of its items
+        once, in order (torchvision's `metric_logger.log_every(data_loader, print_freq)`:
+        `for obj in iterable: ... yield obj`); None for any other call."""
+        callees = self.callees(call)
+        passing = passing_loop(callees[0]) if len(callees) == 1 else None
+        if passing is None:
+            return None
+        return self.bound_argument(call, callees[0], passing[1])
+
     @staticmethod
     def parameters_of(function: cst.FunctionDef) -> set[str]:
         params = function.params
@@ -192,3 +202,36 @@ class CallGraph:
             if isinstance(call.func, cst.Attribute):
                 by_attribute.setdefault(call.func.attr.value, []).append(call)
         return by_attribute
+
+
+def passing_loop(function: cst.FunctionDef) -> tuple[cst.For, str] | None:
+    """The loop of a generator that yields each item of one of its parameters once, in
+    order (`for i, obj in enumerate(iterable): yield obj; ...`), and that parameter."""
+    yields = [node for node in walk(function.body) if isinstance(node, cst.Yield)]
+    loops = [
+        node
+        for node in function.body.body
+        if isinstance(node, cst.For) and isinstance(node.body, cst.IndentedBlock)
+    ]
+    if len(yields) != 1 or len(loops) != 1 or loops[0].orelse is not None:
+        return None
+    loop = loops[0]
+    iterable = loop.iter
+    if isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and iterable.args:
+        iterable = iterable.args[0].value
+    if not isinstance(iterable, cst.Name):
+        return None
+    target: cst.BaseExpression = loop.target
+    if isinstance(target, cst.Tuple) and loop.iter is not iterable:
+        target = target.elements[-1].value  # `for i, obj in enumerate(iterable)`
+    # The yield is a statement of the loop's own body, of the loop's item.
+    assert isinstance(loop.body, cst.IndentedBlock)
+    in_body = any(
+        isinstance(line, cst.SimpleStatementLine)
+        and any(isinstance(small, cst.Expr) and small.value is yields[0] for small in line.body)
+        for line in loop.body.body
+    )
+    item = yields[0].value
+    if not in_body or item is None or not target.deep_equals(item):
+        return None
+    return loop, iterable.value

@@ -34,6 +34,14 @@ class Loader:
     keys: tuple[str, ...] = ()
     train_key: str | None = None
 
+    @property
+    def sampler_path(self) -> str:
+        """Where the loader's sampler is read: `loader.sampler`, or, given a `batch_sampler=`
+        (torchvision's detection reference), `loader.batch_sampler.sampler` (the loader's
+        own `.sampler` is then a SequentialSampler it made itself)."""
+        batched = call_arg(self.call, LOADER_POSITIONS.get("batch_sampler"), "batch_sampler")
+        return "sampler" if batched is None else "batch_sampler.sampler"
+
 
 @dataclass(frozen=True)
 class Passed:
@@ -59,7 +67,7 @@ class Loaders:
         """The `DataLoader(...)` call that `expr` (in `scope`) evaluates to, if traceable."""
         if depth > MAX_STEPS:
             return None
-        expr = strip_iteration(expr)
+        expr = strip_iteration(expr, self.graph)
         index = constant_index(expr)
         if index is not None:
             assert isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Call)
@@ -128,7 +136,7 @@ class Loaders:
         """Every `DataLoader(...)` call `expr` may evaluate to: through a parameter of
         `scope`, what each call of the function gives it (`errors(model, train_loader)` and
         `errors(model, test_loader)`), where `resolve` stops at the first that traces."""
-        name = strip_iteration(expr)
+        name = strip_iteration(expr, self.graph)
         if not (
             isinstance(name, cst.Name)
             and scope is not None
@@ -424,13 +432,16 @@ def _string(node: cst.BaseExpression | None) -> str | None:
     return None
 
 
-def strip_iteration(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """`loader` from `enumerate(loader)`, `tqdm(loader, ...)`, `iter(loader)`."""
-    while (
-        isinstance(expr, cst.Call)
-        and dotted(expr.func) in ITER_WRAPPERS
-        and expr.args
-        and expr.args[0].keyword is None
-    ):
-        expr = expr.args[0].value
+def strip_iteration(expr: cst.BaseExpression, graph: CallGraph | None = None) -> cst.BaseExpression:
+    """`loader` from `enumerate(loader)`, `tqdm(loader, ...)`, `iter(loader)`; with the
+    script's call graph, also from its generators that pass each item through
+    (`metric_logger.log_every(loader, 10)`)."""
+    while isinstance(expr, cst.Call):
+        if dotted(expr.func) in ITER_WRAPPERS and expr.args and expr.args[0].keyword is None:
+            expr = expr.args[0].value
+            continue
+        passed = graph.passed_through(expr) if graph is not None else None
+        if passed is None:
+            break
+        expr = passed
     return expr

@@ -331,13 +331,13 @@ class TrainingScript:
         """The name the batch loop's loader goes by where the loop is: `loader` for `for x in
         loader` and `enumerate(loader)`, and also for `pbar` or `batches` made by `pbar =
         tqdm(loader)` or `batches = iter(loader)` (the wrapper has no sampler)."""
-        expr = strip_iteration(iterable)
+        expr = strip_iteration(iterable, self.graph)
         for _ in range(MAX_STEPS):
             name = dotted(expr)
             if name is None:
                 return None
             values = self.values.assignments(name, scope)
-            inner = strip_iteration(values[0]) if len(values) == 1 else None
+            inner = strip_iteration(values[0], self.graph) if len(values) == 1 else None
             if inner is None or inner is values[0]:
                 return name
             expr = inner
@@ -670,7 +670,7 @@ def _zipped(
 ) -> list[tuple[Loader, str | None]]:
     """`zip(loader_a, loader_b)` (also inside `enumerate`): each loader and its name, when
     every argument is one of the script's DataLoaders; else nothing."""
-    zipped = strip_iteration(iterable)
+    zipped = strip_iteration(iterable, loaders.graph)
     if not (isinstance(zipped, cst.Call) and is_name(zipped.func, "zip") and len(zipped.args) > 1):
         return []
     found = []

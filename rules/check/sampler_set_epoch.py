@@ -510,7 +510,7 @@ def _stale_iterator(
         return False
     assert loop.epoch_loop is not None
     scope = anatomy.function_of(loop.batch_loop)
-    names = {dotted(strip_iteration(loop.batch_loop.iter))}
+    names = {dotted(strip_iteration(loop.batch_loop.iter, anatomy.graph))}
     names |= {dotted(call.args[0].value) for call in _next_calls(anatomy, loop)}
     for name in names - {None}:
         assert name is not None

@@ -8,6 +8,7 @@ from dataclasses import replace
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.calls import passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, string_value
 from ddpify.analysis.script import ForeignTraining
 from ddpify.analysis.splits import drawn_seeds, per_process_draw
@@ -59,6 +60,52 @@ RANDOM_SAMPLER = Example(
     for epoch in range(10):
         loader.sampler.set_epoch(epoch)
         for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+)
+
+# torchvision's detection reference: a batch sampler around a RandomSampler, the loop
+# reading the loader through a generator that passes each batch on (`log_every`).
+BATCH_SAMPLER = Example(
+    """
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    def log_every(iterable, print_freq):
+        for i, obj in enumerate(iterable):
+            yield obj
+            if i % print_freq == 0:
+                log_progress(i)
+
+    train_sampler = RandomSampler(dataset)
+    batch_sampler = BatchSampler(train_sampler, 8, drop_last=True)
+    loader = DataLoader(dataset, batch_sampler=batch_sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in log_every(loader, 10):
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, DistributedSampler
+
+    def log_every(iterable, print_freq):
+        for i, obj in enumerate(iterable):
+            yield obj
+            if i % print_freq == 0:
+                log_progress(i)
+
+    train_sampler = DistributedSampler(dataset, shuffle=True)
+    batch_sampler = BatchSampler(train_sampler, 8, drop_last=True)
+    loader = DataLoader(dataset, batch_sampler=batch_sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        loader.batch_sampler.sampler.set_epoch(epoch)
+        for x, y in log_every(loader, 10):
             loss = model(x).sum()
             loss.backward()
             optimizer.step()
@@ -171,10 +218,12 @@ class DistributedSampler(ConvertRule):
     carrying over the loader's own `shuffle=` (the two are mutually exclusive), and makes
     `<loader>.sampler.set_epoch(epoch)` the first statement of the epoch loop, before the
     loader is iterated. The epoch loop is found across the script's own functions and
-    methods (`train_one_epoch(model, loader)`, `self._run_epoch(epoch)`), including resume
-    loops such as `range(start_epoch, epochs)`. Validation loaders stay whole. A step loop
-    that reads the loader through `next(it)`, making `it = iter(loader)` again when a pass
-    runs out (or a generator's `while True: for batch in loader: yield batch`), gets
+    methods (`train_one_epoch(model, loader)`, `self._run_epoch(epoch)`), through the
+    script's generators that pass each batch on (`metric_logger.log_every(loader, 10)`),
+    including resume loops such as `range(start_epoch, epochs)`. Validation loaders stay
+    whole. A step loop that reads the loader through `next(it)`, making `it =
+    iter(loader)` again when a pass runs out (or a generator's `while True: for batch in
+    loader: yield batch`), gets
     `loader.sampler.set_epoch(loader.sampler.epoch + 1)` before every new pass;
     `itertools.cycle(loader)` replays its first pass, so it needs none. Loaders made per
     key in one comprehension (`{x: DataLoader(sets[x], ...) for x in ["train", "val"]}`,
@@ -205,7 +254,9 @@ class DistributedSampler(ConvertRule):
     right after it is drawn.
 
     A `RandomSampler(ds)` or `SequentialSampler(ds)` given as `sampler=` becomes a
-    DistributedSampler that shuffles alike; a `SubsetRandomSampler(train_idx)` over the
+    DistributedSampler that shuffles alike, also inside a `batch_sampler=BatchSampler(
+    sampler, bs, drop_last=True)` (torchvision's detection reference; `set_epoch` then
+    reaches it as `loader.batch_sampler.sampler`); a `SubsetRandomSampler(train_idx)` over the
     loader's dataset (a train/valid split by indices) becomes `DistributedSampler(Subset(ds,
     train_idx), shuffle=True)`, and the loader reads that subset (`sampler.dataset`).
 
@@ -392,6 +443,7 @@ class DistributedSampler(ConvertRule):
             """,  # noqa: E501
         ),
         RANDOM_SAMPLER,
+        BATCH_SAMPLER,
         SUBSET_SAMPLER,
         # A loader per phase from one comprehension, and a phase loop (PyTorch's
         # transfer-learning tutorial): the training key's loader is sharded, the others
@@ -675,7 +727,8 @@ def _foreign_set_epoch(ctx: ConvertContext, training: ForeignTraining) -> None:
         )
         return
     assert isinstance(body, cst.IndentedBlock)
-    call = f"{training.loader_name}.sampler.set_epoch({training.epoch_var})\n"
+    sampler = training.loader.sampler_path if training.loader is not None else "sampler"
+    call = f"{training.loader_name}.{sampler}.set_epoch({training.epoch_var})\n"
     ctx.plan.insert_before(body.body[0], [statement(call)])
     ctx.changed(training.epoch_loop, "set_epoch at the start of every epoch")
 
@@ -728,11 +781,9 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
     if not starts or any(dotted(source) is None for _, source in again):
         return False
     for node, source in again:
-        name = dotted(source)
+        sampler = f"{dotted(source)}.{loader.sampler_path}"
         where = node if isinstance(node, cst.For) else anatomy.statement_of(node)
-        ctx.plan.insert_before(
-            where, [statement(f"{name}.sampler.set_epoch({name}.sampler.epoch + 1)\n")]
-        )
+        ctx.plan.insert_before(where, [statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")])
         ctx.changed(where, "set_epoch before every new pass over the loader")
     if not again:
         ctx.info(loader.call, "one pass over the data: no set_epoch needed")
@@ -1064,6 +1115,10 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
             continue
         if _passes_through(node):
             continue  # `def cycle(dl): while True: for data in dl: yield data`
+        function = anatomy.function_of(node)
+        passing = passing_loop(function) if function is not None else None
+        if passing is not None and passing[0] is node:
+            continue  # `metric_logger.log_every(loader, 10)`: the loop's batches, passed on
         if loader.call in anatomy.loaders.resolve_every(node.iter, anatomy.function_of(node)):
             read = keyed_read(node.iter) if loader.key_var is not None else None
             key = string_value(read[1]) if read is not None else None

@@ -176,12 +176,13 @@ class SampleCounts(ConvertRule):
                 if id(length) in done or not _averaged_or_shown(anatomy, length, divisor_only):
                     continue
                 done.add(id(length))
-                ctx.plan.replace(length, _measure_sampler(name))
-                ctx.changed(length, f"counts this process's samples: len({name}.sampler)")
+                sampler = f"{name}.{loop.loader.sampler_path}"
+                ctx.plan.replace(length, _measure_sampler(sampler))
+                ctx.changed(length, f"counts this process's samples: len({sampler})")
 
 
-def _measure_sampler(name: str) -> Callable[[cst.Call], cst.Call]:
-    sampler = cst.parse_expression(f"{name}.sampler")
+def _measure_sampler(path: str) -> Callable[[cst.Call], cst.Call]:
+    sampler = cst.parse_expression(path)
     return lambda updated: updated.with_changes(args=[cst.Arg(sampler)])
 
 

@@ -222,10 +222,9 @@ class ScheduleLength(ConvertRule):
                 blocking=True,
             )
             return
-        ctx.plan.replace(length, _measuring(f"{loader.name}.sampler"))
-        ctx.changed(
-            length, f"schedule sized from this process's samples: len({loader.name}.sampler)"
-        )
+        sampler = f"{loader.name}.{loader.sampler_path}"
+        ctx.plan.replace(length, _measuring(sampler))
+        ctx.changed(length, f"schedule sized from this process's samples: len({sampler})")
 
     def _refuse_computed(
         self,
@@ -260,11 +259,12 @@ class ScheduleLength(ConvertRule):
                     and anatomy.function_of(loader.call) is scope
                     and anatomy.precedes(loader.call, length)
                 ):
-                    ctx.plan.replace(length, _measuring(f"{loader.name}.sampler"))
+                    sampler = f"{loader.name}.{loader.sampler_path}"
+                    ctx.plan.replace(length, _measuring(sampler))
                     ctx.changed(
                         length,
                         f"`{name}`, a learning-rate schedule's length, counts this process's "
-                        f"samples: len({loader.name}.sampler)",
+                        f"samples: len({sampler})",
                     )
                 elif loader is not None or _source_of(anatomy, length, loaders):
                     ctx.cannot(

@@ -630,7 +630,7 @@ def _reads_a_whole_loader(
     training = {id(loader.call) for loader in anatomy.script.train_loaders}
     for loop in loops:
         assert isinstance(loop, cst.For)
-        read = strip_iteration(loop.iter)
+        read = strip_iteration(loop.iter, anatomy.graph)
         if not isinstance(read, cst.Name):
             return False
         given = anatomy.graph.bound_argument(call, callee, read.value)

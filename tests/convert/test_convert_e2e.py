@@ -1378,3 +1378,71 @@ def test_a_subset_random_sampler_becomes_a_distributed_sampler_of_the_subset(
         ]
         assert not halves[0] & halves[1] and halves[0] | halves[1] == train
     assert runs[0]["seen"][:4] != runs[0]["seen"][4:]  # reshuffled by set_epoch
+
+
+DETECTION_REFERENCE = """\
+import json
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class MetricLogger:
+    def log_every(self, iterable, print_freq, header=""):
+        for i, obj in enumerate(iterable):
+            yield obj
+            if i % print_freq == 0:
+                print(f"{header} [{i}/{len(iterable)}]")
+
+
+def train_one_epoch(model, optimizer, data_loader, epoch, seen):
+    metric_logger = MetricLogger()
+    for x, y in metric_logger.log_every(data_loader, 5, f"Epoch: [{epoch}]"):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        seen.append([int(v) for v in x[:, 0]])
+
+
+def main():
+    torch.manual_seed(0)
+    dataset = TensorDataset(torch.arange(32).float().unsqueeze(1), torch.randn(32, 1))
+    train_sampler = torch.utils.data.RandomSampler(dataset)
+    train_batch_sampler = torch.utils.data.BatchSampler(train_sampler, 4, drop_last=True)
+    data_loader = DataLoader(dataset, batch_sampler=train_batch_sampler)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    seen = []
+    for epoch in range(2):
+        train_one_epoch(model, optimizer, data_loader, epoch, seen)
+    PROBE
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_batch_sampler_and_a_logging_generator_shard_like_torchvisions_reference(
+    tmp_path: Path,
+) -> None:
+    """Round-14 audit s21 (torchvision's detection reference): the loop reads
+    `metric_logger.log_every(data_loader, ...)`, a generator passing each batch on, and the
+    loader is given `batch_sampler=BatchSampler(RandomSampler(dataset), ...)`. The inner
+    sampler becomes a DistributedSampler, as torchvision does under DDP, and set_epoch reaches
+    it through `data_loader.batch_sampler.sampler` (the loader's own `.sampler` is not it)."""
+    result = convert_source(DETECTION_REFERENCE.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "train_sampler = DistributedSampler(dataset, shuffle=True)" in text
+    assert "data_loader.batch_sampler.sampler.set_epoch(epoch)" in text
+    probe = "json.dump(seen, open(f'seen{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "train.py").write_text(text.replace("PROBE", probe))
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    seen = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    assert len(seen[0]) == len(seen[1]) == 8  # 4 batches of 4 per epoch on each rank
+    for epoch in (0, 1):
+        halves = [{i for batch in s[epoch * 4 : epoch * 4 + 4] for i in batch} for s in seen]
+        assert not halves[0] & halves[1] and halves[0] | halves[1] == set(range(32))
+    assert seen[0][:4] != seen[0][4:]
+    assert ran.stdout.decode().count("Epoch: [1] [0/4]") == 1
