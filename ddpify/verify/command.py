@@ -27,7 +27,12 @@ def verify(
     nproc: Annotated[
         int, typer.Option("--nproc", min=1, help="Processes for the converted script.")
     ] = 2,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Optimizer steps to compare.")] = 3,
+    steps: Annotated[
+        int, typer.Option("--steps", min=1, help="Optimizer steps per epoch (at most).")
+    ] = 3,
+    epochs: Annotated[
+        int, typer.Option("--epochs", min=1, help="Passes over the training data.")
+    ] = 2,
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="Seconds each run may take.")
     ] = 120,
@@ -40,8 +45,9 @@ def verify(
         typer.Argument(help="Arguments for both scripts, after --.", show_default=False),
     ] = None,
 ) -> None:
-    """Run ORIGINAL as one process and CONVERTED as --nproc processes for --steps optimizer
-    steps, and check they train the same: runs, replicas-in-sync, equivalence,
+    """Run ORIGINAL as one process and CONVERTED as --nproc processes for --epochs passes
+    over the training data, each cut to --steps optimizer steps, with what the scripts do
+    between epochs, and check they train the same: runs, replicas-in-sync, equivalence,
     data-sharding, side-effects-once. Runs on CPUs (gloo) when there is no GPU."""
     # Imported here: `ddpify check` and `ddpify` itself load this module without running it.
     from ddpify.source import InputError
@@ -55,6 +61,7 @@ def verify(
         script_args=tuple(script_args or ()),
         nproc=nproc,
         steps=steps,
+        epochs=epochs,
         timeout=timeout,
         keep=keep,
     )

@@ -1,15 +1,17 @@
 """Runs a training script inside one process of a verify run, under observation.
 
     python -m ddpify.verify.harness --role original|converted --out DIR --workdir DIR
-        --steps K [--dump-at T] [--train-loader I --train-batch G]
+        --steps K [--epochs E] [--dump-at T] [--train-loader I --train-batch G]
         [--compare-with DIR --nproc N --rtol R --atol A] SCRIPT [ARGS...]
 
 Before `runpy.run_path(SCRIPT, run_name="__main__")` it seeds every generator the same way,
 maps CUDA to the CPU when there is no GPU, makes sampling sequential, makes dropout the
-identity, resizes the original's training batch, and hooks every optimizer step. After K
-steps it stops the script (StopTraining), records, and exits with os._exit so no teardown of
-the script's can hang. The original's process then measures the converted run's tensors
-against its own (ddpify.verify.compare).
+identity, resizes the original's training batch, and hooks every optimizer step. Each pass
+over the training loader (an epoch) ends after K steps; the script is stopped
+(StopTraining) when pass E+1 starts, after what it does between epochs, or after K x E
+steps; then it records, and exits with os._exit so no teardown of the script's can hang.
+The original's process then measures the converted run's tensors against its own
+(ddpify.verify.compare).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--dump-at", type=float, default=None)
     parser.add_argument("--wait-for", type=Path, default=None)
     parser.add_argument("--parent", type=int, default=None)
@@ -117,7 +120,15 @@ def main(argv: list[str]) -> int:
         wait_for_go(options)
     dump_before_timeout(stack, options.dump_at)
     real_open = open
-    recorder = Recorder(options.out, options.workdir, options.steps, real_open, torch.save)
+    recorder = Recorder(
+        options.out,
+        options.workdir,
+        options.steps,
+        real_open,
+        torch.save,
+        epochs=options.epochs,
+        train_loader=options.train_loader,
+    )
     cuda = torch.cuda.is_available()
     recorder.event("start", role=options.role, pid=os.getpid(), cuda=cuda)
 

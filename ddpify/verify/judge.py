@@ -643,7 +643,7 @@ class _DataSharding(_NamedCheck):
                 f"steps 1-{steps} were sharded, but a run did not finish" if steps
                 else "no step completed on every rank",
             )  # fmt: skip
-        same = _same_draws(facts)
+        same = _never_reshuffled(facts) or _same_draws(facts)
         if same is not None:
             return same
         field = "rows" if whole else "indices"
@@ -656,6 +656,31 @@ class _DataSharding(_NamedCheck):
             f"disjoint samples = the original's batch of {total}",
             data={"steps": steps, "per_rank": sizes, "original": total},
         )
+
+
+def _never_reshuffled(facts: _Facts) -> Check | None:
+    """The training DistributedSampler shuffles, but its epoch is the same at every pass:
+    `set_epoch` is never called, and every epoch repeats the first one's order (the check
+    runs without shuffling, so the order itself cannot show it). A FAIL."""
+    if not facts.ranks:
+        return None
+    loader = facts.verification.train_loader
+    passes = [
+        p
+        for p in facts.ranks[0].passes
+        if p.loader == loader and p.shuffled and p.sampler_epoch is not None
+    ]
+    if len(passes) < 2 or len({p.sampler_epoch for p in passes}) > 1:
+        return None
+    return Check(
+        "data-sharding",
+        Status.FAIL,
+        f"the training DistributedSampler shuffles, but its epoch is {passes[0].sampler_epoch} "
+        f"at each of {len(passes)} passes: set_epoch is never called, so every epoch "
+        "repeats the first one's order",
+        ["call `loader.sampler.set_epoch(epoch)` before each pass over the loader"],
+        {"passes": len(passes), "epoch": passes[0].sampler_epoch},
+    )
 
 
 def _same_draws(facts: _Facts) -> Check | None:
@@ -899,8 +924,8 @@ def _setup(facts: _Facts) -> list[str]:
         backend = facts.ranks[0].backend or "?"
         device = "GPU" if facts.ranks[0].cuda else "CPU"
         lines.append(
-            f"{facts.n} processes ({backend}, {device}) against 1; "
-            f"{facts.options.steps} optimizer steps each"
+            f"{facts.n} processes ({backend}, {device}) against 1; {facts.options.epochs} "
+            f"epoch(s) of at most {facts.options.steps} optimizer steps each"
         )
     semantics, text = facts.batch_semantics()
     if semantics:

@@ -466,6 +466,7 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
 
     def sampler_init(self: DistributedSampler[Any], *args: Any, **kwargs: Any) -> None:
         real_sampler_init(self, *args, **kwargs)
+        self._ddpify_shuffled = self.shuffle  # type: ignore[attr-defined]
         if self.shuffle:
             recorder.changed("shuffle", "DistributedSampler(shuffle=True) runs with shuffle=False")
             self.shuffle = False
@@ -490,6 +491,10 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
         self._ddpify_serial = next(serials)
         pending: deque[list[int] | None] = deque()
         self._ddpify_pending = pending
+        self._ddpify_start = recorder.step
+        batches = getattr(loader, "batch_sampler", None)
+        sampler = getattr(batches, "sampler", None) or getattr(loader, "sampler", None)
+        recorder.pass_starts(self._ddpify_loader, sampler)
 
     def next_index(self: Any) -> Any:
         index = real_next_index(self)
@@ -499,6 +504,10 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
         return index
 
     def next_batch(self: Any) -> Any:
+        if recorder.pass_is_over(
+            getattr(self, "_ddpify_loader", None), getattr(self, "_ddpify_start", 0)
+        ):
+            raise StopIteration  # the epoch, shortened for the check, ends here
         batch = real_next(self)
         # Workers prefetch indices ahead; batches still come back in order.
         pending = getattr(self, "_ddpify_pending", None)
@@ -507,6 +516,19 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
         recorder.batch_fetched(serial, getattr(self, "_ddpify_loader", None), indices)
         return batch
 
+    real_loader_iter = DataLoader.__iter__
+
+    def loader_iter(self: DataLoader[Any]) -> Any:
+        iterator: Any = real_loader_iter(self)
+        if getattr(iterator, "_ddpify_made", False):  # persistent workers: reset, not made
+            iterator._ddpify_start = recorder.step
+            batches = getattr(self, "batch_sampler", None)
+            sampler = getattr(batches, "sampler", None) or getattr(self, "sampler", None)
+            recorder.pass_starts(getattr(self, "_ddpify_ordinal", None), sampler)
+        iterator._ddpify_made = True
+        return iterator
+
+    DataLoader.__iter__ = loader_iter  # type: ignore[method-assign]
     base.__init__ = iter_init  # type: ignore[method-assign]
     base._next_index = next_index  # type: ignore[method-assign]
     base.__next__ = next_batch  # type: ignore[method-assign]

@@ -58,10 +58,24 @@ Saver = Callable[..., None]
 class Recorder:
     """Writes one process's events (see ddpify.verify.records) and parameter snapshots."""
 
-    def __init__(self, out: Path, workdir: Path, steps: int, real_open: Opener, real_save: Saver):
+    def __init__(
+        self,
+        out: Path,
+        workdir: Path,
+        steps: int,
+        real_open: Opener,
+        real_save: Saver,
+        epochs: int = 1,
+        train_loader: int | None = None,
+    ):
         self.out = out
         self.workdir = str(workdir.resolve())
-        self.steps_wanted = steps
+        self.steps_wanted = steps  # per pass over the training loader (an epoch)
+        self.epochs_wanted = epochs
+        # The DataLoader that trains: known to the original's run from the converted run's,
+        # found by the converted run at its first step.
+        self.train_loader = train_loader
+        self._passes: dict[int, int] = {}  # iterators made, by loader
         self.real_open = real_open
         self.real_save = real_save
         self.pid = os.getpid()
@@ -109,6 +123,34 @@ class Recorder:
     def next_loader(self) -> int:
         self._loaders += 1
         return self._loaders - 1
+
+    def pass_starts(self, loader: int | None, sampler: object) -> None:
+        """An iterator over a DataLoader is made: a pass over it starts. The pass after the
+        last epoch wanted over the training loader stops the script (after everything the
+        script does between epochs: evaluation, checkpoints, schedules)."""
+        if loader is None:
+            return
+        number = self._passes[loader] = self._passes.get(loader, 0) + 1
+        self.event(
+            "pass",
+            loader=loader,
+            number=number,
+            step=self.step,
+            sampler_epoch=getattr(sampler, "epoch", None),
+            shuffled=bool(getattr(sampler, "_ddpify_shuffled", False)),
+        )
+        if loader == self.train_loader and number > self.epochs_wanted:
+            self.stopping = True
+            raise StopTraining
+
+    def pass_is_over(self, loader: int | None, started_at: int) -> bool:
+        """Whether a pass over the training loader that started at primary step
+        `started_at` has taken its steps: its iterator then ends, as an epoch's would."""
+        return (
+            loader is not None
+            and loader == self.train_loader
+            and (self.step - started_at >= self.steps_wanted)
+        )
 
     def batch_fetched(self, iterator: int, loader: int | None, indices: list[int] | None) -> None:
         self.training = True
@@ -237,6 +279,8 @@ class Recorder:
         if primary:
             self.step = count
             loader, indices = self._take_batches()
+            if self.train_loader is None and count == 1:
+                self.train_loader = loader
             rows, self._rows = (self._rows or None) if loader is None else None, []
         with torch.no_grad():
             snapshot = {name: p.detach().cpu().clone() for name, p in self._names[key]}
@@ -259,8 +303,8 @@ class Recorder:
             momentum=[momentum for _, momentum in rates],
             own_lr=[lr for lr, _ in own or rates],
         )
-        if primary and count >= self.steps_wanted:
-            self.stopping = True
+        if primary and count >= self.steps_wanted * self.epochs_wanted:
+            self.stopping = True  # every pass took its steps, or passes never end
             raise StopTraining
 
     def _take_batches(self) -> tuple[int | None, list[int] | None]:

@@ -93,6 +93,17 @@ class DrawRecord:
 
 
 @dataclass(frozen=True)
+class PassRecord:
+    """A pass over a DataLoader started (an iterator over it made)."""
+
+    loader: int
+    number: int  # from 1, per loader
+    step: int  # primary steps taken before it
+    sampler_epoch: int | None  # a DistributedSampler's epoch as the pass starts
+    shuffled: bool  # the sampler was made to shuffle (the check turns that off)
+
+
+@dataclass(frozen=True)
 class Change:
     """Something the harness changed (or noticed and left alone) to make the check possible."""
 
@@ -110,6 +121,7 @@ class ProcessRecord:
     saves: list[SaveRecord] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
     draws: list[DrawRecord] = field(default_factory=list)
+    passes: list[PassRecord] = field(default_factory=list)
     started: bool = False
     cuda: bool = False
     backend: str | None = None
@@ -201,6 +213,17 @@ class ProcessRecord:
                     ordinal=int(event["ordinal"]),
                     name=str(event["draw"]),
                     digest=str(event["digest"]),
+                )
+            )
+        elif kind == "pass":
+            epoch = event.get("sampler_epoch")
+            self.passes.append(
+                PassRecord(
+                    loader=int(event["loader"]),
+                    number=int(event["number"]),
+                    step=int(event["step"]),
+                    sampler_epoch=int(epoch) if isinstance(epoch, int) else None,
+                    shuffled=bool(event.get("shuffled")),
                 )
             )
         elif kind == "changed":

@@ -86,7 +86,8 @@ class VerifyOptions:
     converted: Path
     script_args: tuple[str, ...] = ()
     nproc: int = 2
-    steps: int = 3
+    steps: int = 3  # per epoch
+    epochs: int = 2
     timeout: float = 120.0
     keep: bool = False
     # float32 gradients averaged over ranks differ from the single-process ones in the last
@@ -180,6 +181,8 @@ def validate(options: VerifyOptions) -> None:
         raise InputError(f"--nproc must be at least 1, not {options.nproc}")
     if options.steps < 1:
         raise InputError(f"--steps must be at least 1, not {options.steps}")
+    if options.epochs < 1:
+        raise InputError(f"--epochs must be at least 1, not {options.epochs}")
     if options.timeout <= 0:
         raise InputError(f"--timeout must be positive, not {options.timeout}")
 
@@ -286,6 +289,7 @@ class ProcessStarter:
             command = [
                 sys.executable, "-m", "ddpify.verify.harness", "--role", role,
                 "--out", str(out), "--workdir", str(workdir), "--steps", str(self.options.steps),
+                "--epochs", str(self.options.epochs),
                 "--dump-at", repr(self.dump_at()), "--source-dir", str(source.resolve().parent),
                 "--parent", str(os.getpid()),
                 "--nproc", str(self.options.nproc), "--rtol", repr(self.options.rtol),

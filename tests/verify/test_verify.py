@@ -75,6 +75,7 @@ def verify(
     *args: str,
     nproc: int = 2,
     steps: int = 2,
+    epochs: int = 2,
     timeout: float = 120,
     keep: bool = False,
 ) -> tuple[Verification, Outcome]:
@@ -84,6 +85,7 @@ def verify(
         script_args=args,
         nproc=nproc,
         steps=steps,
+        epochs=epochs,
         timeout=timeout,
         keep=keep,
     )
@@ -123,18 +125,19 @@ def test_seed000_hard_coded_cuda_pair_through_the_cli(tmp_path: Path) -> None:
         "replicas-in-sync": "pass",
         "equivalence": "pass",
         "data-sharding": "pass",
-        "side-effects-once": "not exercised",  # it prints once an epoch: not within 2 steps
+        # the epoch ends after 2 steps (--steps), then its print and the second epoch run
+        "side-effects-once": "pass",
     }
     # the original hard-codes "cuda": it ran on the CPU, and the report says so
     assert any("CUDA runs on the CPU: .to('cuda')" in line for line in report["changes"])
     equivalence = report["checks"][2]["data"]
-    assert equivalence["batch"] == "per-gpu" and equivalence["steps"] == [1, 2]
+    assert equivalence["batch"] == "per-gpu" and equivalence["steps"] == [1, 2, 3, 4]
     # both runs in float64: the rounding noise Adam would turn into whole steps stays tiny
     assert equivalence["max_abs"] < 1e-10
     assert all(row["outside"] == 0 for row in equivalence["rows"])
     assert any(line.startswith("rounding noise removed: float64") for line in report["changes"])
     # progress on stderr, the report on stdout
-    assert b"converted: 2 steps in" in result.stderr and b"original:" in result.stderr
+    assert b"converted: 4 steps in" in result.stderr and b"original:" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -611,7 +614,8 @@ def test_a_load_of_what_rank_0_is_still_writing_fails_runs(tmp_path: Path, barri
     reload = RELOAD if barrier else RELOAD.replace("    dist.barrier()\n", "")
     converted = tmp_path / "ddp_reload.py"
     converted.write_text(source.replace("    dist.destroy_process_group()\n", reload))
-    verification, outcome = verify(original, converted, steps=20)
+    # all 3 of the script's epochs: the reload comes after the last one
+    verification, outcome = verify(original, converted, steps=20, epochs=3)
     table = render_table(verification, outcome)
     assert "rank 0 pauses 0.3 s halfway through each torch.save" in table
     found = run([sys.executable, "-m", "ddpify", "check", converted.name], tmp_path, 60)
@@ -669,7 +673,7 @@ def test_a_schedule_sized_from_the_data_is_replayed_and_reported() -> None:
     assert statuses(outcome)["equivalence"] is Status.PASS
     text = check(outcome, "equivalence")
     assert "from step 2 the conversion's schedule gives" in text
-    assert "stepped with the conversion's rates (2 step(s))" in text
+    assert "stepped with the conversion's rates (5 step(s))" in text
 
 
 def test_learning_rates_that_differ_between_ranks_fail_replicas_in_sync() -> None:
@@ -693,7 +697,8 @@ def test_a_full_batch_split_between_the_ranks_is_equivalent_and_sharded(tmp_path
     assert outcome.exit_code == 0, table
     assert statuses(outcome)["equivalence"] is Status.PASS
     assert "full batch: every step trains on all of the samples" in table
-    assert "steps 1-3: 2 ranks x 4 disjoint samples = the original's batch of 8" in table
+    # no DataLoader, so no epochs to count: --steps x --epochs steps in all
+    assert "steps 1-6: 2 ranks x 4 disjoint samples = the original's batch of 8" in table
     assert "orders taken from a set sorted, as the conversion sorts them (DDP013" in table
     unsplit = tmp_path / "unsplit.py"
     text = converted.read_text()
