@@ -130,14 +130,16 @@ def convert_source(
 
 
 def _line_map(before: str, after: str) -> list[int]:
-    """For each line of `after` (`before` with statements added), the line of `before` it
-    is, or, for an added line, the line before it."""
+    """For each line of `after` (`before` with statements added, or a line split in
+    several), the line of `before` it is, or, for an added line, the line before it."""
     old, new = before.splitlines(), after.splitlines()
     lines: list[int] = []
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             lines += range(i1 + 1, i2 + 1)
+        elif tag == "replace":  # `a(); b()` split: each part is on the line it was
+            lines += [min(i1 + 1 + k, i2) for k in range(j2 - j1)]
         else:
             lines += [max(i1, 1)] * (j2 - j1)
     return lines

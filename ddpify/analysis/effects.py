@@ -83,10 +83,13 @@ class SideEffects:
             return None
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return None
-        expr = statement.body[0]
-        if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+        return self.of_part(statement.body[0])
+
+    def of_part(self, small: cst.BaseSmallStatement) -> str | None:
+        """`of` for one statement of a line (`a(); b()` holds two)."""
+        if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
             return None
-        call = expr.value
+        call = small.value
         func = call.func
         # What the call's spelling shows first: names are resolved only when it shows nothing.
         if isinstance(func, cst.Attribute):
@@ -326,13 +329,18 @@ def root_names(node: cst.CSTNode) -> set[str]:
 
 
 def opens_for_writing(call: cst.Call) -> bool:
-    if dotted(call.func) != "open":
+    """`open(path, "w")`, and a path's own `(out / "log.txt").open("a")` (round-15 m01b)."""
+    if dotted(call.func) == "open":
+        mode = call_arg(call, 1, "mode")
+    elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "open":
+        mode = call_arg(call, 0, "mode")
+    else:
         return False
-    mode = call_arg(call, 1, "mode")
+    flags = mode.value.evaluated_value if mode and isinstance(mode.value, cst.SimpleString) else ""
     return (
-        mode is not None
-        and isinstance(mode.value, cst.SimpleString)
-        and any(flag in mode.value.evaluated_value for flag in "wax")
+        isinstance(flags, str)
+        and set(flags) <= set("rwaxbt+")  # a mode, not a member's name (`zf.open("a.csv")`)
+        and any(flag in flags for flag in "wax")
     )
 
 

@@ -1446,3 +1446,61 @@ def test_a_batch_sampler_and_a_logging_generator_shard_like_torchvisions_referen
         assert not halves[0] & halves[1] and halves[0] | halves[1] == set(range(32))
     assert seen[0][:4] != seen[0][4:]
     assert ran.stdout.decode().count("Epoch: [1] [0/4]") == 1
+
+
+SIDE_EFFECTS_SPELLED_OTHERWISE = """\
+import json
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, data):
+    with torch.no_grad():
+        return float(model(data.tensors[0]).mean())
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    out = Path("out")
+    out.mkdir(exist_ok=True)
+    with open("trials.jsonl", "w") as trials:
+        for trial in range(2):
+            loader = DataLoader(data, batch_size=4, shuffle=True)
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    opt.zero_grad(); loss.backward(); opt.step()
+                print(f"trial {trial} epoch {epoch}"); torch.save(model.state_dict(), "last.pt")
+                with (out / "log.txt").open("a") as f:
+                    f.write(json.dumps({"trial": trial, "epoch": epoch}) + "\\n")
+            trials.write(json.dumps({"trial": trial, "score": evaluate(model, data)}) + "\\n")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_writes_on_shared_lines_path_handles_and_open_blocks_are_rank_0s(tmp_path: Path) -> None:
+    """Round-15 audit: a print and a save joined by `;` (s03b), a `Path.open("a")` log (DeiT,
+    m01b) and a `with open(...)` around trials that train the model (s33) were written by
+    both ranks. The joined line is split and guarded, the path's handle is a write, and the
+    block's file is os.devnull on the other ranks."""
+    result = convert_source(SIDE_EFFECTS_SPELLED_OTHERWISE.encode(), "search.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'open("trials.jsonl", "w") if dist.get_rank() == 0 else open(os.devnull, "w")' in text
+    (tmp_path / "search.py").write_text(text)
+    ran = torchrun(["search.py"], cwd=tmp_path, timeout=240, env=recording(tmp_path))
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    written = writers(tmp_path)
+    for path in ("trials.jsonl", "last.pt", "out/log.txt"):
+        assert written[path] == {"0"}, (path, written)
+    assert len((tmp_path / "out" / "log.txt").read_text().splitlines()) == 4
+    assert len((tmp_path / "trials.jsonl").read_text().splitlines()) == 2
+    assert ran.stdout.decode().count("trial 1 epoch 1") == 1
