@@ -100,7 +100,12 @@ SEEDS = {
 }
 # Calls that compile or export the model they are given: TorchScript cannot script the DDP
 # wrapper, and an export of it would be of the wrapper's forward.
-EXPORTS = {"torch.jit.script", "torch.jit.trace", "torch.onnx.export", "torch.export.export"}
+EXPORTS = {
+    "torch.jit.script", "torch.jit.trace", "torch.jit.save", "torch.onnx.export",
+    "torch.export.export",
+}  # fmt: skip
+# Calls given the model that save it, and run no forward pass.
+MODEL_SAVES = {"torch.save", "torch.jit.save"}
 # DistributedDataParallel's own API: on the wrapper, never through `.module` (the bare module
 # has none of it; a script testing `hasattr(model, "no_sync")` finds it on the wrapper).
 DDP_OWN = {

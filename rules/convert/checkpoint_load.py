@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.tree import call_arg, walk
+from ddpify.analysis.api import MODEL_SAVES
+from ddpify.analysis.tree import call_arg, dotted, walk
 from ddpify.emit import expression, statement, with_keyword
 from ddpify.fixes import take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -120,7 +121,7 @@ class CheckpointLoad(ConvertRule):
             ctx.plan.replace(call, extend)
             ctx.changed(call, f"torch.load gets {' and '.join(k for k, _ in added)}")
         shared: set[cst.Assign] = set()
-        for call in anatomy.distributed.torch_load_calls:
+        for call in _loads(anatomy):
             if _reads_what_was_just_saved(anatomy, call):
                 ctx.plan.insert_before(anatomy.statement_of(call), [statement("dist.barrier()\n")])
                 ctx.add_import("torch.distributed", asname="dist")
@@ -131,6 +132,14 @@ class CheckpointLoad(ConvertRule):
                     if assign not in shared:
                         shared.add(assign)
                         _share(ctx, assign)
+        for call in _helpers_reading_after_training(anatomy):
+            ctx.plan.insert_before(anatomy.statement_of(call), [statement("dist.barrier()\n")])
+            ctx.add_import("torch.distributed", asname="dist")
+            ctx.changed(
+                call,
+                f"every rank waits for rank 0's saves before `{dotted(call.func)}()` reads "
+                "the checkpoints back",
+            )
 
 
 # Modules whose values differ between processes that compute them "at the same time".
@@ -176,6 +185,46 @@ def _share(ctx: ConvertContext, assign: cst.Assign) -> None:
     )
 
 
+# What reads back files written while training: loads, and listings of a folder.
+LOADS = {"torch.load", "torch.jit.load"}
+LISTINGS = {"glob.glob", "glob.iglob", "os.listdir", "os.scandir", "os.walk"}
+
+
+def _loads(anatomy: Anatomy) -> list[cst.Call]:
+    return [call for call in anatomy.calls if anatomy.is_call_to(call, LOADS)]
+
+
+def _helpers_reading_after_training(anatomy: Anatomy) -> list[cst.Call]:
+    """Calls of the script's functions, after training in their own function, that load
+    files or list a folder (fairseq's checkpoint averaging: `last_n_checkpoints(dir, n)`
+    globs the folder, `average_checkpoints(paths)` loads each, round-15 audit s35), in a
+    script that saves on rank 0: the first of each function waits for those saves."""
+    if not any(anatomy.is_call_to(call, MODEL_SAVES) for call in anatomy.calls):
+        return []
+    found: dict[int, cst.Call] = {}
+    for call in anatomy.calls:
+        callees = anatomy.graph.callees(call)
+        if (
+            not callees
+            or anatomy.ranks.guard(call) is not None
+            or not any(
+                anatomy.graph.reaches(
+                    function.body,
+                    lambda node: (
+                        isinstance(node, cst.Call) and anatomy.is_call_to(node, LOADS | LISTINGS)
+                    ),
+                )
+                for function in callees
+            )
+            or not _after_training(anatomy, call)
+        ):
+            continue
+        scope = id(anatomy.function_of(call))
+        if scope not in found or anatomy.precedes(call, found[scope]):
+            found[scope] = call
+    return list(found.values())
+
+
 def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
     """Whether `load` reads the path a `torch.save` earlier in the same function, or in
     another function, wrote (the same path expression): the save runs on rank 0 only
@@ -185,7 +234,7 @@ def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
         return False
     if anatomy.effects.private_path(path.value, anatomy.function_of(load)):
         return False  # this process's own file, which it wrote itself
-    saves = [call for call in anatomy.calls if anatomy.is_call_to(call, {"torch.save"})]
+    saves = [call for call in anatomy.calls if anatomy.is_call_to(call, MODEL_SAVES)]
     if saves and _after_training(anatomy, load):
         return True  # the best checkpoint reloaded at the end: saved wherever training saves
     code = cst.Module([]).code_for_node

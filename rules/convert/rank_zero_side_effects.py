@@ -7,7 +7,7 @@ from functools import partial
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import EXPORTS
+from ddpify.analysis.api import EXPORTS, MODEL_SAVES
 from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
 from ddpify.analysis.project import Helper
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
@@ -1210,8 +1210,10 @@ def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[s
             continue
         if dotted(node.func) in models:
             return "a forward pass"
-        if any(dotted(arg.value) in models for arg in node.args) and not _shows_model(
-            anatomy, node
+        if (
+            any(dotted(arg.value) in models for arg in node.args)
+            and not _shows_model(anatomy, node)
+            and not anatomy.is_call_to(node, MODEL_SAVES)  # `torch.jit.save(model, path)`
         ):
             return "a call that uses the model (it may run a forward pass)"
         if anatomy.distributed.is_collective(node):

@@ -2794,3 +2794,53 @@ def test_an_optimizer_chosen_by_its_name_is_the_models_optimizer() -> None:
     text = result.output.decode()
     assert text.index("model = DDP(model") < text.index("optimizer = getattr(optim")
     assert "loader.sampler.set_epoch(epoch)" in text
+
+
+AVERAGED_CHECKPOINTS = """\
+import glob
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def last_checkpoints(n):
+    return sorted(glob.glob("checkpoint*.pt"))[-n:]
+
+
+def average(paths):
+    states = [torch.load(p, map_location="cpu") for p in paths]
+    return {k: sum(s[k] for s in states) / len(states) for k in states[0]}
+
+
+def main():
+    loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for x, y in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+        torch.save(model.state_dict(), f"checkpoint{epoch}.pt")
+    paths = last_checkpoints(2)
+    model.load_state_dict(average(paths))
+    scripted = torch.jit.script(model)
+    torch.jit.save(scripted, "model_scripted.pt")
+    loaded = torch.jit.load("model_scripted.pt")
+
+
+main()
+"""
+
+
+def test_checkpoints_read_back_through_helpers_or_jit_wait_for_rank_0s_saves() -> None:
+    """Round-15 audit s35 (fairseq's checkpoint averaging: a helper globs the folder, another
+    loads each file) and s39 (`torch.jit.save`, then `torch.jit.load`): every rank read
+    what rank 0 was still writing. A barrier comes before the first helper that reads, and
+    before the jit load; `torch.jit.save` is given the bare model."""
+    result = convert_source(AVERAGED_CHECKPOINTS.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    dist.barrier()\n    paths = last_checkpoints(2)\n" in text
+    assert "    dist.barrier()\n    loaded = torch.jit.load(" in text
+    assert "torch.jit.script(model.module)" in text
