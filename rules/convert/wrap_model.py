@@ -11,6 +11,7 @@ from ddpify.analysis.project import NO_GRAD
 from ddpify.analysis.script import raw_optimizers
 from ddpify.analysis.streams import TORCH_DRAWS
 from ddpify.analysis.tree import (
+    call_arg,
     child_nodes,
     dotted,
     is_attribute,
@@ -191,6 +192,7 @@ class WrapModel(ConvertRule):
 
     def refuse(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
+        _refuse_lazy_modules(ctx)
         for call, path in anatomy.script.trainer_classes:
             ctx.cannot(
                 call,
@@ -283,6 +285,17 @@ class WrapModel(ConvertRule):
                     "call leaves without a gradient (with find_unused_parameters=True it marks "
                     "some ready twice, without it it stops at the next step); compute the "
                     "outputs in one call, or convert by hand",
+                    blocking=True,
+                )
+                continue
+            reentrant = _reentrant_checkpoint(anatomy) if partial_reason is not None else None
+            if reentrant is not None:
+                ctx.cannot(
+                    reentrant,
+                    f"{partial_reason}, and activation checkpointing re-enters the backward "
+                    "pass (`use_reentrant=True`): DDP with find_unused_parameters=True marks "
+                    "parameters ready twice; checkpoint with `use_reentrant=False`, or convert "
+                    "by hand",
                     blocking=True,
                 )
                 continue
@@ -621,6 +634,25 @@ def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
     ctx.changed(call, "nn.DataParallel replaced: DDP runs one process per GPU instead")
 
 
+def _refuse_lazy_modules(ctx: ConvertContext) -> None:
+    """`nn.LazyLinear(10)` (round-15 audit s38): its parameters exist only after a first
+    forward pass, and DDP refuses a model with uninitialised parameters at the wrap."""
+    anatomy = ctx.anatomy
+    for call in anatomy.calls:
+        lazy = next(
+            (n for n in anatomy.qualified_names(call.func) if n.startswith("torch.nn.Lazy")), None
+        )
+        if lazy is not None:
+            ctx.cannot(
+                call,
+                f"`{lazy}` makes its parameters at the first forward pass, and DDP cannot "
+                "wrap a model with uninitialised parameters: run one forward pass (a dummy "
+                "batch) before the wrap, or give the layer its sizes, by hand",
+                blocking=True,
+            )
+            return
+
+
 def _route_raw_use(
     ctx: ConvertContext, model: Model, attribute: cst.Attribute, compiled_after: bool
 ) -> None:
@@ -791,6 +823,13 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
     )
     if skipped is not None:
         return skipped, most
+    skipped_at_random = _skips_at_random(anatomy)
+    if skipped_at_random is not None:
+        return (
+            f"a forward draws at random whether to skip its layers (line "
+            f"{anatomy.line(skipped_at_random)}: stochastic depth), and each process draws its "
+            "own"
+        ), most
     for forward in _forwards(anatomy, model):
         params = [p.name.value for p in forward.params.params][2:]  # after self and the input
         for node in walk(forward.body):
@@ -1134,6 +1173,35 @@ def _frozen(owner: cst.ClassDef) -> set[str | None]:
         if is_method_call(node, "requires_grad_"):
             frozen.add(dotted(node.func.value))  # type: ignore[attr-defined]
     return frozen
+
+
+def _skips_at_random(anatomy: Anatomy) -> cst.If | None:
+    """`if self.training and random.random() < self.p: return x` in a forward of the
+    script's modules (stochastic depth, round-15 audit s13b): a random draw decides an early
+    exit (`return`, `continue`, `break`) past layers, or which branch's layers run."""
+    for forward in anatomy.graph.defined("forward"):
+        for node in walk(forward.body):
+            if not isinstance(node, cst.If) or not _draws_at_random(anatomy, node.test):
+                continue
+            exits = any(
+                isinstance(inner, cst.Return | cst.Continue | cst.Break)
+                for inner in walk(node.body)
+            )
+            if exits or any(_calls_submodule(inner) for inner in walk(node)):
+                return node
+    return None
+
+
+def _reentrant_checkpoint(anatomy: Anatomy) -> cst.Call | None:
+    """`torch.utils.checkpoint.checkpoint(block, x, use_reentrant=True)` (or without it,
+    reentrant by default)."""
+    for call in anatomy.calls:
+        if not anatomy.is_call_to(call, {"torch.utils.checkpoint.checkpoint"}):
+            continue
+        reentrant = call_arg(call, None, "use_reentrant")
+        if reentrant is None or not is_name(reentrant.value, "False"):
+            return call
+    return None
 
 
 def _forwards(anatomy: Anatomy, model: Model) -> list[cst.FunctionDef]:

@@ -2844,3 +2844,74 @@ def test_checkpoints_read_back_through_helpers_or_jit_wait_for_rank_0s_saves() -
     assert "    dist.barrier()\n    paths = last_checkpoints(2)\n" in text
     assert "    dist.barrier()\n    loaded = torch.jit.load(" in text
     assert "torch.jit.script(model.module)" in text
+
+
+DROP_PATH = """\
+import random
+
+import torch
+import torch.utils.checkpoint
+from torch.utils.data import DataLoader
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.training and random.random() < 0.2:
+            return x  # stochastic depth: the block is skipped
+        return x + self.fc(x)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(Block(), Block())
+        self.head = HEAD
+
+    def forward(self, x):
+        return self.head(CHECKPOINTED)
+
+
+loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("lazy", "checkpointed", "expected"),
+    [
+        ("False", "self.blocks(x)", "find_unused_parameters=True"),
+        ("False", "torch.utils.checkpoint.checkpoint(self.blocks, x, use_reentrant=False)",
+         "find_unused_parameters=True"),
+        ("False", "torch.utils.checkpoint.checkpoint(self.blocks, x, use_reentrant=True)",
+         "re-enters the backward pass"),
+        ("True", "self.blocks(x)", "makes its parameters at the first forward pass"),
+    ],
+    ids=["drop-path", "non-reentrant", "reentrant", "lazy"],
+)  # fmt: skip
+def test_layers_skipped_at_random_or_made_lazily(
+    lazy: str, checkpointed: str, expected: str
+) -> None:
+    """Round-15 audit s13b: stochastic depth as an early `return x` on `random.random() < p`
+    left some parameters without a gradient, and DDP stopped at the second step; with
+    reentrant checkpointing even find_unused_parameters fails. s38: DDP cannot wrap a model
+    with lazy layers before their first forward pass."""
+    head = "torch.nn.LazyLinear(1)" if lazy == "True" else "torch.nn.Linear(4, 1)"
+    source = DROP_PATH.replace("HEAD", head).replace("CHECKPOINTED", checkpointed)
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    if expected == "find_unused_parameters=True":
+        assert not result.refused, result.problems
+        assert b"find_unused_parameters=True)" in result.output
+        assert any("stochastic depth" in note.message for note in result.notes)
+    else:
+        assert result.refused
+        assert any(expected in problem.message for problem in result.problems), result.problems
