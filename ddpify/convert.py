@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.script import unknown_step
+from ddpify.analysis.script import grads_by_hand, unknown_step
 from ddpify.analysis.tree import source_text
 from ddpify.edits import add_imports
 from ddpify.options import BatchMode, ConvertOptions, Launcher
@@ -86,6 +87,18 @@ def convert_source(
     anatomy = Anatomy(module, path)
     skipped = _why_left_alone(anatomy)
     step = unknown_step(anatomy.script)
+    by_hand = grads_by_hand(anatomy.script) if skipped == NOT_TRAINING else None
+    if by_hand is not None:
+        problem = Note(
+            "DDP003",
+            anatomy.line(by_hand),
+            "the optimizer steps on gradients the script sets itself (`.grad = ...`, no "
+            "backward pass: per-sample gradients, DP-SGD): DDP averages only what a backward "
+            "pass computes; average them over the processes (dist.all_reduce) by hand",
+            NoteKind.CANNOT,
+            blocking=True,
+        )
+        return ConvertResult(source, source, notes=[problem], refused=True)
     if skipped == NOT_TRAINING and step is not None:
         optimizer = source_text(step.func.value)  # type: ignore[attr-defined]
         problem = Note(
@@ -156,7 +169,9 @@ def could_train(source: bytes, imports_helpers: bool = False) -> bool:
     building a syntax tree."""
     if imports_helpers:  # a Trainer of another file may make the optimizer too (round-14 m03)
         return True
-    return (b"optim" in source or b".grad" in source) and b"backward" in source
+    return (b"optim" in source or b".grad" in source) and (
+        b"backward" in source or re.search(rb"\.grad\s*=[^=]", source) is not None
+    )
 
 
 def _why_left_alone(anatomy: Anatomy) -> str | None:

@@ -185,11 +185,22 @@ class TrainingScript:
     @cached_property
     def optimizer_calls(self) -> list[cst.Call]:
         pattern = re.compile(r"^torch\.optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A-Z]\w*$")
+        # The script's own optimizers (davda54's SAM, `class SGDW(torch.optim.SGD)`)
+        own = {
+            name
+            for name, owner in self.index.classes.items()
+            if any(
+                pattern.match(qualified)
+                for base in owner.bases
+                for qualified in self.index.qualified_names(base.value)
+            )
+        }
         return [
             call
             for call in self.index.calls
             if any(pattern.match(name) for name in self.index.qualified_names(call.func))
             or _chosen_by_name(self.index, call)
+            or (isinstance(call.func, cst.Name) and call.func.value in own)
         ] + self.manual_updates
 
     @cached_property
@@ -799,6 +810,23 @@ def epoch_variable(loop: cst.For | cst.While) -> str | None:
     if isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name):
         return test.left.value if test.left.value in grown else None
     return None
+
+
+def grads_by_hand(script: TrainingScript) -> cst.CSTNode | None:
+    """`p.grad = ...` in a script that makes an optimizer and runs no backward pass
+    (per-sample gradients with torch.func, DP-SGD, round-15 audit s27): where the first
+    gradient is set."""
+    if script.backward_calls or not script.optimizer_calls:
+        return None
+    return next(
+        (
+            target
+            for node in script.index.assigns
+            for target in node.targets
+            if is_attribute(target.target, "grad")
+        ),
+        None,
+    )
 
 
 def unknown_step(script: TrainingScript) -> cst.Call | None:

@@ -2915,3 +2915,66 @@ def test_layers_skipped_at_random_or_made_lazily(
     else:
         assert result.refused
         assert any(expected in problem.message for problem in result.problems), result.problems
+
+
+OWN_OPTIMIZER = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class SGDW(torch.optim.SGD):
+    pass
+
+
+loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = SGDW(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    scheduler.step()
+torch.save(model.state_dict(), "model.pt")
+"""
+
+
+def test_an_optimizer_class_of_the_script_trains_the_model() -> None:
+    """Round-15 audit s16 (davda54's SAM, a `torch.optim.Optimizer` subclass): the script
+    was passed through as 'not a training script', or refused because the scheduler's
+    optimizer was 'not found'."""
+    result = convert_source(OWN_OPTIMIZER.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.index("model = DDP(model") < text.index("optimizer = SGDW(")
+    assert "torch.save(model.module.state_dict()" in text
+
+
+GRADS_BY_HAND = """\
+import torch
+from torch.func import functional_call, grad, vmap
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+params = {k: v.detach() for k, v in model.named_parameters()}
+
+
+def loss_of(p, x, y):
+    return ((functional_call(model, p, (x,)) - y) ** 2).mean()
+
+
+for x, y in batches:
+    per_sample = vmap(grad(loss_of), in_dims=(None, 0, 0))(params, x, y)
+    for name, p in model.named_parameters():
+        p.grad = per_sample[name].mean(0)
+    optimizer.step()
+"""
+
+
+def test_gradients_set_by_hand_without_a_backward_pass_are_refused() -> None:
+    """Round-15 audit s27 (DP-SGD with torch.func): no `.backward()`, so the script was
+    passed through as 'not a training script', and both ranks trained everything."""
+    result = convert_source(GRADS_BY_HAND.encode(), "dpsgd.py", ConvertOptions())
+    assert result.refused and result.skipped is None
+    assert result.problems[0].line == 16 and "no backward pass" in result.problems[0].message
