@@ -185,16 +185,7 @@ class TrainingScript:
     @cached_property
     def optimizer_calls(self) -> list[cst.Call]:
         pattern = re.compile(r"^torch\.optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A-Z]\w*$")
-        # The script's own optimizers (davda54's SAM, `class SGDW(torch.optim.SGD)`)
-        own = {
-            name
-            for name, owner in self.index.classes.items()
-            if any(
-                pattern.match(qualified)
-                for base in owner.bases
-                for qualified in self.index.qualified_names(base.value)
-            )
-        }
+        own = _own_optimizers(self.index, pattern)
         return [
             call
             for call in self.index.calls
@@ -532,6 +523,19 @@ def _sampler_arguments(script: TrainingScript, loader: Loader) -> list[cst.BaseE
         if isinstance(made, cst.Call)
         for arg in made.args
     ]
+
+
+def _own_optimizers(index: SourceIndex, pattern: re.Pattern[str]) -> set[str]:
+    """The script's optimizer classes (davda54's SAM, `class SGDW(torch.optim.SGD)`)."""
+    return {
+        name
+        for name, owner in index.classes.items()
+        if any(
+            pattern.match(qualified)
+            for base in owner.bases
+            for qualified in index.qualified_names(base.value)
+        )
+    }
 
 
 def _chosen_by_name(index: SourceIndex, call: cst.Call) -> bool:

@@ -7,7 +7,15 @@ from functools import partial
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.tree import call_arg, dotted, is_attribute, is_name, source_text, walk
+from ddpify.analysis.tree import (
+    call_arg,
+    dotted,
+    is_attribute,
+    is_method_call,
+    is_name,
+    source_text,
+    walk,
+)
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import WORLD_SIZE, expression
 from ddpify.options import BatchMode, ScaleLR
@@ -133,6 +141,7 @@ class BatchAndLearningRate(ConvertRule):
         options = ctx.options
         _scale_summed_losses(ctx)
         _foreign_sums(ctx)
+        _refuse_local_gradient_scales(ctx)
         split = anatomy.split_samples
         if options.batch is BatchMode.GLOBAL and split is not None and split.ordered:
             ctx.cannot(
@@ -528,3 +537,53 @@ def _scaled(value: cst.BaseExpression, operation: str) -> cst.BaseExpression:
         value, cst.Name | cst.Attribute | cst.Integer | cst.Float | cst.Call | cst.Subscript
     )
     return expression(f"{code if simple else f'({code})'} {operation}")
+
+
+def _refuse_local_gradient_scales(ctx: ConvertContext) -> None:
+    """Gradients divided by hand after the backward pass by a count of this process's
+    batches (fairseq's `multiply_grads(1 / sample_size)`, `p.grad.div_(mask.sum())`, round-15
+    audit s34): DDP has averaged the gradients over the processes, and each process would
+    divide that average by its own count: the replicas drift apart from the first step."""
+    anatomy = ctx.anatomy
+    for loop in anatomy.script.train_loops:
+        local = {n.value for n in walk(loop.batch_loop.target) if isinstance(n, cst.Name)}
+        for outer in (loop.batch_loop, loop.epoch_loop):
+            for node in walk(outer.body) if outer is not None else ():
+                if isinstance(node, cst.AugAssign | cst.Assign):
+                    targets = (
+                        [node.target]
+                        if isinstance(node, cst.AugAssign)
+                        else [t.target for t in node.targets]
+                    )
+                    local |= {n.value for t in targets for n in walk(t) if isinstance(n, cst.Name)}
+        for node in walk(loop.epoch_loop or loop.batch_loop):
+            factor = _gradient_scale(node)
+            if factor is not None and any(
+                isinstance(n, cst.Name) and n.value in local for n in walk(factor)
+            ):
+                ctx.cannot(
+                    node,
+                    f"the gradients are scaled by `{source_text(factor)}`, a value of this "
+                    "process's batches, after DDP has averaged them over the processes: each "
+                    "process would scale them its own way; all-reduce that value first, or "
+                    "convert by hand",
+                    blocking=True,
+                )
+                return
+
+
+def _gradient_scale(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """`f` of `p.grad.mul_(f)`, `p.grad.data.div_(f)`, `p.grad /= f`, `p.grad *= f`."""
+    if isinstance(node, cst.Call) and is_method_call(node, "mul_", "div_") and node.args:
+        owner = node.func.value  # type: ignore[attr-defined]
+        if is_attribute(owner, "data"):
+            owner = owner.value
+        return node.args[0].value if is_attribute(owner, "grad") else None
+    if isinstance(node, cst.AugAssign) and isinstance(
+        node.operator, cst.MultiplyAssign | cst.DivideAssign
+    ):
+        target = node.target
+        if is_attribute(target, "data"):
+            target = target.value  # type: ignore[attr-defined]
+        return node.value if is_attribute(target, "grad") else None
+    return None

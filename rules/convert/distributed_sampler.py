@@ -519,6 +519,9 @@ class DistributedSampler(ConvertRule):
     def prepare(self, ctx: ConvertContext) -> None:
         _make_foreign_loaders_again(ctx)
 
+    def refuse(self, ctx: ConvertContext) -> None:
+        _refuse_salted_hashes(ctx)
+
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         loaders = anatomy.script.train_loaders
@@ -584,6 +587,28 @@ class DistributedSampler(ConvertRule):
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         return True
+
+
+def _refuse_salted_hashes(ctx: ConvertContext) -> None:
+    """`hash(name) % 10 < 8` splitting train from validation (round-15 audit s42): Python
+    salts the hashes of strings per process (PYTHONHASHSEED), so every process would split,
+    and build its vocabulary, its own way."""
+    anatomy = ctx.anatomy
+    for call in anatomy.calls:
+        function = anatomy.function_of(call)
+        if (
+            is_name(call.func, "hash")
+            and "builtins.hash" in anatomy.qualified_names(call.func)
+            and (function is None or function.name.value != "__hash__")
+        ):
+            ctx.cannot(
+                call,
+                "`hash()` of a string differs between processes (Python salts it per "
+                "process): every process would compute its own values (a split, a bucket); "
+                "use a stable hash (zlib.crc32, hashlib) by hand",
+                blocking=True,
+            )
+            return
 
 
 def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:

@@ -2978,3 +2978,52 @@ def test_gradients_set_by_hand_without_a_backward_pass_are_refused() -> None:
     result = convert_source(GRADS_BY_HAND.encode(), "dpsgd.py", ConvertOptions())
     assert result.refused and result.skipped is None
     assert result.problems[0].line == 16 and "no backward pass" in result.problems[0].message
+
+
+GRADIENTS_SCALED = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y, mask in loader:
+        opt.zero_grad()
+        (((model(x) - y) ** 2) * mask).sum().backward()
+        for p in model.parameters():
+            SCALE
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("scale", "refused"),
+    [
+        ("p.grad.div_(mask.sum())", True),
+        ("p.grad.data *= 1.0 / mask.sum()", True),
+        ("p.grad /= 2.0", False),
+    ],
+)
+def test_gradients_scaled_by_a_count_of_the_processs_batches_are_refused(
+    scale: str, refused: bool
+) -> None:
+    """Round-15 audit s34 (fairseq's `multiply_grads(1 / sample_size)`): DDP averages the
+    gradients, then each process divided the average by its own count of targets, and the
+    replicas drifted apart from the first step. A constant scale is the same everywhere."""
+    source = GRADIENTS_SCALED.replace("SCALE", scale)
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert result.refused is refused, result.problems
+    if refused:
+        assert "a value of this process's batches" in result.problems[0].message
+
+
+def test_a_split_by_pythons_salted_hash_is_refused() -> None:
+    """Round-15 audit s42: `hash(text) % 10 < 8` splits differently in every process."""
+    source = OWN_OPTIMIZER.replace(
+        "loader = DataLoader(train_ds,",
+        "train_ds = [s for s in samples if hash(s[0]) % 10 < 8]\nloader = DataLoader(train_ds,",
+    )
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert result.refused
+    assert "Python salts it per process" in result.problems[0].message
