@@ -113,16 +113,26 @@ class CallGraph:
         )
 
     def reaches(
-        self, node: cst.CSTNode, found: Callable[[cst.CSTNode], bool], depth: int = 0
+        self,
+        node: cst.CSTNode,
+        found: Callable[[cst.CSTNode], bool],
+        depth: int = 0,
+        seen: dict[int, int] | None = None,
     ) -> bool:
         """Whether `found` holds for a node under `node`, or under a function it calls
-        (`MAX_DEPTH` calls deep)."""
+        (`MAX_DEPTH` calls deep). A function is searched again only when reached in fewer
+        calls than before (`seen`: the fewest so far), so a query costs each function at
+        most `MAX_DEPTH` searches, however many calls lead to it."""
+        seen = {} if seen is None else seen
         for inner in walk(node):
             if found(inner):
                 return True
             if isinstance(inner, cst.Call) and depth < MAX_DEPTH:
                 for function in self.callees(inner):
-                    if self.reaches(function.body, found, depth + 1):
+                    if seen.get(id(function), MAX_DEPTH + 1) <= depth + 1:
+                        continue
+                    seen[id(function)] = depth + 1
+                    if self.reaches(function.body, found, depth + 1, seen):
                         return True
         return False
 

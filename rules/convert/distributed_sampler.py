@@ -527,7 +527,8 @@ class DistributedSampler(ConvertRule):
         loaders = anatomy.script.train_loaders
         stream = anatomy.streams.random_batches if not loaders else None
         if stream is not None:
-            _seed_per_process(ctx, stream)
+            if not _ends_on_drawn_values(ctx, stream):
+                _seed_per_process(ctx, stream)
             return
         if not loaders:
             if anatomy.streams.without_loader not in ("whole", "ordered") or not _split(ctx):
@@ -1024,6 +1025,43 @@ def _data_loader_is_another(anatomy: Anatomy) -> bool:
                 bound = alias.evaluated_alias or alias.evaluated_name
                 if bound == "DataLoader" and not module.startswith("torch.utils.data"):
                     return True
+    return False
+
+
+def _ends_on_drawn_values(ctx: ConvertContext, stream: RandomBatches) -> bool:
+    """A loop around the steps that each process, drawing its own random numbers, may leave
+    at its own step (round-15 audit s06, the DQN tutorial: `if done: break` on an episode's
+    end): one process would wait in the next step's all-reduce for the others. A `break` on
+    a counter (`if iter_num > max_iters: break`) or on values set before the loop is taken
+    alike everywhere. Refused, True, when there is such a loop."""
+    anatomy = ctx.anatomy
+    outer = stream.anchor if stream.anchor is not None else stream.loop
+    changing: set[str] = set()
+    counters: set[str] = set()
+    for node in walk(outer):
+        if isinstance(node, cst.AugAssign) and isinstance(node.value, cst.Integer):
+            counters |= {n.value for n in walk(node.target) if isinstance(n, cst.Name)}
+        elif isinstance(node, cst.Assign | cst.AugAssign | cst.For):
+            targets = (
+                [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            )
+            changing |= {n.value for t in targets for n in walk(t) if isinstance(n, cst.Name)}
+    for node in walk(outer):
+        if not isinstance(node, cst.Break):
+            continue
+        test = next((a.test for a in anatomy.ancestors(node) if isinstance(a, cst.If)), None)
+        read = {n.value for n in walk(test) if isinstance(n, cst.Name)} if test else set()
+        if read & (changing - counters) or test is None:
+            ctx.cannot(
+                node,
+                "the loop around the training steps ends on "
+                f"`{source_text(test) if test is not None else 'break'}`, which each process, "
+                "drawing its own random numbers, may reach at another step: every process "
+                "must take as many steps (the others would wait for it in the next "
+                "all-reduce); make the steps' count the same everywhere, or convert by hand",
+                blocking=True,
+            )
+            return True
     return False
 
 

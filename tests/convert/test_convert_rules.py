@@ -3027,3 +3027,44 @@ def test_a_split_by_pythons_salted_hash_is_refused() -> None:
     result = convert_source(source.encode(), "train.py", ConvertOptions())
     assert result.refused
     assert "Python salts it per process" in result.problems[0].message
+
+
+RANDOM_STEPS_WITH_A_BREAK = """\
+import random
+
+import torch
+
+random.seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+memory = [(torch.randn(4), torch.randn(1)) for _ in range(100)]
+step = 0
+for episode in range(10):
+    for t in range(50):
+        batch = random.sample(memory, 8)
+        x = torch.stack([b[0] for b in batch])
+        y = torch.stack([b[1] for b in batch])
+        optimizer.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        CONDITION
+"""
+
+
+@pytest.mark.parametrize(
+    ("condition", "refused"),
+    [("done = random.random() < 0.1\n        if done:\n            break", True),
+     ("if step > 200:\n            break", False)],
+    ids=["episode-end", "counter"],
+)  # fmt: skip
+def test_a_loop_left_on_values_each_process_draws_is_refused(condition: str, refused: bool) -> None:
+    """Round-15 audit s06 (the DQN tutorial): each process draws its own random numbers,
+    so its episodes end at other steps; `if done: break` left one process waiting in the
+    next all-reduce. A break on a step counter is taken alike everywhere."""
+    source = RANDOM_STEPS_WITH_A_BREAK.replace("CONDITION", condition)
+    result = convert_source(source.encode(), "dqn.py", ConvertOptions())
+    assert result.refused is refused, result.problems
+    if refused:
+        assert "may reach at another step" in result.problems[0].message
