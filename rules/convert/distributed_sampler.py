@@ -10,7 +10,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.calls import passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, string_value
-from ddpify.analysis.script import ForeignTraining
+from ddpify.analysis.script import ForeignTraining, TrainLoop
 from ddpify.analysis.splits import drawn_seeds, per_process_draw
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
@@ -590,6 +590,16 @@ class DistributedSampler(ConvertRule):
         return True
 
 
+def _rounds_around(anatomy: Anatomy, loop: TrainLoop) -> cst.CSTNode | None:
+    """A loop around the epoch loop that the loader outlives (made before it): rounds of
+    epochs over one loader, whose epoch counter starts again every round."""
+    assert loop.epoch_loop is not None and loop.loader is not None
+    for node, kind in anatomy.graph.loops_around(loop.epoch_loop):
+        if kind == "loop" and not anatomy.inside(loop.loader.call, node):
+            return node
+    return None
+
+
 def _refuse_salted_hashes(ctx: ConvertContext) -> None:
     """`hash(name) % 10 < 8` splitting train from validation (round-15 audit s42): Python
     salts the hashes of strings per process (PYTHONHASHSEED), so every process would split,
@@ -628,8 +638,20 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
         if problem:
             ctx.cannot(loop.epoch_loop, problem, blocking=True)
             continue
-        insert_set_epoch(ctx.plan, loop)
-        ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
+        rounds = _rounds_around(anatomy, loop)
+        if rounds is not None:
+            # `for rnd in range(3): for _ in range(2):` (round-15 audit s19): the epoch
+            # counter starts again every round; the sampler's own count of passes does not.
+            sampler = f"{loop.loader_at_epoch}.{loop.loader.sampler_path}"
+            insert_set_epoch(ctx.plan, replace(loop, epoch_var=f"{sampler}.epoch + 1"))
+            ctx.changed(
+                loop.epoch_loop,
+                f"set_epoch at the start of every epoch, counting the passes (the epoch "
+                f"counter starts again in every pass of the loop at line {anatomy.line(rounds)})",
+            )
+        else:
+            insert_set_epoch(ctx.plan, loop)
+            ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
         for extra, name in zip(loop.also, loop.also_at_epoch, strict=True):
             if id(extra) not in sharded:
                 continue

@@ -1504,3 +1504,43 @@ def test_writes_on_shared_lines_path_handles_and_open_blocks_are_rank_0s(tmp_pat
     assert len((tmp_path / "out" / "log.txt").read_text().splitlines()) == 4
     assert len((tmp_path / "trials.jsonl").read_text().splitlines()) == 2
     assert ran.stdout.decode().count("trial 1 epoch 1") == 1
+
+
+ROUNDS_OF_EPOCHS = """\
+import json
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.arange(16).float().unsqueeze(1))
+loader = DataLoader(data, batch_size=4, shuffle=True)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+orders = []
+for rnd in range(3):
+    for _ in range(2):
+        seen = []
+        for (x,) in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+            seen += [int(v) for v in x[:, 0]]
+        orders.append(seen)
+    with torch.no_grad():
+        model.weight.mul_(0.5)  # a pruning round, say
+PROBE
+"""
+
+
+def test_rounds_of_epochs_over_one_loader_shuffle_anew_every_pass(tmp_path: Path) -> None:
+    """Round-15 audit s19 (iterative pruning): `set_epoch(_)` with the inner counter gave
+    the same two orders in all three rounds. The sampler's own count of passes gives six."""
+    result = convert_source(ROUNDS_OF_EPOCHS.encode(), "prune.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"loader.sampler.set_epoch(loader.sampler.epoch + 1)" in result.output
+    probe = "json.dump(orders, open(f'orders{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "prune.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["prune.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    orders = json.loads((tmp_path / "orders0.json").read_text())
+    assert len(orders) == 6 and len({tuple(o) for o in orders}) == 6
