@@ -521,6 +521,7 @@ class DistributedSampler(ConvertRule):
 
     def refuse(self, ctx: ConvertContext) -> None:
         _refuse_salted_hashes(ctx)
+        _refuse_per_sample_state(ctx)
 
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
@@ -598,6 +599,51 @@ def _rounds_around(anatomy: Anatomy, loop: TrainLoop) -> cst.CSTNode | None:
         if kind == "loop" and not anatomy.inside(loop.loader.call, node):
             return node
     return None
+
+
+def _refuse_per_sample_state(ctx: ConvertContext) -> None:
+    """`ema_loss[idx] = ...` in the batch loop, `idx` the samples' dataset indices from the
+    batch (round-15 audit s08, loss-based reweighting of noisy labels): a value kept per
+    sample across epochs, which each process would update for its own samples only."""
+    anatomy = ctx.anatomy
+    for loop in anatomy.script.train_loops:
+        batch = {n.value for n in walk(loop.batch_loop.target) if isinstance(n, cst.Name)}
+        made_here = {
+            n.value
+            for node in walk(loop.batch_loop.body)
+            if isinstance(node, cst.Assign)
+            for target in node.targets
+            for n in walk(target.target)
+            if isinstance(n, cst.Name) and not isinstance(target.target, cst.Subscript)
+        }
+        for node in walk(loop.batch_loop.body):
+            if not isinstance(node, cst.Assign | cst.AugAssign):
+                continue
+            targets = (
+                [node.target]
+                if isinstance(node, cst.AugAssign)
+                else [t.target for t in node.targets]
+            )
+            for target in targets:
+                if (
+                    isinstance(target, cst.Subscript)
+                    and isinstance(target.value, cst.Name)
+                    and target.value.value not in batch | made_here
+                    and any(
+                        isinstance(n, cst.Name) and n.value in batch
+                        for element in target.slice
+                        for n in walk(element)
+                    )
+                ):
+                    ctx.cannot(
+                        node,
+                        f"`{source_text(target)}` keeps a value per sample across the run, "
+                        "updated from the batch's samples: each process would update only "
+                        "its own share of the data, and keep stale values for the rest; "
+                        "gather the updates from every process (dist.all_gather) by hand",
+                        blocking=True,
+                    )
+                    return
 
 
 def _refuse_salted_hashes(ctx: ConvertContext) -> None:

@@ -3068,3 +3068,38 @@ def test_a_loop_left_on_values_each_process_draws_is_refused(condition: str, ref
     assert result.refused is refused, result.problems
     if refused:
         assert "may reach at another step" in result.problems[0].message
+
+
+PER_SAMPLE_STATE = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(indexed_ds, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+ema_loss = torch.zeros(len(indexed_ds))
+for epoch in range(3):
+    for x, y, idx in loader:
+        per_sample = torch.nn.functional.cross_entropy(model(x), y, reduction="none")
+        UPDATE
+        optimizer.zero_grad()
+        per_sample.mean().backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("update", "refused"),
+    [("ema_loss[idx] = 0.9 * ema_loss[idx] + 0.1 * per_sample.detach()", True),
+     ("weights = per_sample.detach()\n        weights[0] = 1.0", False)],
+    ids=["kept-per-sample", "batch-local"],
+)  # fmt: skip
+def test_values_kept_per_sample_across_the_run_are_refused(update: str, refused: bool) -> None:
+    """Round-15 audit s08: a loss kept per dataset index and updated from the batch was
+    updated by each process for its own samples only (231 of 240 seen by rank 0 after five
+    epochs), and the noisy-label detection it drives got worse, silently."""
+    source = PER_SAMPLE_STATE.replace("UPDATE", update)
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert result.refused is refused, result.problems
+    if refused:
+        assert "keeps a value per sample" in result.problems[0].message
