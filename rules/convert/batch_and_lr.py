@@ -156,6 +156,16 @@ class BatchAndLearningRate(ConvertRule):
                 "--batch global: batches drawn at random keep their size in every process; "
                 "divide it by the world size by hand",
             )
+        paired = _pairs_the_batch(anatomy) if options.batch is BatchMode.GLOBAL else None
+        if paired is not None:
+            ctx.cannot(
+                paired,
+                "--batch global: the loss compares every sample of the batch with the others "
+                "(in-batch negatives, `a @ b.T`): with each process's batch world_size times "
+                "smaller, each term would see world_size times fewer; gather the features "
+                "from every process (all_gather) by hand, or use --batch per-gpu",
+                blocking=True,
+            )
         if options.batch is BatchMode.GLOBAL:
             for loader in anatomy.script.train_loaders:
                 size = call_arg(loader.call, 1, "batch_size")
@@ -586,4 +596,15 @@ def _gradient_scale(node: cst.CSTNode) -> cst.BaseExpression | None:
         if is_attribute(target, "data"):
             target = target.value  # type: ignore[attr-defined]
         return node.value if is_attribute(target, "grad") else None
+    return None
+
+
+def _pairs_the_batch(anatomy: Anatomy) -> cst.BinaryOperation | None:
+    """`image_features @ text_features.T` (or `.t()`, `.transpose(...)`): a matrix of every
+    sample of the batch against every other (CLIP, SimCLR), round-15 audit s11g."""
+    for node in walk(anatomy.module):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+            right = node.right
+            if is_attribute(right, "T", "mT") or is_method_call(right, "t", "transpose"):
+                return node
     return None

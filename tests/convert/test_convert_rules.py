@@ -3103,3 +3103,19 @@ def test_values_kept_per_sample_across_the_run_are_refused(update: str, refused:
     assert result.refused is refused, result.problems
     if refused:
         assert "keeps a value per sample" in result.problems[0].message
+
+
+def test_in_batch_negatives_are_refused_with_a_global_batch() -> None:
+    """Round-15 audit s11g (CLIP): with --batch global each process's batch is halved, and
+    so was every contrastive term's set of negatives, while the report said the effective
+    batch stayed as it was. With --batch per-gpu each process keeps the script's batch."""
+    source = OWN_OPTIMIZER.replace(
+        "model(x).sum().backward()",
+        "f = model(x)\n        (f @ f.T).logsumexp(1).mean().backward()",
+    )
+    per_gpu = convert_source(source.encode(), "clip.py", ConvertOptions())
+    assert not per_gpu.refused, per_gpu.problems
+    options = replace(ConvertOptions(), batch=BatchMode.GLOBAL)
+    result = convert_source(source.encode(), "clip.py", options)
+    assert result.refused
+    assert "in-batch negatives" in result.problems[0].message
