@@ -401,10 +401,13 @@ class RankZeroSideEffects(ConvertRule):
                 bar, lambda updated: with_keyword(updated, "disable", expression(NOT_RANK_ZERO))
             )
             ctx.changed(bar, "progress bar shown on rank 0 only")
+        helped = []
         for line, helper, writes in _helpers_that_write(anatomy, model_names):
             where = f"`{helper.name}()` ({anatomy.project.shown(helper.path)})"
             ctx.plan.guard(line, expression(RANK_ZERO))
+            helped.append(line)
             ctx.changed(line, f"{where} writes files ({writes}): on rank 0 only")
+        _foreign_writers(ctx, [*guarded, *helped], model_names)
         _foreign_training(ctx)
         _kept_open(ctx)
 
@@ -899,6 +902,38 @@ def _helpers_that_write(
             continue
         found.append((line, helper, ", ".join(f"`{w}`" for w in effects.writes)))
     return found
+
+
+def _foreign_writers(ctx: ConvertContext, guarded: list[cst.CSTNode], models: set[str]) -> None:
+    """A helper of another file that writes files, given the model, and called where it
+    cannot be put on rank 0 alone (`acc = evaluate_and_dump(model, loader, path)`: it runs
+    the model, and its result is kept, round-15 audit m03): every process would write
+    them. Refused. (Given no model, `train_set = get_training_set()` downloading its data
+    runs on rank 0 first: `_rank_zero_first`.)"""
+    anatomy = ctx.anatomy
+    for call in anatomy.calls:
+        if (
+            anatomy.graph.calls_script(call)
+            or anatomy.ranks.guard(call) is not None
+            or any(anatomy.inside(call, outer) for outer in guarded)
+            or not anatomy.script.after_setup(call)
+        ):
+            continue
+        helper = anatomy.project.helper(call)
+        effects = anatomy.project.effects(helper) if helper is not None else None
+        if helper is None or effects is None or not effects.writes or effects.trains:
+            continue
+        if not any(dotted(arg.value) in models for arg in call.args):
+            continue  # a download, a cache: rank 0 first (`_rank_zero_first`)
+        ctx.cannot(
+            call,
+            f"`{helper.name}()` ({anatomy.project.shown(helper.path)}) writes files "
+            f"(`{effects.writes[0]}`), and is given the model, which every process must run: "
+            "each process would write them; pass it a path only rank 0 writes to, or move "
+            "the writes out of it, by hand",
+            blocking=True,
+        )
+        return
 
 
 def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:

@@ -518,3 +518,41 @@ def test_a_helper_that_orders_a_set_is_refused(tmp_path: Path) -> None:
     [problem] = [p for p in result.problems if p.code == "DDP013"]
     assert problem.line == 4
     assert problem.message.startswith("`build_vocab()` (data.py, line 6) takes an order from a set")
+
+
+def test_a_helper_of_another_file_that_runs_the_model_and_writes_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Round-15 audit m03: `acc = evaluate_and_dump(model, loader, path)` from engine.py runs
+    the model (every process must) and writes a CSV of predictions: both ranks wrote it,
+    and the report said nothing."""
+    (tmp_path / "engine.py").write_text(
+        "import csv\n\n\n"
+        "def evaluate_and_dump(model, loader, path):\n"
+        "    with open(path, 'w') as f:\n"
+        "        w = csv.writer(f)\n"
+        "        for x, y in loader:\n"
+        "            w.writerow(model(x).argmax(1).tolist())\n"
+        "    return 1.0\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "from engine import evaluate_and_dump\n\n"
+        "loader = DataLoader(train_ds, batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 3)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        torch.nn.functional.cross_entropy(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+        "    acc = evaluate_and_dump(model, val_loader, f'preds{epoch}.csv')\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    problem = result.problems[0]
+    assert (
+        problem.line == 13 and "`evaluate_and_dump()` (engine.py) writes files" in problem.message
+    )
