@@ -1394,8 +1394,21 @@ def _loop_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool
 
 
 def _loop_bindings(target: cst.BaseExpression, iterable: cst.BaseExpression) -> dict[str, set[str]]:
-    """For `for a, b in ((x1, y1), (x2, y2))` (or a list, or `for m in (x, y)`): each
-    target name and the dotted names it takes; a value that is not a name counts as "?"."""
+    """For `for a, b in ((x1, y1), (x2, y2))` (or a list, or `for m in (x, y)`, or a dict's
+    `{"G_A": netG_A, ...}.items()` or `.values()`, CycleGAN's saves): each target name and
+    the dotted names it takes; a value that is not a name counts as "?"."""
+    if (
+        is_method_call(iterable, "items", "values") and isinstance(iterable.func.value, cst.Dict)  # type: ignore[attr-defined]
+    ):
+        pairs = [
+            (element.key, element.value)
+            for element in iterable.func.value.elements  # type: ignore[attr-defined]
+            if isinstance(element, cst.DictElement)
+        ]
+        if is_method_call(iterable, "values"):
+            return _loop_bindings(target, cst.Tuple([cst.Element(v) for _, v in pairs]))
+        rows = [cst.Element(cst.Tuple([cst.Element(k), cst.Element(v)])) for k, v in pairs]
+        return _loop_bindings(target, cst.Tuple(rows))
     if not isinstance(iterable, cst.Tuple | cst.List):
         return {}
     bindings: dict[str, set[str]] = {}

@@ -3119,3 +3119,15 @@ def test_in_batch_negatives_are_refused_with_a_global_batch() -> None:
     result = convert_source(source.encode(), "clip.py", options)
     assert result.refused
     assert "in-batch negatives" in result.problems[0].message
+
+
+def test_models_saved_from_a_dict_of_them_are_saved_bare() -> None:
+    """Round-15 audit s03b (CycleGAN): `for name, net in {"G": netG, "D": netD}.items():
+    torch.save(net.state_dict(), ...)` saved the wrappers' keys, with `module.`."""
+    source = MODELS_IN_A_LIST.format(middle="nets = [netA, netB]") + (
+        'for name, net in {"A": netA, "B": netB}.items():\n'
+        '    torch.save(net.state_dict(), f"{name}.pt")\n'
+    )
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b'torch.save(net.module.state_dict(), f"{name}.pt")' in result.output
