@@ -2,7 +2,8 @@
 
 What it measures, each a fresh process tree timed by wall clock:
 
-* ``verify``: ``python -m ddpify.verify ORIGINAL CONVERTED --nproc 2 --steps 3`` (both runs,
+* ``verify``: ``python -m ddpify.verify ORIGINAL CONVERTED --nproc 2 --steps 3 --epochs 1``
+  (one pass cut to 3 steps, as the baseline takes; both runs,
   the comparisons, the report);
 * ``baseline``: what a person would run to try the pair by hand, one after the other:
   ``python stop_after.py 3 ORIGINAL`` then
@@ -91,7 +92,7 @@ def timed(commands: Sequence[Sequence[str]], cwd: Path | None = None) -> float:
 def verify_once(original: Path, converted: Path) -> float:
     command = [
         sys.executable, "-m", "ddpify.verify", str(original), str(converted),
-        "--nproc", "2", "--steps", str(STEPS),
+        "--nproc", "2", "--steps", str(STEPS), "--epochs", "1",
     ]  # fmt: skip
     start = time.perf_counter()
     completed = subprocess.run(command, capture_output=True)
