@@ -11,7 +11,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.script import TrainLoop
-from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
 
@@ -166,10 +166,7 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
     if holder is not None:
         # The dict's `shuffle` goes to the sampler; DataLoader refuses both at once.
         shuffle_code = f'{holder.value}.pop("shuffle", False)'
-    sampler_name = imported_sampler(anatomy, call)
-    if sampler_name is None:
-        sampler_name = "DistributedSampler"
-        importer.add_import("torch.utils.data", "DistributedSampler")
+    sampler_name = distributed_sampler_name(anatomy, call, importer)
     sampler = cst.parse_expression(f"{sampler_name}({dataset_code}, shuffle={shuffle_code})")
     if loader.key_var is not None:
         _shard_one_key(plan, loader, sampler, shuffle)
@@ -362,19 +359,15 @@ def _sample_the_subset(
     shuffle=True)` and the loader reads `<sampler>.dataset`, the subset it indexes."""
     dataset = call_arg(loader.call, 0, "dataset")
     assert dataset is not None
-    sampler_name = imported_sampler(anatomy, made)
-    if sampler_name is None:
-        sampler_name = "DistributedSampler"
-        importer.add_import("torch.utils.data", "DistributedSampler")
+    sampler_name = distributed_sampler_name(anatomy, made, importer)
     importer.add_import("torch.utils.data", "Subset")
-    code = cst.Module([]).code_for_node
-    indices = code(made.args[0].value)
+    indices = source_text(made.args[0].value)
     sampler = cst.parse_expression(
-        f"{sampler_name}(Subset({code(dataset.value)}, {indices}), shuffle=True)"
+        f"{sampler_name}(Subset({source_text(dataset.value)}, {indices}), shuffle=True)"
     )
     plan.replace(made, lambda _: sampler)
     passed = anatomy.loaders.argument(loader.call, "sampler") or []
-    given = code(passed[0].value)
+    given = source_text(passed[0].value)
     plan.replace(dataset.value, lambda _: cst.parse_expression(f"{given}.dataset"))
 
 
@@ -393,10 +386,7 @@ def _replace_sampler(plan: EditPlan, anatomy: Anatomy, made: cst.Call, importer:
         for name, value in PLAIN_SAMPLERS.items()
         if name in anatomy.qualified_names(made.func)
     )
-    sampler_name = imported_sampler(anatomy, made)
-    if sampler_name is None:
-        sampler_name = "DistributedSampler"
-        importer.add_import("torch.utils.data", "DistributedSampler")
+    sampler_name = distributed_sampler_name(anatomy, made, importer)
     dataset = cst.Module([]).code_for_node(made.args[0].value)
     sampler = cst.parse_expression(f"{sampler_name}({dataset}, shuffle={shuffle})")
     plan.replace(made, lambda _: sampler)
@@ -445,6 +435,16 @@ def _in_own_scope(anatomy: Anatomy, node: cst.CSTNode) -> bool:
         )
         for ancestor in anatomy.ancestors(node)
     )
+
+
+def distributed_sampler_name(anatomy: Anatomy, user: cst.CSTNode, importer: Importer) -> str:
+    """The name `user` can call DistributedSampler by: the script's own import, else
+    `DistributedSampler`, imported."""
+    name = imported_sampler(anatomy, user)
+    if name is None:
+        name = "DistributedSampler"
+        importer.add_import("torch.utils.data", "DistributedSampler")
+    return name
 
 
 def imported_sampler(anatomy: Anatomy, user: cst.CSTNode) -> str | None:

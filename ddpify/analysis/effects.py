@@ -155,10 +155,7 @@ class SideEffects:
                 if isinstance(value, cst.Call) and isinstance(value.func, cst.Name)
                 else None
             )
-            if owner is not None and any(
-                isinstance(inner, cst.FunctionDef) and inner.name.value == method
-                for inner in owner.body.body
-            ):
+            if owner is not None and any(m.name.value == method for m in methods(owner)):
                 return True
         return False
 

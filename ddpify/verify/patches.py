@@ -491,10 +491,6 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
         self._ddpify_serial = next(serials)
         pending: deque[list[int] | None] = deque()
         self._ddpify_pending = pending
-        self._ddpify_start = recorder.step
-        batches = getattr(loader, "batch_sampler", None)
-        sampler = getattr(batches, "sampler", None) or getattr(loader, "sampler", None)
-        recorder.pass_starts(self._ddpify_loader, sampler)
 
     def next_index(self: Any) -> Any:
         index = real_next_index(self)
@@ -519,13 +515,12 @@ def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | 
     real_loader_iter = DataLoader.__iter__
 
     def loader_iter(self: DataLoader[Any]) -> Any:
+        """A pass starts: an iterator made, or (persistent workers) the loader's one reset."""
         iterator: Any = real_loader_iter(self)
-        if getattr(iterator, "_ddpify_made", False):  # persistent workers: reset, not made
-            iterator._ddpify_start = recorder.step
-            batches = getattr(self, "batch_sampler", None)
-            sampler = getattr(batches, "sampler", None) or getattr(self, "sampler", None)
-            recorder.pass_starts(getattr(self, "_ddpify_ordinal", None), sampler)
-        iterator._ddpify_made = True
+        iterator._ddpify_start = recorder.step
+        batches = getattr(self, "batch_sampler", None)
+        sampler = getattr(batches, "sampler", None) or getattr(self, "sampler", None)
+        recorder.pass_starts(getattr(self, "_ddpify_ordinal", None), sampler)
         return iterator
 
     DataLoader.__iter__ = loader_iter  # type: ignore[method-assign]
