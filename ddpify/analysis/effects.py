@@ -27,6 +27,13 @@ FILE_WRITERS = frozenset(
         "torch.onnx.export",
     }
 )  # fmt: skip
+# Methods that write the file they are given: pathlib's, matplotlib's, pandas', numpy's
+# (`ids.tofile(path)` in nanoGPT's prepare.py, round-15 audit s02b), images' (`plt.imsave`,
+# `cv2.imwrite`, `imageio.mimsave`; round-16 audit s13).
+FILE_METHODS = frozenset(
+    {"write_text", "write_bytes", "savefig", "to_csv", "tofile", "to_parquet", "to_pickle",
+     "to_feather", "to_excel", "imsave", "imwrite", "mimsave", "mimwrite"}
+)  # fmt: skip
 # What makes a PIL image, whose `.save(path)` writes it; and its methods that make another.
 PIL_IMAGES = frozenset(
     {
@@ -107,7 +114,7 @@ class SideEffects:
             if attr in {"save_pretrained", "save_model", "save_checkpoint"}:
                 # The script's own method: the writes in its body are guarded one by one.
                 return None if self.graph.callee(call) is not None else "checkpoint write"
-            if attr in {"write_text", "write_bytes", "savefig", "to_csv"}:
+            if attr in FILE_METHODS:
                 return "file write"
             if f"{base}.{attr}" in FILE_OPERATIONS:  # the best checkpoint copied, old ones removed
                 return "file write"
