@@ -66,7 +66,9 @@ class Anatomy(SourceIndex):
 
     @cached_property
     def script(self) -> TrainingScript:
-        return TrainingScript(self, self.graph, self.values, self.loaders, self.project)
+        return TrainingScript(
+            self, self.graph, self.values, self.loaders, self.project, self.effects
+        )
 
     @cached_property
     def models(self) -> Models:

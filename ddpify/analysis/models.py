@@ -211,7 +211,10 @@ class Models:
             unique = before
         if unique:
             statement, name = max(unique.values(), key=lambda item: self.index.line(item[0]))
-            model.placement, model.placed_name = self._unconditional(statement), name
+            model.placement, model.placed_name = (
+                self._unconditional(statement, model.optimizer_call),
+                name,
+            )
             model.alias = _moved_alias(statement, name)
             model.placement = self._after_initialisation(model.placement, model.names)
             model.bare = self._bare_aliases(model)
@@ -226,9 +229,9 @@ class Models:
             if not built:
                 built = self._built(model, caller)
         if built:
-            last = built[-1]
+            last, name = built[-1]
             model.placement = self._after_initialisation(self.index.statement_of(last), model.names)
-            model.placed_name = dotted(last.targets[0].target)
+            model.placed_name = name
 
     def _bare_aliases(self, model: Model) -> set[str]:
         """Names assigned the model by `b = a` in the placement's block, before the wrap."""
@@ -249,22 +252,33 @@ class Models:
                     bare.add(target)
         return bare
 
-    def _built(self, model: Model, scope: cst.FunctionDef | None) -> list[cst.Assign]:
+    def _built(self, model: Model, scope: cst.FunctionDef | None) -> list[tuple[cst.Assign, str]]:
         """Assignments of the model in `scope` that come before its optimizer (or, at module
-        level for an optimizer in a function, anywhere)."""
+        level for an optimizer in a function, anywhere), and the model's name in each: also
+        one of several built in one line (`netG_A, netG_B, netD_A, netD_B = G(), G(), D(),
+        D()`, CycleGAN, round-15 audit s03)."""
         optimizer = model.optimizer_call
-        return [
-            node
-            for node in walk(scope or self.index.module)
-            if isinstance(node, cst.Assign)
-            and len(node.targets) == 1
-            and dotted(node.targets[0].target) in model.names
-            and self.index.function_of(node) is scope
-            and (
-                self.index.precedes(node, optimizer)
-                or self.index.function_of(optimizer) is not scope
-            )
-        ]
+        found = []
+        for node in walk(scope or self.index.module):
+            if not (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and self.index.function_of(node) is scope
+                and (
+                    self.index.precedes(node, optimizer)
+                    or self.index.function_of(optimizer) is not scope
+                )
+            ):
+                continue
+            name = dotted(node.targets[0].target)
+            if name in model.names:
+                found.append((node, name))
+                continue
+            for target, _ in _pairs(node):
+                name = dotted(target)
+                if name in model.names and isinstance(target, cst.Name):
+                    found.append((node, name))
+        return found
 
     def _after_initialisation(
         self, placement: cst.BaseStatement, names: set[str]
@@ -309,15 +323,22 @@ class Models:
             _names_model(node, names) and id(node) not in parameters for node in walk(statement)
         )
 
-    def _unconditional(self, statement: cst.BaseStatement) -> cst.BaseStatement:
+    def _unconditional(
+        self, statement: cst.BaseStatement, optimizer: cst.Call
+    ) -> cst.BaseStatement:
         """The statement itself, or the `if`/`with`/`try` it sits in (the outermost below its
-        function or loop), so that what is inserted after it runs on every path."""
+        function or loop), so that what is inserted after it runs on every path; never past
+        the block that also makes the optimizer (a teacher built and trained under `if not
+        os.path.exists(ckpt):`, round-16 audit s04: wrapped after the block, it had trained
+        bare)."""
         anchor = statement
         for ancestor in self.index.ancestors(statement):
             if isinstance(ancestor, cst.FunctionDef | cst.For | cst.While | cst.Module):
                 break
             if ancestor is self.script.main_guard:
                 break  # the `if __name__ == "__main__":` block is where the script runs
+            if self.index.inside(optimizer, ancestor):
+                break
             if isinstance(ancestor, cst.If | cst.With | cst.Try):
                 anchor = ancestor
         return anchor

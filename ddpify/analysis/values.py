@@ -109,6 +109,7 @@ class Values:
         depth: int = 0,
         *,
         some: bool = False,
+        same: frozenset[str] = frozenset(),
     ) -> bool:
         """Whether `node`, a use of `name`, runs after `anchor` (where `name` was rebound):
         later in the same function, or in another function that does not bind `name` itself
@@ -116,14 +117,16 @@ class Values:
         function in this file gives it: `copy.deepcopy(model)` in an EMA's `__init__` called
         as `ModelEma(model)` before the rebinding holds the object from before. With `some`,
         whether it may run after: one call of its function is enough (`set_trainable(model,
-        True)` at some epoch, after the same helper froze it before the wrap)."""
+        True)` at some epoch, after the same helper froze it before the wrap). `same`: names
+        of the object rebound at `anchor`; `name = other` for one of them gives it no new
+        object (`raw = model` after the wrap, round-16 probe)."""
         index = self.index
         scope = index.function_of(node)
         if scope is index.function_of(anchor):
             return (
                 index.precedes(anchor, node)
                 and not index.inside(node, anchor)
-                and not self._made_anew(name, scope, anchor, node)
+                and not self._made_anew(name, scope, anchor, node, same)
             )
         returned = self._returned_after(anchor, node, name, scope, depth, some)
         if returned is not None:
@@ -134,7 +137,8 @@ class Values:
         if not sites or depth >= MAX_STEPS:
             return True
         after = [
-            given is not None and self.runs_after(anchor, site, given, depth + 1, some=some)
+            given is not None
+            and self.runs_after(anchor, site, given, depth + 1, some=some, same=same)
             for site in sites
             for given in [dotted(self.graph.bound_argument(site, scope, name))]
         ]
@@ -189,7 +193,14 @@ class Values:
             return None
         return any(after) if some else all(after)
 
-    def _made_anew(self, name: str, scope: Scope, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:
+    def _made_anew(
+        self,
+        name: str,
+        scope: Scope,
+        anchor: cst.CSTNode,
+        node: cst.CSTNode,
+        same: frozenset[str] = frozenset(),
+    ) -> bool:
         """Whether `name` is given a new object between `anchor` and `node` (`model =
         Net()` to reload saved weights), not one made from itself (`model = compile(model)`)."""
         index = self.index
@@ -205,6 +216,8 @@ class Values:
             )
             if assign.value is None or not any(dotted(target) == name for target in targets):
                 continue
+            if dotted(assign.value) in same - {name}:
+                continue  # `raw = model`: the same object
             if not any(dotted(inner) == name for inner in walk(assign.value)):
                 return True
         return False

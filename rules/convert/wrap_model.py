@@ -339,6 +339,7 @@ class WrapModel(ConvertRule):
             for attribute in _raw_uses(anatomy, model):
                 if unwrapped is None or not _after(anatomy, unwrapped, attribute):
                     _route_raw_use(ctx, model, attribute, compiled_after)
+            _unwrap_both_branches(ctx, model)
             for shown in _shown(anatomy, model):
                 ctx.plan.replace(shown, _through_module)
                 ctx.changed(shown, "the model printed is the bare one (via `.module`)")
@@ -585,7 +586,10 @@ def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> N
         return  # not a helper of the project, or the wrapper serves all it asks
     where = f"`{use.helper.name}()` ({ctx.anatomy.project.shown(use.helper.path)})"
     read = ", ".join(f"`.{attribute}`" for attribute in use.attributes)
-    if use.trains:
+    effects = ctx.anatomy.project.effects(use.helper)
+    if use.trains and (effects.trains or id(call) in ctx.anatomy.script.loss_nodes):
+        # it calls backward, or what it computes with gradients is the caller's loss; one
+        # that runs the model for what it shows (char-rnn's `print(generate(decoder))`) not
         ctx.cannot(
             call,
             f"{where} reads {read} of the model, which the DDP wrapper does not have, and may "
@@ -713,7 +717,9 @@ def _holds_wrapper(
     return (
         name in model.names - model.bare
         and not _handed_in_bare(anatomy, model, node, name)
-        and anatomy.values.runs_after(model.placement, node, name, some=some)
+        and anatomy.values.runs_after(
+            model.placement, node, name, some=some, same=frozenset(model.names - model.bare)
+        )
     )
 
 
@@ -753,6 +759,38 @@ def _shown(anatomy: Anatomy, model: Model) -> list[cst.Name]:
         )
         if shown and _holds_wrapper(anatomy, model, node, node.value):
             found.append(node)
+    return found
+
+
+def _unwrap_both_branches(ctx: ConvertContext, model: Model) -> None:
+    for branch in _unwrapping_branches(ctx.anatomy, model):
+        ctx.plan.replace(branch, _through_module)
+        ctx.changed(
+            branch,
+            "the other branch unwraps the model (`raw_model = model._orig_mod if compile "
+            "else model`): this one gives the bare model too, via `.module`",
+        )
+
+
+def _unwrapping_branches(anatomy: Anatomy, model: Model) -> list[cst.Name]:
+    """`raw_model = model._orig_mod if compile else model` after the wrap (nanoGPT; round-15
+    audit s02): the script means the bare model on both branches, and saves its
+    `state_dict()`; the branch that is the wrapper itself is given `.module`."""
+    found = []
+    for assign in anatomy.assigns:
+        value = assign.value
+        if not isinstance(value, cst.IfExp):
+            continue
+        for plain, other in ((value.body, value.orelse), (value.orelse, value.body)):
+            root = dotted(other) or ""
+            if (
+                isinstance(plain, cst.Name)
+                and isinstance(other, cst.Attribute)
+                and _holds_wrapper(anatomy, model, plain, plain.value)
+                and root.split(".")[0] == plain.value
+                and root.split(".")[1] in {"_orig_mod", "module"}
+            ):
+                found.append(plain)
     return found
 
 
