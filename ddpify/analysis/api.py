@@ -78,7 +78,7 @@ SIDE_EFFECT_NAMES = {
 }  # fmt: skip
 ITER_WRAPPERS = {
     "enumerate", "tqdm", "tqdm.tqdm", "iter", "tqdm.auto.tqdm", "tqdm.notebook.tqdm",
-    "progress_bar",
+    "progress_bar", "itertools.islice", "islice",
 }  # fmt: skip
 # Module attributes that behave the same on the DDP wrapper; anything else needs `.module`.
 DDP_TRANSPARENT = {

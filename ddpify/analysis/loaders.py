@@ -435,8 +435,15 @@ def _string(node: cst.BaseExpression | None) -> str | None:
 def strip_iteration(expr: cst.BaseExpression, graph: CallGraph | None = None) -> cst.BaseExpression:
     """`loader` from `enumerate(loader)`, `tqdm(loader, ...)`, `iter(loader)`; with the
     script's call graph, also from its generators that pass each item through
-    (`metric_logger.log_every(loader, 10)`)."""
-    while isinstance(expr, cst.Call):
+    (`metric_logger.log_every(loader, 10)`). `islice(loader, limit) if limit else loader`
+    (round-15 audit s32): both branches read the same loader."""
+    while isinstance(expr, cst.Call | cst.IfExp):
+        if isinstance(expr, cst.IfExp):
+            body = strip_iteration(expr.body, graph)
+            if dotted(body) is None or dotted(body) != dotted(strip_iteration(expr.orelse, graph)):
+                break
+            expr = body
+            continue
         if dotted(expr.func) in ITER_WRAPPERS and expr.args and expr.args[0].keyword is None:
             expr = expr.args[0].value
             continue

@@ -601,6 +601,45 @@ def _rounds_around(anatomy: Anatomy, loop: TrainLoop) -> cst.CSTNode | None:
     return None
 
 
+def _counted_over_rounds(anatomy: Anatomy, loop: TrainLoop) -> tuple[str, cst.For] | None:
+    """`rnd * E + epoch`, the epochs counted over every round, when the loader is made anew
+    in each pass of a loop around `for epoch in range(E)` (self-training's rounds, round-15
+    audit s24): a new DistributedSampler starts from the same seed, so `set_epoch(epoch)`
+    would give every round the orders of the first."""
+    assert loop.epoch_loop is not None and loop.loader is not None
+    epoch = loop.epoch_loop
+    if not isinstance(epoch, cst.For) or not isinstance(epoch.target, cst.Name):
+        return None
+    if not isinstance(epoch.iter, cst.Call) or not is_name(epoch.iter.func, "range"):
+        return None
+    bounds = [arg for arg in epoch.iter.args if arg.keyword is None and not arg.star]
+    if len(bounds) not in (1, 2) or len(bounds) != len(epoch.iter.args):
+        return None
+    for node, kind in anatomy.graph.loops_around(epoch):
+        if kind != "loop":
+            return None  # the round's counter is not in scope
+        if not anatomy.inside(loop.loader.call, node):
+            return None  # made before the rounds: `_rounds_around`'s case
+        if not isinstance(node, cst.For):
+            return None
+        target: cst.BaseExpression = node.target
+        if (
+            isinstance(target, cst.Tuple)
+            and isinstance(node.iter, cst.Call)
+            and is_name(node.iter.func, "enumerate")
+            and target.elements
+        ):
+            target = target.elements[0].value  # `for fold, (tr, va) in enumerate(...)`
+        if not isinstance(target, cst.Name):
+            return None
+        stop = bounds[-1].value
+        count = source_text(stop)
+        if not isinstance(stop, cst.Name | cst.Attribute | cst.Integer | cst.Call):
+            count = f"({count})"
+        return f"{target.value} * {count} + {epoch.target.value}", node
+    return None
+
+
 def _refuse_per_sample_state(ctx: ConvertContext) -> None:
     """`ema_loss[idx] = ...` in the batch loop, `idx` the samples' dataset indices from the
     batch (round-15 audit s08, loss-based reweighting of noisy labels): a value kept per
@@ -694,6 +733,15 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
                 loop.epoch_loop,
                 f"set_epoch at the start of every epoch, counting the passes (the epoch "
                 f"counter starts again in every pass of the loop at line {anatomy.line(rounds)})",
+            )
+        elif (counted := _counted_over_rounds(anatomy, loop)) is not None:
+            epochs, round_loop = counted
+            insert_set_epoch(ctx.plan, replace(loop, epoch_var=epochs))
+            ctx.changed(
+                loop.epoch_loop,
+                f"set_epoch at the start of every epoch, counting the epochs of every round "
+                f"(`{epochs}`): each round's new sampler would repeat the orders of the "
+                f"round before (the loop at line {anatomy.line(round_loop)})",
             )
         else:
             insert_set_epoch(ctx.plan, loop)
@@ -832,8 +880,8 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
     runs out, or a generator's `while True: for batch in loader: yield batch`. Each pass
     that starts inside a loop gets `<loader>.sampler.set_epoch(<loader>.sampler.epoch + 1)`
     first, a count that changes every pass. `itertools.cycle(loader)` replays the first
-    pass: the script never reshuffles, and neither need the sampler. False when the passes
-    cannot all be found."""
+    pass: the script never reshuffles, and neither need the sampler, unless the cycle is
+    made again in a loop. False when the passes cannot all be found."""
     anatomy = ctx.anatomy
     starts: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
     cycles: list[cst.Call] = []
@@ -852,10 +900,11 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
             continue
         if anatomy.loaders.resolve(source, anatomy.function_of(node)) is not loader.call:
             continue
-        if kind == "cycle":
+        looped = any(kind == "loop" for _, kind in anatomy.graph.loops_around(node))
+        if kind == "cycle" and not looped:
             assert isinstance(node, cst.Call)
             cycles.append(node)
-        else:
+        else:  # a cycle made again in every epoch starts a new pass (round-16 audit s01)
             starts.append((node, source))
     if cycles:
         if starts:
