@@ -9,7 +9,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.loaders import Loader, keyed_read
-from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 # Calls whose arguments are shown, not used: an average there is what the script reports.
@@ -333,14 +333,16 @@ def _with_variable(expr: cst.BaseExpression, variable: str) -> str:
 
 
 def _lengths(anatomy: Anatomy, scope: cst.FunctionDef | None, measured: str) -> list[cst.Call]:
-    """`len(<measured>)` in `scope` (its own code, not nested functions')."""
+    """`len(<measured>)` in `scope` (its own code, not nested functions'); `measured` may
+    read a loader by its key (`len(dataloaders[phase].dataset)`, the fine-tuning tutorial's
+    divisor, round-16 audit s14)."""
     return [
         node
         for node in walk(scope if scope is not None else anatomy.module)
         if isinstance(node, cst.Call)
         and is_name(node.func, "len")
         and len(node.args) == 1
-        and dotted(node.args[0].value) == measured
+        and (dotted(node.args[0].value) or source_text(node.args[0].value)) == measured
         and anatomy.function_of(node) is scope
     ]
 
