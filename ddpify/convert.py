@@ -70,7 +70,9 @@ def batch_semantics(options: ConvertOptions, whole_batch: bool = False) -> str:
         )
     return (
         "--batch per-gpu: each process keeps the script's batch size, so the effective batch "
-        "is world_size times larger; consider --scale-lr linear or sqrt"
+        "is world_size times larger and an epoch world_size times fewer steps (settings "
+        "counted in steps, a warmup or an annealing, span more of the run); consider "
+        "--scale-lr linear or sqrt"
     )
 
 
