@@ -712,3 +712,22 @@ def test_a_full_batch_split_between_the_ranks_is_equivalent_and_sharded(tmp_path
     _, outcome = verify(original, unsplit, steps=2)
     assert statuses(outcome)["data-sharding"] is Status.FAIL
     assert "both trained on samples" in check(outcome, "data-sharding")
+
+
+def test_equal_infinities_and_nans_are_no_difference() -> None:
+    """Round-16 audit s08: a causal mask buffer full of -inf, identical in both runs, was
+    reported as differing "by up to inf" (inf - inf is NaN)."""
+    import torch
+
+    from ddpify.verify.compare import tensor_difference
+
+    mask = torch.triu(torch.full((4, 4), float("-inf")), 1)
+    same = tensor_difference(mask.clone(), mask, rtol=1e-5, atol=1e-8)
+    assert same["within"] and same["exact"] and same["max_abs"] == 0.0
+    other = mask.clone()
+    other[0, 1] = 0.0
+    apart = tensor_difference(other, mask, rtol=1e-5, atol=1e-8)
+    assert not apart["within"] and apart["max_abs"] == float("inf")
+    nan = torch.tensor([float("nan"), 1.0])
+    assert tensor_difference(nan.clone(), nan, rtol=1e-5, atol=1e-8)["within"]
+    assert not tensor_difference(torch.tensor([0.0, 1.0]), nan, rtol=1e-5, atol=1e-8)["within"]
