@@ -1544,3 +1544,366 @@ def test_rounds_of_epochs_over_one_loader_shuffle_anew_every_pass(tmp_path: Path
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     orders = json.loads((tmp_path / "orders0.json").read_text())
     assert len(orders) == 6 and len({tuple(o) for o in orders}) == 6
+
+
+def test_a_loader_made_anew_every_round_shuffles_anew_every_round(tmp_path: Path) -> None:
+    """Round-15 audit s24 (self-training): a new loader every round, `set_epoch(epoch)` with
+    the round's own epoch counter, gave every round the orders of the first. The epochs are
+    counted over the rounds."""
+    source = ROUNDS_OF_EPOCHS.replace(
+        "loader = DataLoader(data, batch_size=4, shuffle=True)\n", ""
+    ).replace(
+        "for rnd in range(3):\n",
+        "for rnd in range(3):\n    loader = DataLoader(data, batch_size=4, shuffle=True)\n",
+    )
+    result = convert_source(source.encode(), "rounds.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"loader.sampler.set_epoch(rnd * 2 + _)" in result.output
+    probe = "json.dump(orders, open(f'orders{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "rounds.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["rounds.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    orders = [json.loads((tmp_path / f"orders{r}.json").read_text()) for r in (0, 1)]
+    assert len({tuple(o) for o in orders[0]}) == 6
+    for mine, theirs in zip(*orders, strict=True):
+        assert not set(mine) & set(theirs) and len(mine + theirs) == 16
+
+
+NANOGPT_PREPARE = """\
+import os
+import numpy as np
+import torch
+
+def prepare(data_dir):
+    os.makedirs(data_dir, exist_ok=True)
+    ids = np.arange(2000, dtype=np.uint16) % 50
+    ids[:1800].tofile(os.path.join(data_dir, 'train.bin'))
+    ids[1800:].tofile(os.path.join(data_dir, 'val.bin'))
+    return 50
+
+torch.manual_seed(1337)
+vocab_size = prepare('data')
+
+def get_batch(split):
+    data = np.memmap(os.path.join('data', f'{split}.bin'), dtype=np.uint16, mode='r')
+    ix = torch.randint(len(data) - 8, (4,))
+    x = torch.stack([torch.from_numpy(data[i:i+8].astype(np.int64)) for i in ix])
+    return x, x.float().sum(1, keepdim=True)
+
+emb = torch.nn.Embedding(vocab_size, 4)
+model = torch.nn.Sequential(emb, torch.nn.Flatten(), torch.nn.Linear(32, 1))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for it in range(5):
+    X, Y = get_batch('train')
+    loss = torch.nn.functional.mse_loss(model(X), Y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_data_files_a_helper_writes_are_rank_0s_and_read_after_a_barrier(tmp_path: Path) -> None:
+    """Round-15 audit s02b (nanoGPT's prepare): `ids.tofile(path)` was no write, so both ranks
+    wrote train.bin; now rank 0 writes it while the others wait, after the process group's
+    set-up (the barrier had been put before `init_process_group`)."""
+    result = convert_source(NANOGPT_PREPARE.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.index("init_process_group(") < text.index("dist.barrier()  # rank 0 writes")
+    (tmp_path / "train.py").write_text(text)
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=240, env=recording(tmp_path))
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    written = writers(tmp_path)
+    assert written["data/train.bin"] == written["data/val.bin"] == {"0"}, written
+
+
+OPTIMIZER_OF_THE_MODEL = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 8)
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+    def configure_optimizers(self, weight_decay, lr):
+        decay = [p for p in self.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay}]
+        optimizer = torch.optim.AdamW(groups, lr=lr)
+        return optimizer
+
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+compile = False
+model = Net()
+optimizer = model.configure_optimizers(0.1, 1e-2)
+for epoch in range(2):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    raw_model = model._orig_mod if compile else model
+    torch.save({"model": raw_model.state_dict()}, "ckpt.pt")
+    last = model
+    torch.save(last.state_dict(), "last.pt")
+"""
+
+
+def test_an_optimizer_the_model_makes_trains_the_wrapped_model(tmp_path: Path) -> None:
+    """Round-15 audit s02 (nanoGPT): `optimizer = model.configure_optimizers(...)` was refused
+    as "a module that trains itself". It is the model's optimizer: the wrap goes after it,
+    and the bare model saved through `raw_model = model._orig_mod if compile else model` or
+    `last = model` has no `module.` keys."""
+    result = convert_source(OPTIMIZER_OF_THE_MODEL.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.index("model.configure_optimizers(0.1, 1e-2)") < text.index("model = DDP(")
+    assert "raw_model = model.module._orig_mod if compile else model.module" in text
+    assert "torch.save(last.module.state_dict()" in text
+    (tmp_path / "train.py").write_text(text)
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert_checkpoint_is_plain(tmp_path / "ckpt.pt")
+    assert_checkpoint_is_plain(tmp_path / "last.pt")
+
+
+LIMITED_PASSES = """\
+import itertools
+import json
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.arange(32).float().unsqueeze(1))
+loader = DataLoader(data, batch_size=4, shuffle=True)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+limit = 3
+orders = []
+for epoch in range(3):
+    batches = itertools.islice(loader, limit) if limit else loader
+    seen = []
+    for i, (x,) in enumerate(batches):
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+        seen += [int(v) for v in x[:, 0]]
+    orders.append(seen)
+PROBE
+"""
+
+
+def test_passes_cut_short_by_islice_are_sharded_and_reshuffled(tmp_path: Path) -> None:
+    """Round-15 audit s32: `islice(loader, limit) if limit else loader` was refused ("no for
+    loop over this loader that can be followed"); both branches read the loader, whose
+    sampler gets `set_epoch` at the top of the epoch loop."""
+    result = convert_source(LIMITED_PASSES.encode(), "limit.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"    loader.sampler.set_epoch(epoch)\n    batches = " in result.output
+    probe = "json.dump(orders, open(f'orders{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "limit.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["limit.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    orders = [json.loads((tmp_path / f"orders{r}.json").read_text()) for r in (0, 1)]
+    assert all(len(o) == 12 for o in orders[0] + orders[1])
+    assert len({tuple(o) for o in orders[0]}) == 3
+    for mine, theirs in zip(*orders, strict=True):
+        assert not set(mine) & set(theirs)
+
+
+MODELS_IN_ONE_LINE = """\
+import itertools
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(32, 4))
+loader = DataLoader(data, batch_size=4, shuffle=True)
+net_a, net_b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(itertools.chain(net_a.parameters(), net_b.parameters()), lr=0.1)
+for epoch in range(2):
+    for (x,) in loader:
+        optimizer.zero_grad()
+        ((net_b(net_a(x)) - x) ** 2).mean().backward()
+        optimizer.step()
+PROBE
+"""
+
+
+def test_models_built_in_one_line_are_each_wrapped(tmp_path: Path) -> None:
+    """Round-15 audit s03 (CycleGAN): `netG_A, netG_B, netD_A, netD_B = G(), G(), D(), D()`
+    was refused ("built together with other objects in one assignment"); each is wrapped
+    after the line, and the ranks' weights agree after training."""
+    result = convert_source(MODELS_IN_ONE_LINE.encode(), "pair.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "net_a = DDP(net_a" in text and "net_b = DDP(net_b" in text
+    probe = (
+        "torch.save([p.detach() for n in (net_a, net_b) for p in n.parameters()], "
+        "f'w{dist.get_rank()}.pt')"
+    )
+    (tmp_path / "pair.py").write_text(text.replace("PROBE", probe))
+    ran = torchrun(["pair.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    first, second = (torch.load(tmp_path / f"w{r}.pt") for r in (0, 1))
+    assert len(first) == 4 and all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+CYCLE_EVERY_EPOCH = """\
+import itertools
+import json
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+labeled = DataLoader(TensorDataset(torch.randn(16, 1)), batch_size=4, shuffle=True)
+ids = TensorDataset(torch.arange(16).float().unsqueeze(1))
+unlabeled = DataLoader(ids, batch_size=4, shuffle=True)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+orders = []
+for epoch in range(3):
+    unl = itertools.cycle(unlabeled)
+    seen = []
+    for (x,) in labeled:
+        (u,) = next(unl)
+        optimizer.zero_grad()
+        (model(x).mean() + model(u).pow(2).mean()).backward()
+        optimizer.step()
+        seen += [int(v) for v in u[:, 0]]
+    orders.append(seen)
+PROBE
+"""
+
+
+def test_a_cycle_made_again_every_epoch_is_reshuffled_every_epoch(tmp_path: Path) -> None:
+    """Round-16 audit s01 (FixMatch-style): `itertools.cycle(unlabeled)` made in every epoch
+    reads a new pass each time; the conversion said it replays one (no set_epoch) and every
+    epoch read the same order."""
+    result = convert_source(CYCLE_EVERY_EPOCH.encode(), "cycle.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"unlabeled.sampler.set_epoch(unlabeled.sampler.epoch + 1)" in result.output
+    probe = "json.dump(orders, open(f'orders{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "cycle.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["cycle.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    orders = [json.loads((tmp_path / f"orders{r}.json").read_text()) for r in (0, 1)]
+    assert len({tuple(o) for o in orders[0]}) == 3
+    for mine, theirs in zip(*orders, strict=True):
+        assert not set(mine) & set(theirs)
+
+
+PRETRAIN_WHEN_MISSING = """\
+import os
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cpu")
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    if not os.path.exists("teacher.pt"):
+        teacher = torch.nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(teacher.parameters(), lr=0.1)
+        for epoch in range(2):
+            for x, y in loader:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(teacher(x), y).backward()
+                opt.step()
+        torch.save(teacher.state_dict(), "teacher.pt")
+    teacher = torch.nn.Linear(4, 1).to(device)
+    teacher.load_state_dict(torch.load("teacher.pt"))
+    student = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(student(x), teacher(x).detach()).backward()
+            optimizer.step()
+    torch.save(student.state_dict(), "student.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_model_built_and_trained_under_an_if_is_wrapped_inside_it(tmp_path: Path) -> None:
+    """Round-16 audit s04 (distillation): the teacher, moved to its device and trained under
+    `if not os.path.exists(ckpt):`, was wrapped after the block, so it trained bare on each
+    process's half (replicas apart) and the rerun with the checkpoint present failed with
+    UnboundLocalError. It is wrapped inside the block; both runs work."""
+    result = convert_source(PRETRAIN_WHEN_MISSING.encode(), "distill.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        teacher = DDP(teacher" in text
+    (tmp_path / "distill.py").write_text(text)
+    for _ in range(2):  # the second run finds teacher.pt
+        ran = torchrun(["distill.py"], cwd=tmp_path, timeout=240)
+        assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+        assert_checkpoint_is_plain(tmp_path / "teacher.pt")
+        assert_checkpoint_is_plain(tmp_path / "student.pt")
+
+
+WEIGHTS_WRITTEN_FIRST = """\
+import os
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    if not os.path.exists("pretrained.pth"):
+        torch.save(torch.nn.Linear(4, 2).state_dict(), "pretrained.pth")
+    made = {p: (torch.randn(32, 4), torch.randint(0, 2, (32,))) for p in ["train", "val"]}
+    sets = {p: TensorDataset(*made[p]) for p in ["train", "val"]}
+    loaders = {p: DataLoader(sets[p], batch_size=4, shuffle=p == "train") for p in ["train", "val"]}
+    model = torch.nn.Linear(4, 2)
+    model.load_state_dict(torch.load("pretrained.pth"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for phase in ["train", "val"]:
+            model.train(phase == "train")
+            running = 0.0
+            for x, y in loaders[phase]:
+                with torch.set_grad_enabled(phase == "train"):
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                    if phase == "train":
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+                running += loss.item() * x.size(0)
+            mean = running / len(loaders[phase].dataset)
+            print(f"{phase} n={len(loaders[phase].dataset)} loss {mean:.4f}")
+"""
+
+
+def test_a_file_written_before_training_is_rank_0s_and_phase_means_count_the_shard(
+    tmp_path: Path,
+) -> None:
+    """Round-16 audit s14 (the fine-tuning tutorial with stand-in weights): `if not
+    os.path.exists(w): torch.save(...)` came before the process group's set-up and ran in
+    every process at once; `running / len(dataloaders[phase].dataset)` kept dividing the
+    shard's sum by the whole dataset. The set-up goes before the write, and the divisor
+    counts this process's samples."""
+    result = convert_source(WEIGHTS_WRITTEN_FIRST.encode(), "finetune.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.index("init_process_group(") < text.index('if not os.path.exists("pretrained')
+    assert "mean = running / len(loaders[phase].sampler)" in text
+    (tmp_path / "finetune.py").write_text(text)
+    ran = torchrun(["finetune.py"], cwd=tmp_path, timeout=240, env=recording(tmp_path))
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert writers(tmp_path)["pretrained.pth"] == {"0"}
+    losses = [float(line.split()[-1]) for line in ran.stdout.decode().splitlines()]
+    assert len(losses) == 4 and all(0.1 < loss < 5 for loss in losses), losses

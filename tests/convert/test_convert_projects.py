@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -556,3 +557,134 @@ def test_a_helper_of_another_file_that_runs_the_model_and_writes_is_refused(
     assert (
         problem.line == 13 and "`evaluate_and_dump()` (engine.py) writes files" in problem.message
     )
+
+
+def test_a_helper_of_another_file_that_runs_the_model_and_prints_is_reported(
+    tmp_path: Path,
+) -> None:
+    """Round-15 audit m01b (DeiT): `test_stats = evaluate(loader, model, device)` from engine.py
+    prints its accuracy on every process; the report had said so of `train_one_epoch` only."""
+    (tmp_path / "engine.py").write_text(
+        "def evaluate(model, loader):\n"
+        "    correct = sum(int((model(x).argmax(1) == y).sum()) for x, y in loader)\n"
+        "    print(f'* Acc@1 {correct}')\n"
+        "    return correct\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "from engine import evaluate\n\n"
+        "loader = DataLoader(train_ds, batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 3)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        torch.nn.functional.cross_entropy(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+        "    acc = evaluate(model, val_loader)\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert not result.refused, result.problems
+    notes = [n for n in result.notes if n.line == 13]
+    assert any("`evaluate()` (engine.py) is given the model" in n.message for n in notes), notes
+    assert b"    acc = evaluate(model, val_loader)\n" in result.output  # every process runs it
+
+
+SAMPLER_HELPER = (
+    "import torch\n\n\n"
+    "def generate(decoder, steps=5):\n"
+    "    hidden = decoder.init_hidden()\n"
+    "    out = []\n"
+    "    x = torch.zeros(1, 4)\n"
+    "    for _ in range(steps):\n"
+    "        x, hidden = decoder(x, hidden)\n"
+    "        out.append(float(x.sum()))\n"
+    "    return out\n"
+)
+SAMPLER_SCRIPT = (
+    "import torch\n"
+    "from torch.utils.data import DataLoader\n"
+    "from generate import generate\n\n"
+    "loader = DataLoader(train_ds, batch_size=8, shuffle=True)\n"
+    "model = Decoder()\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for epoch in range(2):\n"
+    "    for x, y in loader:\n"
+    "        optimizer.zero_grad()\n"
+    "        LOSS\n"
+    "        loss.backward()\n"
+    "        optimizer.step()\n"
+    "    print(generate(model))\n"
+)
+
+
+def test_a_helper_that_runs_the_model_to_show_samples_gets_the_bare_model(
+    tmp_path: Path,
+) -> None:
+    """Corpus (spro's char-rnn-generation): `print(generate(decoder, 'Wh', 100))`, whose
+    helper reads `.init_hidden` and runs the model with gradients on, was refused as one
+    that "may train it". What it computes is shown, not a loss: it gets the bare model.
+    Whose result is the loss (a twin) stays refused."""
+    (tmp_path / "generate.py").write_text(SAMPLER_HELPER)
+    script = tmp_path / "train.py"
+    script.write_text(SAMPLER_SCRIPT.replace("LOSS", "loss = (model(x)[0] - y).pow(2).mean()"))
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert not result.refused, result.problems
+    assert b"generate_result = generate(model.module)\n" in result.output
+    script.write_text(SAMPLER_SCRIPT.replace("LOSS", "loss = torch.tensor(generate(model)).sum()"))
+    refused = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert refused.refused
+    assert any("may train it" in problem.message for problem in refused.problems)
+
+
+def test_a_loader_of_one_helper_file_read_by_a_loop_of_another_is_sharded(tmp_path: Path) -> None:
+    """Round-16 audit m01 (models.py/data.py/engine.py): the loader made by data.py's
+    `get_dataloaders()` and looped over in engine.py's `train_one_epoch()` was refused ("found
+    no DataLoader to shard"), though either alone converts. It is made again in the script,
+    with a DistributedSampler and set_epoch; under torchrun each rank reads its own half."""
+    (tmp_path / "data.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def get_dataloaders(batch_size):\n"
+        "    train_set = TensorDataset(torch.arange(32).float().unsqueeze(1))\n"
+        "    return DataLoader(train_set, batch_size=batch_size, shuffle=True)\n"
+    )
+    (tmp_path / "engine.py").write_text(
+        "def train_one_epoch(model, loader, opt, seen):\n"
+        "    for (x,) in loader:\n"
+        "        opt.zero_grad()\n"
+        "        model(x).sum().backward()\n"
+        "        opt.step()\n"
+        "        seen += [int(v) for v in x[:, 0]]\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import json\n"
+        "import torch\n"
+        "from data import get_dataloaders\n"
+        "from engine import train_one_epoch\n\n\n"
+        "def main():\n"
+        "    torch.manual_seed(0)\n"
+        "    loader = get_dataloaders(4)\n"
+        "    model = torch.nn.Linear(1, 1)\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "    seen = []\n"
+        "    for epoch in range(2):\n"
+        "        train_one_epoch(model, loader, opt, seen)\n"
+        "    PROBE\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert not result.refused, result.problems
+    assert b"        loader.sampler.set_epoch(epoch)\n" in result.output
+    probe = b"json.dump(seen, open(f'seen{dist.get_rank()}.json', 'w'))"
+    script.write_bytes(result.output.replace(b"PROBE", probe))
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
+    assert len(seen[0]) == len(seen[1]) == 32  # 16 a pass, two passes
+    assert sorted(seen[0][:16] + seen[1][:16]) == list(range(32))
+    assert seen[0][:16] != seen[0][16:]  # reshuffled

@@ -185,9 +185,10 @@ for epoch in range(2):
             "layer.opt.step()",
             "the optimizer is made inside the model's own class (`Layer`",
         ),
-        # MorvanZhou's DQN: two nets built in one tuple assignment.
+        # Two nets returned together by one call (two built side by side, `a, b = Net(),
+        # Net()`, are each wrapped after the line).
         (
-            "eval_net, target_net = Net(), Net()\n"
+            "eval_net, target_net = make_nets()\n"
             "optimizer = torch.optim.Adam(eval_net.parameters())",
             "eval_net(x).sum()",
             "optimizer.step()",
