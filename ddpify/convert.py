@@ -139,6 +139,11 @@ def convert_source(
         return ConvertResult(source, source, notes=ctx.notes, refused=True)
     new = ctx.plan.apply(anatomy.module)
     new = add_imports(new, sorted(ctx.imports, key=str))
+    for rule in convert_rules():
+        ctx.rule = rule
+        rule().review(ctx, new)
+    if any(note.blocking for note in ctx.notes):
+        return ConvertResult(source, source, notes=ctx.notes, refused=True)
     notes = sorted(ctx.notes, key=lambda note: (note.line, note.code))
     whole = anatomy.whole_batch is not None
     return ConvertResult(source, new.bytes, notes=notes, whole_batch=whole)

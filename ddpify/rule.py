@@ -254,6 +254,10 @@ class ConvertRule(Rule):
         """Record this rule's edits for the script in `ctx`."""
         raise NotImplementedError
 
+    def review(self, ctx: ConvertContext, output: cst.Module) -> None:
+        """After every rule's edits are applied: report, as blocking problems, what the
+        converted module shows those edits together got wrong (at the original's lines)."""
+
     @classmethod
     def pages_examples(cls) -> tuple[Example, ...]:
         return cls.examples

@@ -2639,7 +2639,8 @@ def test_a_loop_over_a_set_runs_over_it_sorted() -> None:
     ("change", "why"),
     [
         # s18: a value named `dist` of the script's own would shadow torch.distributed
-        ("    X, y = split(", "    dist = 3.0\n    X, y = split("),
+        # (a print the conversion guards with `dist.get_rank()` in the same function)
+        ("    X, y = split(", "    dist = 3.0\n    print(dist)\n    X, y = split("),
         # s08: a model made at module level, the group set up under __main__
         ("def main():\n", "model = torch.nn.Linear(2, 1)\n\n\ndef main():\n"),
     ],
@@ -3132,3 +3133,41 @@ def test_models_saved_from_a_dict_of_them_are_saved_bare() -> None:
     result = convert_source(source.encode(), "train.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b'torch.save(net.module.state_dict(), f"{name}.pt")' in result.output
+
+
+CENTER_LOSS = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def center_loss(features, labels, centers):
+    dist = torch.cdist(features, centers)
+    SHOW
+    return dist.gather(1, labels[:, None]).mean()
+
+
+data = TensorDataset(torch.randn(16, 2), torch.randint(0, 3, (16,)))
+loader = DataLoader(data, batch_size=4, shuffle=True)
+model = torch.nn.Linear(2, 2)
+centers = torch.nn.Parameter(torch.randn(3, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        center_loss(model(x), y, centers).backward()
+        optimizer.step()
+"""
+
+
+def test_a_dist_of_the_scripts_own_in_a_function_the_conversion_leaves_alone_is_kept() -> None:
+    """Round-15 s18 and round-16 s05 (CenterLoss, triplet mining): `dist = torch.cdist(...)`
+    in a loss function had refused the script. Left alone by the conversion, it stays; a
+    function whose print the conversion guards (`dist.get_rank()`) is still refused."""
+    kept = convert_source(CENTER_LOSS.replace("SHOW", "").encode(), "c.py", ConvertOptions())
+    assert not kept.refused, kept.problems
+    assert "    dist = torch.cdist(features, centers)\n" in kept.output.decode()
+    shown = CENTER_LOSS.replace("SHOW", "print(dist.mean())")
+    refused = convert_source(shown.encode(), "c.py", ConvertOptions())
+    assert refused.refused and refused.output == shown.encode()
+    [problem] = [n for n in refused.problems if n.blocking]
+    assert problem.line == 5 and "`center_loss()` gives `dist` a value" in problem.message
+    assert "(`dist.get_rank`)" in problem.message
