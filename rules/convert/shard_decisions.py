@@ -7,7 +7,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
-from ddpify.analysis.tree import child_nodes, dotted, is_method_call, walk
+from ddpify.analysis.tree import child_nodes, dotted, is_attribute, is_method_call, walk
 from ddpify.emit import statements
 from ddpify.fixes import take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -24,7 +24,9 @@ class ShardDecisions(ConvertRule):
     MAX just before the `if`, so every process takes the branch when one would; a mean of
     the batches' losses (`loss.item()`, `running / len(train_loader)`) tested there, or given
     to a `ReduceLROnPlateau`, is averaged over the processes first, which is the value the
-    single-process script computed. A `while` test or an `elif` decided on such a value,
+    single-process script computed; a mean per sample made of two sums (`total / n`, with
+    `total += loss.item() * len(x)` and `n += len(x)` in the batch loop) is divided after
+    both sums are all-reduced. A `while` test or an `elif` decided on such a value,
     and a `ReduceLROnPlateau` stepped on a sum (`scheduler.step(running_loss)` where
     `running_loss += loss.item()` in the batch loop), are refused, naming the value.
     Decided on a value computed from a loader every process reads whole (the validation
@@ -380,6 +382,8 @@ def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> boo
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
         return False
     right = value.right
+    if _sums_divided(anatomy, value) is not None:
+        return True  # `total / n`, both summed over the batches (round-16 audit s30)
     if not (
         isinstance(right, cst.Call)
         and dotted(right.func) == "len"
@@ -404,17 +408,50 @@ def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> boo
     if not isinstance(value.left, cst.Name):
         return False
     running = value.left.value
-    sums = [
+    sums = _batch_sums(anatomy, running)
+    return bool(sums) and all(
+        any(is_method_call(inner, "item") for inner in walk(node.value)) for node in sums
+    )
+
+
+def _batch_sums(anatomy: Anatomy, name: str) -> list[cst.AugAssign]:
+    """`name += ...` in the training batch loops."""
+    return [
         node
         for loop in anatomy.script.train_loops
         for node in walk(loop.batch_loop.body)
         if isinstance(node, cst.AugAssign)
-        and dotted(node.target) == running
+        and dotted(node.target) == name
         and isinstance(node.operator, cst.AddAssign)
     ]
-    return bool(sums) and all(
-        any(is_method_call(inner, "item") for inner in walk(node.value)) for node in sums
-    )
+
+
+def _sums_divided(anatomy: Anatomy, value: cst.BaseExpression) -> tuple[str, str] | None:
+    """`(total, n)` for `total / n`, where the batch loops add a loss (`.item()`) to
+    `total` and a count of samples (`len(x)`, `x.size(0)`) to `n`: a mean per sample,
+    whose value over all the processes is the sum of the totals over the sum of the counts."""
+    if not (
+        isinstance(value, cst.BinaryOperation)
+        and isinstance(value.operator, cst.Divide)
+        and isinstance(value.left, cst.Name)
+        and isinstance(value.right, cst.Name)
+    ):
+        return None
+    total, count = value.left.value, value.right.value
+    totals, counts = _batch_sums(anatomy, total), _batch_sums(anatomy, count)
+    if not totals or not counts:
+        return None
+    if not all(any(is_method_call(n, "item") for n in walk(node.value)) for node in totals):
+        return None
+    if not all(
+        (isinstance(node.value, cst.Call) and dotted(node.value.func) == "len")
+        or is_method_call(node.value, "size", "numel")
+        or (isinstance(node.value, cst.Subscript) and is_attribute(node.value.value, "shape"))
+        or isinstance(node.value, cst.Integer)
+        for node in counts
+    ):
+        return None
+    return total, count
 
 
 def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: set[str]) -> None:
@@ -424,14 +461,23 @@ def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: 
     candidates = ["mean", f"{local}_mean", *(f"mean_{n}" for n in range(2, 20))]
     tensor = anatomy.free_name([name for name in candidates if name not in taken])
     taken.add(tensor)
-    new = statements(
-        f"{tensor} = torch.tensor(float({local}))\n"
-        f"dist.all_reduce({tensor})\n"
-        f"{local} = {tensor}.item() / dist.get_world_size()  # the mean over all processes\n"
-    )
+    [(value, _)] = anatomy.values.values_of(local, anatomy.function_of(branch))
+    divided = _sums_divided(anatomy, value)
+    if divided is not None:
+        total, count = divided
+        new = statements(
+            f"{tensor} = torch.tensor([float({total}), float({count})])\n"
+            f"dist.all_reduce({tensor})\n"
+            f"{local} = ({tensor}[0] / {tensor}[1]).item()  # over all processes' samples\n"
+        )
+    else:
+        new = statements(
+            f"{tensor} = torch.tensor(float({local}))\n"
+            f"dist.all_reduce({tensor})\n"
+            f"{local} = {tensor}.item() / dist.get_world_size()  # the mean over all processes\n"
+        )
     # Right after the value is computed, when that is in the decision's block: whatever
     # reports it (a print) then shows the mean too.
-    [(value, _)] = anatomy.values.values_of(local, anatomy.function_of(branch))
     made = anatomy.statement_of(value)
     if anatomy.parent(made) is anatomy.parent(branch) and anatomy.precedes(made, branch):
         ctx.plan.insert_after(made, new)

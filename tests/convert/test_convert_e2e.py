@@ -1907,3 +1907,50 @@ def test_a_file_written_before_training_is_rank_0s_and_phase_means_count_the_sha
     assert writers(tmp_path)["pretrained.pth"] == {"0"}
     losses = [float(line.split()[-1]) for line in ran.stdout.decode().splitlines()]
     assert len(losses) == 4 and all(0.1 < loss < 5 for loss in losses), losses
+
+
+PLATEAU_ON_SUMS = """\
+import json
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 3), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+losses, lrs = [], []
+for epoch in range(4):
+    total, n = 0.0, 0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total += loss.item() * len(x)
+        n += len(x)
+    epoch_loss = total / n
+    sched.step(epoch_loss)
+    losses.append(epoch_loss)
+    lrs.append(opt.param_groups[0]["lr"])
+PROBE
+"""
+
+
+def test_a_plateau_on_a_mean_of_summed_losses_decides_on_every_processs_samples(
+    tmp_path: Path,
+) -> None:
+    """Round-16 audit s30: ReduceLROnPlateau stepped on `total / n`, both summed over the
+    batches, was refused. The sums are all-reduced before the division: every process steps
+    the scheduler on the mean over all samples, and cuts the rate at the same epochs."""
+    result = convert_source(PLATEAU_ON_SUMS.encode(), "plateau.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"torch.tensor([float(total), float(n)])" in result.output
+    probe = "json.dump([losses, lrs], open(f'out{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "plateau.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["plateau.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    first, second = (json.loads((tmp_path / f"out{r}.json").read_text()) for r in (0, 1))
+    assert first == second
+    assert len(set(first[1])) > 1  # the rate was cut, alike
