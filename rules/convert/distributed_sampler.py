@@ -8,8 +8,9 @@ from dataclasses import replace
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.api import LOADER_POSITIONS
 from ddpify.analysis.calls import passing_loop
-from ddpify.analysis.loaders import Loader, keyed_read, string_value
+from ddpify.analysis.loaders import Loader, keyed_read, string_value, strip_iteration
 from ddpify.analysis.script import ForeignTraining, TrainLoop
 from ddpify.analysis.splits import drawn_seeds, per_process_draw
 from ddpify.analysis.streams import RandomBatches
@@ -225,7 +226,11 @@ class DistributedSampler(ConvertRule):
     iter(loader)` again when a pass runs out (or a generator's `while True: for batch in
     loader: yield batch`), gets
     `loader.sampler.set_epoch(loader.sampler.epoch + 1)` before every new pass;
-    `itertools.cycle(loader)` replays its first pass, so it needs none. Loaders made per
+    `itertools.cycle(loader)` made once replays its first pass, so it needs none (made
+    again every epoch, it starts a new pass). An evaluation over the training set (the
+    loader handed to `accuracy(model, train_loader)` or `update_bn` where it is made) reads
+    `eval_train_loader`, the same dataset without the sampler, made right after it; when
+    each round makes a new loader, `set_epoch` counts the epochs of every round. Loaders made per
     key in one comprehension (`{x: DataLoader(sets[x], ...) for x in ["train", "val"]}`,
     PyTorch's transfer-learning tutorial) are read at their training key
     (`loaders["train"]`, or `loaders[phase]` in a phase loop with the backward pass under
@@ -588,6 +593,7 @@ class DistributedSampler(ConvertRule):
             return False  # nothing split, no set_epoch: every pass draws afresh
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
+        _evaluate_whole(ctx, loader)
         return True
 
 
@@ -1289,21 +1295,8 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
     of ordered chunks (`batch_size=None`: a hidden state carried from one to the next), a
     split drawn at random differently on every process, or BatchNorm statistics recomputed
     over it."""
-    train_loops = {id(loop.batch_loop) for loop in anatomy.script.train_loops}
-    for node in walk(anatomy.module):
-        if not isinstance(node, cst.For | cst.CompFor) or id(node) in train_loops:
-            continue
-        if _passes_through(node):
-            continue  # `def cycle(dl): while True: for data in dl: yield data`
-        function = anatomy.function_of(node)
-        passing = passing_loop(function) if function is not None else None
-        if passing is not None and passing[0] is node:
-            continue  # `metric_logger.log_every(loader, 10)`: the loop's batches, passed on
-        if loader.call in anatomy.loaders.resolve_every(node.iter, anatomy.function_of(node)):
-            read = keyed_read(node.iter) if loader.key_var is not None else None
-            key = string_value(read[1]) if read is not None else None
-            if key is not None and key != loader.train_key:
-                continue  # `loaders["val"]`: the comprehension's loader for another key
+    for node in _other_loops(anatomy, loader):
+        if _given_whole(anatomy, loader, node) is None:  # else a loader without the sampler
             return (
                 f"the training DataLoader is also read outside training (line "
                 f"{anatomy.line(node)}: an evaluation over it, or over a loader made by the "
@@ -1329,13 +1322,120 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
             )
         if anatomy.is_call_to(call, {"torch.optim.swa_utils.update_bn"}) and call.args:
             given = anatomy.loaders.resolve(call.args[0].value, anatomy.function_of(call))
-            if given is loader.call:
+            if given is loader.call and _whole_name(anatomy, loader, call.args[0].value) is None:
                 return (
                     "update_bn recomputes BatchNorm statistics over the training loader: "
                     "sharded, each process would keep its own half's; give it a whole loader "
                     "by hand"
                 )
     return None
+
+
+def _other_loops(anatomy: Anatomy, loader: Loader) -> list[cst.For | cst.CompFor]:
+    """The loops over the training loader other than the training's batch loops: passes
+    that evaluate over it."""
+    train_loops = {id(loop.batch_loop) for loop in anatomy.script.train_loops}
+    found: list[cst.For | cst.CompFor] = []
+    for node in walk(anatomy.module):
+        if not isinstance(node, cst.For | cst.CompFor) or id(node) in train_loops:
+            continue
+        if _passes_through(node):
+            continue  # `def cycle(dl): while True: for data in dl: yield data`
+        function = anatomy.function_of(node)
+        passing = passing_loop(function) if function is not None else None
+        if passing is not None and passing[0] is node:
+            continue  # `metric_logger.log_every(loader, 10)`: the loop's batches, passed on
+        if loader.call in anatomy.loaders.resolve_every(node.iter, anatomy.function_of(node)):
+            read = keyed_read(node.iter) if loader.key_var is not None else None
+            key = string_value(read[1]) if read is not None else None
+            if key is not None and key != loader.train_key:
+                continue  # `loaders["val"]`: the comprehension's loader for another key
+            found.append(node)
+    return found
+
+
+def _whole_name(anatomy: Anatomy, loader: Loader, read: cst.BaseExpression) -> cst.Name | None:
+    """`read`, when it is the training loader's own name, read where that name holds it (the
+    scope that made it, or anywhere for a module-level loader): what an evaluation over the
+    whole training set gets instead, a loader of its own without the sampler."""
+    if not isinstance(read, cst.Name) or loader.name is None or read.value != loader.name:
+        return None
+    if not isinstance(loader.statement, cst.SimpleStatementLine) or loader.key_var is not None:
+        return None
+    made_in, read_in = anatomy.function_of(loader.statement), anatomy.function_of(read)
+    if made_in is not None and read_in is not made_in:
+        return None
+    if made_in is None and read_in is not None and anatomy.values.binds(read_in, read.value):
+        return None
+    if not anatomy.precedes(loader.statement, read):
+        return None
+    return read
+
+
+def _given_whole(
+    anatomy: Anatomy, loader: Loader, loop: cst.For | cst.CompFor
+) -> list[cst.Name] | None:
+    """The names of the training loader to give a whole loader instead so that `loop`, an
+    evaluation over it, reads every sample (round-16 audit s35, `accuracy(model,
+    train_loader)` after training): the loop's own iterable, or, where it is a parameter of
+    the function it is in, what every call of the function passes. None when one is not the
+    loader's plain name where it is made."""
+    iterable = strip_iteration(loop.iter, anatomy.graph)
+    direct = _whole_name(anatomy, loader, iterable)
+    if direct is not None:
+        return [direct]
+    function = anatomy.function_of(loop)
+    if function is None or not isinstance(iterable, cst.Name):
+        return None
+    if iterable.value not in anatomy.graph.parameters_of(function):
+        return None
+    names = []
+    for site in anatomy.graph.call_sites(function):
+        given = anatomy.graph.bound_argument(site, function, iterable.value)
+        if given is None:
+            return None
+        if anatomy.loaders.resolve(given, anatomy.function_of(site)) is not loader.call:
+            continue  # the validation loader
+        name = _whole_name(anatomy, loader, given)
+        if name is None:
+            return None
+        names.append(name)
+    return names or None
+
+
+def _evaluate_whole(ctx: ConvertContext, loader: Loader) -> None:
+    """A loader of its own, without the sampler, for each evaluation over the whole
+    training set (`_given_whole`, `update_bn`), made right after the training loader."""
+    anatomy = ctx.anatomy
+    reads: list[cst.Name] = []
+    for loop in _other_loops(anatomy, loader):
+        reads += _given_whole(anatomy, loader, loop) or []
+    for call in anatomy.calls:
+        if anatomy.is_call_to(call, {"torch.optim.swa_utils.update_bn"}) and call.args:
+            name = _whole_name(anatomy, loader, call.args[0].value)
+            reads += [name] if name is not None else []
+    if not reads or loader.name is None:
+        return
+    held = loader.name
+    whole = anatomy.free_name([f"eval_{held}", f"whole_{held}"])
+    kept = [
+        f"{keyword}={held}.{keyword}"
+        for keyword in ("batch_size", "collate_fn", "num_workers", "pin_memory")
+        if call_arg(loader.call, LOADER_POSITIONS.get(keyword), keyword) is not None
+    ]
+    made = statement(
+        f"{whole} = DataLoader({', '.join([f'{held}.dataset', *kept])})"
+        "  # every sample, for evaluation\n"
+    )
+    ctx.add_import("torch.utils.data", "DataLoader")
+    ctx.plan.insert_after(loader.statement, [made])
+    for read in {id(read): read for read in reads}.values():
+        ctx.plan.replace(read, lambda _: cst.Name(whole))
+    ctx.changed(
+        loader.call,
+        f"the training set is also evaluated (line {anatomy.line(reads[0])}): that reads "
+        f"`{whole}`, the same dataset without the sampler, so it sees every sample",
+    )
 
 
 def _passes_through(loop: cst.For | cst.CompFor) -> bool:

@@ -1954,3 +1954,51 @@ def test_a_plateau_on_a_mean_of_summed_losses_decides_on_every_processs_samples(
     first, second = (json.loads((tmp_path / f"out{r}.json").read_text()) for r in (0, 1))
     assert first == second
     assert len(set(first[1])) > 1  # the rate was cut, alike
+
+
+EVALUATED_ON_THE_TRAINING_SET = """\
+import json
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def accuracy(model, loader):
+    seen, correct = 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+            seen += len(y)
+    return seen, correct
+
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+train_loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in train_loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+result = accuracy(model, train_loader)
+PROBE
+"""
+
+
+def test_an_evaluation_over_the_training_set_reads_every_sample(tmp_path: Path) -> None:
+    """Round-16 audit s35 (and round-15 s29's update_bn): the training loader also handed to
+    an evaluation after training was refused. The evaluation gets a loader of its own over
+    the same dataset, without the sampler: every process counts all 64 samples alike."""
+    source = EVALUATED_ON_THE_TRAINING_SET
+    result = convert_source(source.encode(), "acc.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "eval_train_loader = DataLoader(train_loader.dataset, batch_size=" in text
+    assert "result = accuracy(model, eval_train_loader)" in text
+    probe = "json.dump(result, open(f'acc{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "acc.py").write_text(text.replace("PROBE", probe))
+    ran = torchrun(["acc.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    first, second = (json.loads((tmp_path / f"acc{r}.json").read_text()) for r in (0, 1))
+    assert first == second and first[0] == 64

@@ -461,14 +461,13 @@ UPDATE_BN = "optimizer.step()\n    torch.optim.swa_utils.update_bn(loader, model
     [
         ("", "", "every process would draw its own split"),
         ("batch_size=8, shuffle=True", "batch_size=None", "ready-made chunks"),
-        ("optimizer.step()\n", UPDATE_BN, "update_bn recomputes BatchNorm statistics"),
     ],
 )
 def test_sharding_what_is_more_than_training_data_is_refused(
     old: str, new: str, reason: str
 ) -> None:
     """An unseeded split (only that case leaves the script unseeded), an ordered stream of
-    chunks, BatchNorm statistics recomputed over the loader."""
+    chunks."""
     source = SHARD_MORE_SCRIPT
     if old:
         source = source.replace(old, new).replace(
@@ -477,6 +476,20 @@ def test_sharding_what_is_more_than_training_data_is_refused(
     result = convert_source(source.encode(), "more.py", ConvertOptions())
     assert result.refused and result.output == source.encode()
     assert any(reason in p.message for p in result.problems if p.code == "DDP004"), result.problems
+
+
+def test_batchnorm_statistics_recomputed_over_the_training_set_read_all_of_it() -> None:
+    """Round-15 audit s29 (SWA): `update_bn(loader, model)` had been refused; it gets a
+    loader of its own over the same dataset, without the sampler, as the single-process
+    script's statistics came from every sample."""
+    source = SHARD_MORE_SCRIPT.replace("optimizer.step()\n", UPDATE_BN).replace(
+        "import torch\n", "import torch\n\ntorch.manual_seed(1)\n", 1
+    )
+    result = convert_source(source.encode(), "swa.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "eval_loader = DataLoader(loader.dataset, batch_size=loader.batch_size)" in text
+    assert "torch.optim.swa_utils.update_bn(eval_loader, model)" in text
 
 
 def test_the_best_weights_saved_while_training_are_read_after_a_barrier() -> None:

@@ -557,10 +557,11 @@ for epoch in range(3):
     assert b"find_unused_parameters" not in result.output
 
 
-def test_an_evaluation_that_reads_the_training_loader_through_a_parameter_is_refused() -> None:
+def test_an_evaluation_that_reads_the_training_loader_through_a_parameter_reads_all() -> None:
     """Round-6 audit's anomaly detector: the threshold comes from `errors(model,
-    train_loader)` after training; sharded, rank 0 would see half of the training set. The
-    function's first call gives it another loader: every call counts."""
+    train_loader)` after training; sharded, rank 0 would see half of the training set. It
+    gets the same dataset without the sampler (it had been refused); the call with the
+    validation loader keeps it."""
     source = b"""import torch
 from torch.utils.data import DataLoader
 
@@ -583,9 +584,12 @@ for epoch in range(2):
 threshold = errors(model, train_loader).quantile(0.99)
 """
     result = convert_source(source, "anomaly.py", ConvertOptions())
-    assert result.refused and result.output == source
-    [problem] = [n for n in result.problems if n.code == "DDP004"]
-    assert problem.line == 4 and "also read outside training (line 12" in problem.message
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "threshold = errors(model, eval_train_loader).quantile(0.99)" in text
+    assert "errors(model, val_loader)" in text
+    [note] = [n for n in result.notes if "also evaluated" in n.message]
+    assert note.line == 4 and "(line 20)" in note.message
 
 
 def test_exports_and_extra_writers_after_training_use_the_bare_model_on_rank_0() -> None:
