@@ -216,7 +216,11 @@ class Streams:
         loaders = self.script.train_loaders
         if len(loaders) != 1:
             return []
-        batch_loops = {id(loop.batch_loop) for loop in self.script.train_loops}
+        # (a batch loop that reads no loader itself: `for step in range(n): x, y = next(it)`,
+        # round-16 audit s42)
+        batch_loops = {
+            id(loop.batch_loop) for loop in self.script.train_loops if loop.loader is not None
+        }
         found: dict[int, tuple[cst.For | cst.While, Loader]] = {}
         for backward in self.script.backward_calls:
             chain = self.graph.loops_around(backward)

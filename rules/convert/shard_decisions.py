@@ -20,7 +20,8 @@ class ShardDecisions(ConvertRule):
     ## What it does
     Makes every process take the same branch where a training loop's `break`, `continue`
     or `return` is decided on a value of this process's own batches (early stopping on the
-    training loss, a step skipped on a NaN loss): the test becomes a flag, all-reduced with
+    training loss, a step skipped on a NaN loss) or its own clock (a time budget, `if
+    time.time() - start > budget: break`): the test becomes a flag, all-reduced with
     MAX just before the `if`, so every process takes the branch when one would; a mean of
     the batches' losses (`loss.item()`, `running / len(train_loader)`) tested there, or given
     to a `ReduceLROnPlateau`, is averaged over the processes first, which is the value the
@@ -340,10 +341,11 @@ def _agree(ctx: ConvertContext, branch: cst.If, exit_: str, local: str, taken: s
     ctx.add_import("torch")
     ctx.add_import("torch.distributed", asname="dist")
     what = "a save to this process's own file" if exit_ == SAVE else f"`{exit_}`"
+    whose = "this process's clock" if local.endswith("()") else "a value of this process's batches"
     ctx.changed(
         branch,
-        f"{what} decided on `{local}`, a value of this process's batches: every process "
-        "takes it when one does (flag all-reduced with MAX)",
+        f"{what} decided on `{local}`, {whose}: every process takes it when one does (flag "
+        "all-reduced with MAX)",
     )
 
 
@@ -588,6 +590,14 @@ def _learning_rates(anatomy: Anatomy) -> list[tuple[cst.CSTNode, cst.BaseExpress
     return found
 
 
+# Clocks: each process reads its own.
+CLOCKS = {
+    "time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.time_ns",
+    "time.perf_counter_ns", "time.monotonic_ns", "datetime.datetime.now",
+    "datetime.datetime.utcnow", "timeit.default_timer",
+}  # fmt: skip
+
+
 def _shard_value(
     anatomy: Anatomy,
     expr: cst.BaseExpression,
@@ -605,6 +615,10 @@ def _shard_value(
     local = _local_in_loops(anatomy, tuple(batch_loops))
     trainings = {id(training.call) for training in anatomy.script.foreign_training}
     for node in walk(expr):
+        if isinstance(node, cst.Call) and anatomy.is_call_to(node, CLOCKS):
+            # a time budget (`if time.time() - start > budget: break`, round-16 audit s36):
+            # every process reads its own clock, and they leave at different steps
+            return f"{dotted(node.func)}()"
         if isinstance(node, cst.Call):
             # What a function of the script returns from its batch loop (`train_loss =
             # train_epoch(model, loader, ...)` returning `running / len(loader.dataset)`).

@@ -2002,3 +2002,59 @@ def test_an_evaluation_over_the_training_set_reads_every_sample(tmp_path: Path) 
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     first, second = (json.loads((tmp_path / f"acc{r}.json").read_text()) for r in (0, 1))
     assert first == second and first[0] == 64
+
+
+STEP_LOOP_WITH_NOISE_AND_A_BUDGET = """\
+import json
+import time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+start, noise = time.time(), []
+it = iter(loader)
+for epoch in range(3):
+    for step in range(6):
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it = iter(loader)
+            x, y = next(it)
+        jitter = 0.1 * torch.randn_like(x)
+        noise.append(float(jitter.sum()))
+        loss = torch.nn.functional.mse_loss(model(x + jitter), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if time.time() - start > BUDGET:
+            break
+PROBE
+"""
+
+
+def test_a_step_loop_draws_its_own_noise_and_leaves_on_a_time_budget_together(
+    tmp_path: Path,
+) -> None:
+    """Round-16 audit s42: a `for step in range(n)` loop taking batches with `next(it)` drew
+    the same noise on every rank (a `for x in loader` loop is seeded per rank); s36: a
+    `break` on a wall-clock budget was left per process, and the one still training waited
+    in an all-reduce alone (gloo: "Connection closed by peer", NCCL: a hang). The noise is
+    seeded per rank, and the break is taken by every process when one takes it."""
+    source = STEP_LOOP_WITH_NOISE_AND_A_BUDGET
+    result = convert_source(source.encode(), "steps.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "torch.manual_seed(0 + dist.get_rank())" in text
+    assert "dist.all_reduce(stop, op=dist.ReduceOp.MAX)" in text
+    probe = "json.dump(noise, open(f'noise{dist.get_rank()}.json', 'w'))"
+    for budget in ("60.0", "0.0"):  # no break, then a break at once in every process
+        (tmp_path / "steps.py").write_text(text.replace("PROBE", probe).replace("BUDGET", budget))
+        ran = torchrun(["steps.py"], cwd=tmp_path, timeout=240)
+        assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+        first, second = (json.loads((tmp_path / f"noise{r}.json").read_text()) for r in (0, 1))
+        assert len(first) == len(second) == (18 if budget == "60.0" else 3)
+        assert all(a != b for a, b in zip(first, second, strict=True))
