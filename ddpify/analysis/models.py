@@ -209,6 +209,14 @@ class Models:
         }
         if before:
             unique = before
+        elif self._built(model, scope) and all(
+            _builds_anew(statement) and self.index.function_of(statement) is scope
+            for statement, _ in unique.values()
+        ):
+            # built (on the CPU) and trained before; moved only as a new object made after
+            # the optimizer, to reload the saved weights (round-16 audit p12): wrapped
+            # where the trained one is built
+            unique = {}
         if unique:
             statement, name = max(unique.values(), key=lambda item: self.index.line(item[0]))
             model.placement, model.placed_name = (
@@ -367,6 +375,17 @@ def _moved_value(value: cst.BaseExpression) -> cst.BaseExpression:
     ):
         return value.func.value
     return value
+
+
+def _builds_anew(statement: cst.BaseStatement) -> bool:
+    """`net = Net().to(device)`: what is moved is made in the same statement."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    small = statement.body[0]
+    if not isinstance(small, cst.Assign):
+        return False
+    moved = _moved_value(small.value)
+    return moved is not small.value and isinstance(moved, cst.Call)
 
 
 def _moved_alias(statement: cst.BaseStatement, name: str) -> str | None:

@@ -2058,3 +2058,20 @@ def test_a_step_loop_draws_its_own_noise_and_leaves_on_a_time_budget_together(
         first, second = (json.loads((tmp_path / f"noise{r}.json").read_text()) for r in (0, 1))
         assert len(first) == len(second) == (18 if budget == "60.0" else 3)
         assert all(a != b for a, b in zip(first, second, strict=True))
+
+
+def test_a_model_trained_under_an_if_then_built_anew_on_its_device_is_wrapped_inside() -> None:
+    """Round-16 audit p12: the same, the teacher built without `.to(device)` under the `if`:
+    the move of the new, frozen teacher after it was taken for the trained one's, and the
+    script refused as one whose `requires_grad` changes after the wrap."""
+    source = PRETRAIN_WHEN_MISSING.replace(
+        "        teacher = torch.nn.Linear(4, 1).to(device)\n",
+        "        teacher = torch.nn.Linear(4, 1)\n",
+    ).replace(
+        '    teacher.load_state_dict(torch.load("teacher.pt"))\n',
+        '    teacher.load_state_dict(torch.load("teacher.pt"))\n'
+        "    for p in teacher.parameters():\n        p.requires_grad_(False)\n",
+    )
+    result = convert_source(source.encode(), "distill.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "        teacher = DDP(teacher" in result.output.decode()
