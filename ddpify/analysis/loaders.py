@@ -79,6 +79,18 @@ class Loaders:
                         return found
             return None
         keyed = _keyed_read(expr)
+        if keyed is not None and scope is not None and keyed[0] in self.graph.parameters_of(scope):
+            # `dataloaders[phase]` in `train_model(model, dataloaders, ...)`: what each call
+            # gives it (the fine-tuning tutorial's layout in a `main()`, round-16 audit s14)
+            assert isinstance(expr, cst.Subscript)
+            for site in self.graph.call_sites(scope):
+                argument = self.graph.bound_argument(site, scope, keyed[0])
+                if isinstance(argument, cst.Name):
+                    given = expr.with_changes(value=argument)
+                    found = self.resolve(given, self.index.function_of(site), depth + 1)
+                    if found is not None:
+                        return found
+            return None
         if keyed is not None:
             for where in (scope, None) if scope is not None else (None,):
                 for value in self.values.assignments(keyed[0], where):

@@ -3175,3 +3175,48 @@ def test_a_dist_of_the_scripts_own_in_a_function_the_conversion_leaves_alone_is_
     [problem] = [n for n in refused.problems if n.blocking]
     assert problem.line == 5 and "`center_loss()` gives `dist` a value" in problem.message
     assert "(`dist.get_rank`)" in problem.message
+
+
+TUTORIAL_IN_MAIN = """import torch
+from torch.utils.data import DataLoader
+
+
+def train_model(model, dataloaders, optimizer, num_epochs):
+    for epoch in range(num_epochs):
+        for phase in ["train", "val"]:
+            running = 0.0
+            for inputs, labels in dataloaders[phase]:
+                optimizer.zero_grad()
+                with torch.set_grad_enabled(phase == "train"):
+                    loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+                    if phase == "train":
+                        loss.backward()
+                        optimizer.step()
+                running += loss.item() * inputs.size(0)
+            print(phase, running / len(dataloaders[phase].dataset))
+    return model
+
+
+def main():
+    sets = {x: make_set(x) for x in ["train", "val"]}
+    dataloaders = {x: DataLoader(sets[x], batch_size=4, shuffle=True) for x in ["train", "val"]}
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = train_model(model, dataloaders, optimizer, 3)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_fine_tuning_tutorials_loaders_are_followed_into_its_train_model_from_main() -> None:
+    """Round-16 audit s14 variant: the transfer-learning tutorial's layout converted at module
+    level, but not with its body in a `main()`: `dataloaders[phase]` in `train_model` was not
+    followed to the comprehension `main()` hands it (refused, "no loop reads it at one
+    training key")."""
+    result = convert_source(TUTORIAL_IN_MAIN.encode(), "ft.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert '        dataloaders["train"].sampler.set_epoch(epoch)\n' in text
+    assert "running / len(dataloaders[phase].sampler)" in text
