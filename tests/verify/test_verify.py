@@ -731,3 +731,25 @@ def test_equal_infinities_and_nans_are_no_difference() -> None:
     nan = torch.tensor([float("nan"), 1.0])
     assert tensor_difference(nan.clone(), nan, rtol=1e-5, atol=1e-8)["within"]
     assert not tensor_difference(torch.tensor([0.0, 1.0]), nan, rtol=1e-5, atol=1e-8)["within"]
+
+
+def test_files_named_by_the_time_or_after_the_script_are_matched_to_the_originals() -> None:
+    """Round-16 audit s15 (TensorBoard's event file, named by the time and the process id)
+    and s17 (`shutil.copy(__file__, out)`, the converted script's own name) failed the
+    files check as "written 0 times by rank 0"; a name is matched only one to one."""
+    from collections import Counter
+
+    from ddpify.verify.judge import _named_as
+
+    options = VerifyOptions(original=Path("train.py"), converted=Path("train_ddp.py"))
+    original = Counter(
+        {"runs/events.out.tfevents.1764156000.host.4242.0": 1, "out/train.py": 1, "e_1.pt": 1}
+    )
+    rank0 = Counter(
+        {"runs/events.out.tfevents.1764156077.host.5151.0": 1, "out/train_ddp.py": 1, "e_1.pt": 1}
+    )
+    assert _named_as(rank0, original, options) == original
+    two = Counter({"ckpt_1.pt": 1, "ckpt_2.pt": 1})
+    assert _named_as(Counter({"ckpt_3.pt": 1, "ckpt_4.pt": 1}), two, options) == Counter(
+        {"ckpt_3.pt": 1, "ckpt_4.pt": 1}
+    )
