@@ -1261,18 +1261,40 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
 
 def _seed_at(anatomy: Anatomy, seed: cst.Call, scope: cst.FunctionDef | None) -> str | None:
     """The seed `seed` sets, as an expression valid in `scope`: a number, or a name of the
-    module or of `scope` itself."""
-    value = seed.args[0].value
+    module or of `scope` itself; through a seeding helper's parameter (`def set_seed(seed):
+    random.seed(seed)`, called once as `set_seed(args.seed)`: round-17 audit s01), what its
+    call gives it."""
+    return _value_at(anatomy, seed.args[0].value, anatomy.function_of(seed), scope, 0)
+
+
+def _value_at(
+    anatomy: Anatomy,
+    value: cst.BaseExpression,
+    where: cst.FunctionDef | None,
+    scope: cst.FunctionDef | None,
+    depth: int,
+) -> str | None:
     if isinstance(value, cst.Integer):
         return value.value
     name = dotted(value)
-    if name is None:
+    if name is None or depth > 2:
         return None
     head = name.split(".")[0]
-    if anatomy.function_of(seed) is scope or (
+    if where is scope or (
         head in anatomy.module_names and (scope is None or head not in _bound_in(scope))
     ):
         return name
+    if where is not None and name == head and head in anatomy.graph.parameters_of(where):
+        sites = anatomy.graph.call_sites(where)
+        given = [anatomy.graph.bound_argument(site, where, head) for site in sites]
+        found = {
+            _value_at(anatomy, argument, anatomy.function_of(site), scope, depth + 1)
+            if argument is not None
+            else None
+            for site, argument in zip(sites, given, strict=True)
+        }
+        if len(found) == 1:
+            return found.pop()
     return None
 
 

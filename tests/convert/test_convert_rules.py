@@ -3220,3 +3220,47 @@ def test_the_fine_tuning_tutorials_loaders_are_followed_into_its_train_model_fro
     text = result.output.decode()
     assert '        dataloaders["train"].sampler.set_epoch(epoch)\n' in text
     assert "running / len(dataloaders[phase].sampler)" in text
+
+
+SEEDED_BY_A_HELPER = """import argparse
+import random
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def set_seed(seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    set_seed(args.seed)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (x,) in loader:
+            if random.random() < 0.5:
+                x = x.flip(1)
+            optimizer.zero_grad()
+            model(x).mean().backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_seed_set_through_a_helper_is_read_from_its_call() -> None:
+    """Round-17 audit s01/s04 (`set_seed(args.seed)` with `def set_seed(seed):
+    random.seed(seed)`): draws while training were refused, the seed "cannot be read where
+    training starts". It is the helper's argument: each process seeds with it plus its rank."""
+    result = convert_source(SEEDED_BY_A_HELPER.encode(), "seeded.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "    random.seed(args.seed + dist.get_rank())" in result.output.decode()
