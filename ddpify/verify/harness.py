@@ -46,6 +46,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--source-dir", type=Path, default=None)
     parser.add_argument("--train-loader", type=int, default=None)
     parser.add_argument("--train-batch", type=int, default=None)
+    parser.add_argument("--added-loaders", default="")
     parser.add_argument("--compare-with", type=Path, default=None)
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--rtol", type=float, default=1e-5)
@@ -150,7 +151,8 @@ def main(argv: list[str]) -> int:
     patches.patch_process_group(recorder, map_cuda=not cuda)
     if options.role == "converted":
         patches.patch_spawn(recorder)
-    patches.patch_data(recorder, options.train_loader, options.train_batch)
+    added = {int(line) for line in options.added_loaders.split(",") if line}
+    patches.patch_data(recorder, options.train_loader, options.train_batch, added)
     patches.patch_numpy(recorder)
     patches.patch_torch_seed(recorder)
     patches.patch_writes(recorder)

@@ -408,15 +408,33 @@ def as_indices(index: object) -> list[int] | None:
         return None
 
 
-def patch_data(recorder: Recorder, train_loader: int | None, train_batch: int | None) -> None:
+def patch_data(
+    recorder: Recorder,
+    train_loader: int | None,
+    train_batch: int | None,
+    added: set[int] | None = None,
+) -> None:
     """Number the DataLoaders, resize the original's training batch, make sampling
-    sequential, and record the sample indices of every batch."""
+    sequential, and record the sample indices of every batch. A loader the conversion
+    added (made on one of the `added` lines of the script) takes the number of the loader
+    whose dataset it reads again, or none of the original's (a negative one)."""
     real_init = DataLoader.__init__
     signature = inspect.signature(real_init)
+    made: list[tuple[object, int]] = []  # each loader's dataset, and its number
+
+    def number(dataset: object) -> int:
+        frame = inspect.currentframe()
+        while frame is not None and frame.f_globals.get("__name__") != "__main__":
+            frame = frame.f_back
+        if frame is None or frame.f_lineno not in (added or ()):
+            return recorder.next_loader()
+        twin = next((n for seen, n in reversed(made) if seen is dataset), None)
+        return twin if twin is not None else -1 - len(made)
 
     def loader_init(self: DataLoader[Any], *args: Any, **kwargs: Any) -> None:
-        ordinal = recorder.next_loader()
         bound = signature.bind(self, *args, **kwargs)
+        ordinal = number(bound.arguments.get("dataset"))
+        made.append((bound.arguments.get("dataset"), ordinal))
         declared = bound.arguments.get("batch_size", 1)
         if (
             ordinal == train_loader

@@ -136,7 +136,8 @@ class ProcessRecord:
         return [step for step in self.steps if step.primary]
 
     def loader(self, ordinal: int | None) -> LoaderRecord | None:
-        return next((item for item in self.loaders if item.ordinal == ordinal), None)
+        # the last: a loader made again by the conversion shares its twin's number
+        return next((item for item in reversed(self.loaders) if item.ordinal == ordinal), None)
 
     @classmethod
     def read(cls, folder: Path) -> ProcessRecord:

@@ -378,6 +378,27 @@ def read_text(path: Path) -> str:
         return ""
 
 
+def added_loader_lines(original: Path, converted: Path) -> set[int]:
+    """The lines of the converted script where the conversion makes a DataLoader of its own
+    over another loader's dataset (`DataLoader(loader.dataset, ...)`): a loader another file
+    makes, made again to take the sampler, or the training set's loader for an evaluation.
+    They have no twin in the original, whose loaders the converted run's are matched to by
+    the order they are made in."""
+    try:
+        before = {line.strip() for line in original.read_text(encoding="utf-8").splitlines()}
+        after = converted.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return set()
+    added: set[int] = set()
+    for number, line in enumerate(after, start=1):
+        if "DataLoader(" not in line or line.strip() in before:
+            continue
+        text = line + (after[number].strip() if number < len(after) else "")
+        if re.search(r"DataLoader\(\s*[\w.]+\.dataset\b", text):
+            added.add(number)
+    return added
+
+
 def training_batch(run: Run, nproc: int) -> tuple[int | None, int | None]:
     """The DataLoader the converted rank 0 trained from, and N x its batch size: the batch
     the original must train with so that its step k sees what the N ranks saw together."""
@@ -401,7 +422,9 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
     go = temp_dir / "go.json"
     try:
         say(f"converted: {options.converted} as {options.nproc} processes")
-        first = starter.start("converted", options.converted, options.nproc, [])
+        added = added_loader_lines(options.original, options.converted)
+        listed = ["--added-loaders", ",".join(map(str, sorted(added)))] if added else []
+        first = starter.start("converted", options.converted, options.nproc, listed)
         # The original imports torch meanwhile, then waits for the batch it must train with.
         extra = ["--compare-with", str(temp_dir / "converted"), "--wait-for", str(go)]
         text = _read_the_original(verification)

@@ -142,6 +142,7 @@ class BatchAndLearningRate(ConvertRule):
         _scale_summed_losses(ctx)
         _foreign_sums(ctx)
         _refuse_local_gradient_scales(ctx)
+        _weighted_means(ctx)
         split = anatomy.split_samples
         if options.batch is BatchMode.GLOBAL and split is not None and split.ordered:
             ctx.cannot(
@@ -194,6 +195,41 @@ class BatchAndLearningRate(ConvertRule):
                 ctx.changed(
                     lr, f"learning rate scaled by {factor} (--scale-lr {options.scale_lr.value})"
                 )
+
+
+# Losses whose mean is weighted by the classes' weights (`weight=`): divided by the sum of
+# the batch's weights, not its size.
+WEIGHTED_MEANS = {
+    "torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss", "torch.nn.functional.cross_entropy",
+    "torch.nn.functional.nll_loss",
+}  # fmt: skip
+
+
+def _weighted_means(ctx: ConvertContext) -> None:
+    """`CrossEntropyLoss(weight=class_weights)` with the mean reduction (round-17 audit
+    s06): its mean is over the batch's weights, so the mean of the processes' means (what
+    DDP's averaged gradients follow) is not the mean over all their samples. Reported."""
+    anatomy = ctx.anatomy
+    for call in anatomy.calls:
+        if not anatomy.is_call_to(call, WEIGHTED_MEANS):
+            continue
+        weight = call_arg(call, None, "weight")
+        reduction = call_arg(call, None, "reduction")
+        if weight is None or is_name(weight.value, "None"):
+            continue
+        if reduction is not None and not (
+            isinstance(reduction.value, cst.SimpleString)
+            and reduction.value.evaluated_value == "mean"
+        ):
+            continue
+        ctx.info(
+            call,
+            "a mean weighted by the classes' weights (`weight=`) divides by this process's "
+            "sum of weights: DDP averages the processes' means, which differs a little from "
+            "the weighted mean over all their samples (reduction='sum' divided by the "
+            "all-reduced sum of weights is exact)",
+        )
+        return
 
 
 def _scale_summed_losses(ctx: ConvertContext) -> None:

@@ -3264,3 +3264,22 @@ def test_a_seed_set_through_a_helper_is_read_from_its_call() -> None:
     result = convert_source(SEEDED_BY_A_HELPER.encode(), "seeded.py", ConvertOptions())
     assert not result.refused, result.problems
     assert "    random.seed(args.seed + dist.get_rank())" in result.output.decode()
+
+
+def test_a_loss_weighted_by_class_is_reported_as_a_mean_of_means() -> None:
+    """Round-17 audit s06: `CrossEntropyLoss(weight=class_weights)` divides by the batch's
+    sum of weights; averaged over the processes it differs a little from the weighted mean of
+    all their samples, and the report had not said so (verify saw the gap at step 1)."""
+    source = SEEDED_BY_A_HELPER.replace(
+        "            model(x).mean().backward()\n",
+        "            torch.nn.CrossEntropyLoss(weight=torch.ones(1))(model(x), y).backward()\n",
+    )
+    result = convert_source(source.encode(), "weighted.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert any(
+        note.code == "DDP007" and "weighted by the classes' weights" in note.message
+        for note in result.notes
+    )
+    plain = source.replace("weight=torch.ones(1)", "")
+    quiet = convert_source(plain.encode(), "plain.py", ConvertOptions())
+    assert not any("weighted by the classes" in note.message for note in quiet.notes)

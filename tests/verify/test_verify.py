@@ -753,3 +753,46 @@ def test_files_named_by_the_time_or_after_the_script_are_matched_to_the_original
     assert _named_as(Counter({"ckpt_3.pt": 1, "ckpt_4.pt": 1}), two, options) == Counter(
         {"ckpt_3.pt": 1, "ckpt_4.pt": 1}
     )
+
+
+def test_loaders_the_conversion_adds_are_matched_to_the_originals(tmp_path: Path) -> None:
+    """A loader another file makes, made again by the conversion to take the sampler (round-16
+    audit m01's layout), and the training set's own loader for an evaluation: the converted
+    run makes DataLoaders the original does not, and verify had matched the loaders by the
+    order they are made in ("the original has no matching DataLoader", data-sharding FAIL)."""
+    (tmp_path / "data.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def get_loader(batch_size):\n"
+        "    data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))\n"
+        "    return DataLoader(data, batch_size=batch_size, shuffle=True)\n"
+    )
+    original = tmp_path / "train.py"
+    original.write_text(
+        "import torch\n"
+        "from data import get_loader\n\n\n"
+        "def accuracy(model, loader):\n"
+        "    with torch.no_grad():\n"
+        "        return sum(int((model(x).argmax(1) == y).sum()) for x, y in loader)\n\n\n"
+        "def main():\n"
+        "    loader = get_loader(8)\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            torch.nn.functional.cross_entropy(model(x), y).backward()\n"
+        "            optimizer.step()\n"
+        "        print(epoch, accuracy(model, loader))\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    result = convert_source(original.read_bytes(), "train.py", ConvertOptions(), original)
+    assert not result.refused, result.problems
+    assert b"eval_loader = DataLoader(loader.dataset" in result.output
+    converted = tmp_path / "train_ddp.py"
+    converted.write_bytes(result.output)
+    verification, outcome = verify(original, converted)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert statuses(outcome)["data-sharding"] is Status.PASS, table
