@@ -64,7 +64,34 @@ class Models:
             model.names |= self._handed_in(model)
             self._find_placement(model)
             model.names |= self._returned(model.names)
+            model.names |= self._through_parameters(model.names)
         return models
+
+    def _through_parameters(self, names: set[str]) -> set[str]:
+        """`trainer.model` in a callback's `def on_epoch_end(self, trainer, epoch)` that every
+        call gives the Trainer (`cb.on_epoch_end(self, epoch)` in a method that holds the model
+        as `self.model`): the model's name through a parameter (round-17 audit s12)."""
+        found: set[str] = set()
+        for functions in self.index.functions.values():
+            for function in functions:
+                sites = self.graph.call_sites(function)
+                if not sites:
+                    continue
+                for param in self.graph.parameters_of(function):
+                    if param == "self":
+                        continue
+                    given = {
+                        dotted(self.graph.bound_argument(site, function, param)) for site in sites
+                    }
+                    if len(given) != 1 or None in given:
+                        continue
+                    base = given.pop() or ""
+                    found |= {
+                        param + name[len(base) :]
+                        for name in names
+                        if name.startswith(base + ".") and name.count(".") == base.count(".") + 1
+                    }
+        return found - names
 
     def _returned(self, names: set[str]) -> set[str]:
         """The names given the model by calling a function of the script that returns it:
@@ -134,10 +161,34 @@ class Models:
         return names
 
     def _model_root(self, name: str | None) -> str | None:
-        """`model` for `model.backbone` (param groups): the part the script assigns."""
+        """`model` for `model.backbone` (param groups): the part the script assigns; and for
+        `backbone`, given only a part of another module (`backbone, head = model[0],
+        model[1]`, round-17 audit s16), that module: the one the script runs."""
         while name and "." in name and name not in self.assigned_names:
             name = name.rsplit(".", 1)[0]
+        for _ in range(MAX_STEPS):
+            if not name or "." in name:
+                break
+            given = {
+                dotted(_part_of(value))
+                for value, _ in self.values_of_name(name)
+                if value is not None
+            }
+            if len(given) != 1 or None in given:
+                break
+            name = given.pop()
         return name
+
+    def values_of_name(self, name: str) -> list[tuple[cst.BaseExpression | None, object]]:
+        """What `name` is given, in any scope: by plain assignments and tuple pairs."""
+        found: list[tuple[cst.BaseExpression | None, object]] = []
+        for node in self.index.assigns:
+            if len(node.targets) == 1 and dotted(node.targets[0].target) == name:
+                found.append((node.value, node))
+            for target, value in _pairs(node):
+                if dotted(target) == name:
+                    found.append((value, node))
+        return found
 
     def _find_placement(self, model: Model) -> None:
         """Grow the model's names through assignments and find where it goes to its device."""
@@ -282,9 +333,10 @@ class Models:
             if name in model.names:
                 found.append((node, name))
                 continue
-            for target, _ in _pairs(node):
+            for target, value in _pairs(node):
                 name = dotted(target)
-                if name in model.names and isinstance(target, cst.Name):
+                built = isinstance(value, cst.Call)  # not a part of another module
+                if name in model.names and isinstance(target, cst.Name) and built:
                     found.append((node, name))
         return found
 
@@ -375,6 +427,14 @@ def _moved_value(value: cst.BaseExpression) -> cst.BaseExpression:
     ):
         return value.func.value
     return value
+
+
+def _part_of(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`model` for `model[0]` or `model.backbone`: the module a part is read from; None for
+    anything else (a new module, a call)."""
+    if isinstance(value, cst.Subscript | cst.Attribute):
+        return value.value if isinstance(value.value, cst.Name) else None
+    return None
 
 
 def _builds_anew(statement: cst.BaseStatement) -> bool:

@@ -22,7 +22,7 @@ from ddpify.analysis.tree import (
     walk,
 )
 from ddpify.analysis.values import MAX_STEPS
-from ddpify.emit import statement
+from ddpify.emit import statement, statements
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 WRAP = "{name} = DDP({name}, device_ids=[{rank}] if next({name}.parameters()).is_cuda else None)\n"
@@ -340,6 +340,7 @@ class WrapModel(ConvertRule):
                 if unwrapped is None or not _after(anatomy, unwrapped, attribute):
                     _route_raw_use(ctx, model, attribute, compiled_after)
             _unwrap_both_branches(ctx, model)
+            _average_outside_parameters(ctx, model)
             for shown in _shown(anatomy, model):
                 ctx.plan.replace(shown, _through_module)
                 ctx.changed(shown, "the model printed is the bare one (via `.module`)")
@@ -529,10 +530,11 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
     model.backbone.parameters(): p.requires_grad = True` at some epoch (fine-tuning that
     unfreezes), `model.encoder.requires_grad_(False)`."""
     assert model.placement is not None
+    parts = _parts_of(anatomy, model)
 
     def of_model(node: cst.CSTNode) -> str | None:
         name = dotted(node)
-        for known in model.names:
+        for known in parts:
             if name is not None and (name == known or name.startswith(known + ".")):
                 return known
         return None
@@ -559,6 +561,38 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
         if root is not None and anatomy.values.runs_after(model.placement, node, root, some=True):
             return node
     return None
+
+
+def _parts_of(anatomy: Anatomy, model: Model) -> set[str]:
+    """The model's names, the names given parts of it (`backbone, head = model[0], model[1]`,
+    round-17 audit s16) and the parameters of the functions some call hands one of those
+    (`def set_requires_grad(module, flag)`, called as `set_requires_grad(backbone, True)`)."""
+    parts = set(model.names) - model.bare
+    for _ in range(2):
+        for assign in anatomy.assigns:
+            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [
+                (t.target, assign.value) for t in assign.targets
+            ]
+            if isinstance(assign.value, cst.Tuple) and len(assign.targets) == 1:
+                target = assign.targets[0].target
+                if isinstance(target, cst.Tuple) and len(target.elements) == len(
+                    assign.value.elements
+                ):
+                    pairs = [
+                        (t.value, v.value)
+                        for t, v in zip(target.elements, assign.value.elements, strict=True)
+                    ]
+            for held, value in pairs:
+                base = value.value if isinstance(value, cst.Subscript | cst.Attribute) else None
+                if isinstance(held, cst.Name) and dotted(base) in parts:
+                    parts.add(held.value)
+        for call in anatomy.calls:
+            for function in anatomy.graph.callees(call):
+                for param in anatomy.graph.parameters_of(function):
+                    given = anatomy.graph.bound_argument(call, function, param)
+                    if given is not None and dotted(given) in parts:
+                        parts.add(param)
+    return parts
 
 
 def _handed_to_helpers(anatomy: Anatomy, model: Model) -> list[tuple[cst.Call, cst.Arg]]:
@@ -760,6 +794,74 @@ def _shown(anatomy: Anatomy, model: Model) -> list[cst.Name]:
         if shown and _holds_wrapper(anatomy, model, node, node.value):
             found.append(node)
     return found
+
+
+# What makes a tensor the optimizer trains without a module: `nn.Parameter(...)`.
+PARAMETER_MAKERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
+
+
+def _average_outside_parameters(ctx: ConvertContext, model: Model) -> None:
+    """A parameter the model's optimizer also trains outside the model (learned loss
+    weights: `Adam(list(model.parameters()) + [log_vars])`, round-17 audit s15): DDP
+    averages only the wrapped model's gradients, so each process would step it with its own
+    shard's. Its gradient is averaged by hand before every step of that optimizer."""
+    anatomy = ctx.anatomy
+    optimizer = model.optimizer_call
+    outside = _outside_parameters(anatomy, optimizer)
+    if not outside:
+        return
+    assign = anatomy.parent(optimizer)
+    held = dotted(assign.targets[0].target) if isinstance(assign, cst.Assign) else None
+    steps = [
+        call
+        for call in anatomy.calls
+        if held is not None
+        and is_method_call(call, "step")
+        and (
+            dotted(call.func.value) == held  # type: ignore[attr-defined]
+            or any(dotted(arg.value) == held for arg in call.args)  # `scaler.step(optimizer)`
+        )
+    ]
+    made_in = {anatomy.function_of(made) for _, made in outside}
+    if not steps or any(anatomy.function_of(step) not in made_in | {None} for step in steps):
+        ctx.cannot(
+            optimizer,
+            f"the optimizer also trains `{outside[0][0]}`, a parameter outside the model: DDP "
+            "averages only the wrapped model's gradients; average its gradient over the "
+            "processes (dist.all_reduce) before every step by hand, or make it part of the "
+            "model",
+            blocking=True,
+        )
+        return
+    lines = "".join(
+        f"dist.all_reduce({name}.grad)  # outside the DDP model: averaged by hand\n"
+        f"{name}.grad /= dist.get_world_size()\n"
+        for name, _ in outside
+    )
+    for step in steps:
+        ctx.plan.insert_before(anatomy.statement_of(step), statements(lines))
+    ctx.add_import("torch.distributed", asname="dist")
+    names = ", ".join(f"`{name}`" for name, _ in outside)
+    ctx.changed(
+        optimizer,
+        f"the optimizer also trains {names}, outside the model: its gradient is averaged over "
+        "the processes before every step (DDP averages only the model's)",
+    )
+
+
+def _outside_parameters(anatomy: Anatomy, optimizer: cst.Call) -> list[tuple[str, cst.Call]]:
+    """The plain names the optimizer's parameters include that hold an `nn.Parameter` made
+    in the script, and where each is made."""
+    scope = anatomy.function_of(optimizer)
+    found: dict[str, cst.Call] = {}
+    for source in anatomy.script.parameter_sources(optimizer):
+        for node in walk(source):
+            if not isinstance(node, cst.Name) or node.value in found:
+                continue
+            for value, _ in anatomy.values.values_of(node.value, scope):
+                if isinstance(value, cst.Call) and anatomy.is_call_to(value, PARAMETER_MAKERS):
+                    found[node.value] = value
+    return list(found.items())
 
 
 def _unwrap_both_branches(ctx: ConvertContext, model: Model) -> None:
