@@ -140,6 +140,11 @@ class Loaders:
                 found = self.resolve(value, where, depth + 1)
                 if found is not None:
                     return found
+        outer = self.index.function_of(scope) if scope is not None else None
+        if outer is not None and scope is not None and not self.values.binds(scope, name):
+            # a closure's (`def train(epoch): for x, y in trainloader:` nested in `main()`,
+            # round-17 audit s13)
+            return self.resolve(expr, outer, depth + 1)
         return None
 
     def resolve_every(
