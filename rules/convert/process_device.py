@@ -224,12 +224,21 @@ class ProcessDevice(ConvertRule):
                         target = ctx.device(call)
                         ctx.plan.replace(arg.value, partial(_constant, target))
                         ctx.changed(arg, "hard-coded CUDA device is the process's device")
-        for node in (a for a in anatomy.assigns if len(a.targets) == 1):
-            name = dotted(node.targets[0].target) or ""
+        # and a dataclass's or class's annotated field (`device: str = "cuda:0" if cuda else
+        # "cpu"`, round-17 audit s21)
+        annotated = [n for n in walk(anatomy.module) if isinstance(n, cst.AnnAssign) and n.value]
+        plain: list[cst.Assign | cst.AnnAssign] = [
+            a for a in anatomy.assigns if len(a.targets) == 1
+        ]
+        for node in [*plain, *annotated]:
+            target = node.target if isinstance(node, cst.AnnAssign) else node.targets[0].target
+            name = dotted(target) or ""
             last = name.rsplit(".", 1)[-1].lower()
             if not any(word in last for word in DEVICE_NAMES) or COUNT_NAME.search(last):
                 continue
             value = node.value
+            if value is None:
+                continue
             if isinstance(value, cst.Integer) or is_cuda_literal(value):
                 ctx.plan.replace(value, lambda _: expression(FALLBACK_DEVICE))
                 ctx.add_import("torch")
