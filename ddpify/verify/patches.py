@@ -147,6 +147,16 @@ class CheckMode(TorchFunctionMode):
         ):
             self.recorder.changed("dropout", "F.scaled_dot_product_attention: dropout_p set to 0")
             args, kwargs = args[:4], {**kwargs, "dropout_p": 0.0}
+        if func is F.multi_head_attention_forward and (
+            kwargs.get("dropout_p", args[10] if len(args) > 10 else 0.0) or 0.0
+        ):
+            # nn.MultiheadAttention's own dropout (a TransformerEncoderLayer's): what it calls
+            # inside runs past this mode, so it is set here (round-17 audit s20)
+            self.recorder.changed("dropout", "F.multi_head_attention_forward: dropout_p set to 0")
+            if "dropout_p" in kwargs:
+                kwargs["dropout_p"] = 0.0
+            else:
+                args = (*args[:10], 0.0, *args[11:])
         keyed = False
         if self.recorder.training and not self.recorder.in_loader_setup:
             name = getattr(func, "__name__", "")

@@ -796,3 +796,33 @@ def test_loaders_the_conversion_adds_are_matched_to_the_originals(tmp_path: Path
     table = render_table(verification, outcome)
     assert outcome.exit_code == 0, table
     assert statuses(outcome)["data-sharding"] is Status.PASS, table
+
+
+def test_the_dropout_of_multi_head_attention_is_neutralised(tmp_path: Path) -> None:
+    """Round-17 audit s20: a TransformerEncoderLayer's attention dropout runs inside
+    `F.multi_head_attention_forward`, past the check's function mode: its draws differed
+    between the runs and verify reported "diverged at step 2"."""
+    original = tmp_path / "attn.py"
+    original.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "torch.manual_seed(0)\n"
+        "data = TensorDataset(torch.randn(32, 5, 8), torch.randn(32, 1))\n"
+        "loader = DataLoader(data, batch_size=4, shuffle=True)\n"
+        "layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.5, batch_first=True)\n"
+        "model = torch.nn.Sequential(layer, torch.nn.Flatten(), torch.nn.Linear(40, 1))\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+    )
+    result = convert_source(original.read_bytes(), "attn.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = tmp_path / "attn_ddp.py"
+    converted.write_bytes(result.output)
+    verification, outcome = verify(original, converted, steps=3)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert "multi_head_attention_forward: dropout_p set to 0" in table
