@@ -2075,3 +2075,90 @@ def test_a_model_trained_under_an_if_then_built_anew_on_its_device_is_wrapped_in
     result = convert_source(source.encode(), "distill.py", ConvertOptions())
     assert not result.refused, result.problems
     assert "        teacher = DDP(teacher" in result.output.decode()
+
+
+CALLBACK_SAVES = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Checkpoint:
+    def on_epoch_end(self, trainer, epoch):
+        torch.save(trainer.model.state_dict(), "best.ckpt")
+
+
+class Trainer:
+    def __init__(self, model, optimizer, callbacks):
+        self.model = model
+        self.optimizer = optimizer
+        self.callbacks = callbacks
+
+    def fit(self, loader, epochs):
+        for epoch in range(epochs):
+            for x, y in loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(self.model(x), y).backward()
+                self.optimizer.step()
+            for cb in self.callbacks:
+                cb.on_epoch_end(self, epoch)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), [Checkpoint()]).fit(loader, 2)
+    torch.nn.Linear(4, 2).load_state_dict(torch.load("best.ckpt"))
+"""
+
+
+def test_a_callback_given_the_trainer_saves_the_bare_model(tmp_path: Path) -> None:
+    """Round-17 audit s12: a checkpoint callback saving `trainer.model.state_dict()`, given
+    the Trainer whose `self.model` is the wrapper, wrote `module.` keys and the script's own
+    reload failed. `trainer.model` is the model through the callback's parameter."""
+    result = convert_source(CALLBACK_SAVES.encode(), "fit.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"torch.save(trainer.model.module.state_dict()" in result.output
+    (tmp_path / "fit.py").write_bytes(result.output)
+    ran = torchrun(["fit.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert_checkpoint_is_plain(tmp_path / "best.ckpt")
+
+
+LEARNED_LOSS_WEIGHTS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+log_vars = torch.nn.Parameter(torch.zeros(1))
+opt = torch.optim.Adam(list(model.parameters()) + [log_vars], lr=0.01)
+for epoch in range(2):
+    for x, y in loader:
+        loss = torch.exp(-log_vars) * torch.nn.functional.mse_loss(model(x).squeeze(1), y)
+        opt.zero_grad()
+        (loss + log_vars).sum().backward()
+        opt.step()
+PROBE
+"""
+
+
+def test_a_parameter_the_optimizer_trains_outside_the_model_stays_in_sync(
+    tmp_path: Path,
+) -> None:
+    """Round-17 audit s15 (learned uncertainty weights): `log_vars`, an `nn.Parameter` the
+    optimizer trains beside the model, was stepped with each process's own gradient (30 of
+    30 steps apart). Its gradient is averaged by hand before every step."""
+    result = convert_source(LEARNED_LOSS_WEIGHTS.encode(), "uw.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"dist.all_reduce(log_vars.grad)" in result.output
+    probe = "torch.save([log_vars.detach(), *model.parameters()], f'p{dist.get_rank()}.pt')"
+    (tmp_path / "uw.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["uw.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    first, second = (torch.load(tmp_path / f"p{r}.pt") for r in (0, 1))
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    assert float(first[0]) != 0.0  # it trained

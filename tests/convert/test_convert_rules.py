@@ -3283,3 +3283,92 @@ def test_a_loss_weighted_by_class_is_reported_as_a_mean_of_means() -> None:
     plain = source.replace("weight=torch.ones(1)", "")
     quiet = convert_source(plain.encode(), "plain.py", ConvertOptions())
     assert not any("weighted by the classes" in note.message for note in quiet.notes)
+
+
+def test_a_training_pass_nested_in_main_reads_its_closures_loader() -> None:
+    """Round-17 audit s13 (kuangliu's cifar layout moved into `main()`): `def train(epoch):
+    for inputs, targets in trainloader:` nested in `main()` was refused ("no for loop over
+    this loader that can be followed"); the loader is the enclosing function's."""
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    trainloader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, shuffle=True)
+    net = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def train(epoch):
+        for (inputs,) in trainloader:
+            optimizer.zero_grad()
+            net(inputs).sum().backward()
+            optimizer.step()
+
+    for epoch in range(3):
+        train(epoch)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "nested.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        trainloader.sampler.set_epoch(epoch)\n        train(epoch)\n" in text
+    assert "sampler=DistributedSampler(" in text
+
+
+def test_parts_of_a_model_given_names_of_their_own_train_the_whole_model() -> None:
+    """Round-17 audit s16: `backbone, head = model[0], model[1]` with an optimizer over the two
+    parts' parameters: each part was wrapped in DDP on its own (the frozen backbone raised at
+    the wrap) while the script runs `model(x)`. The model is the module the parts are read
+    from; unfrozen after the wrap through a helper given a part, it is refused."""
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,)))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+backbone, head = model[0], model[1]
+
+
+def set_requires_grad(module, flag):
+    for p in module.parameters():
+        p.requires_grad = flag
+
+
+opt = torch.optim.SGD([{"params": backbone.parameters()}, {"params": head.parameters()}], lr=0.1)
+for epoch in range(3):
+    UNFREEZE
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+"""
+    kept = convert_source(source.replace("UNFREEZE", "pass").encode(), "p.py", ConvertOptions())
+    assert not kept.refused, kept.problems
+    text = kept.output.decode()
+    assert "model = DDP(model" in text and "DDP(backbone" not in text and "DDP(head" not in text
+    unfreeze = "if epoch == 1:\n        set_requires_grad(backbone, True)"
+    refused = convert_source(
+        source.replace("UNFREEZE", unfreeze).encode(), "p.py", ConvertOptions()
+    )
+    assert refused.refused
+    assert any("`requires_grad`" in n.message for n in refused.problems if n.blocking)
+
+
+def test_a_config_fields_fixed_gpu_is_dropped() -> None:
+    """Round-17 audit s21: `device: str = "cuda:0" if torch.cuda.is_available() else "cpu"` in
+    a config dataclass kept GPU 0 for every process (a `torch.device("cuda:0" if ...)` line
+    was rewritten, the annotated field was not)."""
+    source = SEEDED_BY_A_HELPER.replace(
+        "def set_seed(seed):",
+        "from dataclasses import dataclass\n\n\n@dataclass\nclass Config:\n"
+        '    device: str = "cuda:0" if torch.cuda.is_available() else "cpu"\n\n\n'
+        "def set_seed(seed):",
+    )
+    result = convert_source(source.encode(), "cfg.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert '    device: str = "cuda" if torch.cuda.is_available() else "cpu"\n' in (
+        result.output.decode()
+    )
