@@ -710,8 +710,10 @@ def _read_later(anatomy: Anatomy, statement: cst.CSTNode) -> bool:
     after `if not os.path.exists(path): make_csv(path)`, round-11 audit d03)."""
     assert isinstance(statement, cst.BaseStatement)
     body = list(anatomy.body_of(statement))
+    # through the script's functions and classes too (`SentimentDataset(texts, vocab_path)`
+    # reading the vocab.json `build_vocab` wrote: round-17 audit s33)
     return any(
-        _reads_files(node) for later in body[body.index(statement) + 1 :] for node in walk(later)
+        anatomy.graph.reaches(later, _reads_files) for later in body[body.index(statement) + 1 :]
     )
 
 
