@@ -14,7 +14,7 @@ from ddpify.analysis.loaders import Loader, keyed_read, string_value, strip_iter
 from ddpify.analysis.script import ForeignTraining, TrainLoop
 from ddpify.analysis.splits import drawn_seeds, per_process_draw
 from ddpify.analysis.streams import RandomBatches
-from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
+from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, source_text, walk
 from ddpify.emit import statement, statements
 from ddpify.fixes import (
     draw_per_process,
@@ -594,7 +594,29 @@ class DistributedSampler(ConvertRule):
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         _evaluate_whole(ctx, loader)
+        _last_batch_of_one(ctx, loader)
         return True
+
+
+BATCH_NORMS = {"torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"}
+
+
+def _last_batch_of_one(ctx: ConvertContext, loader: Loader) -> None:
+    """BatchNorm in training and a loader that keeps its last, partial batch (round-17 audit
+    s36: 130 samples, batches of 32, 2 processes: each process's last batch held 1 sample,
+    and BatchNorm raised "Expected more than 1 value per channel"). Reported."""
+    anatomy = ctx.anatomy
+    drop = call_arg(loader.call, 8, "drop_last")
+    if drop is not None and not is_name(drop.value, "False"):
+        return
+    if not any(anatomy.is_call_to(call, BATCH_NORMS) for call in anatomy.calls):
+        return
+    ctx.info(
+        loader.call,
+        "each process's last batch holds what is left of its share (len(dataset) / "
+        "world_size), not of the whole dataset: a batch of one sample fails BatchNorm in "
+        "training; give the loader drop_last=True if your dataset's size leads to one",
+    )
 
 
 def _rounds_around(anatomy: Anatomy, loop: TrainLoop) -> cst.CSTNode | None:
@@ -1318,6 +1340,13 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
     split drawn at random differently on every process, or BatchNorm statistics recomputed
     over it."""
     for node in _other_loops(anatomy, loader):
+        if _may_train(anatomy, node):
+            return (
+                f"the training DataLoader is also read by another loop that trains (line "
+                f"{anatomy.line(node)}: its backward pass is where ddpify does not follow it, "
+                "a closure given to `optimizer.step(closure)`, say): shard that loop's passes "
+                "by hand"
+            )
         if _given_whole(anatomy, loader, node) is None:  # else a loader without the sampler
             return (
                 f"the training DataLoader is also read outside training (line "
@@ -1394,6 +1423,14 @@ def _whole_name(anatomy: Anatomy, loader: Loader, read: cst.BaseExpression) -> c
     return read
 
 
+def _may_train(anatomy: Anatomy, loop: cst.For | cst.CompFor) -> bool:
+    """Whether a `.backward()` or a `.step(...)` is in `loop`, in a function defined in it, or
+    in the script's functions it calls."""
+    return anatomy.graph.reaches(
+        loop, lambda node: is_method_call(node, "backward", "step", "zero_grad")
+    )
+
+
 def _given_whole(
     anatomy: Anatomy, loader: Loader, loop: cst.For | cst.CompFor
 ) -> list[cst.Name] | None:
@@ -1401,7 +1438,11 @@ def _given_whole(
     evaluation over it, reads every sample (round-16 audit s35, `accuracy(model,
     train_loader)` after training): the loop's own iterable, or, where it is a parameter of
     the function it is in, what every call of the function passes. None when one is not the
-    loader's plain name where it is made."""
+    loader's plain name where it is made, or when the loop may train (a backward or a step
+    anywhere in it or in what it calls: an L-BFGS phase whose backward is in a closure,
+    round-17 audit s26)."""
+    if _may_train(anatomy, loop):
+        return None
     iterable = strip_iteration(loop.iter, anatomy.graph)
     direct = _whole_name(anatomy, loader, iterable)
     if direct is not None:
