@@ -11,7 +11,8 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import is_cuda_literal
 from ddpify.analysis.tree import dotted, is_attribute, walk
-from ddpify.emit import FALLBACK_DEVICE, expression
+from ddpify.emit import FALLBACK_DEVICE, expression, statements
+from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 DEVICE_NAMES = ("device", "gpu")
@@ -249,6 +250,34 @@ class ProcessDevice(ConvertRule):
                 if _indexed_cuda(body):  # "cuda:1" if ... else "cpu": the index goes
                     ctx.plan.replace(body, partial(_constant, _plain_cuda(body)))
                     ctx.changed(node, f"`{name}` drops its fixed GPU index")
+            elif (
+                isinstance(value, cst.Call)
+                and anatomy.graph.calls_script(value)
+                and isinstance(node, cst.Assign)
+                and isinstance(target, cst.Name)
+            ):
+                _this_processs_gpu(ctx, node, name)
+
+
+def _this_processs_gpu(ctx: ConvertContext, node: cst.Assign, name: str) -> None:
+    """`device = select_device(opt.device)` (yolov5's, round-17 audit s34): a function of the
+    script picks the device, `cuda:0` by default: every process would take GPU 0. A CUDA
+    device it picks becomes this process's GPU."""
+    rank = (
+        'int(os.environ.get("LOCAL_RANK", 0))'
+        if ctx.options.launcher is Launcher.TORCHRUN
+        else "torch.cuda.current_device()"
+    )
+    ctx.plan.insert_after(
+        ctx.anatomy.statement_of(node),
+        statements(
+            f'if torch.device({name}).type == "cuda":\n'
+            f'    {name} = torch.device("cuda", {rank})  # this process\'s GPU\n'
+        ),
+    )
+    ctx.add_import("os")
+    ctx.add_import("torch")
+    ctx.changed(node, f"`{name}`, picked by a function of the script, is this process's GPU")
 
 
 def _gpu_index(anatomy: Anatomy, value: cst.BaseExpression) -> bool:
