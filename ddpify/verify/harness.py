@@ -93,6 +93,7 @@ def wait_for_go(options: argparse.Namespace) -> None:
     settings = json.loads(go.read_text(encoding="utf-8"))
     options.train_loader = settings.get("train_loader")
     options.train_batch = settings.get("train_batch")
+    options.also_resized = {int(k): v for k, v in settings.get("also_resized", {}).items()}
     options.dump_at = settings.get("dump_at")
 
 
@@ -152,7 +153,10 @@ def main(argv: list[str]) -> int:
     if options.role == "converted":
         patches.patch_spawn(recorder)
     added = {int(line) for line in options.added_loaders.split(",") if line}
-    patches.patch_data(recorder, options.train_loader, options.train_batch, added)
+    resized = {**getattr(options, "also_resized", {})}
+    if options.train_loader is not None and options.train_batch is not None:
+        resized[options.train_loader] = options.train_batch
+    patches.patch_data(recorder, resized, added)
     patches.patch_numpy(recorder)
     patches.patch_torch_seed(recorder)
     patches.patch_writes(recorder)

@@ -412,6 +412,23 @@ def training_batch(run: Run, nproc: int) -> tuple[int | None, int | None]:
     return first.loader, loader.batch_size * nproc
 
 
+def sharded_batches(run: Run, nproc: int, train_loader: int | None) -> dict[str, int]:
+    """The other loaders rank 0 read through a DistributedSampler (a second training loader,
+    read in `zip(...)` with the first: round-16 audit s02), and N x their batch sizes: the
+    original trains with those too."""
+    record = run.processes[0].record if run.processes else None
+    if record is None:
+        return {}
+    return {
+        str(loader.ordinal): loader.batch_size * nproc
+        for loader in record.loaders
+        if loader.sampler == "DistributedSampler"
+        and loader.ordinal != train_loader
+        and loader.ordinal >= 0
+        and loader.batch_size is not None
+    }
+
+
 def run_verification(options: VerifyOptions, progress: Progress | None = None) -> Verification:
     """Run both scripts and collect their records; InputError for unusable arguments."""
     validate(options)
@@ -434,7 +451,12 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
         say(describe(converted, options))
         loader, batch = training_batch(converted, options.nproc)
         verification.train_loader, verification.train_batch = loader, batch
-        settings = {"train_loader": loader, "train_batch": batch, "dump_at": starter.dump_at()}
+        settings = {
+            "train_loader": loader,
+            "train_batch": batch,
+            "also_resized": sharded_batches(converted, options.nproc, loader),
+            "dump_at": starter.dump_at(),
+        }
         go.with_suffix(".tmp").write_text(json.dumps(settings), encoding="utf-8")
         go.with_suffix(".tmp").replace(go)  # whole, at once
         say(f"original: {options.original} as 1 process")
