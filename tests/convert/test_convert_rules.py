@@ -3372,3 +3372,129 @@ def test_a_config_fields_fixed_gpu_is_dropped() -> None:
     assert '    device: str = "cuda" if torch.cuda.is_available() else "cpu"\n' in (
         result.output.decode()
     )
+
+
+VOCAB_THEN_DATASET = """import json
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+def build_vocab(texts, path):
+    with open(path, "w") as f:
+        json.dump(sorted({w for t in texts for w in t.split()}), f)
+
+
+class Texts(Dataset):
+    def __init__(self, texts, path):
+        with open(path) as f:
+            self.stoi = {w: i for i, w in enumerate(json.load(f))}
+        self.rows = [torch.tensor([self.stoi[w] for w in t.split()]) for t in texts]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+def main():
+    texts = ["a b", "b c"] * 8
+    build_vocab(texts, "vocab.json")
+    ds = Texts(texts, "vocab.json")
+    loader = DataLoader(ds, batch_size=4, shuffle=True)
+    model = torch.nn.EmbeddingBag(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x in loader:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_file_a_helper_writes_and_a_dataset_class_reads_waits_for_rank_0() -> None:
+    """Round-17 audit s33: `build_vocab(texts, path)` (its write now rank 0's), then
+    `Texts(texts, path)` reading it in `__init__`: no barrier, and rank 1 read vocab.json
+    before rank 0 wrote it (5 of 7 runs crashed). The read is followed into the class."""
+    result = convert_source(VOCAB_THEN_DATASET.encode(), "vocab.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "    if dist.get_rank() != 0:\n"
+        "        dist.barrier()  # rank 0 writes the files first; the others then find them\n"
+        '    build_vocab(texts, "vocab.json")\n'
+        "    if dist.get_rank() == 0:\n"
+        "        dist.barrier()\n"
+    ) in text
+
+
+def test_a_second_phase_that_trains_through_a_closure_is_not_taken_for_an_evaluation() -> None:
+    """Round-17 audit s26: an L-BFGS phase over the training loader, its backward in the
+    closure given to `optimizer.step(closure)`, was taken for an evaluation and given the
+    whole, unshuffled training set on every process. It is refused, saying why."""
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+adam = torch.optim.Adam(model.parameters(), lr=0.01)
+for epoch in range(2):
+    for x, y in loader:
+        adam.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        adam.step()
+lbfgs = torch.optim.LBFGS(model.parameters())
+for x, y in loader:
+    def closure():
+        lbfgs.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+    lbfgs.step(closure)
+"""
+    result = convert_source(source.encode(), "lbfgs.py", ConvertOptions())
+    assert result.refused
+    assert any("another loop that trains (line 14" in n.message for n in result.problems)
+
+
+def test_a_device_a_function_of_the_script_picks_becomes_this_processs_gpu() -> None:
+    """Round-17 audit s34 (yolov5's `select_device(opt.device)`, "0" by default): every
+    process took `cuda:0`. A CUDA device the function picks is this process's GPU."""
+    source = SEEDED_BY_A_HELPER.replace(
+        "def set_seed(seed):",
+        "def select_device(device=''):\n"
+        "    if device == 'cpu' or not torch.cuda.is_available():\n"
+        "        return torch.device('cpu')\n"
+        "    return torch.device(f'cuda:{device}')\n\n\n"
+        "def set_seed(seed):",
+    ).replace(
+        "    set_seed(args.seed)\n", "    set_seed(args.seed)\n    device = select_device('0')\n"
+    )
+    result = convert_source(source.encode(), "yolo.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "    device = select_device('0')\n"
+        '    if torch.device(device).type == "cuda":\n'
+        '        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))'
+    ) in result.output.decode()
+
+
+def test_batchnorm_with_a_partial_last_batch_is_reported() -> None:
+    """Round-17 audit s36: 130 samples in batches of 32 on 2 processes leave each a last batch
+    of 1, which BatchNorm refuses in training; the report had said nothing."""
+    source = SEEDED_BY_A_HELPER.replace(
+        "torch.nn.Linear(4, 1)",
+        "torch.nn.Sequential(torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))",
+    )
+    result = convert_source(source.encode(), "bn.py", ConvertOptions())
+    assert any("fails BatchNorm in training" in note.message for note in result.notes)
+    dropped = source.replace(
+        "batch_size=4, shuffle=True", "batch_size=4, shuffle=True, drop_last=True"
+    )
+    quiet = convert_source(dropped.encode(), "bn.py", ConvertOptions())
+    assert not any("fails BatchNorm" in note.message for note in quiet.notes)
