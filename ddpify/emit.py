@@ -14,6 +14,10 @@ RANK_ZERO = "dist.get_rank() == 0"
 RANK_ZERO_OR_NO_GROUP = "not dist.is_initialized() or dist.get_rank() == 0"
 WORLD_SIZE = "dist.get_world_size()"
 FALLBACK_DEVICE = 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+# The comments on the DataLoaders the conversion adds: `ddpify verify` tells them apart by
+# these (they have no twin in the original).
+MADE_AGAIN = "made again here, to take a DistributedSampler"
+FOR_EVALUATION = "# every sample, for evaluation"
 
 
 def statements(code: str) -> list[cst.BaseStatement]:

@@ -34,6 +34,7 @@ from torch.utils.data import (
     DataLoader,
     DistributedSampler,
     RandomSampler,
+    Subset,
     SubsetRandomSampler,
 )
 from torch.utils.data import dataloader as dataloader_module
@@ -424,6 +425,16 @@ def as_indices(index: object) -> list[int] | None:
         return None
 
 
+def _in_the_dataset(dataset: Any, indices: list[int] | None) -> list[int] | None:
+    """A `Subset`'s indices as the underlying dataset's: the conversion reads
+    `DistributedSampler(Subset(ds, train_idx))` where the original read
+    `SubsetRandomSampler(train_idx)` over `ds` (round-17 audit s35)."""
+    while indices is not None and isinstance(dataset, Subset):
+        indices = [int(dataset.indices[i]) for i in indices]
+        dataset = dataset.dataset
+    return indices
+
+
 def _script_frames() -> tuple[tuple[str, int], ...]:
     """The file and line of each of the script's frames on the stack (not torch's, not a
     library's, not the verifier's): where a DataLoader is being made."""
@@ -558,7 +569,7 @@ def patch_data(recorder: Recorder, resized: dict[int, int], added: set[int] | No
         index = real_next_index(self)
         pending = getattr(self, "_ddpify_pending", None)
         if pending is not None:
-            pending.append(as_indices(index))
+            pending.append(_in_the_dataset(self._dataset, as_indices(index)))
         return index
 
     def next_batch(self: Any) -> Any:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import ddpify
+from ddpify.emit import FOR_EVALUATION, MADE_AGAIN
 from ddpify.source import InputError
 from ddpify.verify.records import COMPARISON, STACK, STDERR, STDOUT, ProcessRecord
 
@@ -378,25 +379,22 @@ def read_text(path: Path) -> str:
         return ""
 
 
-def added_loader_lines(original: Path, converted: Path) -> set[int]:
-    """The lines of the converted script where the conversion makes a DataLoader of its own
-    over another loader's dataset (`DataLoader(loader.dataset, ...)`): a loader another file
-    makes, made again to take the sampler, or the training set's loader for an evaluation.
-    They have no twin in the original, whose loaders the converted run's are matched to by
-    the order they are made in."""
+def added_loader_lines(converted: Path) -> set[int]:
+    """The lines of the converted script where the conversion makes a DataLoader of its
+    own: a loader another file makes, made again to take the sampler, or the training set's
+    loader for an evaluation (told by the comments it writes on them). They have no twin in
+    the original, whose loaders the converted run's are matched to by the order they are
+    made in."""
     try:
-        before = {line.strip() for line in original.read_text(encoding="utf-8").splitlines()}
-        after = converted.read_text(encoding="utf-8").splitlines()
+        lines = converted.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return set()
-    added: set[int] = set()
-    for number, line in enumerate(after, start=1):
-        if "DataLoader(" not in line or line.strip() in before:
-            continue
-        text = line + (after[number].strip() if number < len(after) else "")
-        if re.search(r"DataLoader\(\s*[\w.]+\.dataset\b", text):
-            added.add(number)
-    return added
+    return {
+        number
+        for number, line in enumerate(lines, start=1)
+        if "DataLoader(" in line
+        and (FOR_EVALUATION in line or (number > 1 and MADE_AGAIN in lines[number - 2]))
+    }
 
 
 def training_batch(run: Run, nproc: int) -> tuple[int | None, int | None]:
@@ -439,7 +437,7 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
     go = temp_dir / "go.json"
     try:
         say(f"converted: {options.converted} as {options.nproc} processes")
-        added = added_loader_lines(options.original, options.converted)
+        added = added_loader_lines(options.converted)
         listed = ["--added-loaders", ",".join(map(str, sorted(added)))] if added else []
         first = starter.start("converted", options.converted, options.nproc, listed)
         # The original imports torch meanwhile, then waits for the batch it must train with.

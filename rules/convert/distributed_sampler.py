@@ -15,7 +15,7 @@ from ddpify.analysis.script import ForeignTraining, TrainLoop
 from ddpify.analysis.splits import drawn_seeds, per_process_draw
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, source_text, walk
-from ddpify.emit import statement, statements
+from ddpify.emit import FOR_EVALUATION, MADE_AGAIN, statement, statements
 from ddpify.fixes import (
     draw_per_process,
     drawing_sampler,
@@ -1145,7 +1145,7 @@ def _make_foreign_loaders_again(ctx: ConvertContext) -> None:
                 cst.EmptyLine(
                     comment=cst.Comment(
                         f"# {foreign.helper.name}() ({foreign.helper.path.name}) makes the "
-                        "loader: made again here, to take a DistributedSampler"
+                        f"loader: {MADE_AGAIN}"
                     )
                 )
             ]
@@ -1487,8 +1487,7 @@ def _evaluate_whole(ctx: ConvertContext, loader: Loader) -> None:
         if call_arg(loader.call, LOADER_POSITIONS.get(keyword), keyword) is not None
     ]
     made = statement(
-        f"{whole} = DataLoader({', '.join([f'{held}.dataset', *kept])})"
-        "  # every sample, for evaluation\n"
+        f"{whole} = DataLoader({', '.join([f'{held}.dataset', *kept])})  {FOR_EVALUATION}\n"
     )
     ctx.add_import("torch.utils.data", "DataLoader")
     ctx.plan.insert_after(loader.statement, [made])

@@ -872,3 +872,37 @@ def test_every_sharded_loader_is_resized_wherever_and_however_it_is_made(
     table = render_table(verification, outcome)
     assert outcome.exit_code == 0, table
     assert "DataLoader #1: batch_size 8 -> 16" in table
+
+
+def test_a_subset_sampler_made_a_sharded_subset_compares_by_dataset_index(
+    tmp_path: Path,
+) -> None:
+    """Round-17 audit s35: `SubsetRandomSampler(train_idx)` converts to a DistributedSampler of
+    `Subset(ds, train_idx)`; verify compared the Subset's own indices (0, 1, ...) with the
+    original's dataset indices and failed data-sharding on a correct conversion."""
+    original = tmp_path / "split.py"
+    original.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset\n\n"
+        "torch.manual_seed(0)\n"
+        "data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+        "train_idx = list(range(8, 56))\n"
+        "train_sampler = SubsetRandomSampler(train_idx)\n"
+        "loader = DataLoader(data, batch_size=8, sampler=train_sampler)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+    )
+    result = convert_source(original.read_bytes(), "split.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"Subset(" in result.output
+    converted = tmp_path / "split_ddp.py"
+    converted.write_bytes(result.output)
+    verification, outcome = verify(original, converted)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert statuses(outcome)["data-sharding"] is Status.PASS, table
