@@ -1102,6 +1102,14 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
                 f"and cannot be made again here from its dataset and settings: {foreign.problem}"
                 "; give it a DistributedSampler by hand"
             )
+        elif feeding == "untraced" and _counts_through_a_helper(anatomy):
+            reason = (
+                "found no DataLoader to shard: the training loop counts through `range(...)` "
+                "and takes its batches with a function of the script (`get_batch(train_data, "
+                "i)`); where the data is one batchified stream (rows are time steps, bptt), "
+                "split its columns between the processes by hand (`train_data[:, "
+                "dist.get_rank()::dist.get_world_size()]`), else feed it through a DataLoader"
+            )
         elif feeding == "untraced":
             reason = (
                 "found no DataLoader to shard: the training loop iterates over something not "
@@ -1111,6 +1119,25 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
         else:
             reason = "found no DataLoader to shard: every process would train on the same data"
     ctx.cannot(where, reason, blocking=True)
+
+
+def _counts_through_a_helper(anatomy: Anatomy) -> bool:
+    """A training loop over `range(...)` (or its `enumerate`) whose body calls a function of
+    the script with the counter: pytorch/examples' word language model."""
+    for loop in anatomy.script.train_loops:
+        batch = loop.batch_loop
+        iterable = strip_iteration(batch.iter, anatomy.graph)
+        if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "range")):
+            continue
+        counters = {n.value for n in walk(batch.target) if isinstance(n, cst.Name)}
+        if any(
+            isinstance(node, cst.Call)
+            and anatomy.graph.calls_script(node)
+            and any(isinstance(a.value, cst.Name) and a.value.value in counters for a in node.args)
+            for node in walk(batch.body)
+        ):
+            return True
+    return False
 
 
 def _make_foreign_loaders_again(ctx: ConvertContext) -> None:
