@@ -370,13 +370,20 @@ def _averaged_or_shown(
             child = parent
             continue
         if isinstance(parent, cst.FormattedString):
-            return True
+            return _in_a_batch_loop(anatomy, length)
         if isinstance(parent, cst.Call) and child is not parent.func:
             name = dotted(parent.func) or ""
             last = name.rsplit(".", 1)[-1]
             if name in SHOWN or last in SHOWN or ("log" in name and last in LOG_METHODS):
-                return True
+                return _in_a_batch_loop(anatomy, length)
         if isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):
             return False
         child = parent
     return False
+
+
+def _in_a_batch_loop(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    """Shown inside a training batch loop (mnist's progress line, `{done}/{len(loader.
+    dataset)}`): the process's share; shown anywhere else (HF's "Num examples = ..." before
+    training, round-17 audit s20), the dataset's size, which stays."""
+    return any(anatomy.inside(node, loop.batch_loop) for loop in anatomy.script.train_loops)

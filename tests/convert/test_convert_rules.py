@@ -3525,3 +3525,21 @@ for epoch in range(2):
     result = convert_source(source.encode(), "lm.py", ConvertOptions())
     assert result.refused
     assert any("split its columns between the processes" in n.message for n in result.problems)
+
+
+def test_the_datasets_size_shown_before_training_stays_the_datasets() -> None:
+    """Round-17 audit s20 (HF's `logger.info(f"Num examples = {len(loader.dataset)}")` before
+    training): it was rewritten to `len(loader.sampler)` and logged half the examples. Shown
+    outside the batch loop it is the dataset's size; inside (a progress line) the share's."""
+    source = SEEDED_BY_A_HELPER.replace(
+        "    for epoch in range(2):\n",
+        '    print(f"Num examples = {len(loader.dataset)}")\n    for epoch in range(2):\n',
+    ).replace(
+        "            optimizer.step()\n",
+        '            optimizer.step()\n            print(f"{len(x)}/{len(loader.dataset)}")\n',
+    )
+    result = convert_source(source.encode(), "n.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'print(f"Num examples = {len(loader.dataset)}")' in text
+    assert 'print(f"{len(x)}/{len(loader.sampler)}")' in text
