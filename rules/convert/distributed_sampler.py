@@ -807,6 +807,8 @@ def _share_drawn_seeds(ctx: ConvertContext) -> None:
     anatomy = ctx.anatomy
     for seed in drawn_seeds(anatomy):
         what = dotted(seed.draw.func)
+        if _runs_in_loader_workers(anatomy, seed.statement):
+            continue  # `seed_worker`'s `torch.initial_seed()`: the worker's own, no collective
         if not anatomy.script.after_setup(seed.statement):
             ctx.cannot(
                 seed.draw,
@@ -823,6 +825,31 @@ def _share_drawn_seeds(ctx: ConvertContext) -> None:
             f"the random seed `{seed.name}` is drawn (`{what}`): every process takes rank 0's, "
             "so all of them draw the same splits and initial weights",
         )
+
+
+# What a DataLoader runs in its worker processes, by the keyword it is given as.
+WORKER_FUNCTIONS = ("worker_init_fn", "collate_fn")
+
+
+def _runs_in_loader_workers(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    """Whether `node` is in a function a DataLoader may run in its worker processes (its
+    `worker_init_fn=` or `collate_fn=`, directly or through `functools.partial`, or a
+    dataset's `__getitem__`/`__iter__`): no collective may run there (round-17 audit p11,
+    the PyTorch docs' `seed_worker`, hung)."""
+    function = anatomy.function_of(node)
+    while function is not None:
+        if function.name.value in ("__getitem__", "__getitems__", "__iter__"):
+            return True
+        for call in anatomy.calls:
+            for keyword in WORKER_FUNCTIONS:
+                given = call_arg(call, None, keyword)
+                if given is None:
+                    continue
+                named = {n.value for n in walk(given.value) if isinstance(n, cst.Name)}
+                if function.name.value in named:
+                    return True
+        function = anatomy.function_of(function)
+    return False
 
 
 def _share_split_draws(ctx: ConvertContext) -> None:
@@ -1272,6 +1299,16 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
         base = _seed_at(anatomy, seeds[-1], scope) if len(seeds) == 1 else None
         if base is None and family == "torch":
             base = "torch.initial_seed()"
+        if base is None and seeds and _runs_in_loader_workers(anatomy, seeds[-1]):
+            ctx.cannot(
+                seeds[-1],
+                f"`{family}` is seeded in the loader's worker processes (its `worker_init_fn`), "
+                "from a seed the loader draws from its `generator=` or torch's: the same in "
+                "every process, so every process's workers would draw the same numbers; seed "
+                "that generator with the seed plus `dist.get_rank()` by hand",
+                blocking=True,
+            )
+            return
         if base is None:
             ctx.cannot(
                 seeds[-1] if seeds else stream.loop,

@@ -2162,3 +2162,47 @@ def test_a_parameter_the_optimizer_trains_outside_the_model_stays_in_sync(
     first, second = (torch.load(tmp_path / f"p{r}.pt") for r in (0, 1))
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
     assert float(first[0]) != 0.0  # it trained
+
+
+DOCS_SEED_WORKER = """\
+import random
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def seed_worker(worker_id):
+    worker_seed = torch.initial_seed() % 2 ** 32
+    np.random.seed(worker_seed)
+    random.seed(worker_seed)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    g = torch.Generator()
+    g.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,)))
+    loader = DataLoader(
+        data, batch_size=8, shuffle=True, num_workers=2, worker_init_fn=seed_worker, generator=g
+    )
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+"""
+
+
+def test_the_docs_seed_worker_recipe_runs_no_collective_in_the_workers(tmp_path: Path) -> None:
+    """Round-17 audit p11 (PyTorch's reproducibility recipe): `worker_seed =
+    torch.initial_seed() % 2**32` in `seed_worker` was taken for a seed drawn per process and
+    given `dist.broadcast_object_list` there, in the loader's worker processes: the run hung.
+    What runs in the workers gets no collective."""
+    result = convert_source(DOCS_SEED_WORKER.encode(), "repro.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"broadcast" not in result.output
+    (tmp_path / "repro.py").write_bytes(result.output)
+    ran = torchrun(["repro.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
