@@ -1265,23 +1265,88 @@ def _runs_without_grad(anatomy: Anatomy, model: Model) -> str | None:
 
 def _output_discarded(anatomy: Anatomy, model: Model) -> str | None:
     """`logits, _ = model(x)` in a training loop: an output the step throws away (an
-    auxiliary head's, round-14 audit s04), whose own parameters then get no gradient."""
-    loops = [loop.batch_loop for loop in anatomy.script.train_loops]
-    for assign in anatomy.assigns:
-        value = assign.value
-        if not (isinstance(value, cst.Call) and dotted(value.func) in model.names):
-            continue
-        if not any(anatomy.inside(assign, loop) for loop in loops):
-            continue
-        for target in assign.targets:
-            if isinstance(target.target, cst.Tuple | cst.List) and any(
-                is_name(element.value, "_") for element in target.target.elements
-            ):
+    auxiliary head's, round-14 audit s04), whose own parameters then get no gradient, unless
+    every layer it is computed with also computes an output some call in the loop keeps
+    (`out, h = self.rnn(x, h); return self.fc(out), h`: round-16 s02, round-17 s07)."""
+    for loop in (train.batch_loop for train in anatomy.script.train_loops):
+        thrown: list[tuple[cst.Assign, set[int]]] = []
+        kept: set[int] = set()
+        for assign in anatomy.assigns:
+            value = assign.value
+            if not (isinstance(value, cst.Call) and dotted(value.func) in model.names):
+                continue
+            if not anatomy.inside(assign, loop):
+                continue
+            for target in assign.targets:
+                if not isinstance(target.target, cst.Tuple | cst.List):
+                    continue
+                elements = target.target.elements
+                away = {i for i, e in enumerate(elements) if is_name(e.value, "_")}
+                kept |= set(range(len(elements))) - away
+                if away:
+                    thrown.append((assign, away))
+        for assign, away in thrown:
+            if not _made_by_the_kept(anatomy, model, away, kept):
+                call = assign.value
+                assert isinstance(call, cst.Call)
                 return (
-                    f"an output of `{dotted(value.func)}` is thrown away (line "
+                    f"an output of `{dotted(call.func)}` is thrown away (line "
                     f"{anatomy.line(assign)}), and what only it depends on gets no gradient"
                 )
     return None
+
+
+def _made_by_the_kept(anatomy: Anatomy, model: Model, thrown: set[int], kept: set[int]) -> bool:
+    """Whether every layer the thrown outputs of the model's `forward` are computed with also
+    computes a kept one. False when it cannot be told (the class not found, a return other
+    than one tuple)."""
+    checked = False
+    for value in _constructions(anatomy, model):
+        owner = anatomy.classes.get(dotted(value.func) or "")
+        if owner is None:
+            continue  # `model = torch.load(...)` after training, say
+        forward = next((m for m in methods(owner) if m.name.value == "forward"), None)
+        if forward is None:
+            return False
+        checked = True
+        returns = [n for n in walk(forward.body) if isinstance(n, cst.Return)]
+        if len(returns) != 1 or not isinstance(returns[0].value, cst.Tuple):
+            return False
+        elements = [element.value for element in returns[0].value.elements]
+        if any(i >= len(elements) for i in thrown | kept):
+            return False
+        layers = [_layers_behind(anatomy, element, forward) for element in elements]
+        used = set().union(*(layers[i] for i in kept))
+        if not all(layers[i] <= used for i in thrown):
+            return False
+    return checked
+
+
+def _layers_behind(
+    anatomy: Anatomy, expr: cst.BaseExpression, forward: cst.FunctionDef
+) -> set[str]:
+    """The `self.<layer>` a value of `forward` is computed with, through its local names."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    frontier: list[cst.CSTNode] = [expr]
+    while frontier:
+        node = frontier.pop()
+        for inner in walk(node):
+            if isinstance(inner, cst.Attribute) and is_name(inner.value, "self"):
+                found.add(inner.attr.value)
+            elif isinstance(inner, cst.Name) and inner.value not in seen:
+                seen.add(inner.value)
+                frontier += [
+                    assign.value
+                    for assign in walk(forward.body)
+                    if isinstance(assign, cst.Assign)
+                    and any(
+                        isinstance(n, cst.Name) and n.value == inner.value
+                        for t in assign.targets
+                        for n in walk(t.target)
+                    )
+                ]
+    return found
 
 
 def _own_layer(owner: cst.ClassDef, call: cst.CSTNode) -> str | None:

@@ -3543,3 +3543,46 @@ def test_the_datasets_size_shown_before_training_stays_the_datasets() -> None:
     text = result.output.decode()
     assert 'print(f"Num examples = {len(loader.dataset)}")' in text
     assert 'print(f"{len(x)}/{len(loader.sampler)}")' in text
+
+
+def test_a_thrown_away_output_made_by_the_kept_ones_layers_needs_no_unused_search() -> None:
+    """Round-17 audit s07 (a char-RNN's `logits, _ = model(x)`, the hidden state thrown away)
+    and round-16 s02 (DANN's two calls, each keeping another head): `find_unused_parameters`
+    was added though every layer gets a gradient (DDP warned, and it costs a graph pass per
+    step). An output only an unused head computes still gets it."""
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(4, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 2)
+        AUX
+
+    def forward(self, x):
+        out, h = self.rnn(x)
+        return self.head(out[:, -1]), THROWN
+
+
+data = TensorDataset(torch.randn(32, 5, 4), torch.randint(0, 2, (32,)))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        logits, _ = model(x)
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(logits, y).backward()
+        optimizer.step()
+"""
+    plain = source.replace("THROWN", "h").replace("AUX", "pass")
+    hidden = convert_source(plain.encode(), "rnn.py", ConvertOptions())
+    assert not hidden.refused, hidden.problems
+    assert b"find_unused_parameters" not in hidden.output
+    aux = source.replace("THROWN", "self.aux(out[:, -1])").replace(
+        "AUX", "self.aux = torch.nn.Linear(8, 2)"
+    )
+    unused = convert_source(aux.encode(), "aux.py", ConvertOptions())
+    assert b"find_unused_parameters=True" in unused.output
