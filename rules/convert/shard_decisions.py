@@ -375,6 +375,8 @@ def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> boo
     of those over the processes is the value the single-process script computed. (A sum
     over `len(dataset)`, or a count, is not: averaged it would shrink by the world size.)"""
     scope = anatomy.function_of(test)
+    if _divided_in_place(anatomy, name, test) is not None:
+        return True  # `epoch_loss += loss.item()`, then `epoch_loss /= len(loader)` (s40)
     values = anatomy.values.values_of(name, scope)
     if len(values) != 1:
         return False
@@ -414,6 +416,42 @@ def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> boo
     return bool(sums) and all(
         any(is_method_call(inner, "item") for inner in walk(node.value)) for node in sums
     )
+
+
+def _divided_in_place(
+    anatomy: Anatomy, name: str, decision: cst.CSTNode
+) -> cst.BaseStatement | None:
+    """`name /= len(train_loader)` in the decision's block, before it, where the batch loops
+    add `loss.item()` to `name` (round-17 audit s40): a mean over this process's batches,
+    made in place. The statement that divides it."""
+    statement = anatomy.statement_of(decision)
+    body = list(anatomy.body_of(statement))
+    if statement not in body or not _batch_sums(anatomy, name):
+        return None
+    if not all(
+        any(is_method_call(inner, "item") for inner in walk(node.value))
+        for node in _batch_sums(anatomy, name)
+    ):
+        return None
+    for earlier in reversed(body[: body.index(statement)]):
+        small = earlier.body[0] if isinstance(earlier, cst.SimpleStatementLine) else None
+        if (
+            isinstance(small, cst.AugAssign)
+            and dotted(small.target) == name
+            and isinstance(small.operator, cst.DivideAssign)
+            and isinstance(small.value, cst.Call)
+            and dotted(small.value.func) == "len"
+            and len(small.value.args) == 1
+        ):
+            counted = small.value.args[0].value
+            if isinstance(counted, cst.Attribute) and counted.attr.value in {"dataset", "sampler"}:
+                counted = counted.value
+            loader = anatomy.loaders.loader_for(
+                anatomy.loaders.resolve(counted, anatomy.function_of(earlier))
+            )
+            trained = any(loader is t for t in anatomy.script.train_loaders)
+            return earlier if loader is not None and trained else None
+    return None
 
 
 def _batch_sums(anatomy: Anatomy, name: str) -> list[cst.AugAssign]:
@@ -480,7 +518,7 @@ def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: 
         )
     # Right after the value is computed, when that is in the decision's block: whatever
     # reports it (a print) then shows the mean too.
-    made = anatomy.statement_of(value)
+    made = _divided_in_place(anatomy, local, branch) or anatomy.statement_of(value)
     if anatomy.parent(made) is anatomy.parent(branch) and anatomy.precedes(made, branch):
         ctx.plan.insert_after(made, new)
     else:

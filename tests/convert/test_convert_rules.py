@@ -3586,3 +3586,33 @@ for epoch in range(2):
     )
     unused = convert_source(aux.encode(), "aux.py", ConvertOptions())
     assert b"find_unused_parameters=True" in unused.output
+
+
+def test_a_plateau_on_a_loss_averaged_in_place_is_averaged_over_the_processes() -> None:
+    """Round-17 audit s40: `epoch_loss += loss.item()` in the batch loop, `epoch_loss /=
+    len(loader)` after it, then `scheduler.step(epoch_loss)`, was refused as a sum."""
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+for epoch in range(2):
+    epoch_loss = 0.0
+    for (x,) in loader:
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        epoch_loss += loss.item()
+    epoch_loss /= len(loader)
+    scheduler.step(epoch_loss)
+"""
+    result = convert_source(source.encode(), "plateau.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "    epoch_loss /= len(loader)\n"
+        "    epoch_loss_mean = torch.tensor(float(epoch_loss))\n"
+        "    dist.all_reduce(epoch_loss_mean)\n"
+    ) in result.output.decode()
