@@ -159,6 +159,7 @@ def main(argv: list[str]) -> int:
     patches.patch_data(recorder, resized, added)
     patches.patch_numpy(recorder)
     patches.patch_torch_seed(recorder)
+    patches.patch_rnn_dropout(recorder)
     patches.patch_writes(recorder)
     register_module_forward_pre_hook(recorder.forward_starts)
     register_module_forward_hook(recorder.forward_ends)

@@ -610,6 +610,22 @@ NUMPY_PER_SAMPLE = (
 )  # fmt: skip
 
 
+def patch_rnn_dropout(recorder: Recorder) -> None:
+    """The dropout between a recurrent module's layers (`nn.GRU(..., dropout=0.3)`) made 0:
+    it runs in the fused kernel, past the check's function mode (round-17 audit s07)."""
+    real = torch.nn.RNNBase.__init__
+
+    def init(self: torch.nn.RNNBase, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        if self.dropout:
+            recorder.changed(
+                "dropout", f"{type(self).__name__}(dropout={self.dropout}) between layers set to 0"
+            )
+            self.dropout = 0.0
+
+    torch.nn.RNNBase.__init__ = init  # type: ignore[method-assign]
+
+
 def patch_torch_seed(recorder: Recorder) -> None:
     """Note when the script seeds torch itself: only then may its processes draw alike
     (since torch 2.x an unseeded process starts from a seed of its own)."""

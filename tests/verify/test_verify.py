@@ -906,3 +906,40 @@ def test_a_subset_sampler_made_a_sharded_subset_compares_by_dataset_index(
     table = render_table(verification, outcome)
     assert outcome.exit_code == 0, table
     assert statuses(outcome)["data-sharding"] is Status.PASS, table
+
+
+def test_the_dropout_between_recurrent_layers_is_neutralised(tmp_path: Path) -> None:
+    """Round-17 audit s07: `nn.GRU(..., num_layers=2, dropout=0.1)` drops between its layers
+    in the fused kernel, past the check's function mode: "not equivalent" for a correct
+    conversion."""
+    original = tmp_path / "gru.py"
+    original.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.rnn = torch.nn.GRU(4, 8, num_layers=2, dropout=0.5, batch_first=True)\n"
+        "        self.head = torch.nn.Linear(8, 1)\n\n"
+        "    def forward(self, x):\n"
+        "        out, _ = self.rnn(x)\n"
+        "        return self.head(out[:, -1])\n\n\n"
+        "torch.manual_seed(0)\n"
+        "data = TensorDataset(torch.randn(32, 5, 4), torch.randn(32, 1))\n"
+        "loader = DataLoader(data, batch_size=4, shuffle=True)\n"
+        "model = Net()\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+    )
+    result = convert_source(original.read_bytes(), "gru.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = tmp_path / "gru_ddp.py"
+    converted.write_bytes(result.output)
+    verification, outcome = verify(original, converted, steps=3)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert "GRU(dropout=0.5) between layers set to 0" in table
