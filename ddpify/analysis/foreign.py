@@ -67,33 +67,26 @@ def foreign_loaders(
 ) -> list[ForeignLoader]:
     """The training loops' loaders that a helper of another file makes, one per statement
     that gets one."""
-    found: dict[int, ForeignLoader] = {}
+    wanted: list[tuple[str | None, cst.FunctionDef | None]] = []
     for loop in script.train_loops:
         if loop.loader is not None:
             continue
-        name: str | None
         if loop.epoch_loop is not None and loop.loader_at_epoch is not None:
-            name, scope = loop.loader_at_epoch, index.function_of(loop.epoch_loop)
+            wanted.append((loop.loader_at_epoch, index.function_of(loop.epoch_loop)))
         else:
             scope = index.function_of(loop.batch_loop)
-            name = script.loader_name(loop.batch_loop.iter, scope)
-        if name is None or "." in name:
-            continue
-        bound = _bound_by_call(index, name, scope)
-        if bound is None:
-            continue
-        statement, site, position = bound
-        helper = project.helper(site)
-        if helper is None or id(statement) in found:
-            continue
-        found[id(statement)] = _made_again(index, statement, name, site, position, helper)
+            wanted.append((script.loader_name(loop.batch_loop.iter, scope), scope))
     for training in script.foreign_training:
         # the loop in another file too (`loader = get_dataloaders(bs)` from data.py, then
         # `train_one_epoch(model, loader, opt)` from engine.py: round-16 audit m01)
-        name = _looped_argument(training.call, training.helper)
-        if training.loader is not None or name is None or "." in name:
+        if training.loader is None:
+            name = _looped_argument(training.call, training.helper)
+            wanted.append((name, index.function_of(training.call)))
+    found: dict[int, ForeignLoader] = {}
+    for name, scope in wanted:
+        if name is None or "." in name:
             continue
-        bound = _bound_by_call(index, name, index.function_of(training.call))
+        bound = _bound_by_call(index, name, scope)
         if bound is None:
             continue
         statement, site, position = bound
