@@ -94,6 +94,23 @@ def verify(
     return verification, judge(verification)
 
 
+def converted_and_verified(
+    original: Path, *, project: bool = False, steps: int = 2
+) -> tuple[Path, Outcome, str]:
+    """Convert `original` (reading its project's helpers with `project`), verify the pair,
+    and assert the verdict is "equivalent": the converted file, the outcome and its table."""
+    result = convert_source(
+        original.read_bytes(), original.name, ConvertOptions(), original if project else None
+    )
+    assert not result.refused, result.problems
+    converted = original.with_name(f"{original.stem}_ddp.py")
+    converted.write_bytes(result.output)
+    verification, outcome = verify(original, converted, steps=steps)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    return converted, outcome, table
+
+
 def statuses(outcome: Outcome) -> dict[str, Status]:
     return {check.name: check.status for check in outcome.checks}
 
@@ -787,14 +804,8 @@ def test_loaders_the_conversion_adds_are_matched_to_the_originals(tmp_path: Path
         'if __name__ == "__main__":\n'
         "    main()\n"
     )
-    result = convert_source(original.read_bytes(), "train.py", ConvertOptions(), original)
-    assert not result.refused, result.problems
-    assert b"eval_loader = DataLoader(loader.dataset" in result.output
-    converted = tmp_path / "train_ddp.py"
-    converted.write_bytes(result.output)
-    verification, outcome = verify(original, converted)
-    table = render_table(verification, outcome)
-    assert outcome.exit_code == 0, table
+    converted, outcome, table = converted_and_verified(original, project=True)
+    assert b"eval_loader = DataLoader(loader.dataset" in converted.read_bytes()
     assert statuses(outcome)["data-sharding"] is Status.PASS, table
 
 
@@ -818,13 +829,7 @@ def test_the_dropout_of_multi_head_attention_is_neutralised(tmp_path: Path) -> N
         "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
         "        optimizer.step()\n"
     )
-    result = convert_source(original.read_bytes(), "attn.py", ConvertOptions())
-    assert not result.refused, result.problems
-    converted = tmp_path / "attn_ddp.py"
-    converted.write_bytes(result.output)
-    verification, outcome = verify(original, converted, steps=3)
-    table = render_table(verification, outcome)
-    assert outcome.exit_code == 0, table
+    _converted, _outcome, table = converted_and_verified(original, steps=3)
     assert "multi_head_attention_forward: dropout_p set to 0" in table
 
 
@@ -864,13 +869,7 @@ def test_every_sharded_loader_is_resized_wherever_and_however_it_is_made(
     `batch_sampler=` loader's batches) and failed data-sharding on correct conversions."""
     original = tmp_path / "zipped.py"
     original.write_text(LOADERS_OF_EVERY_KIND.replace("MAKE_SOURCE", make))
-    result = convert_source(original.read_bytes(), "zipped.py", ConvertOptions())
-    assert not result.refused, result.problems
-    converted = tmp_path / "zipped_ddp.py"
-    converted.write_bytes(result.output)
-    verification, outcome = verify(original, converted)
-    table = render_table(verification, outcome)
-    assert outcome.exit_code == 0, table
+    _converted, _outcome, table = converted_and_verified(original)
     assert "DataLoader #1: batch_size 8 -> 16" in table
 
 
@@ -897,14 +896,8 @@ def test_a_subset_sampler_made_a_sharded_subset_compares_by_dataset_index(
         "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
         "        optimizer.step()\n"
     )
-    result = convert_source(original.read_bytes(), "split.py", ConvertOptions())
-    assert not result.refused, result.problems
-    assert b"Subset(" in result.output
-    converted = tmp_path / "split_ddp.py"
-    converted.write_bytes(result.output)
-    verification, outcome = verify(original, converted)
-    table = render_table(verification, outcome)
-    assert outcome.exit_code == 0, table
+    converted, outcome, table = converted_and_verified(original)
+    assert b"Subset(" in converted.read_bytes()
     assert statuses(outcome)["data-sharding"] is Status.PASS, table
 
 
@@ -935,11 +928,5 @@ def test_the_dropout_between_recurrent_layers_is_neutralised(tmp_path: Path) -> 
         "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
         "        optimizer.step()\n"
     )
-    result = convert_source(original.read_bytes(), "gru.py", ConvertOptions())
-    assert not result.refused, result.problems
-    converted = tmp_path / "gru_ddp.py"
-    converted.write_bytes(result.output)
-    verification, outcome = verify(original, converted, steps=3)
-    table = render_table(verification, outcome)
-    assert outcome.exit_code == 0, table
+    _converted, _outcome, table = converted_and_verified(original, steps=3)
     assert "GRU(dropout=0.5) between layers set to 0" in table
