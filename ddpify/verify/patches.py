@@ -743,6 +743,13 @@ def _seed_each_sample(recorder: Recorder) -> None:
 SLOW_SAVE = 0.3  # seconds rank 0 pauses halfway through each checkpoint it writes
 
 
+def _exists(file: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> bool:
+    try:
+        return os.path.exists(file)
+    except (OSError, ValueError):
+        return True
+
+
 def first_of_several() -> bool:
     """This process is rank 0 of a process group of more than one."""
     return dist.is_initialized() and dist.get_world_size() > 1 and dist.get_rank() == 0
@@ -760,6 +767,11 @@ def patch_writes(recorder: Recorder) -> None:
             and any(flag in mode for flag in "wax+")
         ):
             recorder.wrote(file, mode)
+            if any(flag in mode for flag in "wx") and first_of_several() and not _exists(file):
+                # Rank 0 makes a new file late: another rank that reads it with no barrier
+                # after the write finds it missing (round-17 audit s33: vocab.json).
+                recorder.changed("writes", f"rank 0 pauses {SLOW_SAVE} s before making a file")
+                time.sleep(SLOW_SAVE)
         return real_open(file, mode, *args, **kwargs)
 
     def save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:

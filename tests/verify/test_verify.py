@@ -930,3 +930,44 @@ def test_the_dropout_between_recurrent_layers_is_neutralised(tmp_path: Path) -> 
     )
     _converted, _outcome, table = converted_and_verified(original, steps=3)
     assert "GRU(dropout=0.5) between layers set to 0" in table
+
+
+def test_a_file_read_before_rank_0_made_it_fails_the_runs(tmp_path: Path) -> None:
+    """Round-17 audit s33: a vocabulary rank 0 writes and every rank reads right after, with
+    no barrier between, passed verify (its slow write covered torch.save only). Rank 0 now
+    makes a new file late, so the other rank finds it missing and the runs fail."""
+    original = tmp_path / "vocab.py"
+    original.write_text(
+        "import json\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def build_vocab(path):\n"
+        "    with open(path, 'w') as f:\n"
+        "        json.dump(['a', 'b'], f)\n\n\n"
+        "def main():\n"
+        "    build_vocab('vocab.json')\n"
+        "    with open('vocab.json') as f:\n"
+        "        size = len(json.load(f))\n"
+        "    data = TensorDataset(torch.randn(32, size), torch.randn(32, 1))\n"
+        "    loader = DataLoader(data, batch_size=4, shuffle=True)\n"
+        "    model = torch.nn.Linear(size, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "            optimizer.step()\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    result = convert_source(original.read_bytes(), "vocab.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.count("dist.barrier()") >= 2  # rank 0 first, then the others
+    racing = text.replace("dist.barrier()", "pass")
+    converted = tmp_path / "vocab_ddp.py"
+    converted.write_text(racing)
+    verification, outcome = verify(original, converted)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 1, table
+    assert statuses(outcome)["runs"] is Status.FAIL, table
