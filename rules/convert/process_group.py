@@ -9,7 +9,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import COLLECTIVES
 from ddpify.analysis.tree import is_name, walk
-from ddpify.emit import statement, statements, unindented_blank_lines
+from ddpify.emit import COLLECT_CYCLES, statement, statements, unindented_blank_lines
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -32,7 +32,10 @@ class ProcessGroup(ConvertRule):
     Reads `LOCAL_RANK` from the environment torchrun sets, pins the process to its GPU with
     `torch.cuda.set_device(local_rank)` *before* `init_process_group` (so NCCL never opens a
     context on GPU 0 for every rank), picks `nccl` with CUDA and `gloo` without, and calls
-    `destroy_process_group()` when training ends, also when it raises.
+    `destroy_process_group()` when training ends, also when it raises, after a `gc.collect()`:
+    a DDP model made in `main()` can outlive the call in a reference cycle, and freed at exit,
+    after its process group, gloo aborts the process ("terminate called without an active
+    exception").
 
     The address and port come from torchrun (`env://`), never from the code: a hard-coded
     `MASTER_PORT` makes two jobs on one machine collide. Run with plain `python`, the script
@@ -73,6 +76,7 @@ class ProcessGroup(ConvertRule):
             """,
             """
             import torch
+            import gc
             import os
             import torch.distributed as dist
 
@@ -97,6 +101,7 @@ class ProcessGroup(ConvertRule):
                 try:
                     main()
                 finally:
+                    gc.collect()  # free DDP models left in reference cycles first
                     dist.destroy_process_group()
             """,  # noqa: E501
         ),
@@ -178,13 +183,17 @@ class ProcessGroup(ConvertRule):
             ctx.plan.insert_before(anchor, new)
         ctx.changed(anchor, "process group set up from the environment torchrun provides")
         destroy = statement("dist.destroy_process_group()\n")
+        collect = statement(COLLECT_CYCLES)
         guard = anatomy.script.main_guard
         inline = guard is not None and any(
             anatomy.inside(call, guard) and anatomy.function_of(call) is None
             for call in anatomy.script.training_calls
         )
         if entry.body and not inline:  # `main()`: a try/finally of a line or two
-            ctx.plan.wrap_rest_of_block(entry.body[0], lambda body: [_try_finally(body, destroy)])
+            ctx.add_import("gc")
+            ctx.plan.wrap_rest_of_block(
+                entry.body[0], lambda body: [_try_finally(body, [collect, destroy])]
+            )
         else:
             released = sorted(
                 {
@@ -211,14 +220,14 @@ class ProcessGroup(ConvertRule):
         ctx.changed(anchor, "destroy_process_group() when training ends")
 
 
-def _try_finally(body: list[cst.BaseStatement], cleanup: cst.BaseStatement) -> cst.Try:
+def _try_finally(body: list[cst.BaseStatement], cleanup: list[cst.BaseStatement]) -> cst.Try:
     first = body[0]
     assert isinstance(first, cst.SimpleStatementLine | cst.BaseCompoundStatement)
     return cst.Try(
         body=cst.IndentedBlock(
             [first.with_changes(leading_lines=()), *map(unindented_blank_lines, body[1:])]
         ),
-        finalbody=cst.Finally(cst.IndentedBlock([cleanup])),
+        finalbody=cst.Finally(cst.IndentedBlock(cleanup)),
         leading_lines=first.leading_lines,
     )
 

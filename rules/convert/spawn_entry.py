@@ -9,7 +9,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.tree import walk
-from ddpify.emit import statement, statements, unindented_blank_lines
+from ddpify.emit import COLLECT_CYCLES, statement, statements, unindented_blank_lines
 from ddpify.options import ConvertOptions, Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -28,7 +28,7 @@ def {worker}(local_rank, world_size, port{params}):
     try:
         pass
     finally:
-        dist.destroy_process_group()
+        {collect}dist.destroy_process_group()
 """
 FREE_PORT = '''\
 def free_port():
@@ -91,6 +91,7 @@ class SpawnEntry(ConvertRule):
             """,
             '''
             import torch
+            import gc
             import socket
             import torch.distributed as dist
             import torch.multiprocessing as mp
@@ -116,6 +117,7 @@ class SpawnEntry(ConvertRule):
                 try:
                     main(epochs)
                 finally:
+                    gc.collect()  # free DDP models left in reference cycles first
                     dist.destroy_process_group()
 
 
@@ -198,6 +200,7 @@ class SpawnEntry(ConvertRule):
         if _read_by_functions(ctx, guard_only, anatomy.module.body, []):
             return
         worker = anatomy.free_name(("worker", "run_worker", "ddp_worker"))
+        ctx.add_import("gc")
         args = "".join(f", {name}" for name in passed)
         stash: list[cst.BaseStatement] = []
 
@@ -206,7 +209,7 @@ class SpawnEntry(ConvertRule):
             launch = statements(SPAWN.format(worker=worker, args=args))
             if entry.at_module_level:
                 return [
-                    _worker(worker, passed, stash),
+                    _worker(worker, passed, stash, collect=True),
                     _spaced(cst.ensure_type(statement(FREE_PORT), cst.FunctionDef)),
                     _guard(launch),
                 ]
@@ -219,7 +222,7 @@ class SpawnEntry(ConvertRule):
             ctx.plan.insert_before(
                 guard,
                 [
-                    lambda: _worker(worker, passed, stash),
+                    lambda: _worker(worker, passed, stash, collect=True),
                     lambda: _spaced(cst.ensure_type(statement(FREE_PORT), cst.FunctionDef)),
                 ],
                 above_comments=True,
@@ -228,10 +231,21 @@ class SpawnEntry(ConvertRule):
 
 
 def _worker(
-    name: str, passed: Sequence[str], body: list[cst.BaseStatement], device: bool = False
+    name: str,
+    passed: Sequence[str],
+    body: list[cst.BaseStatement],
+    device: bool = False,
+    collect: bool = False,
 ) -> cst.FunctionDef:
+    """The spawned function around `body`; `collect` when `body` calls the function that makes
+    the model, whose DDP wrapper may outlive the call in a reference cycle."""
     params = "".join(f", {p}" for p in passed)
-    code = WORKER.format(worker=name, params=params, device=DEVICE if device else "")
+    code = WORKER.format(
+        worker=name,
+        params=params,
+        device=DEVICE if device else "",
+        collect=COLLECT_CYCLES + "        " if collect else "",
+    )
     function = cst.ensure_type(statement(code), cst.FunctionDef)
     assert isinstance(function, cst.FunctionDef)
     try_statement = function.body.body[-1]

@@ -1116,7 +1116,7 @@ def test_a_module_level_body_moved_into_try_keeps_blank_lines_blank() -> None:
     from ddpify.emit import statement
 
     module = cst.parse_module("a = 1\n\nb = 2\n\n\nc = 3\n")
-    wrapped = _try_finally(list(module.body), statement("cleanup()\n"))
+    wrapped = _try_finally(list(module.body), [statement("cleanup()\n")])
     text = module.with_changes(body=[wrapped]).code
     assert text == "try:\n    a = 1\n\n    b = 2\n\n\n    c = 3\nfinally:\n    cleanup()\n"
 
