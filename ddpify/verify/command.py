@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 EPILOG = (
-    "Checks: runs, replicas-in-sync, equivalence, data-sharding, side-effects-once. "
+    "Checks: runs, replicas-in-sync, equivalence, data-sharding, side-effects-once, "
+    "evaluation. "
     "Exit codes: 0 equivalent, 1 not equivalent, 2 could not run (the original fails, bad "
     "arguments) or could not establish equivalence, 3 equivalent except BatchNorm's "
     "statistics, which are per process (SyncBatchNorm makes them global)."
@@ -48,7 +49,7 @@ def verify(
     """Run ORIGINAL as one process and CONVERTED as --nproc processes for --epochs passes
     over the training data, each cut to --steps optimizer steps, with what the scripts do
     between epochs, and check they train the same: runs, replicas-in-sync, equivalence,
-    data-sharding, side-effects-once. Runs on CPUs (gloo) when there is no GPU."""
+    data-sharding, side-effects-once, evaluation. Runs on CPUs (gloo) when there is no GPU."""
     # Imported here: `ddpify check` and `ddpify` itself load this module without running it.
     from ddpify.source import InputError
     from ddpify.verify.judge import judge

@@ -161,6 +161,7 @@ def main(argv: list[str]) -> int:
     patches.patch_torch_seed(recorder)
     patches.patch_rnn_dropout(recorder)
     patches.patch_writes(recorder)
+    patches.patch_output(recorder)
     register_module_forward_pre_hook(recorder.forward_starts)
     register_module_forward_hook(recorder.forward_ends)
     register_optimizer_step_post_hook(recorder.after_step)

@@ -1,4 +1,4 @@
-"""Judge a verification: the five named checks, each pass, fail, not exercised or could not
+"""Judge a verification: the six named checks, each pass, fail, not exercised or could not
 check, from what the processes recorded and what the original's process measured.
 
 Tolerance. The converted ranks average float32 gradients computed over N slices of the
@@ -37,7 +37,28 @@ ADAPTIVE_OPTIMIZERS = frozenset(
 ADAPTIVE_SHARE = 1e-3
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 LINE_SIMILARITY = 0.8
-CHECK_NAMES = ("runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once")
+CHECK_NAMES = (
+    "runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once", "evaluation",
+)  # fmt: skip
+# Numbers in a printed line that no two runs share: durations, clocks and dates, rates,
+# memory, a progress bar's counters.
+VOLATILE = re.compile(
+    r"\d+:\d\d(?::\d\d)?(?:\.\d+)?"  # 12:04, 0:00:03.5
+    r"|\d{4}-\d\d-\d\d"  # 2026-11-26
+    r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*"
+    r"(?:ms|s|sec|secs|seconds|min|mins|minutes|h|hours|it/s|s/it|samples/s|MB|GB|KB|MiB|GiB)\b"
+    r"|(?:time|took|elapsed|eta|duration|speed|throughput)\W{0,3}\s*"
+    r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?",
+    re.IGNORECASE,
+)
+PROGRESS_BAR = re.compile(r"\|\s*\d+/\d+\s*\[")
+EVALUATION_LABEL = re.compile(
+    r"val|test|eval|dev\b|acc|top-?\d|f1|auc|\bmap\b|iou|psnr|ssim|bleu|rouge|perplex|ppl"
+    r"|precision|recall|score|correct|error|\berr\b|wer\b|cer\b|dice"
+)
+# Printed numbers count as the same when they differ by at most a unit of their last printed
+# digit and EVALUATION_RTOL of their size: the parameters agree to about 1e-5.
+EVALUATION_RTOL = 1e-3
 
 
 class Status(str, Enum):
@@ -78,6 +99,7 @@ def judge(verification: Verification) -> Outcome:
         equivalence,
         _DataSharding(facts).check(),
         _SideEffectsOnce(facts, diverged=equivalence.status is Status.FAIL).check(),
+        _Evaluation(facts, diverged=equivalence.status is Status.FAIL).check(),
     ]
     if not facts.original_ran:
         exit_code, verdict = 2, "could not run the original script"
@@ -274,7 +296,7 @@ class _Facts:
 
 
 class _NamedCheck(ABC):
-    """One of the five named checks, judged from the facts they all share."""
+    """One of the six named checks, judged from the facts they all share."""
 
     name: ClassVar[str]  # as the report shows it, one of CHECK_NAMES
 
@@ -946,6 +968,120 @@ class _SideEffectsOnce(_NamedCheck):
         )
 
 
+class _Evaluation(_NamedCheck):
+    """What the original prints right after an evaluation pass (a pass over a loader other
+    than the training one, run to its end) is what rank 0 prints after the same steps,
+    number by number: an evaluation that reads only rank 0's shard, or counts the samples a
+    DistributedSampler pads with twice, prints other numbers (issue 13)."""
+
+    name = "evaluation"
+
+    def __init__(self, facts: _Facts, diverged: bool) -> None:
+        super().__init__(facts)
+        self.diverged = diverged
+
+    def check(self) -> Check:
+        facts, name = self.facts, self.name
+        if not facts.complete():
+            return Check(name, Status.UNCHECKED, "a run did not finish: outputs not comparable")
+        original = facts.orig_record.reports
+        if not original:
+            return Check(
+                name,
+                Status.NOT_EXERCISED,
+                "the original printed nothing right after an evaluation pass within the run",
+            )
+        if self.diverged:
+            return Check(
+                name, Status.NOT_EXERCISED, "not compared: the parameters diverged (equivalence)"
+            )
+        remaining = list(facts.ranks[0].reports)
+        compared: list[str] = []
+        for report in original:
+            match = next(
+                (
+                    mine
+                    for mine in remaining
+                    if mine.step == report.step and similar(masked(mine.text), masked(report.text))
+                ),
+                None,
+            )
+            if match is None:
+                continue
+            remaining.remove(match)
+            theirs, mine = reported_numbers(report.text), reported_numbers(match.text)
+            if len(theirs) != len(mine):
+                continue
+            apart = next(
+                ((a, b) for a, b in zip(theirs, mine, strict=True) if not same_printed(a, b)),
+                None,
+            )
+            if apart is not None:
+                return Check(
+                    name,
+                    Status.FAIL,
+                    (
+                        f"after step {report.step} the original prints {report.text.strip()!r}, "
+                        f"rank 0 {match.text.strip()!r} ({apart[0]} against {apart[1]}): an "
+                        "evaluation over this rank's shard only, or over a DistributedSampler's "
+                        "padded samples, reports other numbers"
+                    ),
+                )
+            compared.append(report.text.strip())
+        if not compared:
+            return Check(
+                name,
+                Status.NOT_EXERCISED,
+                "no line printed after an evaluation pass had a counterpart on rank 0 to compare",
+            )
+        return Check(
+            name,
+            Status.PASS,
+            f"{len(compared)} line(s) printed after evaluation show the original's numbers",
+            [f"compared: {line!r}" for line in compared[:5]],
+        )
+
+
+def masked(line: str) -> str:
+    return NUMBER.sub("#", line.rstrip())
+
+
+def reported_numbers(line: str) -> list[str]:
+    """The numbers of a printed line that report an evaluation: labelled as one (`val_loss`,
+    `Test set: Average loss:`, `accuracy 28/45`), not as training (`train_loss`, or a bare
+    `loss` beside `val_loss`: rank 0's own batches), and none from a progress bar."""
+    if PROGRESS_BAR.search(line):
+        return []
+    line = VOLATILE.sub(" ", line)
+    numbers, label, end = [], "", 0
+    for found in NUMBER.finditer(line):
+        between = line[end : found.start()].lower()
+        if any(c.isalnum() for c in between):
+            label = between  # `28/45` and `91.2 (%)` share their label
+        end = found.end()
+        if EVALUATION_LABEL.search(label) and "train" not in label:
+            numbers.append(found.group())
+    return numbers
+
+
+def same_printed(a: str, b: str) -> bool:
+    """Two printed numbers agree to within a unit of the last digit printed and
+    EVALUATION_RTOL; counts (no point, no exponent) must be equal."""
+    x, y = float(a), float(b)
+    if x == y:
+        return True
+    if not any(c in a + b for c in ".eE"):
+        return False
+    return abs(x - y) <= max(_unit(a), _unit(b)) + EVALUATION_RTOL * max(abs(x), abs(y))
+
+
+def _unit(number: str) -> float:
+    """A unit of the last digit `number` shows: 0.01 for "3.14", 1e-5 for "1.0e-4"."""
+    mantissa, _, exponent = number.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 10.0 ** (int(exponent or 0) - decimals)
+
+
 def _setup(facts: _Facts) -> list[str]:
     """How the runs were made: processes, device, batch, tolerance."""
     lines = []
@@ -1008,4 +1144,4 @@ def similar_to_any(line: str, lines: list[str]) -> bool:
 def mask(stdout: str) -> list[str]:
     """Printed lines with their numbers masked: losses differ in the last digits, batch
     sizes differ between the runs; the line itself is what must appear once."""
-    return [NUMBER.sub("#", line.rstrip()) for line in stdout.splitlines() if line.strip()]
+    return [masked(line) for line in stdout.splitlines() if line.strip()]

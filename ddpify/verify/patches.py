@@ -577,7 +577,11 @@ def patch_data(recorder: Recorder, resized: dict[int, int], added: set[int] | No
             getattr(self, "_ddpify_loader", None), getattr(self, "_ddpify_start", 0)
         ):
             raise StopIteration  # the epoch, shortened for the check, ends here
-        batch = real_next(self)
+        try:
+            batch = real_next(self)
+        except StopIteration:
+            recorder.pass_ends(getattr(self, "_ddpify_loader", None))
+            raise
         # Workers prefetch indices ahead; batches still come back in order.
         pending = getattr(self, "_ddpify_pending", None)
         indices = pending.popleft() if pending else None
@@ -608,6 +612,33 @@ NUMPY_PER_SAMPLE = (
     "rand", "randn", "random", "random_sample", "standard_normal", "normal", "uniform",
     "randint", "beta", "binomial", "poisson", "exponential", "gamma", "laplace", "lognormal",
 )  # fmt: skip
+
+
+class PrintedLines:
+    """`sys.stdout` or `sys.stderr`, passing everything on, and telling the recorder each
+    line written through it (a progress bar's redrawn line: its last state)."""
+
+    def __init__(self, stream: Any, recorder: Recorder) -> None:
+        self._stream = stream
+        self._recorder = recorder
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        written: int = self._stream.write(text)
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()[-1000:]
+        for line in lines:
+            self._recorder.printed(line.rsplit("\r", 1)[-1])
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def patch_output(recorder: Recorder) -> None:
+    """What the script prints or logs, line by line, for the evaluation check."""
+    sys.stdout = PrintedLines(sys.stdout, recorder)
+    sys.stderr = PrintedLines(sys.stderr, recorder)
 
 
 def patch_rnn_dropout(recorder: Recorder) -> None:

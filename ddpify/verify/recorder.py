@@ -76,6 +76,9 @@ class Recorder:
         # found by the converted run at its first step.
         self.train_loader = train_loader
         self._passes: dict[int, int] = {}  # iterators made, by loader
+        # A loader other than the training one whose pass ran to its end since the last
+        # step or pass: the lines printed now report an evaluation.
+        self.evaluated: int | None = None
         self.real_open = real_open
         self.real_save = real_save
         self.pid = os.getpid()
@@ -128,6 +131,7 @@ class Recorder:
         """An iterator over a DataLoader is made: a pass over it starts. The pass after the
         last epoch wanted over the training loader stops the script (after everything the
         script does between epochs: evaluation, checkpoints, schedules)."""
+        self.evaluated = None
         if loader is None:
             return
         number = self._passes[loader] = self._passes.get(loader, 0) + 1
@@ -142,6 +146,16 @@ class Recorder:
         if loader == self.train_loader and number > self.epochs_wanted:
             self.stopping = True
             raise StopTraining
+
+    def pass_ends(self, loader: int | None) -> None:
+        """A pass ran to its end (its iterator raised StopIteration)."""
+        if loader is not None and loader != self.train_loader:
+            self.evaluated = loader
+
+    def printed(self, line: str) -> None:
+        """A line the script printed: kept when it reports an evaluation."""
+        if self.evaluated is not None and line.strip():
+            self.event("reported", step=self.step, loader=self.evaluated, text=line)
 
     def pass_is_over(self, loader: int | None, started_at: int) -> bool:
         """Whether a pass over the training loader that started at primary step
@@ -270,6 +284,7 @@ class Recorder:
         """The global optimizer-step post-hook: snapshot, record the batch, stop after K."""
         if self.stopping:  # the script caught StopTraining and went on: stop it again
             raise StopTraining
+        self.evaluated = None
         key = id(optimizer)
         ordinal = self._ordinal(optimizer)
         count = self._optimizer_steps[key] = self._optimizer_steps.get(key, 0) + 1

@@ -104,6 +104,16 @@ class PassRecord:
 
 
 @dataclass(frozen=True)
+class ReportRecord:
+    """A line printed (stdout or stderr) right after a pass over a loader other than the
+    training one ran to its end: what an evaluation reports."""
+
+    step: int  # primary steps taken before it
+    loader: int  # the loader evaluated
+    text: str
+
+
+@dataclass(frozen=True)
 class Change:
     """Something the harness changed (or noticed and left alone) to make the check possible."""
 
@@ -122,6 +132,7 @@ class ProcessRecord:
     changes: list[Change] = field(default_factory=list)
     draws: list[DrawRecord] = field(default_factory=list)
     passes: list[PassRecord] = field(default_factory=list)
+    reports: list[ReportRecord] = field(default_factory=list)
     started: bool = False
     cuda: bool = False
     backend: str | None = None
@@ -226,6 +237,10 @@ class ProcessRecord:
                     sampler_epoch=int(epoch) if isinstance(epoch, int) else None,
                     shuffled=bool(event.get("shuffled")),
                 )
+            )
+        elif kind == "reported":
+            self.reports.append(
+                ReportRecord(int(event["step"]), int(event["loader"]), str(event["text"]))
             )
         elif kind == "changed":
             self.changes.append(Change(str(event["kind"]), str(event["detail"])))

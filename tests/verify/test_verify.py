@@ -21,7 +21,15 @@ from conftest import FIXTURES, ROOT, run
 
 from ddpify.convert import convert_source
 from ddpify.options import ConvertOptions
-from ddpify.verify.judge import Outcome, Status, judge, mask, similar
+from ddpify.verify.judge import (
+    Outcome,
+    Status,
+    judge,
+    mask,
+    reported_numbers,
+    same_printed,
+    similar,
+)
 from ddpify.verify.report import render_json, render_table
 from ddpify.verify.runner import Verification, VerifyOptions, parse_stack, run_verification
 
@@ -29,7 +37,9 @@ pytest.importorskip("torch")
 
 VERIFY = FIXTURES / "verify"
 TRAIN = VERIFY / "train.py"
-CHECKS = ("runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once")
+CHECKS = (
+    "runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once", "evaluation",
+)  # fmt: skip
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -144,6 +154,7 @@ def test_seed000_hard_coded_cuda_pair_through_the_cli(tmp_path: Path) -> None:
         "data-sharding": "pass",
         # the epoch ends after 2 steps (--steps), then its print and the second epoch run
         "side-effects-once": "pass",
+        "evaluation": "not exercised",  # it evaluates nothing
     }
     # the original hard-codes "cuda": it ran on the CPU, and the report says so
     assert any("CUDA runs on the CPU: .to('cuda')" in line for line in report["changes"])
@@ -197,7 +208,8 @@ def test_hand_written_ddp_script_passes_every_check() -> None:
     verification, outcome = verify(TRAIN, VERIFY / "ddp_correct.py", steps=3)
     table = render_table(verification, outcome)
     assert outcome.exit_code == 0, table
-    assert set(statuses(outcome).values()) == {Status.PASS}, table
+    assert set(statuses(outcome).values()) == {Status.PASS, Status.NOT_EXERCISED}, table
+    assert statuses(outcome)["evaluation"] is Status.NOT_EXERCISED  # train.py evaluates nothing
     # the end of epoch 0 (step 2) prints and saves: side effects exercised, all three parts
     side_effects = next(c for c in outcome.checks if c.name == "side-effects-once")
     assert {part["status"] for part in side_effects.data.values()} == {"pass"}
@@ -574,6 +586,33 @@ def test_printed_lines_match_with_numbers_masked() -> None:
     ]
     assert similar("[GPU#] Epoch # | Batch size: #", "[GPUcpu] Epoch # | Batch size: #")
     assert not similar("epoch # loss #", "saved checkpoint to best.pt")
+
+
+@pytest.mark.parametrize(
+    ("line", "numbers"),
+    [
+        # main_argparse.py: the training loss is rank 0's own batches'
+        ("epoch 0 train_loss 0.4737 val_acc 0.211", ["0.211"]),
+        ("Epoch 1: loss 0.43, val_loss 0.51 took 3.2s", ["0.51"]),
+        # pytorch/examples mnist: a count and its total share the label
+        (
+            "Test set: Average loss: 0.2345, Accuracy: 9123/10000 (91%)",
+            ["0.2345", "9123", "10000", "91"],
+        ),
+        ("val acc 0.91 | time: 12.5 | 2026-11-26 13:04:05 | 312 MB", ["0.91"]),
+        ("Eval: 100%|##########| 5/5 [00:01<00:00,  4.1it/s]", []),
+    ],
+)
+def test_an_evaluation_line_compares_only_its_evaluation_numbers(
+    line: str, numbers: list[str]
+) -> None:
+    assert reported_numbers(line) == numbers
+
+
+def test_printed_numbers_agree_to_their_last_digit_and_counts_exactly() -> None:
+    assert same_printed("0.2345", "0.2346") and same_printed("1.0e-4", "1.1e-4")
+    assert not same_printed("0.6103", "0.6069") and not same_printed("91.23", "91.00")
+    assert not same_printed("45", "46")  # a padded sample counted twice
 
 
 def test_faulthandler_dump_gives_the_script_line(tmp_path: Path) -> None:
@@ -971,3 +1010,36 @@ def test_a_file_read_before_rank_0_made_it_fails_the_runs(tmp_path: Path) -> Non
     table = render_table(verification, outcome)
     assert outcome.exit_code == 1, table
     assert statuses(outcome)["runs"] is Status.FAIL, table
+
+
+def test_an_evaluation_every_rank_runs_whole_prints_the_original_s_numbers(tmp_path: Path) -> None:
+    """Issue 13, evaluation judged: the conversion evaluates the whole validation set on every
+    rank and prints on rank 0, as the hand-written DDP version does."""
+    original = tmp_path / "evaluate.py"
+    original.write_bytes((VERIFY / "evaluate.py").read_bytes())
+    _, outcome, table = converted_and_verified(original)
+    assert statuses(outcome)["evaluation"] is Status.PASS, table
+    assert "compared: 'epoch 0 val loss" in check(outcome, "evaluation")
+    _, by_hand = verify(VERIFY / "evaluate.py", VERIFY / "ddp_eval_correct.py")
+    assert by_hand.exit_code == 0
+    assert statuses(by_hand)["evaluation"] is Status.PASS
+
+
+@pytest.mark.parametrize(
+    ("converted", "counted"),
+    [("ddp_eval_shard_only.py", "accuracy 14/23"), ("ddp_eval_padded.py", "accuracy 27/46")],
+)
+def test_an_evaluation_of_a_shard_or_of_padded_samples_fails_with_both_lines(
+    converted: str, counted: str
+) -> None:
+    """Issue 13's must-show: rank 0 prints what it counted on its own shard, or the ranks sum
+    counts over a DistributedSampler that padded 45 samples to 46. The training itself is
+    right: every other check passes."""
+    _, outcome = verify(VERIFY / "evaluate.py", VERIFY / converted)
+    assert outcome.exit_code == 1
+    assert statuses(outcome)["evaluation"] is Status.FAIL
+    text = check(outcome, "evaluation")
+    assert "the original prints 'epoch 0 val loss 0.6103 accuracy 26/45'" in text
+    assert counted in text
+    for name in CHECKS[:-1]:
+        assert statuses(outcome)[name] is Status.PASS, name
