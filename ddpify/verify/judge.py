@@ -52,6 +52,9 @@ VOLATILE = re.compile(
     re.IGNORECASE,
 )
 PROGRESS_BAR = re.compile(r"\|\s*\d+/\d+\s*\[")
+# A number standing on its own: not the `1` of `f1` or `top1`.
+FREE_NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+HELD_OUT = re.compile(r"val|test|eval|dev\b")
 EVALUATION_LABEL = re.compile(
     r"val|test|eval|dev\b|acc|top-?\d|f1|auc|\bmap\b|iou|psnr|ssim|bleu|rouge|perplex|ppl"
     r"|precision|recall|score|correct|error|\berr\b|wer\b|cer\b|dice"
@@ -1048,20 +1051,42 @@ def masked(line: str) -> str:
 
 def reported_numbers(line: str) -> list[str]:
     """The numbers of a printed line that report an evaluation: labelled as one (`val_loss`,
-    `Test set: Average loss:`, `accuracy 28/45`), not as training (`train_loss`, or a bare
-    `loss` beside `val_loss`: rank 0's own batches), and none from a progress bar."""
+    `accuracy 28/45`, anything on a `Test set:` line), not as training (`train_loss`; a bare
+    `loss` or, Keras-style, `acc` beside `val_loss` or `val_acc`: rank 0's own batches), and
+    none from a progress bar."""
     if PROGRESS_BAR.search(line):
         return []
     line = VOLATILE.sub(" ", line)
-    numbers, label, end = [], "", 0
-    for found in NUMBER.finditer(line):
+    labelled: list[tuple[str, str]] = []
+    label, end = "", 0
+    for found in FREE_NUMBER.finditer(line):
         between = line[end : found.start()].lower()
         if any(c.isalnum() for c in between):
             label = between  # `28/45` and `91.2 (%)` share their label
         end = found.end()
-        if EVALUATION_LABEL.search(label) and "train" not in label:
-            numbers.append(found.group())
-    return numbers
+        labelled.append((label, found.group()))
+    if not labelled:
+        return []
+    twins = {_metric(label) for label, _ in labelled if HELD_OUT.search(label)}
+    about_held_out = bool(HELD_OUT.search(labelled[0][0]))  # `Test set: Average loss: ...`
+    return [
+        number
+        for label, number in labelled
+        if "train" not in label
+        and (
+            HELD_OUT.search(label)
+            or (
+                _metric(label) not in twins
+                and (about_held_out or EVALUATION_LABEL.search(label) is not None)
+            )
+        )
+    ]
+
+
+def _metric(label: str) -> str:
+    """The last word of a label: `acc` in `- val_acc: `, `loss` in `Average loss: `."""
+    words = re.findall(r"[a-z]+", label)
+    return words[-1] if words else ""
 
 
 def same_printed(a: str, b: str) -> bool:

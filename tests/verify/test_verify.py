@@ -594,6 +594,10 @@ def test_printed_lines_match_with_numbers_masked() -> None:
         # main_argparse.py: the training loss is rank 0's own batches'
         ("epoch 0 train_loss 0.4737 val_acc 0.211", ["0.211"]),
         ("Epoch 1: loss 0.43, val_loss 0.51 took 3.2s", ["0.51"]),
+        ("loss: 0.3012 - acc: 0.9100 - val_loss: 0.4 - val_acc: 0.8", ["0.4", "0.8"]),
+        ("accuracy 0.75 f1 0.7 (epoch 3)", ["0.75", "0.7"]),
+        ("epoch 0 val loss 0.5549 accuracy 28/45", ["0.5549", "28", "45"]),
+        ("top1 acc 71.2 top5 90.1", ["71.2", "90.1"]),
         # pytorch/examples mnist: a count and its total share the label
         (
             "Test set: Average loss: 0.2345, Accuracy: 9123/10000 (91%)",
