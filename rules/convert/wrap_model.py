@@ -251,28 +251,9 @@ class WrapModel(ConvertRule):
                     blocking=True,
                 )
                 continue
-            held = _held_from_before(anatomy, model)
-            if held is not None:
-                target, line = held
-                ctx.cannot(
-                    model.optimizer_call,
-                    f"`{target}` (line {line}) holds `{model.placed_name}` from before the wrap "
-                    "and is read after it: through it the bare model would train, without "
-                    "gradient averaging; build it after the model is wrapped",
-                    blocking=True,
-                )
-                continue
-            changed = _trainable_changed_later(anatomy, model)
-            if changed is not None:
-                ctx.cannot(
-                    changed,
-                    f"which parameters of `{model.placed_name}` train changes after the DDP wrap "
-                    "(`requires_grad`): DDP averages only the ones that needed a gradient when "
-                    "it wrapped, so the others would train apart in every process, and one "
-                    "that stops getting a gradient makes it raise; wrap the model again after "
-                    "the change by hand",
-                    blocking=True,
-                )
+            refusal = _trained_past_the_wrapper(anatomy, model)
+            if refusal is not None:
+                ctx.cannot(*refusal, blocking=True)
                 continue
             ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
             wrap = WRAP.format(name=model.placed_name, rank=ctx.local_rank(model.placement))
@@ -593,6 +574,64 @@ def _parts_of(anatomy: Anatomy, model: Model) -> set[str]:
                     if given is not None and dotted(given) in parts:
                         parts.add(param)
     return parts
+
+
+def _trained_past_the_wrapper(anatomy: Anatomy, model: Model) -> tuple[cst.CSTNode, str] | None:
+    """Where the model trains in a way DDP's wrapper would not see, and why: DDP averages
+    gradients from hooks its forward sets, for the parameters that needed one when it
+    wrapped."""
+    name = model.placed_name
+    held = _held_from_before(anatomy, model)
+    if held is not None:
+        target, line = held
+        return model.optimizer_call, (
+            f"`{target}` (line {line}) holds `{name}` from before the wrap and is read after "
+            "it: through it the bare model would train, without gradient averaging; build it "
+            "after the model is wrapped"
+        )
+    changed = _trainable_changed_later(anatomy, model)
+    if changed is not None:
+        return changed, (
+            f"which parameters of `{name}` train changes after the DDP wrap (`requires_grad`): "
+            "DDP averages only the ones that needed a gradient when it wrapped, so the others "
+            "would train apart in every process, and one that stops getting a gradient makes "
+            "it raise; wrap the model again after the change by hand"
+        )
+    functional = _run_functionally(anatomy, model)
+    if functional is not None:
+        return functional, (
+            f"`{source_text(functional.func)}` runs `{name}` with parameters it is given (MAML's "
+            "fast weights, per-sample gradients), outside DDP's forward: no gradient of what "
+            "it computes would be averaged between the processes, and the wrapper has none "
+            f"of `{name}`'s submodules by name; keep the model bare and average its gradients "
+            "by hand (`dist.all_reduce` of each `.grad`, divided by the world size)"
+        )
+    return None
+
+
+FUNCTIONAL_CALLS = frozenset(
+    {"torch.func.functional_call", "torch.nn.utils.stateless.functional_call"}
+)
+
+
+def _run_functionally(anatomy: Anatomy, model: Model) -> cst.Call | None:
+    """`functional_call(model, params, args)` after the wrap, on the model's name or on a
+    parameter of a function given the model (round-18 audit s02, MAML's `adapt(model, ...)`)."""
+    assert model.placement is not None
+    for call in anatomy.calls:
+        if not anatomy.is_call_to(call, FUNCTIONAL_CALLS) or not call.args:
+            continue
+        name = dotted(call.args[0].value)
+        function = anatomy.function_of(call)
+        if name is None:
+            continue
+        if _holds_wrapper(anatomy, model, call, name) or (
+            function is not None
+            and name in anatomy.graph.parameters_of(function) - model.names
+            and _given_the_wrapper(anatomy, model, function, name, 0) is not None
+        ):
+            return call
+    return None
 
 
 def _handed_to_helpers(anatomy: Anatomy, model: Model) -> list[tuple[cst.Call, cst.Arg]]:

@@ -3616,3 +3616,47 @@ for epoch in range(2):
         "    epoch_loss_mean = torch.tensor(float(epoch_loss))\n"
         "    dist.all_reduce(epoch_loss_mean)\n"
     ) in result.output.decode()
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "functional_call(model, dict(model.named_parameters()), (x,)).pow(2).mean()",
+        "sum(v.sum() for v in adapt(model, dict(model.named_parameters()), x).values())",
+    ],
+    ids=["direct", "in-a-helper"],
+)
+def test_a_model_run_by_functional_call_is_refused(step: str) -> None:
+    """Round-18 audit s02 (MAML): `functional_call(model, fast, (x,))` on the wrapper raised
+    AttributeError (it has none of the model's submodules by name), and on `.module` it would
+    have trained without gradient averaging. Refused, in a helper given the model too."""
+    source = f"""import torch
+from torch.func import functional_call
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def adapt(net, params, x):
+    loss = functional_call(net, params, (x,)).pow(2).mean()
+    grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
+    return {{k: v - 0.01 * g for (k, v), g in zip(params.items(), grads)}}
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 1)), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for (x,) in loader:
+        loss = {step}
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "maml.py", ConvertOptions())
+    assert result.refused
+    refusal = next(n for n in result.problems if "functional_call" in n.message)
+    assert refusal.code == "DDP003"
+    assert "keep the model bare and average its gradients by hand" in refusal.message
