@@ -1148,6 +1148,7 @@ def _changes(facts: _Facts) -> list[str]:
         "dropout": "dropout neutralised",
         "batchnorm": "BatchNorm statistics made global",
         "precision": "rounding noise removed",
+        "float32": "rounding noise left in",
         "random": "noticed, not changed",
         "keyed": "random draws made per sample",
         "writes": "checkpoints written slowly, so a read before the write ends fails",

@@ -428,8 +428,39 @@ def sharded_batches(run: Run, nproc: int, train_loader: int | None) -> dict[str,
 
 
 def run_verification(options: VerifyOptions, progress: Progress | None = None) -> Verification:
-    """Run both scripts and collect their records; InputError for unusable arguments."""
+    """Run both scripts and collect their records; InputError for unusable arguments. Both
+    run in float64; when that makes one of them fail a dtype check (a GRU given float32
+    inputs, quantization-aware training's fake quantizers), both run again as they are."""
     validate(options)
+    verification = _run_both(options, progress, float64=True)
+    failure = _fails_in_float64(verification)
+    if failure is None:
+        return verification
+    if progress is not None:
+        progress(f"in float64: {failure}; again in float32")
+    again = _run_both(options, progress, float64=False)
+    again.pgids[:0] = verification.pgids
+    return again
+
+
+# What a script's dtype checks say when float64 meets the float32 it expects.
+DTYPE_FAILURE = re.compile(
+    r"^\w*(?:Error|Exception)\b.*(?:Double|float64|dtype|scalar type)", re.MULTILINE
+)
+
+
+def _fails_in_float64(verification: Verification) -> str | None:
+    """The dtype error a process of either run ended with, if one did."""
+    for run in (verification.converted, verification.original):
+        for process in run.processes if run else ():
+            if process.returncode not in (0, None):
+                found = DTYPE_FAILURE.search(process.stderr)
+                if found:
+                    return found.group().strip()[:200]
+    return None
+
+
+def _run_both(options: VerifyOptions, progress: Progress | None, float64: bool) -> Verification:
     say = progress or (lambda _: None)
     temp_dir = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
     verification = Verification(options=options, temp_dir=temp_dir, kept=options.keep)
@@ -439,9 +470,11 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
         say(f"converted: {options.converted} as {options.nproc} processes")
         added = added_loader_lines(options.converted)
         listed = ["--added-loaders", ",".join(map(str, sorted(added)))] if added else []
+        listed += [] if float64 else ["--float32"]
         first = starter.start("converted", options.converted, options.nproc, listed)
         # The original imports torch meanwhile, then waits for the batch it must train with.
         extra = ["--compare-with", str(temp_dir / "converted"), "--wait-for", str(go)]
+        extra += [] if float64 else ["--float32"]
         text = _read_the_original(verification)
         second = starter.start("original", options.original, 1, extra, text)
         converted = starter.finish(first)

@@ -1047,3 +1047,74 @@ def test_an_evaluation_of_a_shard_or_of_padded_samples_fails_with_both_lines(
     assert counted in text
     for name in CHECKS[:-1]:
         assert statuses(outcome)[name] is Status.PASS, name
+
+
+RECURRENT_FLOAT32_INPUTS = """\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Features(Dataset):
+    def __init__(self):
+        self.x = np.random.RandomState(0).randn(32, 5, 3).astype(np.float32)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return torch.from_numpy(self.x[i]), torch.tensor(float(self.x[i].sum() > 0))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(3, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        CHECK
+        return self.head(self.rnn(x)[0][:, -1]).squeeze(1)
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(Features(), batch_size=8, shuffle=True)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("check", "precision"),
+    [
+        ("pass", "float64: the default dtype"),
+        (
+            "if x.dtype != self.head.weight.dtype:\n            raise TypeError(f'expected "
+            "{self.head.weight.dtype} input, got {x.dtype}')",
+            "float32, as the scripts are: in float64 they fail a dtype check",
+        ),
+    ],
+    ids=["recurrent-module-cast", "dtype-check-runs-in-float32"],
+)
+def test_float32_inputs_run_in_the_check_s_precision_or_the_scripts_own(
+    tmp_path: Path, check: str, precision: str
+) -> None:
+    """Round-18 audit s05 and s10: a GRU given `torch.from_numpy` float32 features, and
+    quantization-aware training's fake quantizers, failed their dtype checks in the check's
+    float64, and verify said "could not run the original". A recurrent module's inputs are
+    cast to its weights; a script that still fails a dtype check runs again as it is."""
+    original = tmp_path / "features.py"
+    original.write_text(RECURRENT_FLOAT32_INPUTS.replace("CHECK", check))
+    _, _, table = converted_and_verified(original)
+    assert precision in table
