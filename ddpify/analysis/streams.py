@@ -187,17 +187,19 @@ class Streams:
             # Python's and NumPy's generators start from OS entropy: only a script that seeds
             # them draws alike in every process (timm's mixup λ with `np.random.beta`, b05).
             families = {f for f in draws if f == "torch" or self._seeds(f)}
-            hidden = False
-            if not families:
-                for method in self._drawing_methods(loader):
-                    self.graph.reaches(method.body, collect)
-                families = {f for f in draws if self._seeds(f)}
-                hidden = bool(families)
-                if draws and self._in_workers(loader) and self._seeds("torch"):
-                    # Loader workers seed NumPy and Python from a base seed drawn from
-                    # torch's generator: alike on every rank unless torch's is seeded apart
-                    # too (round-10 audit c12, `num_workers=2`).
-                    families.add("torch")
+            in_sight = bool(families)
+            # and out of the loop's sight, whatever it draws itself (round-18 audit s13:
+            # CutMix's `np.random.beta` in the loop, RandomErasing's `random.uniform` in a
+            # transform's `__call__`)
+            for method in self._drawing_methods(loader):
+                self.graph.reaches(method.body, collect)
+            families |= {f for f in draws if self._seeds(f)}
+            hidden = bool(families) and not in_sight
+            if draws and self._in_workers(loader) and self._seeds("torch"):
+                # Loader workers seed NumPy and Python from a base seed drawn from
+                # torch's generator: alike on every rank unless torch's is seeded apart
+                # too (round-10 audit c12, `num_workers=2`).
+                families.add("torch")
             if not families:
                 continue
             seeded.add(id(batch_loop))

@@ -3660,3 +3660,58 @@ if __name__ == "__main__":
     refusal = next(n for n in result.problems if "functional_call" in n.message)
     assert refusal.code == "DDP003"
     assert "keep the model bare and average its gradients by hand" in refusal.message
+
+
+def test_draws_in_a_transform_are_seeded_apart_beside_draws_in_the_loop() -> None:
+    """Round-18 audit s13: CutMix draws `np.random.beta` in the loop, RandomErasing draws
+    `random.uniform` in a transform's `__call__`; only NumPy and torch were seeded per
+    process, so every rank erased the same boxes of its k-th sample."""
+    source = """import random
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Erase:
+    def __call__(self, x):
+        if random.uniform(0, 1) > 0.5:
+            x = x.clone()
+            x[random.randint(0, 3)] = 0
+        return x
+
+
+class Images(Dataset):
+    def __init__(self, transform):
+        self.x, self.transform = torch.randn(64, 4), transform
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.transform(self.x[i])
+
+
+def main():
+    random.seed(0)
+    np.random.seed(0)
+    loader = DataLoader(Images(Erase()), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x in loader:
+            lam = np.random.beta(1.0, 1.0)
+            loss = model(lam * x + (1 - lam) * x.flip(0)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "cutmix.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    assert "    np.random.seed(0 + dist.get_rank())" in output
+    assert "    random.seed(0 + dist.get_rank())\n" in output
