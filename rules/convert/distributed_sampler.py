@@ -527,6 +527,7 @@ class DistributedSampler(ConvertRule):
     def refuse(self, ctx: ConvertContext) -> None:
         _refuse_salted_hashes(ctx)
         _refuse_per_sample_state(ctx)
+        _refuse_loaders_given_to_one_loop(ctx)
 
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
@@ -1485,6 +1486,92 @@ def _whole_name(anatomy: Anatomy, loader: Loader, read: cst.BaseExpression) -> c
     if not anatomy.precedes(loader.statement, read):
         return None
     return read
+
+
+def _refuse_loaders_given_to_one_loop(ctx: ConvertContext) -> None:
+    """A training loop over a parameter of its function, which its calls give different
+    loaders (`train_one_epoch(model, pretrain_loader, ...)`, then `(model, finetune_loader,
+    ...)`): the analysis follows the first call, and the other loader would stay whole, the
+    same data on every process (round-18 review). Refused, naming both."""
+    anatomy = ctx.anatomy
+    for loop in anatomy.script.train_loops:
+        function = anatomy.function_of(loop.batch_loop)
+        if loop.loader is None or function is None:
+            continue
+        given = [
+            anatomy.loaders.resolve(argument, anatomy.function_of(site))
+            for site in anatomy.graph.call_sites(function)
+            if _site_trains(anatomy, function, site, loop.batch_loop)
+            and (argument := _iterated_argument(anatomy, function, site, loop.batch_loop))
+            is not None
+        ]
+        others = [made for made in given if made is not None and made is not loop.loader.call]
+        if not others:
+            continue
+        lines = ", ".join(str(anatomy.line(made)) for made in [loop.loader.call, *others])
+        ctx.cannot(
+            others[0],
+            f"`{function.name.value}()` trains over the loaders of lines {lines}, one per "
+            "call: ddpify follows one call of a training loop; give each phase a loop of "
+            "its own, or shard the others' loaders by hand (a DistributedSampler and "
+            "`set_epoch` before each pass)",
+            blocking=True,
+        )
+        return
+
+
+def _iterated_argument(
+    anatomy: Anatomy, function: cst.FunctionDef, site: cst.Call, loop: cst.For
+) -> cst.BaseExpression | None:
+    """What `site` gives the parameter of `function` that `loop` iterates over."""
+    iterable = strip_iteration(loop.iter, anatomy.graph)
+    if not isinstance(iterable, cst.Name) or iterable.value not in anatomy.graph.parameters_of(
+        function
+    ):
+        return None
+    return anatomy.graph.bound_argument(site, function, iterable.value)
+
+
+def _site_trains(
+    anatomy: Anatomy, function: cst.FunctionDef, site: cst.Call, loop: cst.For
+) -> bool:
+    """Whether the call `site` of `function` may run the backward pass in `loop`: not when
+    the backward is under `if optimizer is not None:` (`if train:`, `if phase == "train":`)
+    and the call gives that parameter None, False or another string, or leaves it at such a
+    default (round-8 audit a07's `run_epoch(model, val_dl)`)."""
+    defaults = {
+        param.name.value: param.default
+        for param in [*function.params.params, *function.params.kwonly_params]
+    }
+    for node in walk(loop.body):
+        if not (isinstance(node, cst.Call) and is_method_call(node, "backward")):
+            continue
+        for guard in anatomy.ancestors(node):
+            if guard is loop:
+                break
+            if not isinstance(guard, cst.If) or not anatomy.inside(node, guard.body):
+                continue
+            test, wanted = guard.test, None
+            if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+                operator = test.comparisons[0].operator
+                comparator = test.comparisons[0].comparator
+                if isinstance(operator, cst.IsNot) and is_name(comparator, "None"):
+                    test = test.left
+                elif isinstance(operator, cst.Equal) and isinstance(comparator, cst.SimpleString):
+                    test, wanted = test.left, comparator.evaluated_value
+            if not isinstance(test, cst.Name) or test.value not in defaults:
+                continue
+            given = anatomy.graph.bound_argument(site, function, test.value)
+            given = defaults[test.value] if given is None else given
+            if wanted is None and (is_name(given, "None") or is_name(given, "False")):
+                return False
+            if (
+                wanted is not None
+                and isinstance(given, cst.SimpleString)
+                and given.evaluated_value != wanted
+            ):
+                return False
+    return True
 
 
 def _may_train(anatomy: Anatomy, loop: cst.For | cst.CompFor) -> bool:

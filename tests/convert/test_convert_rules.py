@@ -3715,3 +3715,46 @@ if __name__ == "__main__":
     output = result.output.decode()
     assert "    np.random.seed(0 + dist.get_rank())" in output
     assert "    random.seed(0 + dist.get_rank())\n" in output
+
+
+TWO_PHASES = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_one_epoch(model, loader, optimizer, phase="train"):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        if phase == "train":
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+def main():
+    pre = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    fine = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        train_one_epoch(model, pre, optimizer)
+    for epoch in range(2):
+        train_one_epoch(model, fine, optimizer, PHASE)
+
+
+if __name__ == "__main__":
+    main()
+"""  # noqa: E501
+
+
+@pytest.mark.parametrize(("phase", "refused"), [('"train"', True), ('"val"', False)])
+def test_a_training_loop_called_with_two_loaders_is_refused(phase: str, refused: bool) -> None:
+    """Round-18 review: `train_one_epoch(model, pre, ...)` then `(model, fine, ...)`: the
+    analysis followed the first call, and `fine` stayed whole ("not a training loader"): both
+    processes fine-tuned on the same data. Refused; a call that does not train (`phase="val"`)
+    is an evaluation, as before."""
+    result = convert_source(TWO_PHASES.replace("PHASE", phase).encode(), "two.py", ConvertOptions())
+    assert result.refused is refused, result.problems
+    if refused:
+        [problem] = [p for p in result.problems if p.blocking]
+        assert problem.line == 16
+        assert "`train_one_epoch()` trains over the loaders of lines 15, 16" in problem.message
