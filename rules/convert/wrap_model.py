@@ -325,6 +325,9 @@ class WrapModel(ConvertRule):
             for shown in _shown(anatomy, model):
                 ctx.plan.replace(shown, _through_module)
                 ctx.changed(shown, "the model printed is the bare one (via `.module`)")
+            for held in _held_by_a_module_after_training(anatomy, model):
+                ctx.plan.replace(held, _through_module)
+                ctx.changed(held, MODULE_AFTER_TRAINING)
             for item in _raw_items(anatomy, model):
                 if unwrapped is not None and _after(anatomy, unwrapped, item):
                     continue
@@ -833,6 +836,48 @@ def _shown(anatomy: Anatomy, model: Model) -> list[cst.Name]:
         if shown and _holds_wrapper(anatomy, model, node, node.value):
             found.append(node)
     return found
+
+
+MODULE_AFTER_TRAINING = (
+    "a module of the script holds the trained model after training: it gets the bare one "
+    "(`.module`), so what it saves has no `module.` keys"
+)
+
+
+def _held_by_a_module_after_training(anatomy: Anatomy, model: Model) -> list[cst.Name]:
+    """`scaled = ModelWithTemperature(model)` after the training loops (round-18 audit s35,
+    temperature scaling): the wrapper inside it would put `model.module.` in every key its
+    `state_dict()` saves. Left alone when what it makes is trained through `.parameters()`
+    (the bare model would then train without gradient averaging)."""
+    assert model.placement is not None
+    loops = [loop.epoch_loop or loop.batch_loop for loop in anatomy.script.train_loops]
+    modules = {name for name, owner in anatomy.classes.items() if _is_module_class(owner)}
+    found = []
+    for call in anatomy.calls:
+        if not (isinstance(call.func, cst.Name) and call.func.value in modules) or not loops:
+            continue
+        if not all(
+            anatomy.precedes(loop, call) and not anatomy.inside(call, loop) for loop in loops
+        ):
+            continue
+        assign = anatomy.parent(call)
+        made = dotted(assign.targets[0].target) if isinstance(assign, cst.Assign) else None
+        if made is None or any(
+            f"{made}.parameters()" in source_text(optimizer)
+            for optimizer in anatomy.script.optimizer_calls
+        ):
+            continue
+        found += [
+            arg.value
+            for arg in call.args
+            if isinstance(arg.value, cst.Name)
+            and _holds_wrapper(anatomy, model, arg.value, arg.value.value)
+        ]
+    return found
+
+
+def _is_module_class(owner: cst.ClassDef) -> bool:
+    return any((dotted(base.value) or "").rpartition(".")[2] == "Module" for base in owner.bases)
 
 
 # What makes a tensor the optimizer trains without a module: `nn.Parameter(...)`.

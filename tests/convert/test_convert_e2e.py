@@ -2206,3 +2206,24 @@ def test_the_docs_seed_worker_recipe_runs_no_collective_in_the_workers(tmp_path:
     (tmp_path / "repro.py").write_bytes(result.output)
     ran = torchrun(["repro.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+
+
+def test_a_module_made_around_the_trained_model_saves_its_keys(tmp_path: Path) -> None:
+    """Round-18 audit s35: the temperature-scaling wrapper made after training saves a state
+    dict that loads into the same wrapper around a bare model, under torchrun."""
+    from test_convert_rules import TEMPERATURE
+
+    source = TEMPERATURE.replace("TUNED", "[scaled.temperature]")
+    result = convert_source(source.encode(), "temperature.py", ConvertOptions())
+    assert not result.refused, result.problems
+    (tmp_path / "temperature.py").write_bytes(result.output)
+    ran = torchrun(["temperature.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    check = (
+        "import sys, torch; sys.path.insert(0, '.'); from temperature import WithTemperature; "
+        "m = WithTemperature(torch.nn.Linear(4, 2)); "
+        "m.load_state_dict(torch.load('scaled.pt')); print(sorted(m.state_dict()))"
+    )
+    loaded = run([sys.executable, "-c", check], cwd=tmp_path, timeout=60)
+    assert loaded.returncode == 0, loaded.stderr.decode()[-2000:]
+    assert b"['model.bias', 'model.weight', 'temperature']" in loaded.stdout

@@ -3758,3 +3758,52 @@ def test_a_training_loop_called_with_two_loaders_is_refused(phase: str, refused:
         [problem] = [p for p in result.problems if p.blocking]
         assert problem.line == 16
         assert "`train_one_epoch()` trains over the loaders of lines 15, 16" in problem.message
+
+
+TEMPERATURE = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class WithTemperature(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.temperature = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return self.model(x) / self.temperature
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (x,) in loader:
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    scaled = WithTemperature(model)
+    tuner = torch.optim.LBFGS(TUNED)
+    torch.save(scaled.state_dict(), "scaled.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("tuned", "bare"), [("[scaled.temperature]", True), ("scaled.parameters()", False)]
+)
+def test_a_module_holding_the_model_after_training_gets_the_bare_model(
+    tuned: str, bare: bool
+) -> None:
+    """Round-18 audit s35 (temperature scaling): `ModelWithTemperature(model)` after training
+    held the wrapper, and its saved state dict had `model.module.0.weight` keys. It gets the
+    bare model, unless the new module trains all its parameters (then it stays the wrapper)."""
+    source = TEMPERATURE.replace("TUNED", tuned)
+    result = convert_source(source.encode(), "temperature.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (b"scaled = WithTemperature(model.module)\n" in result.output) is bare
