@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import libcst as cst
@@ -197,8 +198,8 @@ class BatchAndLearningRate(ConvertRule):
                 )
 
 
-# Losses whose mean is weighted by the classes' weights (`weight=`): divided by the sum of
-# the batch's weights, not its size.
+# Losses whose mean is weighted by the classes' weights (`weight=`), or over the targets not
+# ignored (`ignore_index=`): divided by the sum of the batch's weights or targets, not its size.
 WEIGHTED_MEANS = {
     "torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss", "torch.nn.functional.cross_entropy",
     "torch.nn.functional.nll_loss",
@@ -214,22 +215,31 @@ def _weighted_means(ctx: ConvertContext) -> None:
         if not anatomy.is_call_to(call, WEIGHTED_MEANS):
             continue
         weight = call_arg(call, None, "weight")
+        ignored = call_arg(call, None, "ignore_index")
         reduction = call_arg(call, None, "reduction")
-        if weight is None or is_name(weight.value, "None"):
-            continue
         if reduction is not None and not (
             isinstance(reduction.value, cst.SimpleString)
             and reduction.value.evaluated_value == "mean"
         ):
             continue
-        ctx.info(
-            call,
-            "a mean weighted by the classes' weights (`weight=`) divides by this process's "
-            "sum of weights: DDP averages the processes' means, which differs a little from "
-            "the weighted mean over all their samples (reduction='sum' divided by the "
-            "all-reduced sum of weights is exact)",
-        )
-        return
+        if weight is not None and not is_name(weight.value, "None"):
+            ctx.info(
+                call,
+                "a mean weighted by the classes' weights (`weight=`) divides by this "
+                "process's sum of weights: DDP averages the processes' means, which differs a "
+                "little from the weighted mean over all their samples (reduction='sum' "
+                "divided by the all-reduced sum of weights is exact)",
+            )
+            return
+        if ignored is not None:  # round-18 audit s24: padded tokens of an NER tagger
+            ctx.info(
+                call,
+                "a mean over the targets not ignored (`ignore_index=`) divides by this "
+                "process's count of them: DDP averages the processes' means, so a token of a "
+                "batch with fewer weighs more than in the mean over all their tokens "
+                "(reduction='sum' divided by the all-reduced count is exact)",
+            )
+            return
 
 
 def _scale_summed_losses(ctx: ConvertContext) -> None:
@@ -261,12 +271,23 @@ def _scale_summed_losses(ctx: ConvertContext) -> None:
         if found is None:
             _weigh_the_part(ctx, backward)
             continue
-        summed, averaged = found
+        summed, divisor = found
         line = anatomy.line(summed)
-        if averaged and anatomy.whole_batch is not None:
+        if divisor is not None and anatomy.whole_batch is not None:
             _weigh_the_part(ctx, backward)  # a mean over this process's part
             continue
-        if averaged:
+        if divisor is not None and _counted_in_the_batch(divisor):
+            ctx.info(
+                backward,
+                f"the loss is summed over the batch (line {line}) and divided by "
+                f"`{source_text(divisor)}`, which each process counts over its own batch: DDP "
+                "averages the processes' quotients, not the quotient over the global batch, "
+                "unless the counts are equal; for the single-GPU loss, divide by the count "
+                "averaged over the processes (`dist.all_reduce` it, then divide by the world "
+                "size), as detectron2 does for its positives",
+            )
+            continue
+        if divisor is not None:
             ctx.info(
                 backward,
                 f"the loss is summed over the batch (line {line}) and divided by its size: "
@@ -410,25 +431,25 @@ def _times_world_size(loss: cst.BaseExpression) -> cst.BaseExpression:
 
 def _summed(
     anatomy: Anatomy, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int
-) -> tuple[cst.Call, bool] | None:
+) -> tuple[cst.Call, cst.BaseExpression | None] | None:
     """The call that sums a loss over the batch (`reduction='sum'`, `size_average=False`,
     or a criterion built with them) that `expr` is computed from, followed through names and
-    the script's own functions; with whether a division by the batch's size (`len(x)`,
-    `x.size(0)`, `x.shape[0]`) makes it a mean on the way."""
+    the script's own functions; with the count (`len(x)`, `x.size(0)`, `num_pos`) a division
+    by which makes it a mean on the way, if one does."""
     if depth > MAX_STEPS:
         return None
     for node in walk(expr):
-        found: tuple[cst.Call, bool] | None = None
+        found: tuple[cst.Call, cst.BaseExpression | None] | None = None
         if isinstance(node, cst.Call):
             if _sums(node) or _sums_by_hand(anatomy, node, scope):
-                found = (node, False)
+                found = (node, None)
             else:
                 built = [
                     origin
                     for origin in anatomy.values.origins(node.func, scope)
                     if isinstance(origin, cst.Call) and origin is not node.func
                 ]
-                found = next(((call, False) for call in built if _sums(call)), None)
+                found = next(((call, None) for call in built if _sums(call)), None)
                 callee = anatomy.graph.callee(node)
                 if found is None and callee is not None:
                     for value in anatomy.graph.returned_values(callee):
@@ -443,7 +464,7 @@ def _summed(
                 if found is not None:
                     break
         if found is not None:
-            return found[0], found[1] or _divided_by_size(anatomy, node, expr)
+            return found[0], found[1] or _divisor(anatomy, node, expr)
     return None
 
 
@@ -557,11 +578,11 @@ def _loss_class(call: cst.Call) -> bool:
     return name.rsplit(".", 1)[-1].endswith("Loss")
 
 
-def _divided_by_size(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> bool:
-    """`node` sits, below `top`, on the left of a division by a count: a batch size
-    (`len(x)`, `x.size(0)`), or any value not a number written in the script (`/ ntokens`,
-    `/ batch_size`, round-14 audit s05): a mean of some kind, not a sum to multiply. A
-    number (`.sum() / 2`, d2l's squared loss) leaves it a sum."""
+def _divisor(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> cst.BaseExpression | None:
+    """The count `node` is divided by, below `top`: a batch size (`len(x)`, `x.size(0)`), or
+    any value not a number written in the script (`/ ntokens`, `/ batch_size`, round-14 audit
+    s05): a mean of some kind, not a sum to multiply. A number (`.sum() / 2`, d2l's squared
+    loss) leaves it a sum."""
     child = node
     for parent in anatomy.ancestors(node):
         if (
@@ -570,11 +591,23 @@ def _divided_by_size(anatomy: Anatomy, node: cst.CSTNode, top: cst.CSTNode) -> b
             and parent.left is child
             and not isinstance(parent.right, cst.Integer | cst.Float)
         ):
-            return True
+            return parent.right
         if parent is top or isinstance(parent, cst.BaseStatement | cst.BaseSmallStatement):
-            return False
+            return None
         child = parent
-    return False
+    return None
+
+
+# A divisor that is the batch's size: `len(x)`, `x.size(0)`, `x.shape[0]`, `batch_size`.
+BATCH_SIZE = re.compile(
+    r"^len\(|\.size\(0\)$|\.shape\[0\]$|(^|_)(batch|bs|n|N|size|batch_size|num_samples)$"
+)
+
+
+def _counted_in_the_batch(divisor: cst.BaseExpression) -> bool:
+    """A divisor that counts something in this process's batch other than its samples
+    (`num_pos = labels.sum()`, `ntokens`, `mask.sum()`): not the batch's size."""
+    return not BATCH_SIZE.search(source_text(divisor))
 
 
 def _scaled(value: cst.BaseExpression, operation: str) -> cst.BaseExpression:

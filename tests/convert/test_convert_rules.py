@@ -3807,3 +3807,41 @@ def test_a_module_holding_the_model_after_training_gets_the_bare_model(
     result = convert_source(source.encode(), "temperature.py", ConvertOptions())
     assert not result.refused, result.problems
     assert (b"scaled = WithTemperature(model.module)\n" in result.output) is bare
+
+
+@pytest.mark.parametrize(
+    ("loss", "noted"),
+    [
+        (  # round-18 audit s22: RetinaNet's focal loss over the positives this batch has
+            "torch.nn.functional.mse_loss(model(x), y, reduction='sum') / num_pos",
+            "divided by `num_pos`, which each process counts over its own batch",
+        ),
+        (
+            "torch.nn.functional.mse_loss(model(x), y, reduction='sum') / x.size(0)",
+            "divided by its size: a mean, which DDP's average of gradients keeps",
+        ),
+        (  # round-18 audit s24: an NER tagger's padded tokens
+            "torch.nn.functional.cross_entropy(model(x), y.long().squeeze(1), ignore_index=-100)",
+            "a mean over the targets not ignored (`ignore_index=`) divides by this process's",
+        ),
+    ],
+    ids=["count-of-the-batch", "batch-size", "ignore-index"],
+)
+def test_a_mean_over_a_count_of_the_process_s_batch_is_noted(loss: str, noted: str) -> None:
+    source = f"""import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        num_pos = max(1.0, (y > 0).sum().item())
+        loss = {loss}
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""  # noqa: E501
+    result = convert_source(source.encode(), "counted.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert any(noted in note.message for note in result.notes), result.notes
