@@ -56,10 +56,21 @@ class Models:
             for node in (n for s in self.script.parameter_sources(optimizer) for n in walk(s)):
                 if is_method_call(node, *PARAMETERS):
                     assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-                    name = self._model_root(dotted(node.func.value))
+                    owner = node.func.value
+                    while isinstance(owner, cst.Subscript):  # `model.body[:4].parameters()`
+                        owner = owner.value
+                    name = self._model_root(dotted(owner))
                     if name is None or any(name in model.names for model in models):
                         continue
                     models.append(Model({name}, optimizer))
+        # `model.fc` (assigned anew: a swapped head) beside `model`: one model, wrapped once
+        # (round-18 audit s21 wrapped both, DDP inside DDP)
+        roots = {name for model in models for name in model.names}
+        models = [
+            model
+            for model in models
+            if not any(name.startswith(root + ".") for name in model.names for root in roots)
+        ]
         for model in models:
             model.names |= self._handed_in(model)
             self._find_placement(model)

@@ -3845,3 +3845,55 @@ for epoch in range(2):
     result = convert_source(source.encode(), "counted.py", ConvertOptions())
     assert not result.refused, result.problems
     assert any(noted in note.message for note in result.notes), result.notes
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [
+        # round-18 audit s21: a swapped head trained at a rate of its own
+        '[{"params": [p for n, p in model.named_parameters() if not n.startswith("fc.")]}, '
+        '{"params": model.fc.parameters(), "lr": 0.05}]',
+        # round-18 audit s06: groups of slices of a submodule
+        '[{"params": model.body[:1].parameters()}, {"params": model.body[1:].parameters()}]',
+    ],
+    ids=["swapped-head", "sliced-submodule"],
+)
+def test_param_groups_of_the_model_s_parts_wrap_the_model_once(groups: str) -> None:
+    """`model.fc` assigned anew and trained in a group of its own was wrapped in DDP of its
+    own, inside `model`'s (keys `fc.module.weight`); groups of `model.body[:1]` found no model
+    at all."""
+    source = f"""import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(self.body(x))
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8, shuffle=True)
+    model = Net()
+    model.fc = nn.Linear(8, 3)
+    optimizer = torch.optim.SGD({groups}, lr=0.01)
+    for (x,) in loader:
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "groups.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    assert output.count("DDP(") == 1
+    assert "    model = DDP(model, " in output
