@@ -1593,6 +1593,8 @@ def _bypasses_forward(ctx: ConvertContext, attribute: cst.Attribute, model: Mode
         and outer.attr.value in (DDP_TRANSPARENT - {"forward", "__call__"})
     ):
         return False  # `model.encoder_q.eval()`: a mode set or a move, not a forward (c08)
+    if _forward_in_the_same_loss(anatomy, attribute, model):
+        return False
     ctx.cannot(
         attribute,
         f"`{dotted(attribute)}` computes the loss outside the model's forward: through "
@@ -1602,6 +1604,27 @@ def _bypasses_forward(ctx: ConvertContext, attribute: cst.Attribute, model: Mode
         blocking=True,
     )
     return True
+
+
+def _forward_in_the_same_loss(anatomy: Anatomy, attribute: cst.Attribute, model: Model) -> bool:
+    """`nll(model(x), y) + model.kl() / n` (a Bayesian network's regulariser, round-18 audit
+    s29): the loss of some backward pass that reads `model.kl` also runs the model's forward
+    through the wrapper, so DDP's hooks see that step and average every parameter's gradient,
+    the regulariser's part with it. (A loss computed through the method alone, a flow's
+    `log_prob`, is still refused.)"""
+    for backward in anatomy.script.backward_calls:
+        nodes = anatomy.script.loss_nodes_of(backward)
+        if id(attribute) not in nodes:
+            continue
+        if any(
+            isinstance(node, cst.Call)
+            and id(node) in nodes
+            and isinstance(node.func, cst.Name)
+            and _holds_wrapper(anatomy, model, node, node.func.value)
+            for node in anatomy.calls
+        ):
+            return True
+    return False
 
 
 def _parameter_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool]]:

@@ -2227,3 +2227,63 @@ def test_a_module_made_around_the_trained_model_saves_its_keys(tmp_path: Path) -
     loaded = run([sys.executable, "-c", check], cwd=tmp_path, timeout=60)
     assert loaded.returncode == 0, loaded.stderr.decode()[-2000:]
     assert b"['model.bias', 'model.weight', 'temperature']" in loaded.stdout
+
+
+KL_REGULARISED = """\
+import json
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Bayesian(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mu = torch.nn.Linear(4, 1)
+        self.log_sigma = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        return self.mu(x) + torch.randn_like(x[:, :1]) * self.log_sigma.exp()
+
+    def kl(self):
+        return 0.5 * (self.mu.weight.pow(2).sum() + self.log_sigma.exp().pow(2) - 2 * self.log_sigma).sum()
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Bayesian()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = F.mse_loss(model(x), y) + model.kl() / len(data)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    PROBE
+
+
+if __name__ == "__main__":
+    main()
+"""  # noqa: E501
+
+
+def test_a_regulariser_the_model_computes_beside_its_forward_trains_in_sync(
+    tmp_path: Path,
+) -> None:
+    """Round-18 audit s29: `nll + model.kl() / n` was refused ("computes the loss outside the
+    model's forward"); the forward runs through the wrapper in the same loss, so DDP averages
+    every parameter's gradient, the KL's part with it: `model.module.kl()`."""
+    result = convert_source(KL_REGULARISED.encode(), "bayes.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"model.module.kl()" in result.output
+    probe = (
+        "json.dump([p.sum().item() for p in model.module.parameters()], "
+        "open(f'params{dist.get_rank()}.json', 'w'))"
+    )
+    (tmp_path / "bayes.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["bayes.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    params = [json.loads((tmp_path / f"params{r}.json").read_text()) for r in (0, 1)]
+    assert params[0] == params[1]
