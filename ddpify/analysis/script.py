@@ -558,7 +558,15 @@ def _given_parameters(script: TrainingScript, optimizer: cst.Call) -> list[cst.B
             for origin in script.values.origins(cst.Name(name), scope)
         ]
         found += frontier
-    return found + _handed_parameters(script.graph, found)
+    # and the calls that made them, whose own returned values `origins` gives instead
+    # (`groups = param_groups_lrd(model, ...)`, MAE's layer decay, round-18 audit s32)
+    made: list[cst.BaseExpression] = [
+        value
+        for name in seen
+        for value, _ in script.values.values_of(name, scope)
+        if isinstance(value, cst.Call)
+    ]
+    return found + _handed_parameters(script.graph, found + made)
 
 
 def _optimizer_factories(script: TrainingScript) -> dict[cst.Call, list[cst.Call]]:

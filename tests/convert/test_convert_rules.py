@@ -3897,3 +3897,43 @@ if __name__ == "__main__":
     output = result.output.decode()
     assert output.count("DDP(") == 1
     assert "    model = DDP(model, " in output
+
+
+def test_groups_a_function_of_the_script_builds_in_a_loop_find_the_model() -> None:
+    """Round-18 audit s32 (MAE/BEiT layer decay): `param_groups_lrd(model, ...)` appends each
+    parameter to a dict of groups and returns `list(groups.values())`: refused as "tensors of
+    the script's own". The model is found, wrapped before the call, and the function reads
+    the bare model's names (`blocks.0.weight`, not `module.blocks.0.weight`)."""
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def param_groups_lrd(model, decay):
+    groups = {}
+    for n, p in model.named_parameters():
+        key = n.split(".")[0]
+        groups.setdefault(key, {"params": [], "lr_scale": decay ** len(groups)})
+        groups[key]["params"].append(p)
+    return list(groups.values())
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    groups = param_groups_lrd(model, 0.65)
+    optimizer = torch.optim.AdamW(groups, lr=1e-3)
+    for (x,) in loader:
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "lrd.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    assert "    for n, p in model.module.named_parameters():" in output
+    assert output.index("model = DDP(model") < output.index("groups = param_groups_lrd(model")
