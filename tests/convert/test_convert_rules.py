@@ -3937,3 +3937,50 @@ if __name__ == "__main__":
     output = result.output.decode()
     assert "    for n, p in model.module.named_parameters():" in output
     assert output.index("model = DDP(model") < output.index("groups = param_groups_lrd(model")
+
+
+@pytest.mark.parametrize(("nested", "refused"), [(False, False), (True, True)])
+def test_a_single_pass_through_the_training_step_shares_the_sharded_loader(
+    nested: bool, refused: bool
+) -> None:
+    """Round-18 audit s20: a few profiled steps (`for step, (x,) in enumerate(loader):
+    train_step(x); if step >= 2: break`) before the epoch loop, both through one nested
+    `train_step`, was refused as "another loop that trains". One pass trains on this
+    process's shard, as it should; passes of a loop of their own would need `set_epoch`, and
+    stay refused."""
+    warmup = (
+        "    for step, (x,) in enumerate(loader):\n"
+        "        train_step(x)\n"
+        "        if step >= 2:\n"
+        "            break\n"
+    )
+    if nested:
+        warmup = "    for round in range(2):\n" + warmup.replace("\n    ", "\n        ")
+        warmup = warmup.replace("    for step", "        for step", 1)
+    source = f"""import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step(x):
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+{warmup}    for epoch in range(2):
+        for (x,) in loader:
+            train_step(x)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "warmup.py", ConvertOptions())
+    assert result.refused is refused, result.problems
+    if not refused:
+        assert b"        loader.sampler.set_epoch(epoch)\n" in result.output
