@@ -321,6 +321,7 @@ class WrapModel(ConvertRule):
                 if unwrapped is None or not _after(anatomy, unwrapped, attribute):
                     _route_raw_use(ctx, model, attribute, compiled_after)
             _unwrap_both_branches(ctx, model)
+            _functional_elsewhere(ctx, model)
             _average_outside_parameters(ctx, model)
             for shown in _shown(anatomy, model):
                 ctx.plan.replace(shown, _through_module)
@@ -618,23 +619,60 @@ FUNCTIONAL_CALLS = frozenset(
 
 
 def _run_functionally(anatomy: Anatomy, model: Model) -> cst.Call | None:
-    """`functional_call(model, params, args)` after the wrap, on the model's name or on a
-    parameter of a function given the model (round-18 audit s02, MAML's `adapt(model, ...)`)."""
+    """`functional_call(model, params, args)` after the wrap, in what a loss is computed
+    from: on the model's name, or on a parameter of a function given the model (round-18
+    audit s02, MAML's `adapt(model, ...)`). One outside every loss (a per-sample gradient
+    norm logged, s28) is `_functional_elsewhere`'s."""
+    for call, _ in _functional_calls(anatomy, model):
+        if id(call) in anatomy.script.loss_nodes:
+            return call
+    return None
+
+
+def _functional_calls(
+    anatomy: Anatomy, model: Model
+) -> list[tuple[cst.Call, list[cst.BaseExpression]]]:
+    """Each `functional_call` given the wrapper after the wrap, with the expressions that
+    give it the wrapper: its own first argument, or what the calls of the function it is in
+    pass for that parameter."""
     assert model.placement is not None
+    found = []
     for call in anatomy.calls:
         if not anatomy.is_call_to(call, FUNCTIONAL_CALLS) or not call.args:
             continue
-        name = dotted(call.args[0].value)
+        given = call.args[0].value
+        name = dotted(given)
         function = anatomy.function_of(call)
         if name is None:
             continue
-        if _holds_wrapper(anatomy, model, call, name) or (
+        if _holds_wrapper(anatomy, model, call, name):
+            found.append((call, [given]))
+        elif (
             function is not None
             and name in anatomy.graph.parameters_of(function) - model.names
             and _given_the_wrapper(anatomy, model, function, name, 0) is not None
         ):
-            return call
-    return None
+            passed = [
+                anatomy.graph.bound_argument(site, function, name)
+                for site in anatomy.graph.call_sites(function)
+            ]
+            found.append((call, [p for p in passed if p is not None and dotted(p) is not None]))
+    return found
+
+
+def _functional_elsewhere(ctx: ConvertContext, model: Model) -> None:
+    """A `functional_call` outside every loss (per-sample gradient norms logged with
+    `vmap(grad(...))`, round-18 audit s28) gets the bare model: the wrapper has none of its
+    submodules by name, and nothing it computes trains."""
+    for call, givers in _functional_calls(ctx.anatomy, model):
+        if id(call) in ctx.anatomy.script.loss_nodes:
+            continue
+        for given in givers:
+            if _holds_wrapper(ctx.anatomy, model, given, dotted(given) or ""):
+                ctx.plan.replace(given, _through_module)
+                ctx.changed(
+                    given, "`functional_call` outside the loss runs the bare model (`.module`)"
+                )
 
 
 def _handed_to_helpers(anatomy: Anatomy, model: Model) -> list[tuple[cst.Call, cst.Arg]]:

@@ -3984,3 +3984,44 @@ if __name__ == "__main__":
     assert result.refused is refused, result.problems
     if not refused:
         assert b"        loader.sampler.set_epoch(epoch)\n" in result.output
+
+
+def test_a_functional_call_outside_the_loss_runs_the_bare_model() -> None:
+    """Round-18 audit s28: per-sample gradient norms logged with `vmap(grad(...))` over
+    `functional_call(model, params, ...)`: nothing it computes trains, so it runs the bare
+    model (the wrapper has none of its submodules by name: AttributeError at the first
+    step), where MAML's meta-loss through it is refused."""
+    source = """import torch
+from torch.func import functional_call, grad, vmap
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def grad_norms(model, x):
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss_fn(p, xi):
+        return functional_call(model, p, (xi.unsqueeze(0),)).pow(2).mean()
+
+    g = vmap(grad(loss_fn), in_dims=(None, 0))(params, x)
+    return sum(v.flatten(1).norm(dim=1) for v in g.values())
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for (x,) in loader:
+        print(grad_norms(model, x).mean().item())
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "norms.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    assert "return functional_call(model.module, p, (xi.unsqueeze(0),))" in output

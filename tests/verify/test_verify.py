@@ -1118,3 +1118,45 @@ def test_float32_inputs_run_in_the_check_s_precision_or_the_scripts_own(
     original.write_text(RECURRENT_FLOAT32_INPUTS.replace("CHECK", check))
     _, _, table = converted_and_verified(original)
     assert precision in table
+
+
+def test_a_forward_inside_vmap_runs_in_the_check(tmp_path: Path) -> None:
+    """Round-18 audit s28: the check fingerprints the rows each forward takes; inside
+    `vmap(grad(...))` (per-sample gradient norms logged) the rows are functorch tensors with
+    no storage, and reading them failed the original ("could not run the original")."""
+    original = tmp_path / "norms.py"
+    original.write_text(
+        """import torch
+from torch.func import functional_call, grad, vmap
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def grad_norms(model, x):
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss_fn(p, xi):
+        return functional_call(model, p, (xi.unsqueeze(0),)).pow(2).mean()
+
+    return vmap(grad(loss_fn), in_dims=(None, 0))(params, x)["weight"].norm()
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (x,) in loader:
+            norm = grad_norms(model, x)
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    )
+    _, outcome, table = converted_and_verified(original)
+    assert statuses(outcome)["equivalence"] is Status.PASS, table
