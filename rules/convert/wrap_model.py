@@ -613,9 +613,7 @@ def _trained_past_the_wrapper(anatomy: Anatomy, model: Model) -> tuple[cst.CSTNo
     return None
 
 
-FUNCTIONAL_CALLS = frozenset(
-    {"torch.func.functional_call", "torch.nn.utils.stateless.functional_call"}
-)
+FUNCTIONAL_CALLS = {"torch.func.functional_call", "torch.nn.utils.stateless.functional_call"}
 
 
 def _run_functionally(anatomy: Anatomy, model: Model) -> cst.Call | None:
