@@ -772,6 +772,14 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
                 f"(`{epochs}`): each round's new sampler would repeat the orders of the "
                 f"round before (the loop at line {anatomy.line(round_loop)})",
             )
+        elif (first := _pass_before(anatomy, loop)) is not None and loop.epoch_var:
+            # round-18 audit s20: a few profiled steps first took the sampler's epoch 0
+            insert_set_epoch(ctx.plan, replace(loop, epoch_var=f"{loop.epoch_var} + 1"))
+            ctx.changed(
+                loop.epoch_loop,
+                f"set_epoch(epoch + 1) at the start of every epoch: the pass at line "
+                f"{anatomy.line(first)} before them takes the sampler's epoch 0",
+            )
         else:
             insert_set_epoch(ctx.plan, loop)
             ctx.changed(loop.epoch_loop, "set_epoch at the start of every epoch")
@@ -1446,6 +1454,21 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
                     "sharded, each process would keep its own half's; give it a whole loader "
                     "by hand"
                 )
+    return None
+
+
+def _pass_before(anatomy: Anatomy, loop: TrainLoop) -> cst.For | None:
+    """A single training pass over the loop's loader that runs before its epoch loop."""
+    assert loop.loader is not None and loop.epoch_loop is not None
+    for other in _other_loops(anatomy, loop.loader):
+        if (
+            isinstance(other, cst.For)
+            and anatomy.precedes(other, loop.epoch_loop)
+            and anatomy.function_of(other) is anatomy.function_of(loop.epoch_loop)
+            and _may_train(anatomy, other)
+            and _one_pass_that_trains(anatomy, loop.loader, other)
+        ):
+            return other
     return None
 
 
