@@ -16,8 +16,8 @@ WORLD_SIZE = "dist.get_world_size()"
 FALLBACK_DEVICE = 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
 # Before `destroy_process_group()` when `main()` returns: a DDP model it made can outlive the
 # call in a reference cycle, and freed at exit, after its process group, gloo aborts the
-# process ("terminate called without an active exception"; the round-7 denoiser: 5 runs in 12
-# with both cores busy, none with this line).
+# process ("terminate called without an active exception"; the round-7 denoiser with both
+# cores busy, the two versions alternated: 2 runs in 25 without this line, none in 25 with it).
 COLLECT_CYCLES = "gc.collect()  # free DDP models left in reference cycles first\n"
 # The comments on the DataLoaders the conversion adds: `ddpify verify` tells them apart by
 # these (they have no twin in the original).

@@ -161,6 +161,8 @@ def main(argv: list[str]) -> int:
     patches.patch_numpy(recorder)
     patches.patch_torch_seed(recorder)
     patches.patch_rnn_dropout(recorder)
+    if not options.float32:
+        patches.patch_rnn_inputs()
     patches.patch_writes(recorder)
     patches.patch_output(recorder)
     register_module_forward_pre_hook(recorder.forward_starts)

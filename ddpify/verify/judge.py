@@ -35,7 +35,8 @@ ADAPTIVE_OPTIMIZERS = frozenset(
      "RMSprop", "Adafactor", "Rprop"}
 )  # fmt: skip
 ADAPTIVE_SHARE = 1e-3
-NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+NUMBER = re.compile(_NUMBER)
 LINE_SIMILARITY = 0.8
 CHECK_NAMES = (
     "runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once", "evaluation",
@@ -45,18 +46,18 @@ CHECK_NAMES = (
 VOLATILE = re.compile(
     r"\d+:\d\d(?::\d\d)?(?:\.\d+)?"  # 12:04, 0:00:03.5
     r"|\d{4}-\d\d-\d\d"  # 2026-11-26
-    r"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*"
+    rf"|{_NUMBER}\s*"
     r"(?:ms|s|sec|secs|seconds|min|mins|minutes|h|hours|it/s|s/it|samples/s|MB|GB|KB|MiB|GiB)\b"
-    r"|(?:time|took|elapsed|eta|duration|speed|throughput)\W{0,3}\s*"
-    r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?",
+    rf"|(?:time|took|elapsed|eta|duration|speed|throughput)\W{{0,3}}\s*{_NUMBER}",
     re.IGNORECASE,
 )
 PROGRESS_BAR = re.compile(r"\|\s*\d+/\d+\s*\[")
 # A number standing on its own: not the `1` of `f1` or `top1`.
-FREE_NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-HELD_OUT = re.compile(r"val|test|eval|dev\b")
+FREE_NUMBER = re.compile(rf"(?<![A-Za-z_\d.]){_NUMBER}")
+_HELD_OUT = r"val|test|eval|dev\b"
+HELD_OUT = re.compile(_HELD_OUT)
 EVALUATION_LABEL = re.compile(
-    r"val|test|eval|dev\b|acc|top-?\d|f1|auc|\bmap\b|iou|psnr|ssim|bleu|rouge|perplex|ppl"
+    rf"{_HELD_OUT}|acc|top-?\d|f1|auc|\bmap\b|iou|psnr|ssim|bleu|rouge|perplex|ppl"
     r"|precision|recall|score|correct|error|\berr\b|wer\b|cer\b|dice"
 )
 # Printed numbers count as the same when they differ by at most a unit of their last printed
@@ -762,15 +763,19 @@ def _same_draws(facts: _Facts) -> Check | None:
     )
 
 
-class _SideEffectsOnce(_NamedCheck):
-    """Prints, file writes and checkpoints happen once, on rank 0, as the original's do."""
-
-    name = "side-effects-once"
+class _AfterEquivalence(_NamedCheck, ABC):
+    """A check of what the runs wrote or printed, read knowing whether the parameters
+    diverged: then checkpoints and evaluations differ for that reason, not their own."""
 
     def __init__(self, facts: _Facts, diverged: bool) -> None:
         super().__init__(facts)
-        # when the parameters diverged, checkpoints differ for that reason, not their own
         self.diverged = diverged
+
+
+class _SideEffectsOnce(_AfterEquivalence):
+    """Prints, file writes and checkpoints happen once, on rank 0, as the original's do."""
+
+    name = "side-effects-once"
 
     def epochs_differ(self) -> str:
         """Why rank 0 may legitimately print or save less often within the run: its epochs
@@ -971,17 +976,13 @@ class _SideEffectsOnce(_NamedCheck):
         )
 
 
-class _Evaluation(_NamedCheck):
+class _Evaluation(_AfterEquivalence):
     """What the original prints right after an evaluation pass (a pass over a loader other
     than the training one, run to its end) is what rank 0 prints after the same steps,
     number by number: an evaluation that reads only rank 0's shard, or counts the samples a
     DistributedSampler pads with twice, prints other numbers (issue 13)."""
 
     name = "evaluation"
-
-    def __init__(self, facts: _Facts, diverged: bool) -> None:
-        super().__init__(facts)
-        self.diverged = diverged
 
     def check(self) -> Check:
         facts, name = self.facts, self.name

@@ -655,6 +655,10 @@ def patch_rnn_dropout(recorder: Recorder) -> None:
             self.dropout = 0.0
 
     torch.nn.RNNBase.__init__ = init  # type: ignore[method-assign]
+
+
+def patch_rnn_inputs() -> None:
+    """Recurrent modules cast float inputs to their float64 weights (`_weights_dtype`)."""
     for layer in (torch.nn.RNN, torch.nn.LSTM, torch.nn.GRU):
         layer.forward = _weights_dtype(layer.forward)  # type: ignore[method-assign]
 

@@ -469,12 +469,11 @@ def _run_both(options: VerifyOptions, progress: Progress | None, float64: bool) 
     try:
         say(f"converted: {options.converted} as {options.nproc} processes")
         added = added_loader_lines(options.converted)
+        precision = [] if float64 else ["--float32"]
         listed = ["--added-loaders", ",".join(map(str, sorted(added)))] if added else []
-        listed += [] if float64 else ["--float32"]
-        first = starter.start("converted", options.converted, options.nproc, listed)
+        first = starter.start("converted", options.converted, options.nproc, listed + precision)
         # The original imports torch meanwhile, then waits for the batch it must train with.
-        extra = ["--compare-with", str(temp_dir / "converted"), "--wait-for", str(go)]
-        extra += [] if float64 else ["--float32"]
+        extra = ["--compare-with", str(temp_dir / "converted"), "--wait-for", str(go), *precision]
         text = _read_the_original(verification)
         second = starter.start("original", options.original, 1, extra, text)
         converted = starter.finish(first)

@@ -604,9 +604,9 @@ def _trained_past_the_wrapper(anatomy: Anatomy, model: Model) -> tuple[cst.CSTNo
     functional = _run_functionally(anatomy, model)
     if functional is not None:
         return functional, (
-            f"`{source_text(functional.func)}` runs `{name}` with parameters it is given (MAML's "
-            "fast weights, per-sample gradients), outside DDP's forward: no gradient of what "
-            "it computes would be averaged between the processes, and the wrapper has none "
+            f"`{source_text(functional.func)}` computes the loss with `{name}` run on "
+            "parameters it is given (MAML's fast weights), outside DDP's forward: no gradient "
+            "of what it computes would be averaged between the processes, and the wrapper has none "
             f"of `{name}`'s submodules by name; keep the model bare and average its gradients "
             "by hand (`dist.all_reduce` of each `.grad`, divided by the world size)"
         )
