@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 from pathlib import Path
 from types import FrameType
@@ -11,7 +12,7 @@ import typer
 
 EPILOG = (
     "Checks: runs, replicas-in-sync, equivalence, data-sharding, side-effects-once, "
-    "evaluation. "
+    "evaluation, resume. "
     "Exit codes: 0 equivalent, 1 not equivalent, 2 could not run (the original fails, bad "
     "arguments) or could not establish equivalence, 3 equivalent except BatchNorm's "
     "statistics, which are per process (SyncBatchNorm makes them global)."
@@ -37,6 +38,19 @@ def verify(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="Seconds each run may take.")
     ] = 120,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            metavar="ARGS",
+            help=(
+                "Run both scripts a second time in the same folders with these extra "
+                "arguments (their resume flag, e.g. --resume '--resume ckpt.pt') and check "
+                "they resume alike. A script that looks for its checkpoint before writing "
+                "it is run again without this."
+            ),
+        ),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the temporary working folders and records.")
@@ -49,7 +63,8 @@ def verify(
     """Run ORIGINAL as one process and CONVERTED as --nproc processes for --epochs passes
     over the training data, each cut to --steps optimizer steps, with what the scripts do
     between epochs, and check they train the same: runs, replicas-in-sync, equivalence,
-    data-sharding, side-effects-once, evaluation. Runs on CPUs (gloo) when there is no GPU."""
+    data-sharding, side-effects-once, evaluation, and resume (a second run in the same
+    folders). Runs on CPUs (gloo) when there is no GPU."""
     # Imported here: `ddpify check` and `ddpify` itself load this module without running it.
     from ddpify.source import InputError
     from ddpify.verify.judge import judge
@@ -65,6 +80,7 @@ def verify(
         epochs=epochs,
         timeout=timeout,
         keep=keep,
+        resume=None if resume is None else tuple(shlex.split(resume)),
     )
     previous = signal.signal(signal.SIGTERM, _interrupt)  # cleaned up like Ctrl-C
     try:

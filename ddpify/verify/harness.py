@@ -164,6 +164,7 @@ def main(argv: list[str]) -> int:
     if not options.float32:
         patches.patch_rnn_inputs()
     patches.patch_writes(recorder)
+    patches.patch_loads(recorder)
     patches.patch_output(recorder)
     register_module_forward_pre_hook(recorder.forward_starts)
     register_module_forward_hook(recorder.forward_ends)

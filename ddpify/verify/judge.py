@@ -1,4 +1,4 @@
-"""Judge a verification: the six named checks, each pass, fail, not exercised or could not
+"""Judge a verification: the seven named checks, each pass, fail, not exercised or could not
 check, from what the processes recorded and what the original's process measured.
 
 Tolerance. The converted ranks average float32 gradients computed over N slices of the
@@ -40,7 +40,10 @@ NUMBER = re.compile(_NUMBER)
 LINE_SIMILARITY = 0.8
 CHECK_NAMES = (
     "runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once", "evaluation",
+    "resume",
 )  # fmt: skip
+# A map_location naming one GPU: `"cuda:1"`, `1`, `device(type='cuda', index=1)`.
+FIXED_GPU = re.compile(r"^'cuda:(\d+)'$|^(\d+)$|^device\(type='cuda', index=(\d+)\)$")
 # Numbers in a printed line that no two runs share: durations, clocks and dates, rates,
 # memory, a progress bar's counters.
 VOLATILE = re.compile(
@@ -104,6 +107,7 @@ def judge(verification: Verification) -> Outcome:
         _DataSharding(facts).check(),
         _SideEffectsOnce(facts, diverged=equivalence.status is Status.FAIL).check(),
         _Evaluation(facts, diverged=equivalence.status is Status.FAIL).check(),
+        _Resume(facts).check(),
     ]
     if not facts.original_ran:
         exit_code, verdict = 2, "could not run the original script"
@@ -300,7 +304,7 @@ class _Facts:
 
 
 class _NamedCheck(ABC):
-    """One of the six named checks, judged from the facts they all share."""
+    """One of the seven named checks, judged from the facts they all share."""
 
     name: ClassVar[str]  # as the report shows it, one of CHECK_NAMES
 
@@ -1044,6 +1048,100 @@ class _Evaluation(_AfterEquivalence):
             f"{len(compared)} line(s) printed after evaluation show the original's numbers",
             [f"compared: {line!r}" for line in compared[:5]],
         )
+
+
+class _Resume(_NamedCheck):
+    """Both scripts, run again in the folders their first runs left (with --resume's
+    arguments, or by themselves when they look for their checkpoint), resume from it: the
+    conversion loads what the original loads, every rank loads onto its own device, and
+    the second runs pass runs, replicas-in-sync and equivalence as the first did."""
+
+    name = "resume"
+
+    def check(self) -> Check:
+        verification = self.facts.verification
+        again = verification.resumed
+        if again is None:
+            return Check(
+                self.name,
+                Status.NOT_EXERCISED,
+                "not run again to resume: --resume ARGS runs both scripts a second time with "
+                "their resume flag (a script that looks for its checkpoint resumes by itself)",
+            )
+        facts = _Facts.of(again)
+        written = {write.path for write in self.facts.orig_record.writes if write.inside}
+        taken = sorted({load.path for load in facts.orig_record.loads} & written)
+        ran = f"run again ({verification.resumed_why})"
+        if not taken and facts.original_ran:
+            return Check(
+                self.name,
+                Status.NOT_EXERCISED,
+                f"{ran}: the original loaded nothing its first run wrote, it started afresh",
+            )
+        if taken and facts.original is not None and not facts.orig_record.primary_steps:
+            return Check(
+                self.name,
+                Status.NOT_EXERCISED,
+                f"{ran}: the original resumed from {', '.join(taken)} and had nothing left to "
+                "train (give it more epochs)",
+            )
+        details = [*self._loads(facts, taken), *self._devices(facts, taken)]
+        statuses = {Status.FAIL} if details else set()
+        checks = [_Runs(facts).check(), _ReplicasInSync(facts).check()]
+        if facts.complete():
+            checks.append(_Equivalence(facts).check())
+        for check in checks:
+            if check.status in (Status.FAIL, Status.UNCHECKED):
+                statuses.add(check.status)
+                details += [f"second run, {check.name}: {check.summary}", *check.details]
+        status = min(statuses, key=[Status.FAIL, Status.UNCHECKED].index, default=Status.PASS)
+        steps = len(facts.orig_record.primary_steps)
+        summary = (
+            f"{ran}: both resumed from {', '.join(taken)}; {steps} more step(s), in sync and "
+            "equivalent"
+            if status is Status.PASS
+            else f"{ran}: resuming from {', '.join(taken) or 'its files'} goes wrong"
+        )
+        return Check(self.name, status, summary, details, {"resumed_from": taken})
+
+    @staticmethod
+    def _loads(facts: _Facts, taken: list[str]) -> list[str]:
+        loaded = {load.path for record in facts.ranks for load in record.loads}
+        left = [path for path in taken if path not in loaded]
+        if not left or not facts.ranks:
+            return []
+        return [
+            f"converted: no rank loaded {', '.join(left)}, which the original resumed from: "
+            "the conversion started afresh"
+        ]
+
+    @staticmethod
+    def _devices(facts: _Facts, taken: list[str]) -> list[str]:
+        """A rank past the first that loads a checkpoint with no map_location, or onto one
+        fixed GPU, in a run on GPUs (or one the harness ran on the CPU for want of them):
+        its tensors go to the GPU they were saved from, rank 0's, not its own."""
+        found = []
+        for rank, record in enumerate(facts.ranks):
+            on_gpus = record.cuda or any(change.kind == "cuda" for change in record.changes)
+            if rank == 0 or not on_gpus:
+                continue
+            for load in record.loads:
+                if load.path not in taken:
+                    continue
+                fixed = FIXED_GPU.match(load.map_location or "")
+                gpu = next((int(g) for g in fixed.groups() if g is not None), 0) if fixed else 0
+                if load.map_location is None or (fixed and gpu != rank):
+                    given = (
+                        "no map_location"
+                        if load.map_location is None
+                        else (f"map_location={load.map_location}")
+                    )
+                    found.append(
+                        f"converted: rank {rank} loads {load.path} with {given}: on GPUs its "
+                        f"tensors go to cuda:{gpu}, not the process's cuda:{rank} (give "
+                        "map_location the process's device)"
+                    )
+        return found
 
 
 def masked(line: str) -> str:

@@ -17,6 +17,7 @@ import inspect
 import io
 import itertools
 import os
+import pathlib
 import random
 import sys
 import time
@@ -803,14 +804,45 @@ SLOW_SAVE = 0.3  # seconds rank 0 pauses halfway through each checkpoint it writ
 
 def _exists(file: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> bool:
     try:
-        return os.path.exists(file)
+        os.stat(file)  # not os.path.exists: patch_loads records the script's own look-ups
+    except FileNotFoundError:
+        return False
     except (OSError, ValueError):
-        return True
+        pass
+    return True
 
 
 def first_of_several() -> bool:
     """This process is rank 0 of a process group of more than one."""
     return dist.is_initialized() and dist.get_world_size() > 1 and dist.get_rank() == 0
+
+
+def patch_loads(recorder: Recorder) -> None:
+    """Record every torch.load with the map_location the script gave (before patch_cuda's
+    load maps it to the CPU), and the files of the working directory the script looks for
+    and does not find: what it resumes from when it runs again."""
+    inner_load = torch.load
+
+    def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+        location = kwargs.get("map_location", args[0] if args else None)
+        recorder.loaded(f, location)
+        return inner_load(f, *args, **kwargs)
+
+    torch.load = load
+
+    def looking(real: Callable[..., bool]) -> Callable[..., bool]:
+        def find(path: Any, *args: Any, **kwargs: Any) -> bool:
+            found = real(path, *args, **kwargs)
+            if not found:
+                recorder.looked_for(path)
+            return found
+
+        return find
+
+    os.path.exists = looking(os.path.exists)
+    os.path.isfile = looking(os.path.isfile)
+    pathlib.Path.exists = looking(pathlib.Path.exists)  # type: ignore[method-assign]
+    pathlib.Path.is_file = looking(pathlib.Path.is_file)  # type: ignore[method-assign]
 
 
 def patch_writes(recorder: Recorder) -> None:

@@ -107,6 +107,7 @@ class Recorder:
         self._changes: set[tuple[str, str]] = set()
         self._loaders = 0
         self._saves = 0
+        self._missing: set[str] = set()
         # The original's run: the converted run's learning rates, per (optimizer, step), set
         # on its param groups for each step (its own are put back after the step).
         self.replay: dict[tuple[int, int], tuple[Rates, ...]] = {}
@@ -235,6 +236,22 @@ class Recorder:
         if path.startswith("/dev/"):
             return
         self.event("write", path=path, inside=inside, mode=mode, via=via, step=self.step)
+
+    def loaded(self, source: object, map_location: object) -> None:
+        """Record a torch.load: from where, and with which map_location (None: none given)."""
+        if self.suppress_writes:  # the harness's own reads, after the run
+            return
+        path, inside = self.place(source)
+        location = None if map_location is None else repr(map_location)
+        self.event("load", path=path, inside=inside, map_location=location, step=self.step)
+
+    def looked_for(self, target: object) -> None:
+        """The script looked for a file of its working directory and did not find it."""
+        if isinstance(target, (str, bytes, os.PathLike)):
+            path, inside = self.place(target)
+            if inside and path not in self._missing:
+                self._missing.add(path)
+                self.event("missing", path=path)
 
     def saved(self, obj: object, target: object) -> None:
         """Record a torch.save: its keys, and a flattened copy for comparing values later."""

@@ -83,6 +83,16 @@ class SaveRecord:
 
 
 @dataclass(frozen=True)
+class LoadRecord:
+    """A torch.load of a path: where from, and the map_location the script gave."""
+
+    path: str  # as WriteRecord's
+    inside: bool
+    map_location: str | None  # its repr; None when the script gave none
+    step: int
+
+
+@dataclass(frozen=True)
 class DrawRecord:
     """A batch-shaped random draw while training, as the process drew it itself."""
 
@@ -133,6 +143,10 @@ class ProcessRecord:
     draws: list[DrawRecord] = field(default_factory=list)
     passes: list[PassRecord] = field(default_factory=list)
     reports: list[ReportRecord] = field(default_factory=list)
+    loads: list[LoadRecord] = field(default_factory=list)
+    # Files of the working directory the script looked for (os.path.exists, Path.exists...)
+    # and did not find: a script that finds its checkpoint there next time resumes from it.
+    missing: list[str] = field(default_factory=list)
     started: bool = False
     cuda: bool = False
     backend: str | None = None
@@ -218,6 +232,18 @@ class ProcessRecord:
                     step=int(event["step"]),
                 )
             )
+        elif kind == "load":
+            location = event.get("map_location")
+            self.loads.append(
+                LoadRecord(
+                    path=str(event["path"]),
+                    inside=bool(event["inside"]),
+                    map_location=None if location is None else str(location),
+                    step=int(event["step"]),
+                )
+            )
+        elif kind == "missing":
+            self.missing.append(str(event["path"]))
         elif kind == "draw":
             self.draws.append(
                 DrawRecord(

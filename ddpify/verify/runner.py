@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -95,6 +96,10 @@ class VerifyOptions:
     # bits: the elementwise tolerance on parameters (see ddpify.verify.judge).
     rtol: float = 1e-5
     atol: float = 1e-6
+    # Arguments added to script_args for a second run of both scripts in the same folders,
+    # which resumes from what the first left (the script's own resume flag); None: a second
+    # run only for a script that looked for a file and then wrote it (it resumes by itself).
+    resume: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,10 @@ class Verification:
     normalised: list[str] = field(default_factory=list)
     kept: bool = False
     pgids: list[int] = field(default_factory=list)  # every process group the runner started
+    # Both scripts run again in the same folders, to resume from what the first runs left;
+    # `resumed_why` says with which arguments, or why the scripts resume by themselves.
+    resumed: Verification | None = None
+    resumed_why: str = ""
 
 
 def free_port() -> int:
@@ -263,18 +272,28 @@ class ProcessStarter:
         return time.time() + self.options.timeout - min(3.0, self.options.timeout / 4)
 
     def start(
-        self, role: str, source: Path, nproc: int, extra: list[str], text: bytes | None = None
+        self,
+        role: str,
+        source: Path,
+        nproc: int,
+        extra: list[str],
+        text: bytes | None = None,
+        again: tuple[str, ...] | None = None,
     ) -> Started:
         """Start a run's processes; with `--wait-for` in `extra` they wait to be released.
-        `text`, when given, is run in place of the source's own."""
-        folder = self.verification.temp_dir / role
-        workdir = folder / "work"
-        workdir.mkdir(parents=True)
+        `text`, when given, is run in place of the source's own. `again`: the arguments of
+        a second run in the first one's working folder, with its records apart."""
+        workdir = self.verification.temp_dir / role / "work"
+        folder = workdir.parent if again is None else workdir.parent.with_name(f"{role}-again")
         script = workdir / source.name
-        stage_folder(source.resolve().parent, workdir)
-        shutil.copy2(source, script)
-        if text is not None:
-            script.write_bytes(text)
+        if again is None:
+            workdir.mkdir(parents=True)
+            stage_folder(source.resolve().parent, workdir)
+            shutil.copy2(source, script)
+            if text is not None:
+                script.write_bytes(text)
+        folder.mkdir(exist_ok=True)
+        arguments = self.options.script_args if again is None else again
         port = free_port() if role == "converted" else None
         processes: list[tuple[subprocess.Popen[bytes], ProcessRun]] = []
         for rank in range(nproc):
@@ -294,7 +313,7 @@ class ProcessStarter:
                 "--dump-at", repr(self.dump_at()), "--source-dir", str(source.resolve().parent),
                 "--parent", str(os.getpid()),
                 "--nproc", str(self.options.nproc), "--rtol", repr(self.options.rtol),
-                "--atol", repr(self.options.atol), *extra, str(script), *self.options.script_args,
+                "--atol", repr(self.options.atol), *extra, str(script), *arguments,
             ]  # fmt: skip
             with open(out / STDOUT, "wb") as stdout, open(out / STDERR, "wb") as stderr:
                 popen = subprocess.Popen(
@@ -465,37 +484,21 @@ def _run_both(options: VerifyOptions, progress: Progress | None, float64: bool) 
     temp_dir = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
     verification = Verification(options=options, temp_dir=temp_dir, kept=options.keep)
     starter = ProcessStarter(verification, say)
-    go = temp_dir / "go.json"
+    precision = [] if float64 else ["--float32"]
     try:
-        say(f"converted: {options.converted} as {options.nproc} processes")
-        added = added_loader_lines(options.converted)
-        precision = [] if float64 else ["--float32"]
-        listed = ["--added-loaders", ",".join(map(str, sorted(added)))] if added else []
-        first = starter.start("converted", options.converted, options.nproc, listed + precision)
-        # The original imports torch meanwhile, then waits for the batch it must train with.
-        extra = ["--compare-with", str(temp_dir / "converted"), "--wait-for", str(go), *precision]
-        text = _read_the_original(verification)
-        second = starter.start("original", options.original, 1, extra, text)
-        converted = starter.finish(first)
-        verification.converted = converted
-        say(describe(converted, options))
-        loader, batch = training_batch(converted, options.nproc)
-        verification.train_loader, verification.train_batch = loader, batch
-        settings = {
-            "train_loader": loader,
-            "train_batch": batch,
-            "also_resized": sharded_batches(converted, options.nproc, loader),
-            "dump_at": starter.dump_at(),
-        }
-        go.with_suffix(".tmp").write_text(json.dumps(settings), encoding="utf-8")
-        go.with_suffix(".tmp").replace(go)  # whole, at once
-        say(f"original: {options.original} as 1 process")
-        original = starter.finish(second)
-        verification.original = original
-        say(describe(original, options))
-        comparison_file = temp_dir / "original" / "rank0" / COMPARISON
-        if comparison_file.exists():
-            verification.comparison = json.loads(comparison_file.read_text(encoding="utf-8"))
+        _run_pair(starter, verification, say, precision)
+        resume = _resume_arguments(verification)
+        if resume is not None:
+            arguments, why = resume
+            say(f"again, to resume: {why}")
+            again = Verification(
+                options=options,
+                temp_dir=temp_dir,
+                whole_batch=verification.whole_batch,
+                normalised=verification.normalised,
+            )
+            _run_pair(starter, again, say, precision, arguments)
+            verification.resumed, verification.resumed_why = again, why
     finally:
         starter.kill_all()
         if options.keep:
@@ -503,6 +506,73 @@ def _run_both(options: VerifyOptions, progress: Progress | None, float64: bool) 
         else:
             shutil.rmtree(temp_dir, ignore_errors=True)
     return verification
+
+
+def _run_pair(
+    starter: ProcessStarter,
+    into: Verification,
+    say: Progress,
+    precision: list[str],
+    again: tuple[str, ...] | None = None,
+) -> None:
+    """Run the converted script, then the original with the batch the converted ranks
+    trained with, and gather both runs' records `into` the verification given. `again`: the
+    arguments of a second run of both, in the first runs' folders."""
+    options, temp_dir = into.options, into.temp_dir
+    suffix = "" if again is None else "-again"
+    go = temp_dir / f"go{suffix}.json"
+    say(f"converted: {options.converted} as {options.nproc} processes")
+    added = added_loader_lines(options.converted)
+    listed = ["--added-loaders", ",".join(map(str, sorted(added)))] if added else []
+    first = starter.start(
+        "converted", options.converted, options.nproc, listed + precision, again=again
+    )
+    # Read while the converted run trains (the second run's copy is in place already).
+    text = _read_the_original(into) if again is None else None
+    # The original imports torch meanwhile, then waits for the batch it must train with.
+    extra = [
+        "--compare-with", str(temp_dir / f"converted{suffix}"), "--wait-for", str(go), *precision
+    ]  # fmt: skip
+    second = starter.start("original", options.original, 1, extra, text, again=again)
+    converted = starter.finish(first)
+    into.converted = converted
+    say(describe(converted, options))
+    loader, batch = training_batch(converted, options.nproc)
+    into.train_loader, into.train_batch = loader, batch
+    settings = {
+        "train_loader": loader,
+        "train_batch": batch,
+        "also_resized": sharded_batches(converted, options.nproc, loader),
+        "dump_at": starter.dump_at(),
+    }
+    go.with_suffix(".tmp").write_text(json.dumps(settings), encoding="utf-8")
+    go.with_suffix(".tmp").replace(go)  # whole, at once
+    say(f"original: {options.original} as 1 process")
+    original = starter.finish(second)
+    into.original = original
+    say(describe(original, options))
+    comparison_file = temp_dir / f"original{suffix}" / "rank0" / COMPARISON
+    if comparison_file.exists():
+        into.comparison = json.loads(comparison_file.read_text(encoding="utf-8"))
+
+
+def _resume_arguments(verification: Verification) -> tuple[tuple[str, ...], str] | None:
+    """The arguments of a second run that resumes, and why there is one: --resume's, or the
+    script's own when the original looked for a file and then wrote it (a checkpoint it
+    resumes from when it finds it). None: no second run."""
+    options, original, converted = (
+        verification.options, verification.original, verification.converted
+    )  # fmt: skip
+    if original is None or converted is None or not (original.succeeded and converted.succeeded):
+        return None
+    if options.resume is not None:
+        return (*options.script_args, *options.resume), f"with {shlex.join(options.resume)}"
+    record = original.processes[0].record
+    written = {write.path for write in record.writes if write.inside}
+    found = [path for path in record.missing if path in written]
+    if not found:
+        return None
+    return options.script_args, f"the original looked for {found[0]}, then wrote it"
 
 
 def _read_the_original(verification: Verification) -> bytes | None:

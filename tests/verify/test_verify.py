@@ -39,6 +39,7 @@ VERIFY = FIXTURES / "verify"
 TRAIN = VERIFY / "train.py"
 CHECKS = (
     "runs", "replicas-in-sync", "equivalence", "data-sharding", "side-effects-once", "evaluation",
+    "resume",
 )  # fmt: skip
 
 
@@ -88,6 +89,7 @@ def verify(
     epochs: int = 2,
     timeout: float = 120,
     keep: bool = False,
+    resume: tuple[str, ...] | None = None,
 ) -> tuple[Verification, Outcome]:
     options = VerifyOptions(
         original=original,
@@ -98,6 +100,7 @@ def verify(
         epochs=epochs,
         timeout=timeout,
         keep=keep,
+        resume=resume,
     )
     verification = run_verification(options)
     assert_nothing_left(verification.pgids, verification.temp_dir, kept=keep)
@@ -155,6 +158,7 @@ def test_seed000_hard_coded_cuda_pair_through_the_cli(tmp_path: Path) -> None:
         # the epoch ends after 2 steps (--steps), then its print and the second epoch run
         "side-effects-once": "pass",
         "evaluation": "not exercised",  # it evaluates nothing
+        "resume": "not exercised",  # nor looks for a checkpoint to resume from
     }
     # the original hard-codes "cuda": it ran on the CPU, and the report says so
     assert any("CUDA runs on the CPU: .to('cuda')" in line for line in report["changes"])
@@ -1045,7 +1049,7 @@ def test_an_evaluation_of_a_shard_or_of_padded_samples_fails_with_both_lines(
     text = check(outcome, "evaluation")
     assert "the original prints 'epoch 0 val loss 0.6103 accuracy 26/45'" in text
     assert counted in text
-    for name in CHECKS[:-1]:
+    for name in CHECKS[:5]:
         assert statuses(outcome)[name] is Status.PASS, name
 
 
@@ -1160,3 +1164,103 @@ if __name__ == "__main__":
     )
     _, outcome, table = converted_and_verified(original)
     assert statuses(outcome)["equivalence"] is Status.PASS, table
+
+
+# -- resume: both scripts run again in their folders ----------------------------------------
+
+RESUME = ("--resume", "checkpoint.pt")
+
+
+def test_a_correct_resume_passes_and_no_second_run_is_not_exercised() -> None:
+    verification, outcome = verify(VERIFY / "resume.py", VERIFY / "ddp_resume_correct.py",
+                                   resume=RESUME)  # fmt: skip
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert statuses(outcome)["resume"] is Status.PASS, table
+    assert "run again (with --resume checkpoint.pt): both resumed from checkpoint.pt" in table
+    resumed = verification.resumed
+    assert resumed is not None and resumed.original is not None
+    # the second run started from the checkpoint's epoch: epochs 2 and 3 of 4
+    assert "epoch 2 loss" in resumed.original.processes[0].stdout
+    assert "epoch 0 loss" not in resumed.original.processes[0].stdout
+    _, plain = verify(VERIFY / "resume.py", VERIFY / "ddp_resume_correct.py")
+    assert statuses(plain)["resume"] is Status.NOT_EXERCISED
+    assert "--resume ARGS runs both scripts a second time" in check(plain, "resume")
+
+
+def test_resuming_on_rank_0_only_fails_resume() -> None:
+    """The first runs are equivalent; the second ones part: rank 1 went on from the initial
+    weights."""
+    _, outcome = verify(VERIFY / "resume.py", VERIFY / "ddp_resume_rank0_only.py", resume=RESUME)
+    assert outcome.exit_code == 1
+    assert statuses(outcome)["resume"] is Status.FAIL
+    for name in CHECKS[:5]:
+        assert statuses(outcome)[name] is Status.PASS, name
+    text = check(outcome, "resume")
+    assert "second run, replicas-in-sync: after step 1 rank 1 differs from rank 0" in text
+
+
+def test_resuming_onto_the_wrong_device_fails_resume() -> None:
+    _, outcome = verify(VERIFY / "resume.py", VERIFY / "ddp_resume_wrong_device.py", resume=RESUME)
+    assert outcome.exit_code == 1
+    assert statuses(outcome)["resume"] is Status.FAIL
+    text = check(outcome, "resume")
+    assert "rank 1 loads checkpoint.pt with no map_location: on GPUs its tensors go to cuda:0" in (
+        text
+    )
+    assert "replicas-in-sync" not in text  # on the CPU the values themselves are right
+
+
+AUTO_RESUME = """import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+CKPT = "last.pt"
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.randn(32, 8)
+    y = (x.sum(dim=1) > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    start = 0
+    if os.path.exists(CKPT):
+        state = torch.load(CKPT)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["epoch"] + 1
+    for epoch in range(start, 6):
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            optimizer.step()
+        torch.save(
+            {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+            CKPT,
+        )
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_script_that_resumes_by_itself_is_run_again(tmp_path: Path) -> None:
+    """ddpify's own conversion of an auto-resuming script: the second run happens without
+    --resume, and resumes alike."""
+    original = tmp_path / "auto.py"
+    original.write_text(AUTO_RESUME)
+    converted = tmp_path / "auto_ddp.py"
+    result = convert_source(original.read_bytes(), "auto.py", ConvertOptions(), original)
+    converted.write_bytes(result.output)
+    verification, outcome = verify(original, converted)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert statuses(outcome)["resume"] is Status.PASS, table
+    assert "the original looked for last.pt, then wrote it" in table
+    assert "both resumed from last.pt" in table
