@@ -52,20 +52,25 @@ Progress = Callable[[str], None]
 STAGE_FILE_LIMIT = 50 * 2**20
 STAGE_TOTAL_LIMIT = 200 * 2**20
 STAGE_DEPTH = 2
+# A folder or file the script names above its own folder (`"../../data/%s" % name`, as
+# PyTorch-GAN does): how many levels up, and its name. Those are copied too, as deep as
+# UPWARD_DEPTH, at the same place relative to the copy of the script's folder.
+UPWARD = re.compile(r"""(?<![\w./])((?:\.\./){1,3})(\w[\w.-]*)""")
+UPWARD_DEPTH = 4
 
 
-def stage_folder(source: Path, workdir: Path) -> None:
+def stage_folder(source: Path, workdir: Path, depth: int = STAGE_DEPTH) -> None:
     """Copy the files of `source` (the script's folder) into `workdir`, within the limits
     above, skipping hidden folders and caches: each run gets its own copy, so whatever a
     script writes over them never reaches the user's files."""
     total = 0
     for folder, folders, files in os.walk(source):
         here = Path(folder)
-        depth = len(here.relative_to(source).parts)
+        level = len(here.relative_to(source).parts)
         folders[:] = [
             name
             for name in sorted(folders)
-            if depth < STAGE_DEPTH and not name.startswith(".") and name != "__pycache__"
+            if level < depth and not name.startswith(".") and name != "__pycache__"
         ]
         for name in sorted(files):
             path = here / name
@@ -80,6 +85,36 @@ def stage_folder(source: Path, workdir: Path) -> None:
             with contextlib.suppress(OSError):
                 shutil.copy2(path, target)
                 total += size
+
+
+def upward(source: Path, args: tuple[str, ...]) -> set[tuple[int, str]]:
+    """What the script (or its arguments) names above its folder: (levels up, name)."""
+    text = "\n".join([read_text(source), *args])
+    return {(found[1].count("../"), found[2]) for found in UPWARD.finditer(text)}
+
+
+def work_folder(folder: Path, source: Path, args: tuple[str, ...]) -> Path:
+    """Where a run's copy of the script's folder goes: `folder/work`, or as many folders
+    deeper, named as the script's own folder and its parents, as the script reaches up
+    with `../`."""
+    levels = max((up for up, _ in upward(source, args)), default=0)
+    parts = source.resolve().parent.parts
+    return folder.joinpath("work", *parts[len(parts) - levels :])
+
+
+def stage(source: Path, workdir: Path, args: tuple[str, ...]) -> None:
+    """Copy the script's folder, and what it names above it, into the run's folder."""
+    here = source.resolve().parent
+    stage_folder(here, workdir)
+    for up, name in sorted(upward(source, args)):
+        if up >= len(here.parents):  # not the file system's root
+            continue
+        found, target = here.parents[up - 1] / name, workdir.parents[up - 1] / name
+        if found.is_dir() and not target.exists():
+            stage_folder(found, target, UPWARD_DEPTH)
+        elif found.is_file() and found.stat().st_size <= STAGE_FILE_LIMIT:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(found, target)
 
 
 @dataclass(frozen=True)
@@ -283,12 +318,13 @@ class ProcessStarter:
         """Start a run's processes; with `--wait-for` in `extra` they wait to be released.
         `text`, when given, is run in place of the source's own. `again`: the arguments of
         a second run in the first one's working folder, with its records apart."""
-        workdir = self.verification.temp_dir / role / "work"
-        folder = workdir.parent if again is None else workdir.parent.with_name(f"{role}-again")
+        first = self.verification.temp_dir / role
+        folder = first if again is None else first.with_name(f"{role}-again")
+        workdir = work_folder(first, source, self.options.script_args)
         script = workdir / source.name
         if again is None:
             workdir.mkdir(parents=True)
-            stage_folder(source.resolve().parent, workdir)
+            stage(source, workdir, self.options.script_args)
             shutil.copy2(source, script)
             if text is not None:
                 script.write_bytes(text)
