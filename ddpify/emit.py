@@ -23,6 +23,9 @@ COLLECT_CYCLES = "gc.collect()  # free DDP models left in reference cycles first
 # these (they have no twin in the original).
 MADE_AGAIN = "made again here, to take a DistributedSampler"
 FOR_EVALUATION = "# every sample, for evaluation"
+# The comment on the seeds the conversion adds so that each process draws its own batches
+# (`torch.manual_seed(1337 + dist.get_rank())`): verify's one-process run skips them.
+DRAWS_OF_ITS_OWN = "# every process draws"
 
 
 def statements(code: str) -> list[cst.BaseStatement]:

@@ -47,6 +47,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--train-loader", type=int, default=None)
     parser.add_argument("--train-batch", type=int, default=None)
     parser.add_argument("--added-loaders", default="")
+    parser.add_argument("--skip-seeds", default="")
     parser.add_argument("--compare-with", type=Path, default=None)
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--rtol", type=float, default=1e-5)
@@ -166,6 +167,9 @@ def main(argv: list[str]) -> int:
     patches.patch_writes(recorder)
     patches.patch_loads(recorder)
     patches.patch_output(recorder)
+    skipped = {int(line) for line in options.skip_seeds.split(",") if line}
+    if skipped:
+        patches.skip_seeds(recorder, options.script, skipped)
     register_module_forward_pre_hook(recorder.forward_starts)
     register_module_forward_hook(recorder.forward_ends)
     register_optimizer_step_post_hook(recorder.after_step)

@@ -261,6 +261,11 @@ class _Facts:
                 f"full batch: every step trains on all of the samples, which the {self.n} "
                 "ranks split between them and the original takes whole"
             )
+        if ordinal is None and self.n == 1:
+            return "single", (
+                "one process, batches from no DataLoader: it draws them as the original does "
+                "(rank 0's seed is the script's own)"
+            )
         if ordinal is None or batch is None:
             return None, "the converted script's training batches do not come from a DataLoader"
         per_rank = batch // self.n
@@ -519,6 +524,9 @@ class _Equivalence(_NamedCheck):
         if facts.comparison is None or "error" in facts.comparison:
             return Check(name, Status.UNCHECKED, facts.why_no_comparison())
         semantics, batch_text = facts.batch_semantics()
+        single = facts.verification.single
+        if semantics is None and single is not None:
+            return _with_one_process(facts, _Facts.of(single), batch_text)
         if semantics is None:
             return Check(name, Status.UNCHECKED, batch_text)
         rows = sorted(facts.comparison["equivalence"], key=lambda r: (r["step"], r["optimizer"]))
@@ -641,6 +649,34 @@ class _Equivalence(_NamedCheck):
         return Check(name, Status.PASS, summary, details + notes, data)
 
 
+def _with_one_process(facts: _Facts, one: _Facts, why: str) -> Check:
+    """Equivalence from the original against one process of the conversion: the N ranks
+    each drew their own batches, which no step of the original matches. Judged only where
+    that process trained on the original's samples (the rows its model took): a script that
+    draws from a stream of its own cannot be compared."""
+    intro = (
+        f"{why}: each of {facts.n} ranks draws its own, which no step of the original "
+        "matches; one process of the conversion was run against the original"
+    )
+    skipped = sorted({c.detail for r in one.ranks for c in r.changes if c.kind == "seeds"})
+    if not one.ranks:
+        return Check(_Equivalence.name, Status.UNCHECKED, intro)
+    pairs = zip(one.orig_record.primary_steps, one.ranks[0].primary_steps, strict=False)
+    for mine, theirs in pairs:
+        if mine.rows is not None and theirs.rows is not None and mine.rows != theirs.rows:
+            return Check(
+                _Equivalence.name,
+                Status.UNCHECKED,
+                f"with one process the conversion trained on other samples than the original "
+                f"at step {mine.step}: it draws its batches from a stream of its own",
+                [intro, *skipped],
+            )
+    found = _Equivalence(one).check()
+    found.summary = f"with one process of the conversion: {found.summary}"
+    found.details[:0] = [intro, *skipped]
+    return found
+
+
 class _DataSharding(_NamedCheck):
     """Each step the ranks train on disjoint samples that together are the original's batch."""
 
@@ -653,6 +689,8 @@ class _DataSharding(_NamedCheck):
             return Check(name, Status.UNCHECKED, "no steps to compare")
         steps = facts.expected_steps
         whole = facts.batch_semantics()[0] == "whole"
+        if facts.verification.train_loader is None and not whole:
+            return _drawn_apart(facts, steps)
         for k in range(steps):
             original = facts.orig_record.primary_steps[k].indices
             per_rank = [r.primary_steps[k].indices for r in facts.ranks]
@@ -712,6 +750,44 @@ class _DataSharding(_NamedCheck):
             f"disjoint samples = the original's batch of {total}",
             data={"steps": steps, "per_rank": sizes, "original": total},
         )
+
+
+def _drawn_apart(facts: _Facts, steps: int) -> Check:
+    """Batches from no DataLoader and not split whole (nanoGPT's random `get_batch`): each
+    rank draws its own, which only has to differ from the others' (samples in common by
+    chance are expected; the same batch on every rank is the bug)."""
+    name = _DataSharding.name
+    rows = [[r.primary_steps[k].rows for r in facts.ranks] for k in range(steps)]
+    if not steps or any(row is None for step in rows for row in step):
+        return Check(
+            name, Status.UNCHECKED,
+            "the batches come from no DataLoader, and the rows the model took could not be "
+            "read (its first argument not a tensor)",
+        )  # fmt: skip
+    for k, per_rank in enumerate(rows, start=1):
+        for a in range(len(per_rank)):
+            for b in range(a + 1, len(per_rank)):
+                if sorted(per_rank[a] or ()) == sorted(per_rank[b] or ()):
+                    return Check(
+                        name, Status.FAIL,
+                        f"step {k}: ranks {a} and {b} trained on the same batch: every rank "
+                        "draws the same random batches (seed each process apart, with its rank)",
+                        data={"step": k, "ranks": [a, b]},
+                    )  # fmt: skip
+    if not facts.complete():
+        return Check(name, Status.UNCHECKED, f"steps 1-{steps} differ, but a run did not finish")
+    shared = [
+        len(set(step[0] or ()) & set(step[1] or ())) / max(1, len(step[0] or ()))
+        for step in rows
+        if len(step) > 1
+    ]
+    return Check(
+        name,
+        Status.PASS,
+        f"steps 1-{steps}: the {facts.n} ranks drew batches of their own (no DataLoader: each "
+        f"draws at random); rows in common by chance: at most {max(shared, default=0):.0%}",
+        data={"steps": steps},
+    )
 
 
 def _never_reshuffled(facts: _Facts) -> Check | None:

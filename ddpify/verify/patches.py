@@ -698,6 +698,32 @@ def patch_torch_seed(recorder: Recorder) -> None:
     torch.random.manual_seed = manual_seed
 
 
+def skip_seeds(recorder: Recorder, script: os.PathLike[str], lines: set[int]) -> None:
+    """One process of a conversion: the seeds it added on these lines of the script, to make
+    each process draw apart, are skipped, so that rank 0 draws on from the script's own
+    seed as the original does (and its batches match the original's)."""
+    path = os.path.abspath(script)
+    numpy: Any = sys.modules.get("numpy")
+    seeders = [(torch, "manual_seed"), (torch.random, "manual_seed"), (random, "seed")]
+    if numpy is not None:
+        seeders.append((numpy.random, "seed"))
+    for owner, name in seeders:
+        real = getattr(owner, name)
+
+        def seed(*args: Any, _real: Callable[..., Any] = real, **kwargs: Any) -> Any:
+            caller = sys._getframe(1)
+            if caller.f_lineno in lines and os.path.abspath(caller.f_code.co_filename) == path:
+                recorder.changed(
+                    "seeds",
+                    f"one process: the conversion's seed for each process (line "
+                    f"{caller.f_lineno}) skipped, so it draws on as the original does",
+                )
+                return None
+            return _real(*args, **kwargs)
+
+        setattr(owner, name, seed)
+
+
 def patch_numpy(recorder: Recorder) -> None:
     """NumPy's global generator while training (PyTorch-GAN's `np.random.normal(0, 1,
     (imgs.shape[0], latent_dim))`): a draw shaped like the batch is made per sample, as

@@ -23,12 +23,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import ddpify
-from ddpify.emit import FOR_EVALUATION, MADE_AGAIN
+from ddpify.emit import DRAWS_OF_ITS_OWN, FOR_EVALUATION, MADE_AGAIN
 from ddpify.source import InputError
 from ddpify.verify.records import COMPARISON, STACK, STDERR, STDOUT, ProcessRecord
 
@@ -206,6 +206,10 @@ class Verification:
     # `resumed_why` says with which arguments, or why the scripts resume by themselves.
     resumed: Verification | None = None
     resumed_why: str = ""
+    # The original and one process of the conversion: their steps compare sample for sample
+    # where N processes' cannot (training batches drawn without a DataLoader, nanoGPT's
+    # `torch.randint` indices: each rank draws its own).
+    single: Verification | None = None
 
 
 def free_port() -> int:
@@ -452,6 +456,24 @@ def added_loader_lines(converted: Path) -> set[int]:
     }
 
 
+def added_seed_lines(converted: Path) -> set[int]:
+    """The lines of the converted script where the conversion seeds each process apart
+    (`torch.manual_seed(1337 + dist.get_rank())`, told by its comment, and the seeds right
+    after it): a single process skips them and draws on from the script's own seed, as the
+    original does."""
+    try:
+        lines = converted.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return set()
+    found: set[int] = set()
+    for number, line in enumerate(lines, start=1):
+        if DRAWS_OF_ITS_OWN in line or (
+            number - 1 in found and line.rstrip().endswith("+ dist.get_rank())")
+        ):
+            found.add(number)
+    return found
+
+
 def training_batch(run: Run, nproc: int) -> tuple[int | None, int | None]:
     """The DataLoader the converted rank 0 trained from, and N x its batch size: the batch
     the original must train with so that its step k sees what the N ranks saw together."""
@@ -489,13 +511,34 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
     validate(options)
     verification = _run_both(options, progress, float64=True)
     failure = _fails_in_float64(verification)
-    if failure is None:
-        return verification
-    if progress is not None:
-        progress(f"in float64: {failure}; again in float32")
-    again = _run_both(options, progress, float64=False)
-    again.pgids[:0] = verification.pgids
-    return again
+    if failure is not None:
+        if progress is not None:
+            progress(f"in float64: {failure}; again in float32")
+        again = _run_both(options, progress, float64=False)
+        again.pgids[:0] = verification.pgids
+        verification = again
+    if _unmatched_batches(verification):
+        if progress is not None:
+            progress("batches drawn without a DataLoader: one process of the conversion too")
+        one = replace(options, nproc=1, resume=None)
+        verification.single = _run_both(one, progress, failure is None, resume=False)
+        verification.pgids += verification.single.pgids
+    return verification
+
+
+def _unmatched_batches(verification: Verification) -> bool:
+    """Both runs trained, several processes, and batches from no DataLoader that the
+    conversion splits whole: the ranks drew their own, which no original step matches."""
+    original, converted = verification.original, verification.converted
+    return bool(
+        verification.options.nproc > 1
+        and original is not None
+        and converted is not None
+        and original.succeeded
+        and converted.succeeded
+        and verification.train_loader is None
+        and not verification.whole_batch
+    )
 
 
 # What a script's dtype checks say when float64 meets the float32 it expects.
@@ -515,7 +558,9 @@ def _fails_in_float64(verification: Verification) -> str | None:
     return None
 
 
-def _run_both(options: VerifyOptions, progress: Progress | None, float64: bool) -> Verification:
+def _run_both(
+    options: VerifyOptions, progress: Progress | None, float64: bool, resume: bool = True
+) -> Verification:
     say = progress or (lambda _: None)
     temp_dir = Path(tempfile.mkdtemp(prefix="ddpify-verify-"))
     verification = Verification(options=options, temp_dir=temp_dir, kept=options.keep)
@@ -523,9 +568,9 @@ def _run_both(options: VerifyOptions, progress: Progress | None, float64: bool) 
     precision = [] if float64 else ["--float32"]
     try:
         _run_pair(starter, verification, say, precision)
-        resume = _resume_arguments(verification)
-        if resume is not None:
-            arguments, why = resume
+        again_with = _resume_arguments(verification) if resume else None
+        if again_with is not None:
+            arguments, why = again_with
             say(f"again, to resume: {why}")
             again = Verification(
                 options=options,
@@ -560,6 +605,8 @@ def _run_pair(
     say(f"converted: {options.converted} as {options.nproc} processes")
     added = added_loader_lines(options.converted)
     listed = ["--added-loaders", ",".join(map(str, sorted(added)))] if added else []
+    seeds = added_seed_lines(options.converted) if options.nproc == 1 else set()
+    listed += ["--skip-seeds", ",".join(map(str, sorted(seeds)))] if seeds else []
     first = starter.start(
         "converted", options.converted, options.nproc, listed + precision, again=again
     )

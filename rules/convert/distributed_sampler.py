@@ -15,7 +15,7 @@ from ddpify.analysis.script import ForeignTraining, TrainLoop
 from ddpify.analysis.splits import drawn_seeds, per_process_draw
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, source_text, walk
-from ddpify.emit import FOR_EVALUATION, MADE_AGAIN, statement, statements
+from ddpify.emit import DRAWS_OF_ITS_OWN, FOR_EVALUATION, MADE_AGAIN, statement, statements
 from ddpify.fixes import (
     draw_per_process,
     drawing_sampler,
@@ -1332,7 +1332,7 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
     if not lines:
         return
     what = items or "batches"
-    lines[0] = lines[0].rstrip("\n") + f"  # every process draws {what} of its own\n"
+    lines[0] = lines[0].rstrip("\n") + f"  {DRAWS_OF_ITS_OWN} {what} of its own\n"
     new = statements("".join(lines))
     ctx.plan.insert_before(stream.anchor, new)
     ctx.add_import("torch.distributed", asname="dist")

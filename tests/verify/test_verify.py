@@ -1264,3 +1264,36 @@ def test_a_script_that_resumes_by_itself_is_run_again(tmp_path: Path) -> None:
     assert statuses(outcome)["resume"] is Status.PASS, table
     assert "the original looked for last.pt, then wrote it" in table
     assert "both resumed from last.pt" in table
+
+
+# -- batches drawn without a DataLoader (nanoGPT's get_batch) -------------------------------
+
+RANDOM_BATCHES = FIXTURES / "convert" / "scripts" / "random_batches.py"
+RANDOM_BATCHES_DDP = FIXTURES / "convert" / "expected" / "random_batches.py"
+
+
+def test_random_batches_compare_with_one_process_and_differ_between_ranks() -> None:
+    """No step of the original matches N ranks that each drew their own batch: equivalence
+    comes from one process of the conversion (its per-process seed skipped), which draws the
+    original's batches; data-sharding checks the ranks drew apart."""
+    verification, outcome = verify(RANDOM_BATCHES, RANDOM_BATCHES_DDP)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert "with one process of the conversion: steps 1-4: bit-identical (one process)" in table
+    assert "the conversion's seed for each process (line" in table
+    assert statuses(outcome)["data-sharding"] is Status.PASS, table
+    assert "the 2 ranks drew batches of their own" in check(outcome, "data-sharding")
+
+
+def test_random_batches_drawn_alike_on_every_rank_fail_data_sharding(tmp_path: Path) -> None:
+    same = tmp_path / "random_batches_ddp.py"
+    text = RANDOM_BATCHES_DDP.read_text()
+    lines = [line for line in text.splitlines(True) if "dist.get_rank())  #" not in line]
+    assert len(lines) == len(text.splitlines()) - 1
+    same.write_text("".join(lines))
+    _, outcome = verify(RANDOM_BATCHES, same)
+    assert outcome.exit_code == 1
+    assert statuses(outcome)["data-sharding"] is Status.FAIL
+    assert "step 1: ranks 0 and 1 trained on the same batch" in check(outcome, "data-sharding")
+    # with one process it draws the original's batches: the training itself is right
+    assert statuses(outcome)["equivalence"] is Status.PASS
