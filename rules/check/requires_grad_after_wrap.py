@@ -155,6 +155,8 @@ def _of_the_wrapped_model(anatomy: Anatomy, target: cst.BaseExpression, at: cst.
             return False
         assert isinstance(loop.iter.func, cst.Attribute)
         target = loop.iter.func.value
+    while isinstance(target, cst.Subscript):  # `model.module[0]`, `model.module.blocks[:4]`
+        target = target.value
     name = dotted(target)
     while name:
         if anatomy.bindings.holds(name, at):
