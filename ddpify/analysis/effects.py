@@ -15,8 +15,8 @@ from ddpify.analysis.values import Values
 FILE_OPERATIONS = frozenset(
     {
         "os.rename", "os.replace", "os.remove", "os.unlink", "os.rmdir", "os.removedirs",
-        "shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move", "shutil.rmtree",
-        "shutil.copytree",
+        "os.symlink", "os.link", "os.truncate", "shutil.copyfile", "shutil.copy", "shutil.copy2",
+        "shutil.move", "shutil.rmtree", "shutil.copytree",
     }
 )  # fmt: skip
 # Functions that write the file they are given (by their qualified names).
@@ -32,8 +32,14 @@ FILE_WRITERS = frozenset(
 # `cv2.imwrite`, `imageio.mimsave`; round-16 audit s13).
 FILE_METHODS = frozenset(
     {"write_text", "write_bytes", "savefig", "to_csv", "tofile", "to_parquet", "to_pickle",
-     "to_feather", "to_excel", "imsave", "imwrite", "mimsave", "mimwrite"}
+     "to_feather", "to_excel", "imsave", "imwrite", "mimsave", "mimwrite", "touch", "unlink",
+     "symlink_to", "hardlink_to"}
 )  # fmt: skip
+# A path's methods that move it, told from other types' by their one positional argument
+# (`str.replace(a, b)` has two; pandas' `rename` takes keywords or a mapping).
+PATH_MOVES = frozenset({"rename", "replace"})
+# Modules whose `open(path, mode)` (a ZipFile's `ZipFile(path, mode)`) writes the file.
+ARCHIVES = frozenset({"gzip", "bz2", "lzma", "tarfile", "zipfile"})
 # What makes a PIL image, whose `.save(path)` writes it; and its methods that make another.
 PIL_IMAGES = frozenset(
     {
@@ -116,6 +122,13 @@ class SideEffects:
                 return None if self.graph.callee(call) is not None else "checkpoint write"
             if attr in FILE_METHODS:
                 return "file write"
+            if (
+                attr in PATH_MOVES
+                and len(call.args) == 1
+                and call.args[0].keyword is None
+                and not isinstance(call.args[0].value, cst.Dict)
+            ):
+                return "file write"  # `Path.rename(target)` (round-19 audit s54)
             if f"{base}.{attr}" in FILE_OPERATIONS:  # the best checkpoint copied, old ones removed
                 return "file write"
             if attr in {"mkdir", "makedirs"} and base == "os" and not _exist_ok(call):
@@ -333,9 +346,13 @@ def root_names(node: cst.CSTNode) -> set[str]:
 
 
 def opens_for_writing(call: cst.Call) -> bool:
-    """`open(path, "w")`, and a path's own `(out / "log.txt").open("a")` (round-15 m01b)."""
-    if dotted(call.func) == "open":
-        mode = call_arg(call, 1, "mode")
+    """`open(path, "w")`, an archive's (`gzip.open(path, "wt")`, `zipfile.ZipFile(path, "w")`),
+    and a path's own `(out / "log.txt").open("a")` (round-15 m01b)."""
+    spelled = dotted(call.func) or ""
+    if spelled == "open" or (
+        spelled.rpartition(".")[0] in ARCHIVES and spelled.rpartition(".")[2] in ("open", "ZipFile")
+    ):
+        mode = call_arg(call, 1, "mode")  # gzip.open(path, "wt"), zipfile.ZipFile(path, "w")
     elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "open":
         mode = call_arg(call, 0, "mode")
     else:

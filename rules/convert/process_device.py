@@ -177,6 +177,17 @@ class ProcessDevice(ConvertRule):
 
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
+        pinned = _pins_one_gpu(anatomy)
+        if pinned is not None:
+            ctx.cannot(
+                pinned,
+                "the script makes one GPU visible (`CUDA_VISIBLE_DEVICES` set to a single "
+                "GPU): under torchrun every process would see only that one, and rank 1's "
+                "`torch.cuda.set_device(1)` fails; remove the line (each process takes its "
+                "GPU from LOCAL_RANK)",
+                blocking=True,
+            )
+            return
 
         for call in anatomy.calls:
             func = call.func
@@ -257,6 +268,42 @@ class ProcessDevice(ConvertRule):
                 and isinstance(target, cst.Name)
             ):
                 _this_processs_gpu(ctx, node, name)
+
+
+def _pins_one_gpu(anatomy: Anatomy) -> cst.CSTNode | None:
+    """`os.environ["CUDA_VISIBLE_DEVICES"] = "0"`, or its `setdefault`/`update`/`putenv`
+    twins, with a single GPU's index (round-19 audit s50)."""
+    for node in anatomy.simple_statements:
+        if not isinstance(node, cst.SimpleStatementLine):
+            continue
+        for small in node.body:
+            setting = (
+                isinstance(small, cst.Assign)
+                and any(isinstance(t.target, cst.Subscript) for t in small.targets)
+            ) or (
+                isinstance(small, cst.Expr)
+                and isinstance(small.value, cst.Call)
+                and is_attribute(small.value.func, "setdefault", "update", "putenv")
+            )
+            if not setting:
+                continue
+            for found in walk(small):
+                if isinstance(found, cst.SimpleString) and found.evaluated_value == (
+                    "CUDA_VISIBLE_DEVICES"
+                ):
+                    values = [
+                        v
+                        for v in walk(small)
+                        if isinstance(v, cst.SimpleString | cst.Integer) and v is not found
+                    ]
+                    if any(_one_gpu(v) for v in values):
+                        return node
+    return None
+
+
+def _one_gpu(value: cst.SimpleString | cst.Integer) -> bool:
+    text = value.evaluated_value if isinstance(value, cst.SimpleString) else value.value
+    return isinstance(text, str) and text.strip().isdigit()
 
 
 def _this_processs_gpu(ctx: ConvertContext, node: cst.Assign, name: str) -> None:

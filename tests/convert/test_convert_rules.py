@@ -4025,3 +4025,62 @@ if __name__ == "__main__":
     assert not result.refused, result.problems
     output = result.output.decode()
     assert "return functional_call(model.module, p, (xi.unsqueeze(0),))" in output
+
+
+FILE_OPERATIONS = """\
+import gzip
+import os
+import zipfile
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in DataLoader(torch.randn(32, 2), batch_size=8, shuffle=True):
+    model(x).sum().backward()
+    optimizer.step()
+torch.save(model.state_dict(), "step_4.pt")
+os.symlink("step_4.pt", "latest.pt")
+Path("old.pt").unlink(missing_ok=True)
+Path("step_4.pt").rename("final.pt")
+Path("done.flag").touch()
+os.link("final.pt", "hard.pt")
+with gzip.open("log.json.gz", "wt") as f:
+    f.write("{}")
+with zipfile.ZipFile("run.zip", "w") as archive:
+    archive.write("final.pt")
+names = "a-b".replace("-", "_")
+frame.rename(columns={"a": "b"}, inplace=True)
+"""
+
+
+def test_every_operation_on_a_path_runs_on_rank_zero() -> None:
+    """Round-19 audit s42, s54: `os.symlink`, `Path.rename`, `Path.unlink` ran on every rank
+    (FileExistsError, FileNotFoundError on rank 1); so did `touch`, `os.link` and archive
+    writers. `str.replace` and pandas' `rename(columns=...)` are not file operations."""
+    result = convert_source(FILE_OPERATIONS.encode(), "train.py", ConvertOptions())
+    text = result.output.decode()
+    guarded = text.split("if dist.get_rank() == 0:\n", 1)[1]
+    for line in (
+        'os.symlink("step_4.pt"',
+        'Path("old.pt").unlink',
+        'Path("step_4.pt").rename',
+        'Path("done.flag").touch()',
+        "os.link(",
+        "with gzip.open(",
+        "with zipfile.ZipFile(",
+    ):
+        assert f"\n    {line}" in guarded, line
+    assert '\nnames = "a-b".replace' in text
+    assert "\nframe.rename(columns=" in text
+
+
+def test_a_script_that_makes_one_gpu_visible_is_refused() -> None:
+    pinned = 'import os\nos.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")\n' + FILE_OPERATIONS
+    result = convert_source(pinned.encode(), "train.py", ConvertOptions())
+    assert result.refused
+    assert any("makes one GPU visible" in note.message for note in result.problems)
+    several = 'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0,1"\n' + FILE_OPERATIONS
+    assert not convert_source(several.encode(), "train.py", ConvertOptions()).refused
