@@ -4084,3 +4084,43 @@ def test_a_script_that_makes_one_gpu_visible_is_refused() -> None:
     assert any("makes one GPU visible" in note.message for note in result.problems)
     several = 'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0,1"\n' + FILE_OPERATIONS
     assert not convert_source(several.encode(), "train.py", ConvertOptions()).refused
+
+
+TEE_LOGGER = """\
+import os
+import sys
+
+import torch
+from torch.utils.data import DataLoader
+
+
+class Logger:
+    def __init__(self, path):
+        self.console = sys.stdout
+        self.file = open(path, "w")
+
+    def write(self, text):
+        self.console.write(text)
+        self.file.write(text)
+
+    def flush(self):
+        self.console.flush()
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+sys.stdout = Logger("log_train.txt")
+for x in DataLoader(torch.randn(32, 2), batch_size=8, shuffle=True):
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_log_file_synced_to_disk_is_not_given_devnull_on_the_other_ranks() -> None:
+    """Round-19 audit s51: `os.fsync` on os.devnull raises EINVAL (rank 1 exited 120)."""
+    result = convert_source(TEE_LOGGER.encode(), "train.py", ConvertOptions())
+    assert b"os.devnull" not in result.output
+    assert result.refused
+    assert any("kept open" in note.message for note in result.problems)
