@@ -114,7 +114,7 @@ class Streams:
             found.anchor = self._anchor(loop)
         if found is not None:
             for call in self.index.calls:
-                family = self._seed_family(call)
+                family = self.seed_family(call)
                 if family in found.families and call.args:
                     found.seeds.setdefault(family, []).append(call)
         return found
@@ -155,7 +155,7 @@ class Streams:
             stream = RandomBatches(loop.batch_loop, draws, families | {"torch"})
             stream.anchor = self._anchor(loop.batch_loop)
             for call in self.index.calls:
-                family = self._seed_family(call)
+                family = self.seed_family(call)
                 if family in stream.families and call.args:
                     stream.seeds.setdefault(family, []).append(call)
             found.append(stream)
@@ -259,7 +259,7 @@ class Streams:
         )
 
     def _seeds(self, family: str) -> list[cst.Call]:
-        return [call for call in self.index.calls if self._seed_family(call) == family]
+        return [call for call in self.index.calls if self.seed_family(call) == family]
 
     def _drawing_methods(self, loader: Loader) -> list[cst.FunctionDef]:
         """Where a training step draws from torch's generator out of sight of its loop: the
@@ -357,7 +357,8 @@ class Streams:
                 return DRAWS[name]
         return None
 
-    def _seed_family(self, call: cst.Call) -> str | None:
+    def seed_family(self, call: cst.Call) -> str | None:
+        """The generator family a call seeds (`torch.manual_seed`: torch), if it seeds one."""
         if not self.index.may_name(call, {"manual_seed", "seed"}):
             return None
         for name in self.index.qualified_names(call.func):

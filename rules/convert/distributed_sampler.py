@@ -1273,6 +1273,53 @@ def _ends_on_drawn_values(ctx: ConvertContext, stream: RandomBatches) -> bool:
     return False
 
 
+# Calls that draw a model's weights afresh (`head.reset_parameters()`, `nn.init.normal_`).
+REINITIALISE = ("reset_parameters", "_reset_parameters")
+
+
+def _seeding_undone(anatomy: Anatomy, stream: RandomBatches) -> tuple[cst.CSTNode, str] | None:
+    """What a seed per process before the training loop would get wrong (round-19 audit):
+    the script seeding the family again inside the loop, every process alike (s41), draws
+    from a generator of the script's own (s57), noise added to the gradients after DDP
+    averaged them (s08), weights drawn afresh in the loop (s35). The place and the reason."""
+    assert stream.anchor is not None
+    for call in walk(stream.anchor):
+        if not isinstance(call, cst.Call):
+            continue
+        family = anatomy.streams.seed_family(call)
+        if family in stream.families:
+            return call, (
+                f"the script seeds `{family}` again inside the training loop "
+                f"(`{source_text(call)}`): every process would draw the same numbers from "
+                "there on; add `dist.get_rank()` to that seed by hand"
+            )
+        if is_method_call(call, *REINITIALISE) or any(
+            name.startswith("torch.nn.init.") for name in anatomy.qualified_names(call.func)
+        ):
+            return call, (
+                f"`{source_text(call)}` draws weights afresh during training, from the "
+                "stream each process now draws its batches from: the replicas would differ "
+                "from there on; broadcast those weights from rank 0 after it by hand"
+            )
+    for draw in stream.draws:
+        if call_arg(draw, None, "generator") is not None:
+            return draw, (
+                f"`{source_text(draw)}` draws from a generator of the script's own, seeded "
+                "alike in every process: every process would draw the same numbers; seed that "
+                "generator with the seed plus `dist.get_rank()` by hand"
+            )
+        if any(
+            isinstance(node, cst.Attribute) and node.attr.value == "grad"
+            for node in walk(anatomy.statement_of(draw))
+        ):
+            return draw, (
+                f"`{source_text(draw)}` is noise for the gradients, added after DDP averaged "
+                "them: drawn from a stream of each process's own, it would step the replicas "
+                "apart; draw it from a generator seeded alike in every process by hand"
+            )
+    return None
+
+
 def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "") -> None:
     """Batches drawn at random every step (or, with `items`, a sharded loader's "items"
     that its dataset draws at random, or the "noise" a training step draws): each process
@@ -1294,6 +1341,11 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
         return
     if stream.anchor is None:
         ctx.cannot(stream.loop, "found no statement to seed the processes before", blocking=True)
+        return
+    problem = _seeding_undone(anatomy, stream)
+    if problem is not None:
+        node, why = problem
+        ctx.cannot(node, why, blocking=True)
         return
     scope = anatomy.function_of(stream.anchor)
     lines = []

@@ -4124,3 +4124,53 @@ def test_a_log_file_synced_to_disk_is_not_given_devnull_on_the_other_ranks() -> 
     assert b"os.devnull" not in result.output
     assert result.refused
     assert any("kept open" in note.message for note in result.problems)
+
+
+NOISY_TRAINING = """\
+import torch
+from torch.utils.data import DataLoader
+
+torch.manual_seed(0)
+g = torch.Generator().manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(torch.randn(64, 4), batch_size=8, shuffle=True)
+for epoch in range(3):
+    {epoch}
+    for x in loader:
+        x = x + {noise}
+        model(x).sum().backward()
+        {step}
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("epoch", "noise", "step", "reason"),
+    [
+        # s41: the script's own seed every epoch undoes the seed per process
+        ("torch.manual_seed(epoch)", "torch.randn_like(x)", "pass",
+         "seeds `torch` again inside the training loop (`torch.manual_seed(epoch)`)"),
+        # s57: a generator of the script's own is seeded alike everywhere
+        ("pass", "torch.randn(x.shape, generator=g)", "pass",
+         "draws from a generator of the script's own"),
+        # s08: noise on the averaged gradients must be the same on every rank
+        ("pass", "torch.randn_like(x)",
+         "[p.grad.add_(torch.randn_like(p.grad) * 0.01) for p in model.parameters()]",
+         "is noise for the gradients, added after DDP averaged them"),
+        # s35: weights drawn afresh from each process's own stream
+        ("model.reset_parameters()", "torch.randn_like(x)", "pass",
+         "`model.reset_parameters()` draws weights afresh during training"),
+    ],
+)  # fmt: skip
+def test_a_seed_per_process_that_would_be_undone_or_wrong_is_refused(
+    epoch: str, noise: str, step: str, reason: str
+) -> None:
+    """Round-19 audit s41, s57, s08, s35: each converted, and the ranks drew the same noise
+    (s41, s57) or stepped apart (s08, s35)."""
+    source = NOISY_TRAINING.format(epoch=epoch, noise=noise, step=step)
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert result.refused
+    assert any(reason in note.message for note in result.problems), result.problems
+    plain = NOISY_TRAINING.format(epoch="pass", noise="torch.randn_like(x)", step="pass")
+    assert not convert_source(plain.encode(), "train.py", ConvertOptions()).refused
