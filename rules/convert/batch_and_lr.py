@@ -14,6 +14,7 @@ from ddpify.analysis.tree import (
     is_attribute,
     is_method_call,
     is_name,
+    methods,
     source_text,
     walk,
 )
@@ -144,6 +145,7 @@ class BatchAndLearningRate(ConvertRule):
         _foreign_sums(ctx)
         _refuse_local_gradient_scales(ctx)
         _weighted_means(ctx)
+        _batch_statistics(ctx)
         split = anatomy.split_samples
         if options.batch is BatchMode.GLOBAL and split is not None and split.ordered:
             ctx.cannot(
@@ -240,6 +242,64 @@ def _weighted_means(ctx: ConvertContext) -> None:
                 "(reduction='sum' divided by the all-reduced count is exact)",
             )
             return
+
+
+def _batch_statistics(ctx: ConvertContext) -> None:
+    """A loss built from statistics over the batch (round-19 audit s05, s37: Barlow Twins'
+    cross-correlation `z1.T @ z2 / n`, VICReg's variance and covariance along the batch):
+    each process now computes them over its own part, and DDP's average of the processes'
+    losses is not the loss of the whole batch. Reported, at the first one found."""
+    anatomy = ctx.anatomy
+    found: list[cst.CSTNode] = []
+
+    def collect(node: cst.CSTNode) -> bool:
+        if not found and _over_the_batch(node):
+            found.append(node)
+        return False  # look at every node
+
+    for loop in anatomy.script.train_loops:
+        anatomy.graph.reaches(loop.batch_loop.body, collect)
+    for owner in anatomy.classes.values():  # the models' forward, where Barlow Twins has it
+        for method in methods(owner):
+            if method.name.value == "forward":
+                anatomy.graph.reaches(method.body, collect)
+    if found:
+        ctx.info(
+            found[0],
+            f"the loss is built from statistics over the batch (`{source_text(found[0])}`): "
+            "each process now computes them over its own part, and DDP averages the "
+            "processes' losses, which is not the loss of the whole batch (the DDP versions of "
+            "Barlow Twins and VICReg all-reduce or all-gather these statistics)",
+        )
+
+
+def _over_the_batch(node: cst.CSTNode) -> bool:
+    """`z.T @ z`, `torch.mm(z.t(), z)`: samples multiplied across the batch; `z.var(dim=0)`,
+    `torch.cov(z.T)`: a statistic along it."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        return _transposed(node.left)
+    if not isinstance(node, cst.Call):
+        return False
+    name = dotted(node.func) or ""
+    if name in ("torch.mm", "torch.matmul") and node.args:
+        return _transposed(node.args[0].value)
+    if name in ("torch.cov", "torch.corrcoef"):
+        return True
+    if is_attribute(node.func, "var", "std"):
+        dim = call_arg(node, 0, "dim")
+        return dim is not None and isinstance(dim.value, cst.Integer) and dim.value.value == "0"
+    return False
+
+
+def _transposed(expr: cst.BaseExpression) -> bool:
+    """`z.T`, `z.t()`, `z.transpose(0, 1)`: a batch of rows turned into columns."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "T":
+        return True
+    if isinstance(expr, cst.Call) and is_attribute(expr.func, "t"):
+        return not expr.args
+    if isinstance(expr, cst.Call) and is_attribute(expr.func, "transpose") and len(expr.args) == 2:
+        return {source_text(arg.value) for arg in expr.args} == {"0", "1"}
+    return False
 
 
 def _scale_summed_losses(ctx: ConvertContext) -> None:
@@ -506,6 +566,8 @@ def _per_sample(
     models = {name for model in anatomy.models.all for name in model.names}
     per_sample: bool | None = None
     for node in walk(expr):
+        if _over_the_batch(node):
+            return False  # `(z.T @ z / n - I).pow(2).sum()`: summed over features (p01)
         if isinstance(node, cst.Attribute) and dotted(node.value) in models:
             parent = anatomy.parent(node)
             if not (isinstance(parent, cst.Call) and parent.func is node):

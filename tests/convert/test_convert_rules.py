@@ -4174,3 +4174,41 @@ def test_a_seed_per_process_that_would_be_undone_or_wrong_is_refused(
     assert any(reason in note.message for note in result.problems), result.problems
     plain = NOISY_TRAINING.format(epoch="pass", noise="torch.randn_like(x)", step="pass")
     assert not convert_source(plain.encode(), "train.py", ConvertOptions()).refused
+
+
+CROSS_CORRELATION = """\
+import torch
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(8, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in DataLoader(torch.randn(256, 8), batch_size=64, shuffle=True):
+    z = model(x)
+    c = {statistic}
+    loss = (c - torch.eye(4)).pow(2).sum()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "statistic", ["z.T @ z / x.size(0)", "torch.mm(z.t(), z) / len(x)", "torch.cov(z.T)"]
+)
+def test_a_loss_built_from_statistics_over_the_batch_is_reported_not_scaled(
+    statistic: str,
+) -> None:
+    """Round-19 audit p01, s05 (Barlow Twins), s37 (VICReg): the sum over a feature matrix
+    was taken for a sum over the batch and multiplied by the world size (the gradient
+    doubled), and the per-process statistics went unreported."""
+    source = CROSS_CORRELATION.format(statistic=statistic)
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused
+    assert b"get_world_size()" not in result.output
+    notes = [note.message for note in result.notes if note.code == "DDP007"]
+    assert any("the loss is built from statistics over the batch" in m for m in notes), notes
+
+
+def test_attention_and_linear_maps_are_not_statistics_over_the_batch() -> None:
+    source = CROSS_CORRELATION.format(statistic="z @ model.weight @ model.weight.T")
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not any("statistics over the batch" in note.message for note in result.notes)
