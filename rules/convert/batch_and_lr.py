@@ -233,6 +233,15 @@ def _weighted_means(ctx: ConvertContext) -> None:
                 "divided by the all-reduced sum of weights is exact)",
             )
             return
+        if call.args and _masked(anatomy, call.args[0].value, anatomy.function_of(call)):
+            ctx.info(  # round-19 audit s14: ELECTRA's `cross_entropy(logits[masked], ...)`
+                call,
+                "a mean over the positions a mask selects divides by this process's count of "
+                "them: DDP averages the processes' means, which differs from the mean over "
+                "all their selected positions (reduction='sum' divided by the all-reduced "
+                "count is exact)",
+            )
+            return
         if ignored is not None:  # round-18 audit s24: padded tokens of an NER tagger
             ctx.info(
                 call,
@@ -242,6 +251,23 @@ def _weighted_means(ctx: ConvertContext) -> None:
                 "(reduction='sum' divided by the all-reduced count is exact)",
             )
             return
+
+
+def _masked(anatomy: Anatomy, value: cst.BaseExpression, scope: cst.FunctionDef | None) -> bool:
+    """`logits[masked]` with `masked = ids == MASK` (or `torch.rand(...) < p`): the rows a
+    boolean mask selects, as many as the batch happens to hold."""
+    if not isinstance(value, cst.Subscript) or len(value.slice) != 1:
+        return False
+    index = value.slice[0].slice
+    if not isinstance(index, cst.Index):
+        return False
+    if isinstance(index.value, cst.Comparison):
+        return True
+    name = dotted(index.value)
+    return name is not None and any(
+        isinstance(origin, cst.Comparison) or is_method_call(origin, "bool")
+        for origin, _ in anatomy.values.values_of(name, scope)
+    )
 
 
 def _batch_statistics(ctx: ConvertContext) -> None:

@@ -4212,3 +4212,15 @@ def test_attention_and_linear_maps_are_not_statistics_over_the_batch() -> None:
     source = CROSS_CORRELATION.format(statistic="z @ model.weight @ model.weight.T")
     result = convert_source(source.encode(), "train.py", ConvertOptions())
     assert not any("statistics over the batch" in note.message for note in result.notes)
+
+
+def test_a_mean_over_masked_positions_is_reported() -> None:
+    """Round-19 audit s14 (ELECTRA's generator loss over the masked tokens)."""
+    source = CROSS_CORRELATION.replace(
+        "    c = {statistic}\n    loss = (c - torch.eye(4)).pow(2).sum()\n",
+        "    masked = x[:, :4] > 0.8\n"
+        "    loss = torch.nn.functional.cross_entropy(z[masked], (x[:, :4] * 0).long()[masked])\n",
+    )
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused
+    assert any("a mean over the positions a mask selects" in n.message for n in result.notes)
