@@ -280,6 +280,27 @@ class ShardDecisions(ConvertRule):
                 "the test, by hand",
                 blocking=True,
             )
+        exits = {id(test) for test, _ in _loop_exits(anatomy)}
+        for test in _decisions(anatomy):
+            if id(test) in exits:
+                continue
+            local = _shard_value(anatomy, test, anatomy.function_of(test), 0, frozenset(settled))
+            if local is None or local in averaged:
+                continue
+            local = _mean_behind(anatomy, local, test)
+            if local in averaged:
+                continue
+            if _is_batch_mean(anatomy, local, test):
+                _average(ctx, anatomy.statement_of(test), local, taken)
+                averaged.add(local)
+                continue
+            ctx.cannot(  # round-19 audit s34: the "bold driver" rule
+                test,
+                f"the learning rate (or the weights put back) is decided on `{local}`, "
+                "computed from this process's batches only: the processes would decide apart "
+                "and the replicas drift; all-reduce the value before the test, by hand",
+                blocking=True,
+            )
 
 
 def _evaluated_on_rank_zero(ctx: ConvertContext, step: cst.Call) -> None:
@@ -565,6 +586,45 @@ def _loop_exits(anatomy: Anatomy) -> list[tuple[cst.BaseExpression, str]]:
     return found
 
 
+def _decisions(anatomy: Anatomy) -> list[cst.BaseExpression]:
+    """Tests of `if`s in a training loop whose branches change the learning rate
+    (`g["lr"] *= 0.5`) or put weights back (`model.load_state_dict(snapshot)`)."""
+    loops: list[cst.For | cst.While] = []
+    for train_loop in anatomy.script.train_loops:
+        loops.append(train_loop.batch_loop)
+        if train_loop.epoch_loop is not None:
+            loops.append(train_loop.epoch_loop)
+    found: dict[int, cst.BaseExpression] = {}
+    for loop in loops:
+        for node in walk(loop.body):
+            if isinstance(node, cst.If) and any(
+                _sets_lr(inner) or is_method_call(inner, "load_state_dict")
+                for part in (node.body, node.orelse)
+                if part is not None
+                for inner in walk(part)
+            ):
+                found.setdefault(id(node.test), node.test)
+    return list(found.values())
+
+
+def _sets_lr(node: cst.CSTNode) -> bool:
+    targets = (
+        [node.target]
+        if isinstance(node, cst.AugAssign)
+        else [target.target for target in node.targets]
+        if isinstance(node, cst.Assign)
+        else []
+    )
+    return any(
+        isinstance(target, cst.Subscript)
+        and len(target.slice) == 1
+        and isinstance(target.slice[0].slice, cst.Index)
+        and isinstance(target.slice[0].slice.value, cst.SimpleString)
+        and target.slice[0].slice.value.evaluated_value == "lr"
+        for target in targets
+    )
+
+
 # A branch that writes a file only its own process reads back (the best weights kept in a
 # `TemporaryDirectory`): decided apart, each process would load back a different model.
 SAVE = "save"
@@ -608,7 +668,7 @@ def _exit_in(branch: cst.If) -> str | None:
 
 def _learning_rates(anatomy: Anatomy) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
     """Where the script sets a learning rate: `lr=` of a call (an optimizer, a scheduler's
-    `max_lr=`), `group["lr"] = ...`."""
+    `max_lr=`), `group["lr"] = ...`, `group["lr"] *= ...`."""
     found: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
     for call in anatomy.calls:
         for arg in call.args:
@@ -625,6 +685,12 @@ def _learning_rates(anatomy: Anatomy) -> list[tuple[cst.CSTNode, cst.BaseExpress
                 and node.slice[0].slice.value.evaluated_value == "lr"
             ):
                 found.append((assign, assign.value))
+    # `g["lr"] *= 1.05 if epoch_loss < prev else 0.5` (round-19 audit p08)
+    found += [
+        (node, node.value)
+        for node in walk(anatomy.module)
+        if isinstance(node, cst.AugAssign) and _sets_lr(node)
+    ]
     return found
 
 

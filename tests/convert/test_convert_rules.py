@@ -4224,3 +4224,49 @@ def test_a_mean_over_masked_positions_is_reported() -> None:
     result = convert_source(source.encode(), "train.py", ConvertOptions())
     assert not result.refused
     assert any("a mean over the positions a mask selects" in n.message for n in result.notes)
+
+
+BOLD_DRIVER = """\
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8,
+                    shuffle=True)
+prev = float("inf")
+for epoch in range(4):
+    total, n = 0.0, 0
+    for xb, yb in loader:
+        loss = F.mse_loss(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total += loss.item() * len(xb)
+        n += len(xb)
+    epoch_loss = total / n
+{decision}
+"""
+
+
+def test_a_learning_rate_decided_on_the_epoch_loss_uses_every_process_loss() -> None:
+    """Round-19 audit s34 ("bold driver"): the rate grew or halved, and weights were put
+    back, on each process's own loss; the replicas drifted (32 of 64 steps in a probe)."""
+    decision = (
+        "    if epoch_loss < prev:\n        prev = epoch_loss\n"
+        "        for g in opt.param_groups:\n            g['lr'] *= 1.05\n"
+        "    else:\n        for g in opt.param_groups:\n            g['lr'] *= 0.5\n"
+    )
+    result = convert_source(
+        BOLD_DRIVER.format(decision=decision).encode(), "t.py", ConvertOptions()
+    )
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.index("dist.all_reduce(") < text.index("if epoch_loss < prev:")
+    inline = (
+        "    for g in opt.param_groups:\n        g['lr'] *= 1.05 if epoch_loss < prev else 0.5\n"
+    )
+    result = convert_source(BOLD_DRIVER.format(decision=inline).encode(), "t.py", ConvertOptions())
+    assert result.refused
+    assert any("learning rate is computed from `epoch_loss`" in n.message for n in result.problems)
