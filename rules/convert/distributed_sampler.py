@@ -1302,7 +1302,8 @@ def _seeding_undone(anatomy: Anatomy, stream: RandomBatches) -> tuple[cst.CSTNod
                 "from there on; broadcast those weights from rank 0 after it by hand"
             )
     for draw in stream.draws:
-        if call_arg(draw, None, "generator") is not None:
+        if call_arg(draw, None, "generator") is not None and anatomy.inside(draw, stream.anchor):
+            # (in the loop: a dataset's generator seeded by the item's index makes the item)
             return draw, (
                 f"`{source_text(draw)}` draws from a generator of the script's own, seeded "
                 "alike in every process: every process would draw the same numbers; seed that "

@@ -4270,3 +4270,34 @@ def test_a_learning_rate_decided_on_the_epoch_loss_uses_every_process_loss() -> 
     result = convert_source(BOLD_DRIVER.format(decision=inline).encode(), "t.py", ConvertOptions())
     assert result.refused
     assert any("learning rate is computed from `epoch_loss`" in n.message for n in result.problems)
+
+
+RANDOM_CROPS = """\
+import random
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def crop_collate(batch):
+    size = random.randint(2, 4)
+    return torch.stack([row[:size] for row in batch])
+
+
+random.seed(0)
+torch.manual_seed(0)
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(torch.randn(64, 6), batch_size=8, shuffle=True, collate_fn=crop_collate)
+for epoch in range(2):
+    for x in loader:
+        model(x[:, :2]).sum().backward()
+        optimizer.step()
+"""
+
+
+def test_random_draws_in_the_loaders_collate_fn_are_seeded_per_process() -> None:
+    """Round-19 audit s59: `random` in `collate_fn` stayed alike on every rank."""
+    result = convert_source(RANDOM_CROPS.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"random.seed(0 + dist.get_rank())" in result.output
