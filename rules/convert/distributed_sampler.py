@@ -14,7 +14,15 @@ from ddpify.analysis.loaders import Loader, keyed_read, string_value, strip_iter
 from ddpify.analysis.script import ForeignTraining, TrainLoop
 from ddpify.analysis.splits import drawn_seeds, per_process_draw
 from ddpify.analysis.streams import RandomBatches
-from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, source_text, walk
+from ddpify.analysis.tree import (
+    call_arg,
+    dotted,
+    is_method_call,
+    is_name,
+    methods,
+    source_text,
+    walk,
+)
 from ddpify.emit import DRAWS_OF_ITS_OWN, FOR_EVALUATION, MADE_AGAIN, statement, statements
 from ddpify.fixes import (
     draw_per_process,
@@ -540,6 +548,17 @@ class DistributedSampler(ConvertRule):
         if not loaders:
             if anatomy.streams.without_loader not in ("whole", "ordered") or not _split(ctx):
                 _refuse_unsharded(ctx)
+            return
+        resized = _resized_while_training(anatomy)
+        if resized is not None:
+            ctx.cannot(
+                resized,
+                f"`{source_text(resized)}` changes what the training dataset's `__len__` "
+                "counts while training: a DistributedSampler takes the dataset's size when "
+                "it is made, and fails at the next pass once the size changed; make the "
+                "sampler (and the loader) again after the change, by hand",
+                blocking=True,
+            )
             return
         sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
         _share_draws(ctx)
@@ -1271,6 +1290,61 @@ def _ends_on_drawn_values(ctx: ConvertContext, stream: RandomBatches) -> bool:
             )
             return True
     return False
+
+
+def _resized_while_training(anatomy: Anatomy) -> cst.Call | None:
+    """A call, in a training loop, of a method of the training dataset's class that sets
+    what its `__len__` reads (NCF's `train_loader.dataset.ng_sample()`, drawing the epoch's
+    negatives: 300 items became 1500; round-19 audit s06)."""
+    for loop in anatomy.script.train_loops:
+        if loop.loader is None or not loop.loader.call.args:
+            continue
+        dataset = loop.loader.call.args[0].value
+        scope = anatomy.function_of(loop.loader.call)
+        made = (
+            [dataset]
+            if isinstance(dataset, cst.Call)
+            else [value for value, _ in anatomy.values.values_of(dotted(dataset) or "", scope)]
+        )
+        owner = next(
+            (
+                anatomy.classes[name]
+                for value in made
+                if isinstance(value, cst.Call)
+                and (name := dotted(value.func) or "") in anatomy.classes
+            ),
+            None,
+        )
+        if owner is None:
+            continue
+        length = next((m for m in methods(owner) if m.name.value == "__len__"), None)
+        if length is None:
+            continue
+        counted = {
+            node.attr.value
+            for node in walk(length.body)
+            if isinstance(node, cst.Attribute) and is_name(node.value, "self")
+        }
+        resizing = {
+            method.name.value
+            for method in methods(owner)
+            if method.name.value != "__init__"
+            and any(
+                isinstance(target, cst.Attribute)
+                and is_name(target.value, "self")
+                and target.attr.value in counted
+                for node in walk(method.body)
+                if isinstance(node, cst.Assign)
+                for assigned in node.targets
+                for target in walk(assigned.target)
+            )
+        }
+        around = loop.epoch_loop or loop.batch_loop
+        for node in walk(around):
+            if is_method_call(node, *resizing):
+                assert isinstance(node, cst.Call)
+                return node
+    return None
 
 
 # Calls that draw a model's weights afresh (`head.reset_parameters()`, `nn.init.normal_`).

@@ -4301,3 +4301,52 @@ def test_random_draws_in_the_loaders_collate_fn_are_seeded_per_process() -> None
     result = convert_source(RANDOM_CROPS.encode(), "train.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"random.seed(0 + dist.get_rank())" in result.output
+
+
+NEGATIVE_SAMPLING = """\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Pairs(Dataset):
+    def __init__(self, positives):
+        self.positives = positives
+        self.labels = [1.0] * len(positives)
+        self.level = 0
+
+    def ng_sample(self):
+        self.labels = [1.0] * len(self.positives) + [0.0] * (4 * len(self.positives))
+
+    def set_level(self, level):
+        self.level = level
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return torch.tensor([self.labels[i], float(self.level)])
+
+
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(Pairs(list(range(30))), batch_size=8, shuffle=True)
+for epoch in range(3):
+    {call}
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+"""
+
+
+def test_a_dataset_resized_while_training_is_refused() -> None:
+    """Round-19 audit s06 (NCF's negatives drawn each epoch): 300 items became 1500, and
+    the DistributedSampler, sized when made, failed its assertion on both ranks."""
+    source = NEGATIVE_SAMPLING.format(call="loader.dataset.ng_sample()")
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert result.refused
+    assert any("changes what the training dataset's `__len__`" in n.message
+               for n in result.problems)  # fmt: skip
+    # a curriculum's level, which `__len__` does not count, is no resize
+    level = NEGATIVE_SAMPLING.format(call="loader.dataset.set_level(epoch)")
+    assert not convert_source(level.encode(), "train.py", ConvertOptions()).refused
