@@ -562,6 +562,7 @@ class DistributedSampler(ConvertRule):
             return
         sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
         _share_draws(ctx)
+        _own_generators(ctx)
         for loader in anatomy.loaders.all:
             if not loader.trains:
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
@@ -1292,10 +1293,52 @@ def _ends_on_drawn_values(ctx: ConvertContext, stream: RandomBatches) -> bool:
     return False
 
 
-def _resized_while_training(anatomy: Anatomy) -> cst.Call | None:
-    """A call, in a training loop, of a method of the training dataset's class that sets
-    what its `__len__` reads (NCF's `train_loader.dataset.ng_sample()`, drawing the epoch's
-    negatives: 300 items became 1500; round-19 audit s06)."""
+# Generators a dataset may keep for itself.
+GENERATORS = {
+    "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator",
+    "random.Random", "torch.Generator",
+}  # fmt: skip
+
+
+def _own_generators(ctx: ConvertContext) -> None:
+    """A training dataset that draws from a generator it keeps (`self.rng =
+    np.random.default_rng(seed)` in `__init__`, read in `__getitem__`): made alike in every
+    process, the k-th item of every process gets the same draws. Reported, not changed: the
+    same generator may make the data itself (round-19 audit s58)."""
+    anatomy = ctx.anatomy
+    for owner in _training_dataset_classes(anatomy):
+        init = next((m for m in methods(owner) if m.name.value == "__init__"), None)
+        getitem = next((m for m in methods(owner) if m.name.value == "__getitem__"), None)
+        if init is None or getitem is None:
+            continue
+        read = {
+            node.attr.value
+            for node in walk(getitem.body)
+            if isinstance(node, cst.Attribute) and is_name(node.value, "self")
+        }
+        for node in walk(init.body):
+            if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
+                continue
+            target = node.targets[0].target
+            if (
+                isinstance(target, cst.Attribute)
+                and is_name(target.value, "self")
+                and target.attr.value in read
+                and anatomy.is_call_to(node.value, GENERATORS)
+            ):
+                ctx.info(
+                    node,
+                    f"the training dataset draws from a generator of its own "
+                    f"(`{source_text(node.value)}`), made alike in every process: the k-th "
+                    "item of every process gets the same random draws; seed it with the rank "
+                    "too (`+ dist.get_rank()`) if they must differ",
+                )
+                return
+
+
+def _training_dataset_classes(anatomy: Anatomy) -> list[cst.ClassDef]:
+    """The script's own classes that the training loaders are made over."""
+    found: list[cst.ClassDef] = []
     for loop in anatomy.script.train_loops:
         if loop.loader is None or not loop.loader.call.args:
             continue
@@ -1306,17 +1349,18 @@ def _resized_while_training(anatomy: Anatomy) -> cst.Call | None:
             if isinstance(dataset, cst.Call)
             else [value for value, _ in anatomy.values.values_of(dotted(dataset) or "", scope)]
         )
-        owner = next(
-            (
-                anatomy.classes[name]
-                for value in made
-                if isinstance(value, cst.Call)
-                and (name := dotted(value.func) or "") in anatomy.classes
-            ),
-            None,
-        )
-        if owner is None:
-            continue
+        for value in made:
+            name = (dotted(value.func) or "") if isinstance(value, cst.Call) else ""
+            if name in anatomy.classes and anatomy.classes[name] not in found:
+                found.append(anatomy.classes[name])
+    return found
+
+
+def _resized_while_training(anatomy: Anatomy) -> cst.Call | None:
+    """A call, in a training loop, of a method of the training dataset's class that sets
+    what its `__len__` reads (NCF's `train_loader.dataset.ng_sample()`, drawing the epoch's
+    negatives: 300 items became 1500; round-19 audit s06)."""
+    for owner in _training_dataset_classes(anatomy):
         length = next((m for m in methods(owner) if m.name.value == "__len__"), None)
         if length is None:
             continue
@@ -1339,11 +1383,11 @@ def _resized_while_training(anatomy: Anatomy) -> cst.Call | None:
                 for target in walk(assigned.target)
             )
         }
-        around = loop.epoch_loop or loop.batch_loop
-        for node in walk(around):
-            if is_method_call(node, *resizing):
-                assert isinstance(node, cst.Call)
-                return node
+        for loop in anatomy.script.train_loops:
+            for node in walk(loop.epoch_loop or loop.batch_loop):
+                if is_method_call(node, *resizing):
+                    assert isinstance(node, cst.Call)
+                    return node
     return None
 
 

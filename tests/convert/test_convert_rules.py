@@ -4350,3 +4350,22 @@ def test_a_dataset_resized_while_training_is_refused() -> None:
     # a curriculum's level, which `__len__` does not count, is no resize
     level = NEGATIVE_SAMPLING.format(call="loader.dataset.set_level(epoch)")
     assert not convert_source(level.encode(), "train.py", ConvertOptions()).refused
+
+
+def test_a_generator_the_training_dataset_keeps_is_reported() -> None:
+    """Round-19 audit s58: `self.rng = np.random.default_rng(seed)` read in `__getitem__`
+    gives the k-th item of every process the same draws."""
+    source = (
+        NEGATIVE_SAMPLING.format(call="pass")
+        .replace(
+            "        self.level = 0\n",
+            "        self.level = 0\n        self.rng = np.random.default_rng(0)\n",
+        )
+        .replace(
+            "        return torch.tensor([self.labels[i], float(self.level)])",
+            "        return torch.tensor([self.labels[i], float(self.rng.normal())])",
+        )
+    )
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused
+    assert any("draws from a generator of its own" in n.message for n in result.notes)
