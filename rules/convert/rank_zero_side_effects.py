@@ -342,7 +342,8 @@ class RankZeroSideEffects(ConvertRule):
                 )
                 continue
             blocker = _must_run_everywhere(anatomy, node, model_names)
-            if blocker and kind in {"print", "logging"} and blocker in MODEL_RUNS:
+            # (a write too: `np.save(path, model(x).numpy())`, round-19 audit s26, s31)
+            if blocker and blocker in MODEL_RUNS:
                 shown = _hoist_model_runs(ctx, node, model_names, taken)
                 if shown:
                     ctx.plan.guard(node, expression(RANK_ZERO))

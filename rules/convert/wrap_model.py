@@ -524,11 +524,14 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
                 return known
         return None
 
+    toggles: list[tuple[cst.CSTNode, str, bool]] = []  # (where, root, the whole model)
     for node in walk(anatomy.module):
         root = None
+        whole = False
         if is_method_call(node, "requires_grad_"):
             assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
             root = of_model(node.func.value)
+            whole = root is not None and dotted(node.func.value) == root
         elif (
             isinstance(node, cst.For)
             and is_method_call(node.iter, *PARAMETERS)
@@ -543,9 +546,58 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
         ):
             assert isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
             root = of_model(node.iter.func.value)
-        if root is not None and anatomy.values.runs_after(model.placement, node, root, some=True):
+            whole = root is not None and dotted(node.iter.func.value) == root
+        if root is not None:
+            toggles.append((node, root, whole and _always_whole(anatomy, model, parts, node, root)))
+    # Every parameter switched together, none before the wrap (a GAN's `requires_grad(D,
+    # False)` while the generator steps, round-19 audit s26): DDP registered them all, and a
+    # model none of whose parameters needs a gradient sets no hook, so nothing is waited for.
+    if (
+        toggles
+        and all(whole for _, _, whole in toggles)
+        and not any(_before(anatomy, node, model.placement) for node, _, _ in toggles)
+    ):
+        return None
+    for node, root, _ in toggles:
+        if anatomy.values.runs_after(model.placement, node, root, some=True):
             return node
     return None
+
+
+def _before(anatomy: Anatomy, node: cst.CSTNode, placement: cst.CSTNode) -> bool:
+    """`node` runs before the wrap: earlier in the wrap's function, or in a helper called
+    there earlier."""
+    here = anatomy.function_of(placement)
+    function = anatomy.function_of(node)
+    if function is here:
+        return anatomy.precedes(node, placement)
+    return function is None or any(
+        anatomy.function_of(site) is here and anatomy.precedes(site, placement)
+        for site in anatomy.graph.call_sites(function)
+    )
+
+
+def _always_whole(
+    anatomy: Anatomy, model: Model, parts: set[str], node: cst.CSTNode, root: str
+) -> bool:
+    """`root` names the whole model where `node` runs: one of its names, or a parameter of
+    a helper (`def requires_grad(model, flag)`) no call of which passes a part of it (only
+    the whole model, or another one)."""
+    names = set(model.names) - model.bare
+    if root in names:
+        return True
+    function = anatomy.function_of(node)
+    if function is None or root not in anatomy.graph.parameters_of(function):
+        return False
+    sites = anatomy.graph.call_sites(function)
+    passed = [dotted(anatomy.graph.bound_argument(site, function, root)) for site in sites]
+    return bool(sites) and all(
+        name is not None
+        and (
+            name in names or not any(name == part or name.startswith(part + ".") for part in parts)
+        )
+        for name in passed
+    )
 
 
 def _parts_of(anatomy: Anatomy, model: Model) -> set[str]:

@@ -4369,3 +4369,52 @@ def test_a_generator_the_training_dataset_keeps_is_reported() -> None:
     result = convert_source(source.encode(), "train.py", ConvertOptions())
     assert not result.refused
     assert any("draws from a generator of its own" in n.message for n in result.notes)
+
+
+GAN_TOGGLES = """\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+
+def requires_grad(model, flag=True):
+    for p in model.parameters():
+        p.requires_grad = flag
+
+
+generator = torch.nn.Linear(4, 8)
+discriminator = torch.nn.Linear(8, 1)
+g_optim = torch.optim.Adam(generator.parameters(), lr=1e-3)
+d_optim = torch.optim.Adam(discriminator.parameters(), lr=1e-3)
+for real in DataLoader(torch.randn(64, 8), batch_size=8, shuffle=True):
+    requires_grad(generator, False)
+    requires_grad(discriminator, True)
+    d_loss = discriminator(generator(torch.randn(8, 4))).mean() - discriminator(real).mean()
+    d_optim.zero_grad()
+    d_loss.backward()
+    d_optim.step()
+    requires_grad(generator, True)
+    requires_grad(discriminator, False)
+    g_loss = -discriminator(generator(torch.randn(8, 4))).mean()
+    g_optim.zero_grad()
+    g_loss.backward()
+    g_optim.step()
+with torch.no_grad():
+    np.save("samples.npy", generator(torch.randn(16, 4)).numpy())
+"""
+
+
+def test_whole_models_switched_on_and_off_convert_and_a_write_of_a_forward_is_split() -> None:
+    """Round-19 audit s26 (StyleGAN-style `requires_grad(D, False)` while G steps): every
+    parameter of a model switched together sets no hook DDP waits for, so it converts;
+    `np.save(path, generator(z).numpy())` computes on every rank and writes on rank 0."""
+    result = convert_source(GAN_TOGGLES.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    generator_result = generator(torch.randn(16, 4))\n" in text
+    assert '        np.save("samples.npy", generator_result.numpy())' in text
+    part = GAN_TOGGLES.replace(
+        "requires_grad(generator, True)", "requires_grad(generator[0], True)"
+    )
+    part = part.replace("torch.nn.Linear(4, 8)", "torch.nn.Sequential(torch.nn.Linear(4, 8))")
+    assert convert_source(part.encode(), "train.py", ConvertOptions()).refused
