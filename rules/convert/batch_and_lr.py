@@ -301,7 +301,7 @@ def _batch_statistics(ctx: ConvertContext) -> None:
 
 def _over_the_batch(node: cst.CSTNode) -> bool:
     """`z.T @ z`, `torch.mm(z.t(), z)`: samples multiplied across the batch; `z.var(dim=0)`,
-    `torch.cov(z.T)`: a statistic along it."""
+    `torch.cov(z.T)`, `torch.norm(y - x)`: a statistic along it."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
         return _transposed(node.left)
     if not isinstance(node, cst.Call):
@@ -311,6 +311,12 @@ def _over_the_batch(node: cst.CSTNode) -> bool:
         return _transposed(node.args[0].value)
     if name in ("torch.cov", "torch.corrcoef"):
         return True
+    if name in ("torch.norm", "torch.linalg.norm") and node.args:
+        # `torch.norm(Y - X, p="fro")` of the whole batch (a spectral-convergence loss,
+        # round-19 audit s31): a norm over every sample at once, not a sum of theirs
+        return call_arg(node, 2, "dim") is None and isinstance(
+            node.args[0].value, cst.BinaryOperation | cst.Call
+        )
     if is_attribute(node.func, "var", "std"):
         dim = call_arg(node, 0, "dim")
         return dim is not None and isinstance(dim.value, cst.Integer) and dim.value.value == "0"

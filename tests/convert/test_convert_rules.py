@@ -4192,7 +4192,13 @@ for x in DataLoader(torch.randn(256, 8), batch_size=64, shuffle=True):
 
 
 @pytest.mark.parametrize(
-    "statistic", ["z.T @ z / x.size(0)", "torch.mm(z.t(), z) / len(x)", "torch.cov(z.T)"]
+    "statistic",
+    [
+        "z.T @ z / x.size(0)",
+        "torch.mm(z.t(), z) / len(x)",
+        "torch.cov(z.T)",
+        "torch.norm(z - 1) + 0 * z",
+    ],
 )
 def test_a_loss_built_from_statistics_over_the_batch_is_reported_not_scaled(
     statistic: str,
