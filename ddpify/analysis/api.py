@@ -168,3 +168,15 @@ def may_guard_local_rank(source: bytes) -> bool:
 
 RANK_ZERO_TEXT = may_guard_rank
 LOCAL_RANK_ZERO_TEXT = may_guard_local_rank
+
+# Calls that copy the model they are given: an EMA, a teacher, the best weights kept aside.
+MODEL_COPIES = {
+    "copy.deepcopy",
+    "torch.optim.swa_utils.AveragedModel",
+    "timm.utils.ModelEma",
+    "timm.utils.ModelEmaV2",
+    "timm.utils.ModelEmaV3",
+    "timm.utils.model_ema.ModelEma",
+    "timm.utils.model_ema.ModelEmaV2",
+    "timm.utils.model_ema.ModelEmaV3",
+}

@@ -141,6 +141,15 @@ def methods(owner: cst.ClassDef) -> list[cst.FunctionDef]:
     return [node for node in owner.body.body if isinstance(node, cst.FunctionDef)]
 
 
+def assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """What `a = b = ...` or `a += ...` gives a value (nothing for other nodes)."""
+    if isinstance(node, cst.AugAssign):
+        return [node.target]
+    if isinstance(node, cst.Assign):
+        return [target.target for target in node.targets]
+    return []
+
+
 def source_text(node: cst.CSTNode) -> str:
     """The source text of `node` (for messages and rebuilt expressions)."""
     return cst.Module([]).code_for_node(node)

@@ -6,20 +6,9 @@ from functools import partial
 
 import libcst as cst
 
+from ddpify.analysis.api import MODEL_COPIES
 from ddpify.analysis.tree import dotted
 from ddpify.rule import CheckContext, CheckRule, Example, Severity
-
-# What copies a model: the copy of the wrapper is another wrapper.
-COPIES = {
-    "copy.deepcopy",
-    "torch.optim.swa_utils.AveragedModel",
-    "timm.utils.ModelEma",
-    "timm.utils.ModelEmaV2",
-    "timm.utils.ModelEmaV3",
-    "timm.utils.model_ema.ModelEma",
-    "timm.utils.model_ema.ModelEmaV2",
-    "timm.utils.model_ema.ModelEmaV3",
-}
 
 
 class CopyOfWrapper(CheckRule):
@@ -111,7 +100,7 @@ class CopyOfWrapper(CheckRule):
             value = call.args[0].value
             if (
                 isinstance(value, cst.Name | cst.Attribute)
-                and anatomy.is_call_to(call, COPIES)
+                and anatomy.is_call_to(call, MODEL_COPIES)
                 and anatomy.bindings.holds(dotted(value), call)
             ):
                 ctx.report(value, fix=partial(_fix, value=value))

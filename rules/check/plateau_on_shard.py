@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import COLLECTIVES, SAMPLER_ARGUMENTS
-from ddpify.analysis.tree import dotted, is_attribute, walk
+from ddpify.analysis.tree import assigned, dotted, is_attribute, walk
 from ddpify.rule import CheckContext, CheckRule, Example
 
 PLATEAU = {
@@ -178,12 +178,5 @@ def _accumulated_over_shards(body: cst.CSTNode, sharded: set[str]) -> set[str]:
         if not reads & sharded:
             continue
         for node in walk(loop.body):
-            targets = (
-                [node.target]
-                if isinstance(node, cst.AugAssign)
-                else [target.target for target in node.targets]
-                if isinstance(node, cst.Assign)
-                else []
-            )
-            names.update(filter(None, map(dotted, targets)))
+            names.update(filter(None, map(dotted, assigned(node))))
     return names

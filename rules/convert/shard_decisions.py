@@ -7,7 +7,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
-from ddpify.analysis.tree import child_nodes, dotted, is_attribute, is_method_call, walk
+from ddpify.analysis.tree import assigned, child_nodes, dotted, is_attribute, is_method_call, walk
 from ddpify.emit import statements
 from ddpify.fixes import take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -608,20 +608,13 @@ def _decisions(anatomy: Anatomy) -> list[cst.BaseExpression]:
 
 
 def _sets_lr(node: cst.CSTNode) -> bool:
-    targets = (
-        [node.target]
-        if isinstance(node, cst.AugAssign)
-        else [target.target for target in node.targets]
-        if isinstance(node, cst.Assign)
-        else []
-    )
     return any(
         isinstance(target, cst.Subscript)
         and len(target.slice) == 1
         and isinstance(target.slice[0].slice, cst.Index)
         and isinstance(target.slice[0].slice.value, cst.SimpleString)
         and target.slice[0].slice.value.evaluated_value == "lr"
-        for target in targets
+        for target in assigned(node)
     )
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import DDP_OWN, DDP_RENAMED, DDP_TRANSPARENT, EXPORTS, PARAMETERS
+from ddpify.analysis.api import (
+    DDP_OWN,
+    DDP_RENAMED,
+    DDP_TRANSPARENT,
+    EXPORTS,
+    MODEL_COPIES,
+    PARAMETERS,
+)
 from ddpify.analysis.models import Model, holds_model
 from ddpify.analysis.project import NO_GRAD
 from ddpify.analysis.script import raw_optimizers
@@ -405,7 +412,7 @@ class WrapModel(ConvertRule):
                     "the bare model is scripted, traced or exported: the DDP wrapper cannot "
                     "be, and the export is the single-GPU model's",
                 )
-            for copied in _whole_model_saves(anatomy, model, COPIES):
+            for copied in _whole_model_saves(anatomy, model, MODEL_COPIES):
                 ctx.plan.replace(copied, _through_module)
                 ctx.changed(
                     copied,
@@ -1890,19 +1897,6 @@ def _attributes_given(cls: cst.ClassDef, index: int, keyword: str | None) -> set
                     ):
                         attributes.add(target.target.attr.value)
     return attributes
-
-
-# Calls that copy the model they are given: an EMA, a teacher, the best weights kept aside.
-COPIES = {
-    "copy.deepcopy",
-    "torch.optim.swa_utils.AveragedModel",
-    "timm.utils.ModelEma",
-    "timm.utils.ModelEmaV2",
-    "timm.utils.ModelEmaV3",
-    "timm.utils.model_ema.ModelEma",
-    "timm.utils.model_ema.ModelEmaV2",
-    "timm.utils.model_ema.ModelEmaV3",
-}
 
 
 def _whole_model_saves(
