@@ -304,6 +304,12 @@ def _over_the_batch(node: cst.CSTNode) -> bool:
     `torch.cov(z.T)`, `torch.norm(y - x)`: a statistic along it."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
         return _transposed(node.left)
+    # a tensor normalised by its own total, all samples together: SwAV's Sinkhorn, `Q /=
+    # torch.sum(Q)` (round-19 audit s43); not a sum divided by a count (`/ mask.sum()`)
+    if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+        return _total_of(node.value) == source_text(node.target)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+        return _total_of(node.right) == source_text(node.left)
     if not isinstance(node, cst.Call):
         return False
     name = dotted(node.func) or ""
@@ -321,6 +327,19 @@ def _over_the_batch(node: cst.CSTNode) -> bool:
         dim = call_arg(node, 0, "dim")
         return dim is not None and isinstance(dim.value, cst.Integer) and dim.value.value == "0"
     return False
+
+
+def _total_of(expr: cst.BaseExpression) -> str | None:
+    """What `torch.sum(q)` or `q.sum()` sums whole (every element: all samples of the batch
+    together), as written; None for anything else."""
+    if not isinstance(expr, cst.Call):
+        return None
+    if dotted(expr.func) == "torch.sum" and len(expr.args) == 1 and not expr.args[0].keyword:
+        return source_text(expr.args[0].value)
+    if is_attribute(expr.func, "sum") and not expr.args:
+        assert isinstance(expr.func, cst.Attribute)
+        return source_text(expr.func.value)
+    return None
 
 
 def _transposed(expr: cst.BaseExpression) -> bool:
@@ -585,6 +604,9 @@ def _sums_by_hand(anatomy: Anatomy, call: cst.Call, scope: cst.FunctionDef | Non
         summed = call.func.value
     else:
         return False
+    parent = anatomy.parent(call)
+    if parent is not None and _over_the_batch(parent):
+        return False  # the total a tensor is normalised by (`q / q.sum()`), not a loss
     return _per_sample(anatomy, summed, scope, 0) is True
 
 

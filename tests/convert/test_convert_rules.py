@@ -4198,6 +4198,7 @@ for x in DataLoader(torch.randn(256, 8), batch_size=64, shuffle=True):
         "torch.mm(z.t(), z) / len(x)",
         "torch.cov(z.T)",
         "torch.norm(z - 1) + 0 * z",
+        "z.exp() / z.exp().sum()",
     ],
 )
 def test_a_loss_built_from_statistics_over_the_batch_is_reported_not_scaled(
