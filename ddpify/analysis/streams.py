@@ -127,13 +127,10 @@ class Streams:
         draw the same items. Like random batches, they need a stream of their own per
         process."""
         found: list[RandomBatches] = []
-        classes = self.index.classes
         for loop in self.script.train_loops:
             if loop.loader is None:
                 continue
-            dataset = loop.loader.call.args[0].value if loop.loader.call.args else None
-            made = self._made_by(dataset, self.index.function_of(loop.loader.call))
-            owner = classes.get(dotted(made.func) or "") if made is not None else None
+            owner = self.dataset_class(loop.loader)
             getitem = (
                 next((m for m in methods(owner) if m.name.value == "__getitem__"), None)
                 if owner is not None
@@ -271,20 +268,22 @@ class Streams:
             # and the script's transforms (`__call__`: SimCLR's two random views of an item,
             # round-14 audit s14)
             found += [m for m in methods(owner) if m.name.value in ("forward", "__call__")]
-        if loader.call.args:
-            dataset = loader.call.args[0].value
-            made = self._made_by(dataset, self.index.function_of(loader.call))
-            dataset_class = (
-                self.index.classes.get(dotted(made.func) or "") if made is not None else None
-            )
-            if dataset_class is not None:
-                found += [m for m in methods(dataset_class) if m.name.value == "__getitem__"]
+        dataset_class = self.dataset_class(loader)
+        if dataset_class is not None:
+            found += [m for m in methods(dataset_class) if m.name.value == "__getitem__"]
         # and the loader's `collate_fn` of the script's own (random crops of a batch,
         # round-19 audit s59)
         collate = call_arg(loader.call, 7, "collate_fn")
         if collate is not None and isinstance(collate.value, cst.Name):
             found += self.graph.defined(collate.value.value)
         return found
+
+    def dataset_class(self, loader: Loader) -> cst.ClassDef | None:
+        """The script's own class the loader's dataset is made from (through the functions
+        it is passed to), if it is one."""
+        dataset = loader.call.args[0].value if loader.call.args else None
+        made = self._made_by(dataset, self.index.function_of(loader.call))
+        return self.index.classes.get(dotted(made.func) or "") if made is not None else None
 
     def _made_by(
         self, dataset: cst.BaseExpression | None, scope: cst.FunctionDef | None, depth: int = 0

@@ -1340,19 +1340,9 @@ def _training_dataset_classes(anatomy: Anatomy) -> list[cst.ClassDef]:
     """The script's own classes that the training loaders are made over."""
     found: list[cst.ClassDef] = []
     for loop in anatomy.script.train_loops:
-        if loop.loader is None or not loop.loader.call.args:
-            continue
-        dataset = loop.loader.call.args[0].value
-        scope = anatomy.function_of(loop.loader.call)
-        made = (
-            [dataset]
-            if isinstance(dataset, cst.Call)
-            else [value for value, _ in anatomy.values.values_of(dotted(dataset) or "", scope)]
-        )
-        for value in made:
-            name = (dotted(value.func) or "") if isinstance(value, cst.Call) else ""
-            if name in anatomy.classes and anatomy.classes[name] not in found:
-                found.append(anatomy.classes[name])
+        owner = anatomy.streams.dataset_class(loop.loader) if loop.loader is not None else None
+        if owner is not None and owner not in found:
+            found.append(owner)
     return found
 
 
