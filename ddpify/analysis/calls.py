@@ -3,8 +3,10 @@ call, and what a function returns or is given.
 
 It is the only place that matches calls to the script's own functions and methods. A
 function is reached by name: `f()` reaches the script's functions named `f` (and the
-`__init__` of its class `f`), `x.f()` its methods named `f`, whatever `x` is. Every answer
-that follows calls stops `MAX_DEPTH` calls away.
+`__init__` of its class `f`), `x.f()` its methods named `f`, whatever `x` is. A call of a
+value taken from a list, tuple, set or dict of the script's functions (`random.choice(AUGS)(x)`,
+`ops[i](x)`, `for op in AUGS: op(x)`) reaches every function (and lambda) that container
+holds. Every answer that follows calls stops `MAX_DEPTH` calls away.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import libcst as cst
 
 from ddpify.analysis.api import TORCH_METHODS
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import call_arg, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 
 # How many calls (and hops through flags, helpers and aliases) an answer follows; past
 # that, "cannot tell".
 MAX_DEPTH = 4
+# What binds a function's first arguments, leaving the function called later.
+PARTIALS = ("functools.partial", "partial")
 
 
 class CallGraph:
@@ -128,13 +132,78 @@ class CallGraph:
             if found(inner):
                 return True
             if isinstance(inner, cst.Call) and depth < MAX_DEPTH:
-                for function in self.callees(inner):
-                    if seen.get(id(function), MAX_DEPTH + 1) <= depth + 1:
+                bodies = [function.body for function in self.callees(inner)]
+                for body in bodies or self.held_callees(inner):
+                    if seen.get(id(body), MAX_DEPTH + 1) <= depth + 1:
                         continue
-                    seen[id(function)] = depth + 1
-                    if self.reaches(function.body, found, depth + 1, seen):
+                    seen[id(body)] = depth + 1
+                    if self.reaches(body, found, depth + 1, seen):
                         return True
         return False
+
+    def held_callees(self, call: cst.Call) -> list[cst.CSTNode]:
+        """The bodies of the functions and lambdas `call` may run when what it calls was
+        taken from a container of them: `AUGS[i](x)`, or `op(x)` with `op` bound (assigned,
+        or a loop's target) from an expression that names the container
+        (`op = random.choice(AUGS)`, `for name, fn in HOOKS.items()`), in the call's own
+        function (round-19 audit s16: RandAugment-style ops, one drawing torch noise)."""
+        containers = self._containers
+        if not containers:
+            return []
+        func = call.func
+        if isinstance(func, cst.Subscript):
+            return containers.get(dotted(func.value) or "", [])
+        if not isinstance(func, cst.Name) or func.value in self.index.functions:
+            return []
+        held: list[cst.CSTNode] = []
+        scope = self.index.function_of(call) or self.index.module
+        for node in walk(scope):
+            if isinstance(node, cst.Assign):
+                targets = [target.target for target in node.targets]
+                source: cst.CSTNode = node.value
+            elif isinstance(node, cst.For):
+                targets, source = [node.target], node.iter
+            else:
+                continue
+            if not any(is_name(n, func.value) for t in targets for n in walk(t)):
+                continue
+            for name in walk(source):
+                held += containers.get(dotted(name) or "", [])
+        return held
+
+    @cached_property
+    def _containers(self) -> dict[str, list[cst.CSTNode]]:
+        """Lists, tuples, sets and dicts that hold the script's functions or lambdas, by
+        the name they are assigned to (`AUGS = [flip, add_noise]`, `self.hooks =
+        {"eval": evaluate}`), each with the bodies of what it holds; a function in
+        `functools.partial(f, ...)` counts."""
+        index = self.index
+        found: dict[str, list[cst.CSTNode]] = {}
+        for assign in index.assigns:
+            value = assign.value
+            if isinstance(value, cst.Dict):
+                elements = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+            elif isinstance(value, (cst.List, cst.Tuple, cst.Set)):
+                elements = [e.value for e in value.elements]
+            else:
+                continue
+            held: list[cst.CSTNode] = []
+            for element in elements:
+                if isinstance(element, cst.Call) and dotted(element.func) in PARTIALS:
+                    element = element.args[0].value if element.args else element
+                if isinstance(element, cst.Lambda):
+                    held.append(element.body)
+                elif isinstance(element, cst.Name):
+                    held += [
+                        f.body
+                        for f in index.functions.get(element.value, [])
+                        if index.class_of(f) is None
+                    ]
+            for target in assign.targets:
+                name = dotted(target.target)
+                if held and name:
+                    found.setdefault(name, []).extend(held)
+        return found
 
     def loops_around(self, node: cst.CSTNode, depth: int = 0) -> list[tuple[cst.CSTNode, str]]:
         """The loops enclosing `node`, innermost first, continuing through the call site of
