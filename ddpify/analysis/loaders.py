@@ -92,17 +92,15 @@ class Loaders:
                         return found
             return None
         if keyed is not None:
+            key = string_value(keyed[1])
             for where in (scope, None) if scope is not None else (None,):
-                for value in self.values.assignments(keyed[0], where):
-                    if isinstance(value, cst.DictComp):
-                        return self.resolve(value.value, where, depth + 1)
-                    key = string_value(keyed[1])
-                    if isinstance(value, cst.Dict) and key is not None:
-                        for element in value.elements:
-                            if isinstance(element, cst.DictElement) and (
-                                string_value(element.key) == key
-                            ):
-                                return self.resolve(element.value, where, depth + 1)
+                values = self.values.assignments(keyed[0], where)
+                if values and not isinstance(values[0], cst.Call | cst.DictComp):
+                    values = [cst.Name(keyed[0])]  # its keys, given anywhere in `where`
+                for value in values:
+                    found = self._keyed_in(value, key, where, depth)
+                    if found is not None:
+                        return found
             return None
         if isinstance(expr, cst.Call):
             if self.index.is_call_to(expr, DATALOADER):
@@ -146,6 +144,53 @@ class Loaders:
             # round-17 audit s13)
             return self.resolve(expr, outer, depth + 1)
         return None
+
+    def _keyed_in(
+        self, value: cst.BaseExpression, key: str | None, scope: Scope, depth: int
+    ) -> cst.Call | None:
+        """The loader a dict `value` holds under `key`: a literal's entry, a comprehension's
+        value, or one of those returned by the function `value` calls (`loaders =
+        make_loaders()` returning `{"train": DataLoader(...), ...}`, round-19 audit s30)."""
+        if isinstance(value, cst.DictComp):
+            return self.resolve(value.value, scope, depth + 1)
+        if isinstance(value, cst.Dict | cst.Name) and key is not None:
+            # a literal, or a variable given its keys one by one (`loaders["train"] = ...`)
+            entries = self.dict_entries(value, scope, depth)
+            if entries is None and isinstance(value, cst.Name):
+                # handed on (`return loaders`): what its binding and `name[key] = ...` give
+                bound = self.values.assignments(value.value, scope)
+                entries = self._keys_set(value.value, scope)
+                if len(bound) == 1 and not isinstance(bound[0], cst.Name):
+                    entries += self.dict_entries(bound[0], scope, depth + 1) or []
+            for given, passed in entries or []:
+                if given == key:
+                    return self.resolve(passed.value, scope, depth + 1)
+            return None
+        callee = self.graph.callee(value) if isinstance(value, cst.Call) else None
+        if callee is None or depth >= MAX_STEPS:
+            return None
+        for returned in self.graph.returned_values(callee):
+            found = self._keyed_in(returned, key, callee, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    def _keys_set(self, name: str, scope: Scope) -> list[tuple[str, Passed]]:
+        """The keys `name[key] = value` gives the dict variable `name` in `scope` (which
+        may also hand it on: `return loaders`)."""
+        found = []
+        for assign in self.index.assigns:
+            target = assign.targets[0].target
+            if (
+                len(assign.targets) == 1
+                and isinstance(target, cst.Subscript)
+                and is_name(target.value, name)
+                and self.index.function_of(assign) is scope
+            ):
+                key = _subscript_key(target)
+                if key is not None:
+                    found.append((key, Passed(assign.value, target)))
+        return found
 
     def resolve_every(
         self, expr: cst.BaseExpression, scope: cst.FunctionDef | None

@@ -339,6 +339,9 @@ class TrainingScript:
         expr = strip_iteration(iterable, self.graph)
         for _ in range(MAX_STEPS):
             name = dotted(expr)
+            keyed = keyed_read(expr)
+            if name is None and keyed is not None and string_value(keyed[1]) is not None:
+                return f"{keyed[0]}[{keyed[1]}]"  # `loaders["train"]`
             if name is None:
                 return None
             values = self.values.assignments(name, scope)
@@ -353,7 +356,7 @@ class TrainingScript:
     ) -> str | None:
         if name is None or function is None:
             return name
-        head = name.split(".")[0]
+        head = re.split(r"[.\[]", name)[0]
         if head in self.graph.parameters_of(function) and head != "self":
             argument = self.graph.bound_argument(site, function, head)
             base = dotted(argument) if argument is not None else None

@@ -4310,6 +4310,107 @@ def test_random_draws_in_the_loaders_collate_fn_are_seeded_per_process() -> None
     assert b"random.seed(0 + dist.get_rank())" in result.output
 
 
+LOADERS_BY_KEY = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_loaders(bs):
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    {made}
+
+
+def train_epoch(model, optimizer, loaders):
+    for x, y in loaders["train"]:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def main():
+    data = make_loaders(8)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        train_epoch(model, optimizer, data)
+
+
+main()
+"""
+TRAIN = "DataLoader(TensorDataset(x[:48], y[:48]), batch_size=bs, shuffle=True)"
+VAL = "DataLoader(TensorDataset(x[48:], y[48:]), batch_size=bs)"
+
+
+@pytest.mark.parametrize(
+    "made",
+    [
+        f'return {{"train": {TRAIN}, "val": {VAL}}}',
+        f'loaders = {{}}\n    loaders["train"] = {TRAIN}\n    loaders["val"] = {VAL}\n'
+        "    return loaders",
+        f"loaders = dict(train={TRAIN}, val={VAL})\n    return loaders",
+    ],
+    ids=["literal", "keys-one-by-one", "dict-call"],
+)
+def test_loaders_a_helper_returns_in_a_dict_get_set_epoch_by_key(made: str) -> None:
+    """Round-19 audit s30: `loaders = make_loaders()` returning `{"train": DataLoader(...),
+    ...}`, read as `loaders["train"]`: refused for want of a loop over the loader."""
+    source = LOADERS_BY_KEY.replace("{made}", made)
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b'        data["train"].sampler.set_epoch(epoch)\n' in result.output
+    assert result.output.count(b"DistributedSampler(") == 1
+
+
+AUGMENTATION_OPS = """\
+import random
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+def add_noise(x):
+    return x + 0.05 * torch.randn_like(x)
+
+
+AUGMENTATIONS = [add_noise, lambda x: x.flip(-1)]
+
+
+class Toy(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        x = torch.ones(8) * i
+        {draw}
+        return x
+
+
+random.seed(0)
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in DataLoader(Toy(), batch_size=8, shuffle=True):
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        "op = random.choice(AUGMENTATIONS)\n        x = op(x)",
+        "x = AUGMENTATIONS[i % 2](x)",
+        "for op in AUGMENTATIONS:\n            x = op(x)",
+    ],
+)
+def test_torch_draws_in_ops_taken_from_a_list_are_seeded_per_process(draw: str) -> None:
+    """Round-19 audit s16: noise drawn by an augmentation called through a list of them
+    (`random.choice(OPS)(x)`) stayed alike on every rank: only `random` was seeded apart."""
+    source = AUGMENTATION_OPS.replace("{draw}", draw)
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"torch.manual_seed(0 + dist.get_rank())" in result.output
+
+
 NEGATIVE_SAMPLING = """\
 import numpy as np
 import torch
