@@ -857,6 +857,7 @@ if __name__ == "__main__":
     assert result.output.decode().endswith(
         '        print("done")\n'
         "    del net  # release DDP before its process group\n"
+        "    gc.collect()  # free DDP models left in reference cycles first\n"
         "    dist.destroy_process_group()\n"
     )
 
@@ -2197,7 +2198,9 @@ if __name__ == "__main__":
     assert "try:" not in text
     assert "    for epoch in range(2):\n        loader.sampler.set_epoch(epoch)\n" in text
     assert text.endswith(
-        "    del model  # release DDP before its process group\n    dist.destroy_process_group()\n"
+        "    del model  # release DDP before its process group\n"
+        "    gc.collect()  # free DDP models left in reference cycles first\n"
+        "    dist.destroy_process_group()\n"
     )
 
 
