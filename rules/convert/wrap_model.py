@@ -1851,14 +1851,18 @@ def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute
             if not isinstance(cls, cst.ClassDef) or cls.name.value != name:
                 continue
             held = set().union(*(_attributes_given(cls, i, k) for i, k in given))
-            for node in walk(cls):
+            # in the class (`self.net.state_dict()`), and reached through another object
+            # that holds one of its instances (a callback's `self.model.net.state_dict()`,
+            # round-20 audit A c07)
+            for node in walk(anatomy.module):
                 if (
                     isinstance(node, cst.Attribute)
                     and node.attr.value in STATE_METHODS
                     and isinstance(node.value, cst.Attribute)
-                    and is_name(node.value.value, "self")
                     and node.value.attr.value in held
-                    and f"self.{node.value.attr.value}" not in model.names  # wrapped there
+                    and (not is_name(node.value.value, "self") or anatomy.inside(node, cls))
+                    and dotted(node.value) not in model.names  # wrapped there
+                    and all(found_node is not node for found_node, _ in found)
                 ):
                     found.append((node, name))
     return found

@@ -89,6 +89,53 @@ if __name__ == "__main__":
     assert "`self.model` may hold the DDP-wrapped `model`" in held[0].message
 
 
+def test_a_callback_saving_the_state_dict_of_an_object_given_the_wrapped_model_is_refused() -> None:
+    """Round-20 audit A c07 (a Keras-like `fit()` with callbacks): the callback's
+    `self.model.net.state_dict()` reaches the wrapped `net` through the object it was given;
+    converted, best_model.pt had `module.` keys."""
+    source = b"""import torch
+
+
+class Checkpoint:
+    def set_model(self, model):
+        self.model = model
+
+    def on_epoch_end(self, epoch):
+        torch.save(self.model.net.state_dict(), "best_model.pt")
+
+
+class KerasModel:
+    def __init__(self, net):
+        self.net = net
+
+    def fit(self, loader, optimizer, callbacks):
+        for cb in callbacks:
+            cb.set_model(self)
+        for epoch in range(2):
+            for x in loader:
+                self.net(x).sum().backward()
+                optimizer.step()
+            for cb in callbacks:
+                cb.on_epoch_end(epoch)
+
+
+def main():
+    net = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+    KerasModel(net).fit(loader, optimizer, [Checkpoint()])
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source, "keras_fit.py", ConvertOptions())
+    assert result.refused and result.output == source
+    held = [note for note in result.notes if note.blocking and note.code == "DDP003"]
+    assert [note.line for note in held] == [9], result.notes
+    assert "`self.model.net` may hold the DDP-wrapped `net`" in held[0].message
+
+
 STEP_UNDER_PHASE = """import torch
 model = torch.nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
