@@ -14,7 +14,7 @@ from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.effects import SideEffects
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript
-from ddpify.analysis.tree import call_arg, dotted, is_method_call, walk
+from ddpify.analysis.tree import assigned, call_arg, dotted, is_method_call, walk
 from ddpify.analysis.values import MAX_STEPS
 
 
@@ -383,6 +383,10 @@ class Models:
         its parameters to an optimizer (`model.parameters()`) or to print or log it."""
         if self.effects.of(statement) in {"print", "logging"}:
             return False
+        if isinstance(statement, cst.For) and _writes_in_place(statement.body):
+            # `for name, p in model.named_parameters(): nn.init.uniform_(p.data, ...)` (round-20
+            # audit A c18b): the parameters handed out are changed
+            return any(_names_model(node, names) for node in walk(statement.iter))
         parameters = {
             id(node.func.value)
             for node in walk(statement)
@@ -413,6 +417,20 @@ class Models:
             if isinstance(ancestor, cst.If | cst.With | cst.Try):
                 anchor = ancestor
         return anchor
+
+
+def _writes_in_place(body: cst.CSTNode) -> bool:
+    """Whether `body` calls an in-place method or function (`uniform_`, `nn.init.zeros_`,
+    `requires_grad_`) or assigns to an attribute or an item (`p.requires_grad = False`)."""
+    for node in walk(body):
+        if isinstance(node, cst.Call):
+            name = dotted(node.func) or ""
+            if name.endswith("_") and not name.endswith("__"):
+                return True
+        targets = assigned(node)
+        if any(isinstance(target, cst.Attribute | cst.Subscript) for target in targets):
+            return True
+    return False
 
 
 def _pairs(node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:

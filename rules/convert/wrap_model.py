@@ -35,6 +35,37 @@ from ddpify.rule import ConvertContext, ConvertRule, Example
 WRAP = "{name} = DDP({name}, device_ids=[{rank}] if next({name}.parameters()).is_cuda else None)\n"
 
 
+# Initialised parameter by parameter (the seq2seq tutorials): wrapped after, too.
+PARAMETER_INIT = Example(
+    """
+    import torch
+
+    model = Seq2Seq(Encoder(), Decoder()).to(device)
+    for name, param in model.named_parameters():
+        torch.nn.init.uniform_(param.data, -0.08, 0.08)
+    optimizer = torch.optim.Adam(model.parameters())
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    """,
+    """
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = Seq2Seq(Encoder(), Decoder()).to(device)
+    for name, param in model.named_parameters():
+        torch.nn.init.uniform_(param.data, -0.08, 0.08)
+    model = DDP(model, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
+    optimizer = torch.optim.Adam(model.parameters())
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    """,
+)
+
+
 class WrapModel(ConvertRule):
     """
     ## What it does
@@ -195,6 +226,7 @@ class WrapModel(ConvertRule):
                 optimizer.step()
             """,
         ),
+        PARAMETER_INIT,
     )
 
     def refuse(self, ctx: ConvertContext) -> None:
