@@ -305,8 +305,8 @@ class ProcessDevice(ConvertRule):
                 quote = next(
                     (n.value[-1] for n in walk(value) if isinstance(n, cst.SimpleString)), '"'
                 )
-                plain = cst.SimpleString(f"{quote}cuda{quote}")
-                ctx.plan.replace(value.body, partial(_constant, plain))
+                current = cst.SimpleString(f"{quote}cuda{quote}")
+                ctx.plan.replace(value.body, partial(_constant, current))
                 ctx.changed(node, f"`{name}` is the process's GPU, not GPU {value.body.value}")
             elif (
                 isinstance(value, cst.Call)

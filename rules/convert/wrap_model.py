@@ -1867,7 +1867,7 @@ def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute
     after the wrap (`SimCLR(model=model, ...)` and `self.model = kwargs["model"]`): the
     attribute may hold the wrapper."""
     assert model.placement is not None
-    found = []
+    found: list[tuple[cst.Attribute, str]] = []
     for call in anatomy.calls:
         name = dotted(call.func)
         if name is None or not anatomy.values.runs_after(model.placement, call, name):
