@@ -7,7 +7,15 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
-from ddpify.analysis.tree import assigned, child_nodes, dotted, is_attribute, is_method_call, walk
+from ddpify.analysis.tree import (
+    assigned,
+    child_nodes,
+    dotted,
+    is_attribute,
+    is_method_call,
+    is_name,
+    walk,
+)
 from ddpify.emit import statements
 from ddpify.fixes import take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -725,6 +733,8 @@ def _shard_value(
             for returned in anatomy.graph.returned_values(callee) if callee is not None else ():
                 if _shard_value(anatomy, returned, callee, depth + 1, settled) is not None:
                     return dotted(node.func) or "the call"
+            if _reads_what_training_recorded(anatomy, node):
+                return dotted(node.func) or "the call"
         name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
         if name is None:
             continue
@@ -744,6 +754,71 @@ def _shard_value(
         if decided is not None:
             return decided
     return None
+
+
+def _reads_what_training_recorded(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`finder.suggestion()` returning what the object's own training loop recorded on
+    `self` (an LR finder's `self.history["loss"].append(avg)` in its `range_test` over the
+    training loader, round-20 audit A c22): a value of this process's batches."""
+    if not isinstance(call.func, cst.Attribute) or is_name(call.func.value, "self"):
+        return False
+    for method in anatomy.graph.callees(call):
+        owner = anatomy.class_of(method)
+        if owner is None:
+            continue
+        recorded = {
+            target.attr.value
+            for loop in anatomy.script.train_loops
+            if anatomy.inside(loop.batch_loop, owner)
+            for node in walk(loop.batch_loop.body)
+            for target in _written(node)
+            if isinstance(target, cst.Attribute) and is_name(target.value, "self")
+        }
+        read = {
+            node.attr.value
+            for returned in anatomy.graph.returned_values(method)
+            for node in walk(returned)
+            if isinstance(node, cst.Attribute) and is_name(node.value, "self")
+        }
+        for name, _ in _locals_of(method):
+            read |= {
+                node.attr.value
+                for value in anatomy.values.assignments(name, method)
+                for node in walk(value)
+                if isinstance(node, cst.Attribute) and is_name(node.value, "self")
+            }
+        if recorded & read:
+            return True
+    return False
+
+
+def _written(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The object an assignment or a mutating call writes (`self.history` for
+    `self.history["loss"].append(x)` and `self.best = x`), innermost subscripts and
+    attributes stripped to the `self.` attribute."""
+    targets = list(assigned(node))
+    if isinstance(node, cst.Call) and is_method_call(node, "append", "extend", "update"):
+        assert isinstance(node.func, cst.Attribute)
+        targets.append(node.func.value)
+    found = []
+    for target in targets:
+        while isinstance(target, cst.Subscript) or (
+            isinstance(target, cst.Attribute) and not is_name(target.value, "self")
+        ):
+            target = target.value
+        found.append(target)
+    return found
+
+
+def _locals_of(function: cst.FunctionDef) -> list[tuple[str, cst.CSTNode]]:
+    """The plain names `function` assigns, with the assignment."""
+    return [
+        (target.target.value, node)
+        for node in walk(function.body)
+        if isinstance(node, cst.Assign)
+        for target in node.targets
+        if isinstance(target.target, cst.Name)
+    ]
 
 
 def _fed(
