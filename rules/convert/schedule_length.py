@@ -206,8 +206,23 @@ class ScheduleLength(ConvertRule):
                     self._refuse_computed(ctx, call, name, loaders, seen)
         for assign in _hand_schedules(anatomy):
             seen = set()
-            for name in sorted(_read_by_schedule(anatomy, assign)):
+            read = _read_by_schedule(anatomy, assign)
+            for name in sorted(read):
                 self._refuse_computed(ctx, assign, name, loaders, seen)
+            # a helper that writes it from its parameters (`adjust_learning_rate(optimizer,
+            # base_lr, cur_iter, max_iter)`, DeepLab's poly schedule, round-20 audit B
+            # seg_poly): what each call gives them
+            function = anatomy.function_of(assign)
+            if function is None:
+                continue
+            given = anatomy.graph.parameters_of(function) & read
+            for site in anatomy.graph.call_sites(function):
+                followed: set[str] = set()
+                for parameter in sorted(given):
+                    argument = anatomy.graph.bound_argument(site, function, parameter)
+                    for node in walk(argument) if argument is not None else ():
+                        if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
+                            self._refuse_computed(ctx, site, node.value, loaders, followed)
 
     def _resize(
         self, ctx: ConvertContext, scheduler: cst.Call, length: cst.Call, loader: Loader

@@ -4360,6 +4360,46 @@ def test_random_draws_in_the_loaders_collate_fn_are_seeded_per_process() -> None
     assert b"random.seed(0 + dist.get_rank())" in result.output
 
 
+POLY_SCHEDULE = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def adjust_learning_rate(optimizer, base_lr, cur_iter, max_iter, power=0.9):
+    lr = base_lr * (1 - cur_iter / max_iter) ** power
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    return lr
+
+
+def main(epochs=3, batch_size=8):
+    train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    iters_per_epoch = len(train_set) // batch_size
+    max_iter = epochs * iters_per_epoch
+    cur_iter = 0
+    for epoch in range(epochs):
+        for x, y in train_loader:
+            adjust_learning_rate(optimizer, 0.01, cur_iter, max_iter)
+            model(x).sum().backward()
+            optimizer.step()
+            cur_iter += 1
+
+
+main()
+"""
+
+
+def test_a_schedule_a_helper_writes_from_its_parameters_counts_this_processs_samples() -> None:
+    """Round-20 audit B seg_poly (DeepLab's poly schedule in `adjust_learning_rate(optimizer,
+    base_lr, cur_iter, max_iter)`): `max_iter` from `len(train_set)` had stopped the decay
+    halfway, at 22 times the intended final learning rate."""
+    result = convert_source(POLY_SCHEDULE.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"iters_per_epoch = len(train_loader.sampler) // batch_size\n" in result.output
+
+
 LOADERS_BY_KEY = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
