@@ -1395,7 +1395,7 @@ def _seeding_undone(anatomy: Anatomy, stream: RandomBatches) -> tuple[cst.CSTNod
         if not isinstance(call, cst.Call):
             continue
         family = anatomy.streams.seed_family(call)
-        if family in stream.families:
+        if family in stream.families and not _state_put_back(anatomy, stream.anchor, call):
             return call, (
                 f"the script seeds `{family}` again inside the training loop "
                 f"(`{source_text(call)}`): every process would draw the same numbers from "
@@ -1427,6 +1427,40 @@ def _seeding_undone(anatomy: Anatomy, stream: RandomBatches) -> tuple[cst.CSTNod
                 "apart; draw it from a generator seeded alike in every process by hand"
             )
     return None
+
+
+# What saves a generator's state, and puts it back.
+STATE_SAVES = {
+    "random.getstate", "numpy.random.get_state", "torch.get_rng_state",
+    "torch.random.get_rng_state",
+}  # fmt: skip
+STATE_RESTORES = {
+    "random.setstate", "numpy.random.set_state", "torch.set_rng_state",
+    "torch.random.set_rng_state",
+}  # fmt: skip
+
+
+def _state_put_back(anatomy: Anatomy, loop: cst.CSTNode, seed: cst.Call) -> bool:
+    """A seed in the loop whose generator's state is saved before it and put back after
+    it (`state = random.getstate(); random.seed(1000); <fixed test tasks>;
+    random.setstate(state)`, round-20 audit B protonet_tasks), or under
+    `torch.random.fork_rng()`: each process goes on with its own stream."""
+    if any(
+        isinstance(ancestor, cst.With)
+        and any(
+            isinstance(item.item, cst.Call)
+            and anatomy.is_call_to(item.item, {"torch.random.fork_rng"})
+            for item in ancestor.items
+        )
+        for ancestor in anatomy.ancestors(seed)
+    ):
+        return True
+    calls = [node for node in walk(loop) if isinstance(node, cst.Call)]
+    saved = any(anatomy.is_call_to(c, STATE_SAVES) and anatomy.precedes(c, seed) for c in calls)
+    restored = any(
+        anatomy.is_call_to(c, STATE_RESTORES) and anatomy.precedes(seed, c) for c in calls
+    )
+    return saved and restored
 
 
 def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "") -> None:
@@ -1465,7 +1499,11 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
                 f"batches drawn with `{family}` unseeded: every process already draws its own",
             )
             continue
-        seeds = stream.seeds.get(family, [])
+        seeds = [
+            seed
+            for seed in stream.seeds.get(family, [])
+            if not _state_put_back(anatomy, stream.anchor, seed)
+        ]
         base = _seed_at(anatomy, seeds[-1], scope) if len(seeds) == 1 else None
         if base is None and family == "torch":
             base = "torch.initial_seed()"

@@ -4226,6 +4226,27 @@ def test_a_seed_per_process_that_would_be_undone_or_wrong_is_refused(
     assert not convert_source(plain.encode(), "train.py", ConvertOptions()).refused
 
 
+@pytest.mark.parametrize(
+    "epoch",
+    [
+        "state = torch.get_rng_state()\n    torch.manual_seed(1000)\n"
+        "    fixed = torch.randn(4)\n    torch.set_rng_state(state)",
+        "with torch.random.fork_rng():\n        torch.manual_seed(1000)\n"
+        "        fixed = torch.randn(4)",
+    ],
+    ids=["saved-and-put-back", "fork_rng"],
+)
+def test_a_seed_in_the_loop_whose_state_is_put_back_leaves_the_seed_per_process(
+    epoch: str,
+) -> None:
+    """Round-20 audit B protonet_tasks: fixed test tasks drawn under `random.seed(1000)`
+    between `getstate()` and `setstate()` were refused as undoing the seed per process."""
+    source = NOISY_TRAINING.format(epoch=epoch, noise="torch.randn_like(x)", step="pass")
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"torch.manual_seed(0 + dist.get_rank())" in result.output
+
+
 CROSS_CORRELATION = """\
 import torch
 from torch.utils.data import DataLoader
