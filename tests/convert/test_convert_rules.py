@@ -3668,6 +3668,35 @@ for epoch in range(2):
     ) in result.output.decode()
 
 
+@pytest.mark.parametrize(("loader", "refused"), [("val_loader", False), ("train_loader", True)])
+def test_a_plateau_on_a_sum_comprehended_over_a_loader_is_the_loaders(
+    loader: str, refused: bool
+) -> None:
+    """Round-20 audit A c28: `val_loss = sum(criterion(model(x), y).item() for x, y in
+    val_loader)` was refused as summed from this process's batches: the comprehension's `x`
+    and `y` were taken for the batch loop's. Over the training loader, it is."""
+    source = f"""import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+train_loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4, shuffle=True)
+val_loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+for epoch in range(2):
+    for (x,) in train_loader:
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        val_loss = sum(model(x).pow(2).mean().item() for (x,) in {loader})
+    scheduler.step(val_loss)
+"""
+    result = convert_source(source.encode(), "plateau.py", ConvertOptions())
+    assert result.refused is refused, result.problems
+
+
 @pytest.mark.parametrize(
     "step",
     [
