@@ -4587,6 +4587,28 @@ for epoch in range(3):
 """
 
 
+def test_a_dataset_resized_before_its_loader_is_made_again_converts() -> None:
+    """Round-20 audit A c15 (a curriculum: `train_set.set_difficulty(epoch)`, then the
+    loader made again): refused as a resize, though the sampler made with the new loader
+    takes the new size."""
+    source = NEGATIVE_SAMPLING.format(call="loader.dataset.ng_sample()").replace(
+        "loader = DataLoader(Pairs(list(range(30))), batch_size=8, shuffle=True)\n"
+        "for epoch in range(3):\n"
+        "    loader.dataset.ng_sample()\n",
+        "pairs = Pairs(list(range(30)))\n"
+        "for epoch in range(3):\n"
+        "    pairs.ng_sample()\n"
+        "    loader = DataLoader(pairs, batch_size=8, shuffle=True)\n",
+    )
+    assert "pairs.ng_sample()" in source
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "    loader = DataLoader(pairs, batch_size=8, sampler=DistributedSampler(pairs, "
+        "shuffle=True))\n    loader.sampler.set_epoch(epoch)\n"
+    ) in result.output.decode()
+
+
 def test_a_dataset_resized_while_training_is_refused() -> None:
     """Round-19 audit s06 (NCF's negatives drawn each epoch): 300 items became 1500, and
     the DistributedSampler, sized when made, failed its assertion on both ranks."""
