@@ -27,8 +27,9 @@ class ProcessDevice(ConvertRule):
     (`device = 0`) at the process's own device: `cuda:local_rank`, or the CPU where there is
     no GPU, so the converted script also runs on a laptop with `gloo`.
 
-    An option's default (`parser.add_argument("--device", default="cuda:0")`) drops its
-    index the same way.
+    An option's default (`parser.add_argument("--device", default="cuda:0")`, also `"cuda:0"
+    if available else "cpu"`) drops its index the same way, and a GPU id that is 0 unless
+    there is no GPU (`gpu_id = 0 if torch.cuda.is_available() else "cpu"`) becomes `"cuda"`.
 
     A device that already falls back (`"cuda" if torch.cuda.is_available() else "cpu"`) is
     left alone: after `torch.cuda.set_device(local_rank)`, an index-free `"cuda"` already
