@@ -1915,7 +1915,15 @@ def _attributes_given(cls: cst.ClassDef, index: int, keyword: str | None) -> set
         for assign in walk(init.body):
             if not isinstance(assign, cst.Assign):
                 continue
-            reads = {n.value for n in walk(assign.value) if isinstance(n, cst.Name)} & names
+            # variables only: `model` in `self.model.parameters()` is an attribute's name
+            # (round-20 audit A c03b: `self.optimizer = Adam(self.model.parameters())` was
+            # taken for a holder of the model)
+            named = {id(n.attr) for n in walk(assign.value) if isinstance(n, cst.Attribute)}
+            reads = {
+                n.value
+                for n in walk(assign.value)
+                if isinstance(n, cst.Name) and id(n) not in named
+            } & names
             keys = {
                 n.slice[0].slice.value.value.strip("'\"")
                 for n in walk(assign.value)

@@ -89,6 +89,39 @@ if __name__ == "__main__":
     assert "`self.model` may hold the DDP-wrapped `model`" in held[0].message
 
 
+def test_an_optimizer_made_from_the_held_models_parameters_is_not_a_holder_of_it() -> None:
+    """Round-20 audit A c03b: `self.optimizer = Adam(self.model.parameters())` was taken
+    for an attribute holding the model (its `model` is an attribute's name), and its
+    `state_dict()` refused for keys with `module.`, which an optimizer's never has."""
+    source = b"""import torch
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def train(self, loader):
+        for epoch in range(2):
+            for x in loader:
+                self.model(x).sum().backward()
+                self.optimizer.step()
+            torch.save(self.optimizer.state_dict(), "optimizer.pt")
+
+
+def main():
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    Trainer(model).train(torch.utils.data.DataLoader(torch.randn(8, 4), shuffle=True))
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source, "trainer.py", ConvertOptions())
+    assert not any("`self.optimizer` may hold" in note.message for note in result.notes)
+
+
 def test_a_callback_saving_the_state_dict_of_an_object_given_the_wrapped_model_is_refused() -> None:
     """Round-20 audit A c07 (a Keras-like `fit()` with callbacks): the callback's
     `self.model.net.state_dict()` reaches the wrapped `net` through the object it was given;
