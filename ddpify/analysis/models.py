@@ -383,10 +383,14 @@ class Models:
         its parameters to an optimizer (`model.parameters()`) or to print or log it."""
         if self.effects.of(statement) in {"print", "logging"}:
             return False
-        if isinstance(statement, cst.For) and _writes_in_place(statement.body):
+        if (
+            isinstance(statement, cst.For)
+            and _writes_in_place(statement.body)
+            and any(_names_model(node, names) for node in walk(statement.iter))
+        ):
             # `for name, p in model.named_parameters(): nn.init.uniform_(p.data, ...)` (round-20
             # audit A c18b): the parameters handed out are changed
-            return any(_names_model(node, names) for node in walk(statement.iter))
+            return True
         parameters = {
             id(node.func.value)
             for node in walk(statement)
