@@ -32,6 +32,8 @@ class CallGraph:
 
     def __init__(self, index: SourceIndex) -> None:
         self.index = index
+        # `held_callees` by (scope, name)
+        self._held: dict[tuple[int, str], list[cst.CSTNode]] = {}
         self._call_sites: dict[cst.FunctionDef, list[cst.Call]] = {}
 
     def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:
@@ -155,8 +157,16 @@ class CallGraph:
             return containers.get(dotted(func.value) or "", [])
         if not isinstance(func, cst.Name) or func.value in self.index.functions:
             return []
-        held: list[cst.CSTNode] = []
         scope = self.index.function_of(call) or self.index.module
+        key = (id(scope), func.value)
+        if key not in self._held:  # asked for every call of `len`, `criterion`...: once
+            self._held[key] = self._bound_from_containers(scope, func.value)
+        return self._held[key]
+
+    def _bound_from_containers(self, scope: cst.CSTNode, name: str) -> list[cst.CSTNode]:
+        """What the containers named where `name` is bound in `scope` hold."""
+        containers = self._containers
+        held: list[cst.CSTNode] = []
         for node in walk(scope):
             if isinstance(node, cst.Assign):
                 targets = [target.target for target in node.targets]
@@ -165,10 +175,10 @@ class CallGraph:
                 targets, source = [node.target], node.iter
             else:
                 continue
-            if not any(is_name(n, func.value) for t in targets for n in walk(t)):
+            if not any(is_name(n, name) for t in targets for n in walk(t)):
                 continue
-            for name in walk(source):
-                held += containers.get(dotted(name) or "", [])
+            for part in walk(source):
+                held += containers.get(dotted(part) or "", [])
         return held
 
     @cached_property

@@ -790,7 +790,7 @@ def _reads_what_training_recorded(anatomy: Anatomy, call: cst.Call) -> bool:
             for node in walk(returned)
             if isinstance(node, cst.Attribute) and is_name(node.value, "self")
         }
-        for name, _ in _locals_of(method):
+        for name in _locals_of(method):
             read |= {
                 node.attr.value
                 for value in anatomy.values.assignments(name, method)
@@ -820,15 +820,15 @@ def _written(node: cst.CSTNode) -> list[cst.BaseExpression]:
     return found
 
 
-def _locals_of(function: cst.FunctionDef) -> list[tuple[str, cst.CSTNode]]:
-    """The plain names `function` assigns, with the assignment."""
-    return [
-        (target.target.value, node)
+def _locals_of(function: cst.FunctionDef) -> set[str]:
+    """The plain names `function` assigns."""
+    return {
+        target.target.value
         for node in walk(function.body)
         if isinstance(node, cst.Assign)
         for target in node.targets
         if isinstance(target.target, cst.Name)
-    ]
+    }
 
 
 def _fed(

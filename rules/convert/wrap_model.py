@@ -1868,6 +1868,7 @@ def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute
     attribute may hold the wrapper."""
     assert model.placement is not None
     found: list[tuple[cst.Attribute, str]] = []
+    reported: set[int] = set()
     for call in anatomy.calls:
         name = dotted(call.func)
         if name is None or not anatomy.values.runs_after(model.placement, call, name):
@@ -1882,7 +1883,7 @@ def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute
         for cls in walk(anatomy.module):
             if not isinstance(cls, cst.ClassDef) or cls.name.value != name:
                 continue
-            held = set().union(*(_attributes_given(cls, i, k) for i, k in given))
+            held = set().union(*(_attributes_given(anatomy, cls, i, k) for i, k in given))
             # in the class (`self.net.state_dict()`), and reached through another object
             # that holds one of its instances (a callback's `self.model.net.state_dict()`,
             # round-20 audit A c07)
@@ -1894,13 +1895,16 @@ def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute
                     and node.value.attr.value in held
                     and (not is_name(node.value.value, "self") or anatomy.inside(node, cls))
                     and dotted(node.value) not in model.names  # wrapped there
-                    and all(found_node is not node for found_node, _ in found)
+                    and id(node) not in reported
                 ):
+                    reported.add(id(node))
                     found.append((node, name))
     return found
 
 
-def _attributes_given(cls: cst.ClassDef, index: int, keyword: str | None) -> set[str]:
+def _attributes_given(
+    anatomy: Anatomy, cls: cst.ClassDef, index: int, keyword: str | None
+) -> set[str]:
     """The `self.x` that `__init__` assigns from its argument at `index` or `keyword`: the
     parameter itself, or `kwargs["keyword"]`."""
     attributes: set[str] = set()
@@ -1918,11 +1922,10 @@ def _attributes_given(cls: cst.ClassDef, index: int, keyword: str | None) -> set
             # variables only: `model` in `self.model.parameters()` is an attribute's name
             # (round-20 audit A c03b: `self.optimizer = Adam(self.model.parameters())` was
             # taken for a holder of the model)
-            named = {id(n.attr) for n in walk(assign.value) if isinstance(n, cst.Attribute)}
             reads = {
                 n.value
                 for n in walk(assign.value)
-                if isinstance(n, cst.Name) and id(n) not in named
+                if isinstance(n, cst.Name) and not anatomy.is_attribute_name(n)
             } & names
             keys = {
                 n.slice[0].slice.value.value.strip("'\"")
