@@ -100,7 +100,7 @@ class Anatomy(SourceIndex):
 
     @cached_property
     def whole(self) -> WholeBatches:
-        return WholeBatches(self, self.graph, self.values, self.script, self.models)
+        return WholeBatches(self, self.graph, self.values, self.script, self.models, self.project)
 
     @cached_property
     def foreign_loaders(self) -> list[ForeignLoader]:

@@ -16,7 +16,7 @@ import libcst as cst
 
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import strip_iteration
-from ddpify.analysis.project import Helper, Project
+from ddpify.analysis.project import Helper, Project, draws_at_random
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.tree import dotted, walk
 from ddpify.analysis.values import MAX_STEPS
@@ -228,20 +228,12 @@ def _unshardable(index: SourceIndex, helper: Helper, made: cst.Call, site: cst.C
             f"its dataset, `{owner.name.value}`, is an IterableDataset: it has no indices to split"
         )
     getitem = methods.get("__getitem__")
-    if getitem is not None and any(_draws(node) for node in walk(getitem)):
+    if getitem is not None and any(draws_at_random(node) for node in walk(getitem)):
         return (
             f"its dataset, `{owner.name.value}`, draws at random in `__getitem__`: every "
             "process, seeded alike, would draw alike for its items; seed each process apart"
         )
     return None
-
-
-# What draws from a global generator: `np.random.<x>(...)`, `random.<x>(...)`, `torch.rand*`.
-_DRAW_PREFIXES = ("np.random.", "numpy.random.", "random.", "torch.rand", "torch.normal")
-
-
-def _draws(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Call) and (dotted(node.func) or "").startswith(_DRAW_PREFIXES)
 
 
 def _dataset_class(

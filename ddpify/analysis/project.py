@@ -174,6 +174,18 @@ class Project:
                 return found[0], found[2]
         return None
 
+    def draws(self, call: cst.Call) -> bool | None:
+        """Whether the function or class of another project file that `call` calls or makes
+        draws at random (in itself, or in what its file's functions it calls); None when
+        `call` is not found in the project (a library's, or nothing ddpify can read)."""
+        if not self._may_be_helper(call):
+            return None
+        for qualified in self.index.qualified_names(call.func):
+            found = _definition(qualified, self.roots)
+            if found is not None:
+                return found[1].reaches(found[0], draws_at_random)
+        return None
+
     def trainer_class(self, call: cst.Call) -> Path | None:
         """The file of the project class `call` makes (`Trainer(model, ...)`), when the class
         trains: a method of it, or of a base class of the project, calls backward."""
@@ -272,6 +284,22 @@ def _scan(
             for branch in walk(node.body):
                 if isinstance(branch, cst.Break | cst.Continue | cst.Return):
                     exits.add(type(branch).__name__.lower())
+
+
+# What draws from a global generator: `np.random.<x>(...)`, `random.<x>(...)`, `torch.rand*`,
+# and tensors' in-place draws (`w.normal_()`).
+_DRAW_PREFIXES = ("np.random.", "numpy.random.", "random.", "torch.rand", "torch.normal")
+_DRAWING_METHODS = ("normal_", "uniform_", "bernoulli_", "random_", "exponential_")
+
+
+def draws_at_random(node: cst.CSTNode) -> bool:
+    """Whether `node` is a call that draws from a global generator, read from its text (a
+    file of the project is only read, its imports not resolved)."""
+    if not isinstance(node, cst.Call):
+        return False
+    if (dotted(node.func) or "").startswith(_DRAW_PREFIXES):
+        return True
+    return isinstance(node.func, cst.Attribute) and node.func.attr.value in _DRAWING_METHODS
 
 
 def _in_loop(helper: Helper, node: cst.CSTNode) -> bool:

@@ -334,9 +334,7 @@ class Streams:
                 continue
             loop = loops[0]
             assert isinstance(loop, cst.For | cst.While)
-            if isinstance(loop, cst.For) and not (
-                isinstance(loop.iter, cst.Call) and is_name(loop.iter.func, "range")
-            ):
+            if isinstance(loop, cst.For) and _counted_range(loop) is None:
                 return "untraced"
             return "ordered" if self._walks_the_data(loop) else "whole"
         return None
@@ -376,8 +374,8 @@ class Streams:
         with its own counter (`x[i:i + bs]`)."""
         if isinstance(loop, cst.While):
             return False
-        iterable = loop.iter
-        if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "range")):
+        iterable = _counted_range(loop)
+        if iterable is None:
             return True
         if len(iterable.args) > 2:
             return True
@@ -401,3 +399,19 @@ class Streams:
         if isinstance(outermost, cst.BaseStatement):
             return outermost
         return None
+
+
+def _counted_range(loop: cst.For) -> cst.Call | None:
+    """The `range(...)` a loop counts through, directly or numbered (`for batch, i in
+    enumerate(range(0, n, bptt))`)."""
+    iterable = loop.iter
+    if (
+        isinstance(iterable, cst.Call)
+        and is_name(iterable.func, "enumerate")
+        and len(iterable.args) == 1
+        and not iterable.args[0].star
+    ):
+        iterable = iterable.args[0].value
+    if isinstance(iterable, cst.Call) and is_name(iterable.func, "range"):
+        return iterable
+    return None

@@ -33,6 +33,7 @@ import libcst as cst
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.models import Models
+from ddpify.analysis.project import Project
 from ddpify.analysis.script import TrainingScript, given_later
 from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
 from ddpify.analysis.values import MAX_STEPS, Values, constant_index
@@ -88,6 +89,17 @@ DRAWN = frozenset(
         "numpy.random.uniform",
     }
 )  # fmt: skip
+# Keyword arguments of losses that hold settings, not samples (`weight=class_weights`).
+LOSS_SETTINGS = frozenset({"weight", "pos_weight", "ignore_index", "reduction", "label_smoothing"})
+# Modules whose functions make the same value in every process, but for their draws
+# (`torch.randn`, `np.random.*`: told apart by `_unseeded_draw`).
+FIXED_MODULES = (
+    "builtins", "torch", "numpy", "pandas", "pickle", "json", "os", "pathlib", "csv", "math",
+    "collections", "itertools", "functools", "io", "gzip", "h5py", "scipy.io", "string",
+)  # fmt: skip
+# Methods that draw in place.
+DRAWING_METHODS = frozenset({"normal_", "uniform_", "bernoulli_", "random_", "exponential_"})
+
 # Methods that keep the samples where they are (a move, a new dtype, a copy).
 KEEPING = frozenset(
     {
@@ -136,12 +148,15 @@ class WholeBatches:
         values: Values,
         script: TrainingScript,
         models: Models,
+        project: Project,
     ) -> None:
         self.index = index
         self.graph = graph
         self.values = values
         self.script = script
         self.models = models
+        self.project = project
+        self._counted = _Counted(self)
 
     @cached_property
     def batch(self) -> WholeBatch | None:
@@ -161,8 +176,10 @@ class WholeBatches:
         if self.index.function_of(loop) is not scope:
             return _refused(found, backward, "the backward pass is in a function the loop calls")
         assert isinstance(backward.func, cst.Attribute)
-        found.ordered = _steps_through(loop)
+        found.ordered = _steps_through(loop) is not None
         self._follow(found, backward.func.value, backward, set())
+        if found.ordered and found.problem is None:
+            self._counted.keep_sliced(found)
         if found.ordered and found.problem is None:
             self._walked(found)
         if found.problem is None:
@@ -182,10 +199,16 @@ class WholeBatches:
         """A loop `for i in range(0, len(x), bs)` must count to the length of samples it
         splits (`len(x)`, `x.shape[0]`, `x.size(0)`): its reads of them are this process's
         part too. Counting to anything else (`N`), it would walk past its part."""
-        loop = found.loop
-        assert isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call)
-        stop = loop.iter.args[1].value
+        steps = _steps_through(found.loop)
+        assert steps is not None
+        stop = steps.args[1].value
         names = {samples.name: samples for samples in found.samples}
+        if (
+            isinstance(stop, cst.BinaryOperation)
+            and isinstance(stop.operator, cst.Subtract)
+            and _constant(stop.right)
+        ):  # `len(x) - 1`: the last row is only read as the one after (`x[i + 1]`)
+            stop = stop.left
         measured = _measured(stop)
         if measured is None or measured.value not in names:
             _refused(
@@ -251,7 +274,7 @@ class WholeBatches:
                 return
             if not isinstance(node, cst.Name) or index.is_attribute_name(node):
                 continue
-            if _is_keyword(index, node) or node.value in seen:
+            if _is_keyword(index, node) or _loss_setting(index, node) or node.value in seen:
                 continue
             name = node.value
             seen.add(name)
@@ -282,9 +305,9 @@ class WholeBatches:
             if not given_later(self.index, value, node)
         ]
         if not made and scope is not None and name in self.graph.parameters_of(scope):
-            made = self._arguments(scope, name)
+            made = self.arguments(scope, name)
         if not made:
-            if self._is_import_or_definition(name):
+            if self.is_import_or_definition(name):
                 return
             _refused(found, node, f"cannot tell what `{name}` holds")
             return
@@ -311,6 +334,8 @@ class WholeBatches:
                     "nothing to split between the processes",
                 )
                 return
+            if kind is None and found.ordered and self._counted.fixed(value, where, {name}):
+                kind = True  # the loop's counter says what a row is: `x[i:i + bs]`
             if kind is None:
                 _refused(
                     found,
@@ -436,7 +461,7 @@ class WholeBatches:
             value = value.value
         return self.index.line(value)
 
-    def _arguments(
+    def arguments(
         self, function: cst.FunctionDef, name: str
     ) -> list[tuple[cst.BaseExpression, cst.FunctionDef | None]]:
         """What every call of `function` gives its parameter `name`."""
@@ -496,9 +521,9 @@ class WholeBatches:
         parent = self.index.parent(node)
         if isinstance(parent, cst.Call) and parent.func is node:
             return True
-        return isinstance(parent, cst.Attribute) and self._is_import_or_definition(node.value)
+        return isinstance(parent, cst.Attribute) and self.is_import_or_definition(node.value)
 
-    def _is_import_or_definition(self, name: str) -> bool:
+    def is_import_or_definition(self, name: str) -> bool:
         return (
             name in self.index.import_aliases
             or name in self.index.imports
@@ -506,6 +531,120 @@ class WholeBatches:
             or name in self.index.classes
             or hasattr(builtins, name)
         )
+
+
+class _Counted:
+    """What a loop stepping through a range reads (`for i in range(0, len(x), bs)`): what
+    its counter slices, and whether it is the same in every process."""
+
+    def __init__(self, whole: WholeBatches) -> None:
+        self.whole = whole
+        self.index = whole.index
+        self.graph = whole.graph
+        self.values = whole.values
+        self.project = whole.project
+
+    def keep_sliced(self, found: WholeBatch) -> None:
+        """A loop stepping through a range splits what it slices by its counter (`x[i:i +
+        bs]`, or `get_batch(x, i)` slicing its parameter so): the samples. What the step
+        reads whole (`weights`, a mask, a permutation's source `x[perm[i:i + bs]]`) is left
+        whole, as every step of the script reads it."""
+        loop = found.loop
+        assert isinstance(loop, cst.For)
+        counters = _counters(loop.body, {dotted(node) for node in walk(loop.target)} - {None})
+        found.samples = [
+            samples
+            for samples in found.samples
+            if any(self.sliced_by(read, counters) for read in samples.reads)
+        ]
+        if not found.samples:
+            _refused(
+                found,
+                loop,
+                "its counter slices none of the tensors the loss is computed from",
+            )
+
+    def sliced_by(self, read: cst.Name, counters: set[str | None]) -> bool:
+        """`x[i:i + bs]` with `i` a counter, or `x` given to a function of the script that
+        slices it by the parameter a counter is given to."""
+        parent = self.index.parent(read)
+        if isinstance(parent, cst.Subscript) and parent.value is read:
+            return _slices_by(parent, counters)
+        call = self.index.parent(parent) if isinstance(parent, cst.Arg) else None
+        if not isinstance(call, cst.Call):
+            return False
+        callee = self.graph.callee(call)
+        if callee is None:
+            return False
+        data: str | None = None
+        given: set[str | None] = set()
+        for parameter in self.graph.parameters_of(callee):
+            argument = self.graph.bound_argument(call, callee, parameter)
+            if argument is read:
+                data = parameter
+            elif isinstance(argument, cst.Name) and argument.value in counters:
+                given.add(parameter)
+        if data is None or not given:
+            return False
+        inside = _counters(callee.body, given)
+        return any(
+            isinstance(node, cst.Subscript)
+            and is_name(node.value, data)
+            and _slices_by(node, inside)
+            and self.index.function_of(node) is callee
+            for node in walk(callee.body)
+        )
+
+    def fixed(
+        self, value: cst.BaseExpression, scope: cst.FunctionDef | None, seen: set[str]
+    ) -> bool:
+        """Whether `value` is the same in every process, as far as ddpify can follow it:
+        made by no unseeded draw (in the script, the functions it calls, and the functions
+        and classes of its project it calls: a corpus read from files), by no library call
+        it does not know, from names made so too."""
+        for node in walk(value):
+            if isinstance(node, cst.Call):
+                if _unseeded_draw(self.index, node) is not None or (
+                    isinstance(node.func, cst.Attribute) and node.func.attr.value in DRAWING_METHODS
+                ):
+                    return False
+                callee = self.graph.callee(node)
+                if callee is not None:
+                    if self.graph.reaches(callee.body, self._draws_unseeded):
+                        return False
+                    continue
+                drawn = self.project.draws(node)
+                if drawn:
+                    return False
+                names = self.index.qualified_names(node.func)
+                if (
+                    drawn is None
+                    and names
+                    and not all(name.startswith(FIXED_MODULES) for name in names)
+                ):
+                    return False
+            elif (
+                isinstance(node, cst.Name)
+                and not self.index.is_attribute_name(node)
+                and not _is_keyword(self.index, node)
+            ):
+                name = node.value
+                if name in seen or self.whole.is_import_or_definition(name):
+                    continue
+                seen.add(name)
+                made = self.values.values_of(name, scope)
+                if not made and scope is not None and name in self.graph.parameters_of(scope):
+                    made = self.whole.arguments(scope, name)
+                if not made or not all(
+                    self.fixed(inner, where, seen)
+                    for inner, where in made
+                    if not _parsed_arguments(inner)
+                ):
+                    return False
+        return True
+
+    def _draws_unseeded(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.Call) and _unseeded_draw(self.index, node) is not None
 
 
 class _OneSample(Exception):
@@ -601,15 +740,27 @@ def _numeric(
     return False
 
 
-def _steps_through(loop: cst.CSTNode) -> bool:
-    """`for i in range(0, stop, step)`."""
-    return (
-        isinstance(loop, cst.For)
-        and isinstance(loop.iter, cst.Call)
-        and is_name(loop.iter.func, "range")
-        and len(loop.iter.args) == 3
-        and all(arg.keyword is None and not arg.star for arg in loop.iter.args)
-    )
+def _steps_through(loop: cst.CSTNode) -> cst.Call | None:
+    """The range of `for i in range(0, stop, step)`, or of `for batch, i in
+    enumerate(range(0, stop, step))` (the word language model's)."""
+    if not isinstance(loop, cst.For):
+        return None
+    iterable = loop.iter
+    if (
+        isinstance(iterable, cst.Call)
+        and is_name(iterable.func, "enumerate")
+        and len(iterable.args) == 1
+        and not iterable.args[0].star
+    ):
+        iterable = iterable.args[0].value
+    if (
+        isinstance(iterable, cst.Call)
+        and is_name(iterable.func, "range")
+        and len(iterable.args) == 3
+        and all(arg.keyword is None and not arg.star for arg in iterable.args)
+    ):
+        return iterable
+    return None
 
 
 def _measured(stop: cst.BaseExpression) -> cst.Name | None:
@@ -706,6 +857,41 @@ def _constant(value: cst.BaseExpression) -> bool:
     if isinstance(value, cst.BinaryOperation):
         return _constant(value.left) and _constant(value.right)
     return False
+
+
+def _counters(body: cst.CSTNode, counters: set[str | None]) -> set[str | None]:
+    """`counters`, and the names `body` gives arithmetic of them (`end = min(i + bs, n)`),
+    not what it indexes with them (`idx = perm[i:i + bs]` is a permutation's part)."""
+    found = set(counters)
+    for _ in range(2):
+        for node in walk(body):
+            if (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Name)
+                and any(dotted(inner) in found for inner in walk(node.value))
+                and not any(isinstance(inner, cst.Subscript) for inner in walk(node.value))
+            ):
+                found.add(node.targets[0].target.value)
+    return found
+
+
+def _slices_by(subscript: cst.Subscript, counters: set[str | None]) -> bool:
+    """`x[i:i + bs]`, `x[i]`: the first index reads a counter."""
+    first = subscript.slice[0].slice
+    return any(dotted(inner) in counters for inner in walk(first))
+
+
+def _loss_setting(index: SourceIndex, node: cst.Name) -> bool:
+    """`class_weights` in `cross_entropy(out, y, weight=class_weights)`: one value per class,
+    the same for every batch, not samples."""
+    parent = index.parent(node)
+    return (
+        isinstance(parent, cst.Arg)
+        and parent.value is node
+        and parent.keyword is not None
+        and parent.keyword.value in LOSS_SETTINGS
+    )
 
 
 def _is_keyword(index: SourceIndex, node: cst.Name) -> bool:

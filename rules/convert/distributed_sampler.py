@@ -291,8 +291,9 @@ class DistributedSampler(ConvertRule):
     model's output indexed by a set of samples (`output[idx_train]`: a graph every process
     needs whole), a sequence-first RNN nothing transposes, or a training step in a function
     the loop calls. A loop slicing its batches by its counter (`data[i:i + bs]` for `i in
-    range(0, len(data), bs)`) walks `data_part`, as many samples in every process (`n_split`,
-    the largest multiple of the world size), with the script's batch size.
+    range(0, len(data), bs)`) walks `data_part`, this process's run of `n_part = len(data) //
+    world_size` samples in their order, so `data[i + 1:]` is still the next time step; as
+    many samples in every process, with the script's batch size.
 
     ## Why is this bad?
     Without the sampler every process trains on the same batches: N GPUs do the work of
@@ -1046,20 +1047,23 @@ def _split(ctx: ConvertContext) -> bool:
         if samples.drawn is not None and not _share_drawn_samples(ctx, samples.drawn):
             return True
     lines = []
-    stop = ""
+    length = ""
     if batch.ordered:  # as many samples in every process, or one would step once more
         first = batch.samples[0].name
-        usable = anatomy.free_name(["n_split"])
+        length = anatomy.free_name(["n_part"])
         lines.append(
-            f"{usable} = len({first}) - len({first}) % dist.get_world_size()"
+            f"{length} = len({first}) // dist.get_world_size()"
             "  # as many samples in every process\n"
         )
-        stop = usable
     parts = {}
     for samples in batch.samples:
         part = anatomy.free_name([f"{samples.name}_part"])
         parts[samples.name] = part
-        lines.append(f"{part} = {samples.name}[dist.get_rank():{stop}:dist.get_world_size()]\n")
+        if batch.ordered:  # a run of neighbours: `x[i + 1]` is still the sample after `x[i]`
+            rank = "dist.get_rank()"
+            lines.append(f"{part} = {samples.name}[{rank} * {length}:({rank} + 1) * {length}]\n")
+        else:
+            lines.append(f"{part} = {samples.name}[dist.get_rank()::dist.get_world_size()]\n")
         for read in samples.reads:
             ctx.plan.replace(read, _renamed(part))
     for read in batch.counts:
@@ -1073,10 +1077,11 @@ def _split(ctx: ConvertContext) -> bool:
     if batch.ordered:
         ctx.changed(
             batch.loop,
-            f"{how} ({names}): each process walks its own part, every world_size-th "
-            "sample, as many in every process (the last len % world_size are left out), "
-            "in batches of the script's size: the effective batch is world_size times "
-            "larger, as with a DistributedSampler",
+            f"{how} ({names}): each process walks its own part, a run of len // "
+            "world_size samples in their order (a sample's neighbours stay its neighbours: "
+            "`x[i + 1:]` after `x[i]`, time steps), as many in every process (the last len % "
+            "world_size are left out), in batches of the script's size: the effective batch "
+            "is world_size times larger, as with a DistributedSampler",
         )
         return True
     ctx.changed(

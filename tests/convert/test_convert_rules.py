@@ -2237,9 +2237,8 @@ if __name__ == "__main__":
     assert not result.refused, result.problems
     text = result.output.decode()
     split = (
-        "    n_split = len(data) - len(data) % dist.get_world_size()"
-        "  # as many samples in every process\n"
-        "    data_part = data[dist.get_rank():n_split:dist.get_world_size()]"
+        "    n_part = len(data) // dist.get_world_size()  # as many samples in every process\n"
+        "    data_part = data[dist.get_rank() * n_part:(dist.get_rank() + 1) * n_part]"
         "  # this process's part of the samples\n"
         "    for epoch in range(3):\n"
     )
@@ -3583,31 +3582,68 @@ def test_batchnorm_with_a_partial_last_batch_is_reported() -> None:
     assert not any("fails BatchNorm" in note.message for note in quiet.notes)
 
 
-def test_a_bptt_loop_is_refused_with_how_to_split_its_columns() -> None:
-    """Round-17 audit s22 (pytorch/examples' word language model): the refusal said "give it a
-    DistributedSampler by hand", which a batchified stream cannot take; it says to split the
-    stream's columns."""
+def test_a_bptt_loop_walks_a_run_of_rows_through_the_scripts_get_batch() -> None:
+    """pytorch/examples' word language model (round-17 audit s22 refused it): `for batch, i in
+    enumerate(range(0, data.size(0) - 1, bptt))` with `get_batch(data, i)` slicing rows `i`
+    and `i + 1`. Each process walks a run of rows, so `data[i + 1]` is still the next time
+    step (every world_size-th row would pair a row with one world_size steps later); class
+    weights the loss reads whole stay whole."""
     source = """import torch
 
 data = torch.arange(400).view(40, 10)
+weights = torch.ones(10)
 model = torch.nn.Linear(10, 10)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
 
 def get_batch(source, i):
-    return source[i:i + 5].float(), source[i + 1:i + 6].float()
+    seq_len = min(5, len(source) - 1 - i)
+    return source[i:i + seq_len].float(), source[i + 1:i + 1 + seq_len].argmax(1)
 
 
 for epoch in range(2):
     for batch, i in enumerate(range(0, data.size(0) - 1, 5)):
         x, y = get_batch(data, i)
         optimizer.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        torch.nn.functional.cross_entropy(model(x), y, weight=weights).backward()
         optimizer.step()
 """
     result = convert_source(source.encode(), "lm.py", ConvertOptions())
-    assert result.refused
-    assert any("split its columns between the processes" in n.message for n in result.problems)
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "data_part = data[dist.get_rank() * n_part:(dist.get_rank() + 1) * n_part]" in text
+    assert "enumerate(range(0, data_part.size(0) - 1, 5))" in text
+    assert "x, y = get_batch(data_part, i)" in text
+    assert "weight=weights)" in text and "weights_part" not in text
+    # the same loop reading a permutation's part: the counter slices `perm`, not `data`
+    permuted = source.replace(
+        "        x, y = get_batch(data, i)\n",
+        "        idx = perm[i:i + 5]\n        x, y = data[idx].float(), data[idx].argmax(1)\n",
+    ).replace("for epoch in range(2):\n", "for epoch in range(2):\n    perm = torch.randperm(40)\n")
+    assert convert_source(permuted.encode(), "lm.py", ConvertOptions()).refused
+
+
+def test_class_weights_a_full_batch_loss_reads_stay_whole() -> None:
+    """`cross_entropy(out, y, weight=w)` on whole tensors: `w` holds one value per class, not
+    samples; split with them, every process got some of the classes' weights (a crash at
+    the first step)."""
+    source = """import torch
+
+X = torch.randn(256, 4)
+y = torch.randint(0, 3, (256,))
+w = torch.tensor([1.0, 3.0, 2.0])
+model = torch.nn.Linear(4, 3)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    loss = torch.nn.functional.cross_entropy(model(X), y, weight=w)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    result = convert_source(source.encode(), "w.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "model(X_part), y_part, weight=w)" in text and "w_part" not in text
 
 
 def test_the_datasets_size_shown_before_training_stays_the_datasets() -> None:
