@@ -122,6 +122,24 @@ class NoSyncAccumulation(ConvertRule):
                 optimizer.zero_grad()
             """,
         ),
+        # An optimizer step or an update by hand (the word language model's): every batch
+        # steps either way.
+        Example(
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            for x, y in loader:
+                model.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                if use_optimizer:
+                    optimizer.step()
+                else:
+                    for p in model.parameters():
+                        p.data.add_(p.grad, alpha=-lr)
+            """,
+        ),
         # The condition reads what the forward computes: it cannot be known before it.
         Example(
             """
@@ -200,12 +218,49 @@ def _negated(test: cst.BaseExpression) -> str:
 
 
 def _steps(loop: TrainLoop) -> list[cst.CSTNode]:
-    """The optimizer steps of the batch loop (a scheduler's step is not one)."""
+    """The optimizer steps of the batch loop (a scheduler's step is not one), and the
+    updates it makes by hand (`for p in model.parameters(): p.data.add_(p.grad, alpha=-lr)`,
+    the word language model's without `--use-optimizer`)."""
     return [
         node
         for node in walk(loop.batch_loop.body)
-        if is_method_call(node, "step") and "sched" not in (dotted(node.func.value) or "")  # type: ignore[attr-defined]
+        if (
+            is_method_call(node, "step") and "sched" not in (dotted(node.func.value) or "")  # type: ignore[attr-defined]
+        )
+        or _updates_by_hand(node)
     ]
+
+
+def _updates_by_hand(node: cst.CSTNode) -> bool:
+    """`for p in <...>.parameters():` whose body reads `.grad` and writes in place."""
+    if not (
+        isinstance(node, cst.For)
+        and isinstance(node.iter, cst.Call)
+        and is_attribute(node.iter.func, "parameters")
+    ):
+        return False
+    inner = list(walk(node.body))
+    return any(is_attribute(n, "grad") for n in inner) and any(
+        isinstance(n, cst.AugAssign)
+        or (
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value.endswith("_")
+            and not n.func.attr.value.startswith("_")
+        )
+        for n in inner
+    )
+
+
+def _steps_either_way(anatomy: Anatomy, condition: cst.If, steps: list[cst.CSTNode]) -> bool:
+    """`if use_optimizer: optimizer.step() else: <update by hand>`: a step on both branches
+    of `condition`, so it does not decide whether the batch steps."""
+    orelse = condition.orelse
+    return (
+        isinstance(orelse, cst.Else)
+        and any(anatomy.inside(step, condition.body) for step in steps)
+        and any(anatomy.inside(step, orelse) for step in steps)
+    )
 
 
 def _backwards(loop: TrainLoop) -> list[cst.CSTNode]:
@@ -224,8 +279,13 @@ def _accumulates(anatomy: Anatomy, loop: TrainLoop) -> bool:
     if anatomy.graph.reaches(loop.batch_loop.body, lambda node: is_attribute(node, "no_sync")):
         return False  # the script already skips the synchronisation itself
     backwards = _backwards(loop)
-    for step in _steps(loop):
-        conditions = [a for a in _between(anatomy, step, loop.batch_loop) if isinstance(a, cst.If)]
+    steps = _steps(loop)
+    for step in steps:
+        conditions = [
+            a
+            for a in _between(anatomy, step, loop.batch_loop)
+            if isinstance(a, cst.If) and not _steps_either_way(anatomy, a, steps)
+        ]
         if any(
             not all(condition in anatomy.ancestors(backward) for condition in conditions)
             for backward in backwards
