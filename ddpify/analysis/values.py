@@ -134,6 +134,10 @@ class Values:
         if scope is None or self.binds(scope, name):
             return False
         sites = self.graph.call_sites(scope) if name in self.graph.parameters_of(scope) else []
+        if not sites and index.function_of(anchor) is None:
+            later = self._bound_again(name, anchor, same)
+            if later:  # a global given another object after `anchor` (a reloaded model)
+                return self._called_before(scope, later, some=some)
         if not sites or depth >= MAX_STEPS:
             return True
         after = [
@@ -221,6 +225,50 @@ class Values:
             if not any(dotted(inner) == name for inner in walk(assign.value)):
                 return True
         return False
+
+    def _bound_again(
+        self, name: str, anchor: cst.CSTNode, same: frozenset[str]
+    ) -> list[cst.Assign | cst.AnnAssign]:
+        """Module-level statements after `anchor` that give the global `name` a new object
+        (`model = torch.load(f)` after training, pytorch/examples' word language model)."""
+        index = self.index
+        found = []
+        for assign in self._assignments_by_scope.get(None, ()):
+            if not index.precedes(anchor, assign) or index.inside(assign, anchor):
+                continue
+            targets = (
+                [target.target for target in assign.targets]
+                if isinstance(assign, cst.Assign)
+                else [assign.target]
+            )
+            if assign.value is None or not any(dotted(target) == name for target in targets):
+                continue
+            if dotted(assign.value) in same - {name}:
+                continue
+            if not any(dotted(inner) == name for inner in walk(assign.value)):
+                found.append(assign)
+        return found
+
+    def _called_before(
+        self,
+        function: cst.FunctionDef,
+        later: list[cst.Assign | cst.AnnAssign],
+        *,
+        some: bool,
+    ) -> bool:
+        """Whether the calls of `function` run before the first of `later` rebinds the global
+        it reads (all of them; with `some`, one). A call from inside a function cannot be
+        placed in time: it counts as both."""
+        first = later[0]
+        before = []
+        for site in self.graph.call_sites(function):
+            if self.index.function_of(site) is not None:
+                before += [True, False]
+            else:
+                before.append(self.index.precedes(site, first))
+        if not before:
+            return some
+        return any(before) if some else all(before)
 
     def binds(self, scope: cst.FunctionDef, name: str) -> bool:
         return any(

@@ -343,19 +343,15 @@ class WrapModel(ConvertRule):
                     "after training, the bare model is moved (`.module`): DDP would move a "
                     "GPU job's inputs back to its GPU",
                 )
-            mixed = _raw_uses(anatomy, model, some=True)
-            if mixed:
-                attribute = mixed[0]
-                ctx.cannot(
+            for attribute in _raw_uses(anatomy, model, some=True):
+                ctx.plan.replace(attribute.value, _bare_either_way)
+                ctx.changed(
                     attribute,
-                    f"`{dotted(attribute)}` is read in a function called both before and "
-                    f"after `{model.placed_name}` is wrapped in DDP: after the wrap the "
-                    "wrapper has no such attribute, before it the bare model has no "
-                    "`.module`; call it with the bare model after the wrap "
-                    f"(`{model.placed_name}.module`) by hand",
-                    blocking=True,
+                    f"`{dotted(attribute)}` is read in a function that runs both while "
+                    f"`{model.placed_name}` is the DDP wrapper and while it is not (before "
+                    "the wrap, or once it is bound to another model): it reads the bare "
+                    "model either way (`.module` of the wrapper)",
                 )
-                continue
             for attribute in _raw_uses(anatomy, model):
                 if unwrapped is None or not _after(anatomy, unwrapped, attribute):
                     _route_raw_use(ctx, model, attribute, compiled_after)
@@ -820,6 +816,13 @@ def _trained_on_one_branch(anatomy: Anatomy, optimizer: cst.Call) -> bool:
 
 def _through_module(value: cst.BaseExpression) -> cst.BaseExpression:
     return cst.Attribute(value=value, attr=cst.Name("module"))
+
+
+def _bare_either_way(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`(model.module if isinstance(model, DDP) else model)`."""
+    text = source_text(value)
+    either = cst.parse_expression(f"({text}.module if isinstance({text}, DDP) else {text})")
+    return either
 
 
 def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:

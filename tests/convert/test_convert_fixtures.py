@@ -644,7 +644,9 @@ for epoch in range(10):
 def test_an_unfreeze_through_a_helper_is_refused_like_an_inline_one() -> None:
     """Round-8 audit a14: the helper that froze the backbone before the wrap unfreezes it
     at epoch 5, after it; the conversion crashed there (`'DistributedDataParallel' object
-    has no attribute 'backbone'`), and would train the backbone apart in every process."""
+    has no attribute 'backbone'`), and would train the backbone apart in every process. A
+    helper that only reads the attribute, before and after the wrap, reads the bare model
+    either way."""
     result = convert_source(UNFREEZE_HELPER_SCRIPT.encode(), "finetune.py", ConvertOptions())
     assert result.refused and result.output == UNFREEZE_HELPER_SCRIPT.encode()
     [problem] = [p for p in result.problems if p.blocking]
@@ -657,10 +659,11 @@ def test_an_unfreeze_through_a_helper_is_refused_like_an_inline_one() -> None:
         "    print(model.backbone, flag)\n",
     )
     result = convert_source(reads.encode(), "finetune.py", ConvertOptions())
-    assert result.refused
-    [problem] = [p for p in result.problems if p.blocking]
-    assert (problem.code, problem.line) == ("DDP003", 6)
-    assert "called both before and after `model` is wrapped" in problem.message
+    assert not result.refused, result.problems
+    assert (
+        b"    print((model.module if isinstance(model, DDP) else model).backbone, flag)\n"
+        in result.output
+    )
     # called before the wrap only: converted, the helper untouched
     once = UNFREEZE_HELPER_SCRIPT.replace(
         "    if epoch == 5:\n        set_trainable(model, True)\n", ""
