@@ -123,7 +123,7 @@ class CheckpointLoad(ConvertRule):
         shared: set[cst.Assign] = set()
         for call in _loads(anatomy):
             if _reads_what_was_just_saved(anatomy, call):
-                ctx.plan.insert_before(anatomy.statement_of(call), [statement("dist.barrier()\n")])
+                ctx.plan.insert_before(_opened_at(anatomy, call), [statement("dist.barrier()\n")])
                 ctx.add_import("torch.distributed", asname="dist")
                 ctx.changed(call, "every rank waits for rank 0's save before it loads the file")
                 path = call_arg(call, 0, "f")
@@ -140,6 +140,21 @@ class CheckpointLoad(ConvertRule):
                 f"every rank waits for rank 0's saves before `{dotted(call.func)}()` reads "
                 "the checkpoints back",
             )
+
+
+def _opened_at(anatomy: Anatomy, call: cst.Call) -> cst.CSTNode:
+    """The statement the barrier goes before: the load's, or the `with open(path) as f:`
+    that opens the file it reads (pytorch/examples' word language model): rank 1 opening
+    it before rank 0 has written it would not find it."""
+    path = call_arg(call, 0, "f")
+    if path is not None and isinstance(path.value, cst.Name):
+        for ancestor in anatomy.ancestors(call):
+            if isinstance(ancestor, cst.With) and any(
+                item.asname is not None and dotted(item.asname.name) == path.value.value
+                for item in ancestor.items
+            ):
+                return ancestor
+    return anatomy.statement_of(call)
 
 
 # Modules whose values differ between processes that compute them "at the same time".

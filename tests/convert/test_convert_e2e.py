@@ -1051,6 +1051,117 @@ def test_batches_sliced_by_the_counter_split_evenly_and_stay_in_sync(tmp_path: P
     assert params[0] == params[1]
 
 
+BPTT = """import argparse
+import json
+import os
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--use-optimizer", action="store_true")
+args = parser.parse_args()
+torch.manual_seed(0)
+data = torch.arange(41 * 4).view(41, 4)  # rows are time steps
+lr = 0.001
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def init_state(self, n):
+        return torch.zeros(n, 4)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+seen = []
+
+
+def get_batch(source, i):
+    seq_len = min(5, len(source) - 1 - i)
+    return source[i:i + seq_len], source[i + 1:i + 1 + seq_len]
+
+
+def evaluate(source):
+    state = model.init_state(1)
+    with torch.no_grad():
+        return float(((model(source.float() / 100) + state) ** 2).mean())
+
+
+def train():
+    for batch, i in enumerate(range(0, data.size(0) - 1, 5)):
+        x, y = get_batch(data, i)
+        seen.append([x[:, 0].tolist(), y[:, 0].tolist()])
+        model.zero_grad()
+        loss = ((model(x.float() / 100) - y.float() / 100) ** 2).mean()
+        loss.backward()
+        if args.use_optimizer:
+            optimizer.step()
+        else:
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-lr)
+
+
+for epoch in range(2):
+    train()
+    print(epoch, evaluate(data))
+    with open("model.pt", "wb") as f:
+        torch.save(model, f)
+with open("model.pt", "rb") as f:
+    model = torch.load(f, weights_only=False)
+print("test", evaluate(data))
+rank = os.environ.get("RANK", "0")
+json.dump({"seen": seen, "params": [p.tolist() for p in model.parameters()]}, open("probe.json", "w"))
+"""
+
+
+def test_a_bptt_loop_walks_runs_of_time_steps_and_updates_by_hand_in_sync(
+    tmp_path: Path,
+) -> None:
+    """pytorch/examples' word language model in small: `get_batch(data, i)` pairs row `i`
+    with row `i + 1`, the parameters are updated by hand (`p.data.add_(p.grad, ...)`) unless
+    `--use-optimizer`, and the saved model is loaded back into the global `model` that
+    `evaluate()` reads. Each rank walks its own run of 20 rows (the targets are still the
+    next time step), the hand-made update is an optimizer step (under `no_sync()` it was
+    never all-reduced: the replicas drifted apart), and `evaluate()` reads the bare model
+    whether `model` is the wrapper or the reloaded module (`.module` crashed after the
+    reload)."""
+    import json
+
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(BPTT.encode(), "lm.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert "no_sync" not in converted
+    # rank 1 opens the file only once rank 0 has written it
+    assert 'dist.barrier()\nwith open("model.pt", "rb") as f:\n' in converted
+    guarded = '    json.dump({"seen"'
+    assert "if dist.get_rank() == 0:\n" + guarded in converted
+    probe = converted.replace(
+        "if dist.get_rank() == 0:\n" + guarded, "if True:\n" + guarded
+    ).replace('open("probe.json", "w")', 'open(f"probe{rank}.json", "w")')
+    (tmp_path / "lm_ddp.py").write_text(probe)
+    for flags in ([], ["--use-optimizer"]):
+        run_ = torchrun(["lm_ddp.py", *flags], cwd=tmp_path, timeout=240)
+        assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+        probes = [json.loads((tmp_path / f"probe{r}.json").read_text()) for r in (0, 1)]
+        assert probes[0]["params"] == probes[1]["params"], flags
+        rows = []
+        for rank, found in enumerate(probes):
+            assert len(found["seen"]) == 8  # 2 epochs of 4 steps through 20 rows
+            for xs, ys in found["seen"]:
+                assert ys == [x + 4 for x in xs]  # the next time step
+            rows.append({x // 4 for xs, _ in found["seen"] for x in xs})
+        assert rows[0] <= set(range(20)) and rows[1] <= set(range(20, 40))
+
+
 BRANCHED_MAIN = """import argparse
 
 import torch
