@@ -983,7 +983,12 @@ class _SideEffectsOnce(_AfterEquivalence):
         saves = facts.orig_record.saves
         if not saves:
             return Status.NOT_EXERCISED, label, "the original saved no checkpoint within the run"
-        compared = {(row["path"], row["occurrence"]): row for row in (facts.comparison or {}).get(
+        # Ranks that each drew their own batches trained on samples no original step
+        # matches: the tensors are those of the one process run against the original.
+        tensors, one = facts, ""
+        if facts.batch_semantics()[0] is None and facts.verification.single is not None:
+            tensors, one = _Facts.of(facts.verification.single), " (tensors: with one process)"
+        compared = {(row["path"], row["occurrence"]): row for row in (tensors.comparison or {}).get(
             "checkpoints", [])}  # fmt: skip
         seen: Counter[str] = Counter()
         for save in saves:
@@ -1051,7 +1056,7 @@ class _SideEffectsOnce(_AfterEquivalence):
             label,
             (
                 f"{paths}: {sum(seen.values())} save(s), same keys (no `module.` prefix) and the "
-                "same tensors as the original's"
+                f"same tensors as the original's{one}"
             ),
         )
 
