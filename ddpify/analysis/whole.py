@@ -334,8 +334,9 @@ class WholeBatches:
                     "nothing to split between the processes",
                 )
                 return
-            if kind is None and found.ordered and self._counted.fixed(value, where, {name}):
-                kind = True  # the loop's counter says what a row is: `x[i:i + bs]`
+            if kind is None and found.ordered:  # the counter says what a row is: `x[i:i + bs]`
+                fixed = self._counted.fixed(value, where, {name})
+                kind = None if fixed is False else fixed
             if kind is None:
                 _refused(
                     found,
@@ -597,29 +598,33 @@ class _Counted:
 
     def fixed(
         self, value: cst.BaseExpression, scope: cst.FunctionDef | None, seen: set[str]
-    ) -> bool:
+    ) -> bool | cst.Call:
         """Whether `value` is the same in every process, as far as ddpify can follow it:
         made by no unseeded draw (in the script, the functions it calls, and the functions
         and classes of its project it calls: a corpus read from files), by no library call
-        it does not know, from names made so too."""
+        it does not know, from names made so too. A call of the script that draws (TCN's
+        `data_generator(N, seq_len)` from utils.py) is returned: every process can take
+        rank 0's."""
         for node in walk(value):
             if isinstance(node, cst.Call):
                 if _unseeded_draw(self.index, node) is not None or (
                     isinstance(node.func, cst.Attribute) and node.func.attr.value in DRAWING_METHODS
                 ):
-                    return False
+                    return node
                 callee = self.graph.callee(node)
                 if callee is not None:
                     if self.graph.reaches(callee.body, self._draws_unseeded):
-                        return False
+                        return node
                     continue
                 drawn = self.project.draws(node)
                 if drawn:
-                    return False
+                    return node
+                root = (dotted(node.func) or "").split(".")[0]
+                imported = root in self.index.import_aliases or root in self.index.imports
                 names = self.index.qualified_names(node.func)
-                if (
+                if (  # a library's function; a value's method is followed through its name
                     drawn is None
-                    and names
+                    and imported
                     and not all(name.startswith(FIXED_MODULES) for name in names)
                 ):
                     return False
@@ -635,12 +640,14 @@ class _Counted:
                 made = self.values.values_of(name, scope)
                 if not made and scope is not None and name in self.graph.parameters_of(scope):
                     made = self.whole.arguments(scope, name)
-                if not made or not all(
-                    self.fixed(inner, where, seen)
-                    for inner, where in made
-                    if not _parsed_arguments(inner)
-                ):
+                if not made:
                     return False
+                for inner, where in made:
+                    if _parsed_arguments(inner):
+                        continue
+                    inside = self.fixed(inner, where, seen)
+                    if inside is not True:
+                        return inside
         return True
 
     def _draws_unseeded(self, node: cst.CSTNode) -> bool:

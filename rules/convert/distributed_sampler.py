@@ -1043,8 +1043,9 @@ def _split(ctx: ConvertContext) -> bool:
             blocking=True,
         )
         return True
+    shared: set[int] = set()
     for samples in batch.samples:
-        if samples.drawn is not None and not _share_drawn_samples(ctx, samples.drawn):
+        if samples.drawn is not None and not _share_drawn_samples(ctx, samples.drawn, shared):
             return True
     lines = []
     length = ""
@@ -1104,18 +1105,23 @@ def _renamed(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
     return rename
 
 
-def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call) -> bool:
+def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call, shared: set[int]) -> bool:
     """Samples drawn at random, unseeded (`x = torch.randn(N, D)`): every process takes rank
     0's, right after they are drawn, so the processes split one set of samples."""
     anatomy = ctx.anatomy
     statement_ = anatomy.statement_of(draw)
+    if id(statement_) in shared:
+        return True
+    shared.add(id(statement_))
     target = None
     if isinstance(statement_, cst.SimpleStatementLine) and len(statement_.body) == 1:
         small = statement_.body[0]
         if isinstance(small, cst.Assign) and len(small.targets) == 1:
             target = small.targets[0].target
-    name = dotted(target) if isinstance(target, cst.Name) else None
-    if name is None or not anatomy.script.after_setup(statement_):
+    names = [dotted(target)] if isinstance(target, cst.Name) else []
+    if isinstance(target, cst.Tuple):  # `X_train, Y_train = data_generator(N, seq_len)`
+        names = [dotted(element.value) for element in target.elements]
+    if not names or None in names or not anatomy.script.after_setup(statement_):
         ctx.cannot(
             draw,
             f"the samples are drawn at random (`{dotted(draw.func)}`), unseeded, before the "
@@ -1124,10 +1130,13 @@ def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call) -> bool:
             blocking=True,
         )
         return False
-    take_rank_zeros(ctx.plan, statement_, name)
+    for name in names:
+        assert name is not None
+        take_rank_zeros(ctx.plan, statement_, name)
+    shown = ", ".join(f"`{name}`" for name in names)
     ctx.changed(
         draw,
-        f"the samples `{name}` are drawn at random (`{dotted(draw.func)}`), unseeded: every "
+        f"the samples {shown} are drawn at random (`{dotted(draw.func)}`), unseeded: every "
         "process takes rank 0's, so the processes split one set of samples",
     )
     return True

@@ -709,3 +709,76 @@ def test_no_rank_zero_first_barrier_around_a_call_that_trains_in_another_file(
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     saved = torch.load(project / "checkpoints" / "model_best.pth.tar", weights_only=False)
     assert not any(key.startswith("module.") for key in saved["state_dict"])
+
+
+TCN_UTILS = """import numpy as np
+import torch
+
+
+def data_generator(N, seq_length):
+    X_num = torch.rand([N, 1, seq_length])
+    X_mask = torch.zeros([N, 1, seq_length])
+    Y = torch.zeros([N, 1])
+    for i in range(N):
+        positions = np.random.choice(seq_length, size=2, replace=False)
+        X_mask[i, 0, positions[0]] = 1
+        X_mask[i, 0, positions[1]] = 1
+        Y[i, 0] = X_num[i, 0, positions[0]] + X_num[i, 0, positions[1]]
+    return torch.cat((X_num, X_mask), dim=1), Y
+"""
+TCN_TRAIN = """import json
+import os
+
+import torch
+
+from utils import data_generator
+
+torch.manual_seed(1111)
+X_train, Y_train = data_generator(101, 10)
+model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(20, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+batch_size = 8
+seen = []
+for epoch in range(2):
+    for i in range(0, X_train.size(0), batch_size):
+        x, y = X_train[i:i + batch_size], Y_train[i:i + batch_size]
+        seen.append(y[:, 0].tolist())
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+rank = os.environ.get("RANK", "0")
+json.dump({"seen": seen, "all": Y_train[:, 0].tolist()}, open("seen.json", "w"))
+"""
+
+
+def test_samples_a_project_helper_draws_unseeded_are_rank_0s_and_split(tmp_path: Path) -> None:
+    """locuslab/TCN's adding problem: `X_train, Y_train = data_generator(N, seq_len)` from
+    utils.py draws with `np.random.choice`, which nothing seeds (round-19 corpus: refused,
+    "made in a way ddpify does not follow"). Every process takes rank 0's samples, then walks
+    its own run of them: the two runs are disjoint parts of one set."""
+    (tmp_path / "utils.py").write_text(TCN_UTILS)
+    script = tmp_path / "add_test.py"
+    script.write_text(TCN_TRAIN)
+    output, notes = convert(script)
+    text = output.decode()
+    assert "dist.broadcast_object_list(X_train)" in text
+    assert "dist.broadcast_object_list(Y_train)" in text
+    assert any("drawn at random (`data_generator`)" in note for note in notes), notes
+    probe = text.replace(
+        'if dist.get_rank() == 0:\n    json.dump({"seen": seen, "all": Y_train[:, 0].tolist()}, '
+        'open("seen.json", "w"))',
+        'if True:\n    json.dump({"seen": seen, "all": Y_train[:, 0].tolist()}, '
+        'open(f"seen{rank}.json", "w"))',
+    )
+    assert probe != text
+    (tmp_path / "add_test_ddp.py").write_text(probe)
+    run_ = torchrun(["add_test_ddp.py"], cwd=tmp_path, timeout=240)
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    probes = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    assert probes[0]["all"] == probes[1]["all"]  # one set of samples
+    seen = [probe["seen"] for probe in probes]
+    assert len(seen[0]) == len(seen[1]) == 14  # 2 epochs of ceil(50 / 8) steps
+    firsts = [[v for batch in seen[r][:7] for v in batch] for r in (0, 1)]
+    assert len(firsts[0]) == len(firsts[1]) == 50
+    assert firsts[0] == probes[0]["all"][:50] and firsts[1] == probes[0]["all"][50:100]
