@@ -891,6 +891,11 @@ def patch_writes(recorder: Recorder) -> None:
         return real_open(file, mode, *args, **kwargs)
 
     def save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(obj, torch.storage.TypedStorage | torch.UntypedStorage):
+            # pickling a tensor saves its storage (`broadcast_object_list` of the samples):
+            # torch's own, not the script's
+            real_save(obj, f, *args, **kwargs)
+            return
         recorder.saved(obj, f)
         recorder.suppress_writes += 1
         try:

@@ -1334,3 +1334,45 @@ def test_random_batches_drawn_alike_on_every_rank_fail_data_sharding(tmp_path: P
     assert "step 1: ranks 0 and 1 trained on the same batch" in check(outcome, "data-sharding")
     # with one process it draws the original's batches: the training itself is right
     assert statuses(outcome)["equivalence"] is Status.PASS
+
+
+def test_pickling_a_tensor_records_no_save() -> None:
+    """`broadcast_object_list([X_train])` (the samples TCN's data_generator draws, rank 0's
+    taken by every process) pickles the tensor, and a tensor's storage pickles itself with
+    torch.save: recorded as the script's save, its 5M-element storage was printed whole
+    (`repr`), 190 s of a 7 s run. Only the script's own saves are recorded."""
+    import builtins
+    import io
+    import pickle
+
+    import torch
+
+    from ddpify.verify.patches import patch_writes
+
+    class Recorder:
+        suppress_writes = 0
+
+        def __init__(self) -> None:
+            self.saves: list[object] = []
+
+        def saved(self, obj: object, target: object) -> None:
+            self.saves.append(obj)
+
+        def wrote(self, target: object, mode: str) -> None:
+            pass
+
+        def changed(self, kind: str, detail: str) -> None:
+            pass
+
+    recorder = Recorder()
+    real = (builtins.open, io.open, torch.save, torch.serialization.save)
+    try:
+        patch_writes(recorder)  # type: ignore[arg-type]
+        samples = torch.arange(12.0).view(3, 4)
+        assert torch.equal(pickle.loads(pickle.dumps(samples)), samples)
+        assert recorder.saves == []
+        buffer = io.BytesIO()
+        torch.save({"w": samples}, buffer)  # the script's own save, into a buffer
+        assert len(recorder.saves) == 1
+    finally:
+        builtins.open, io.open, torch.save, torch.serialization.save = real
