@@ -1116,7 +1116,8 @@ with open("model.pt", "rb") as f:
     model = torch.load(f, weights_only=False)
 print("test", evaluate(data))
 rank = os.environ.get("RANK", "0")
-json.dump({"seen": seen, "params": [p.tolist() for p in model.parameters()]}, open("probe.json", "w"))
+params = [p.tolist() for p in model.parameters()]
+json.dump({"seen": seen, "params": params}, open("probe.json", "w"))
 """
 
 
@@ -1154,7 +1155,7 @@ def test_a_bptt_loop_walks_runs_of_time_steps_and_updates_by_hand_in_sync(
         probes = [json.loads((tmp_path / f"probe{r}.json").read_text()) for r in (0, 1)]
         assert probes[0]["params"] == probes[1]["params"], flags
         rows = []
-        for rank, found in enumerate(probes):
+        for found in probes:
             assert len(found["seen"]) == 8  # 2 epochs of 4 steps through 20 rows
             for xs, ys in found["seen"]:
                 assert ys == [x + 4 for x in xs]  # the next time step
