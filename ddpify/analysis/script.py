@@ -302,7 +302,7 @@ class TrainingScript:
             for node, kind in rest:
                 if kind == "call":
                     assert isinstance(node, cst.Call)
-                    expression = self._name_at_call_site(expression, function, node)
+                    expression = self._name_at_call_site(expression, function, node, loader)
                     others = [self._name_at_call_site(n, function, node) for n in others]
                     function = self.index.function_of(node)
                     continue
@@ -352,11 +352,32 @@ class TrainingScript:
         return None
 
     def _name_at_call_site(
-        self, name: str | None, function: cst.FunctionDef | None, site: cst.Call
+        self,
+        name: str | None,
+        function: cst.FunctionDef | None,
+        site: cst.Call,
+        loader: Loader | None = None,
     ) -> str | None:
+        """`name`, read in `function`, as the caller at `site` names it: a parameter's
+        argument, `self.x` through a method of the same object, a local's value (`loader =
+        self.train_loader if train else self.val_loader`: the branch that is the training
+        `loader`), a global as it is."""
         if name is None or function is None:
             return name
         head = re.split(r"[.\[]", name)[0]
+        local = self.values.assignments(head, function) if head != "self" else []
+        if local and head not in self.graph.parameters_of(function):
+            for value in local:
+                options = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+                for option in options:
+                    text = dotted(option)
+                    if text is None or text.split(".")[0] == head:
+                        continue
+                    made = self.loaders.loader_for(self.loaders.resolve(option, function))
+                    if loader is not None and made is not loader:
+                        continue
+                    return self._name_at_call_site(text + name[len(head) :], function, site)
+            return None  # a local of the callee: no name in the caller
         if head in self.graph.parameters_of(function) and head != "self":
             argument = self.graph.bound_argument(site, function, head)
             base = dotted(argument) if argument is not None else None

@@ -4757,3 +4757,47 @@ def test_whole_models_switched_on_and_off_convert_and_a_write_of_a_forward_is_sp
     )
     part = part.replace("torch.nn.Linear(4, 8)", "torch.nn.Sequential(torch.nn.Linear(4, 8))")
     assert convert_source(part.encode(), "train.py", ConvertOptions()).refused
+
+
+def test_set_epoch_in_the_caller_names_the_loader_a_method_keeps_in_a_local() -> None:
+    """Round-21 audit B trainer_class_b: `_run_epoch()` reads `loader = self.train_loader`,
+    `fit()` loops over the epochs; `loader.sampler.set_epoch(epoch)` went into `fit()`, where
+    `loader` does not exist (NameError at the first epoch)."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, train_set, val_set, epochs):
+        self.model = torch.nn.Linear(4, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+        self.val_loader = DataLoader(val_set, batch_size=8)
+        self.epochs = epochs
+
+    def _run_epoch(self, epoch, train=True):
+        if train:
+            loader = self.train_loader
+        else:
+            loader = self.val_loader
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+    def fit(self):
+        for epoch in range(self.epochs):
+            self._run_epoch(epoch, train=True)
+
+
+if __name__ == "__main__":
+    Trainer(train_set, val_set, 3).fit()
+"""
+    result = convert_source(source.encode(), "trainer.py", ConvertOptions())
+    text = result.output.decode()
+    assert (
+        "        for epoch in range(self.epochs):\n"
+        "            self.train_loader.sampler.set_epoch(epoch)\n" in text
+    ), result.problems
+    assert "loader.sampler.set_epoch" not in text.replace("self.train_loader.sampler", "")
