@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import libcst as cst
 
@@ -13,6 +13,64 @@ from ddpify.analysis.values import MAX_STEPS
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 SCHEDULERS = "torch.optim.lr_scheduler"
+
+
+# A helper makes the scheduler from its parameters (round-21 audit B seed_everything): what
+# its call is given is followed.
+HELPER_MADE = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def cosine_with_warmup(optimizer, warmup, total):
+        def f(step):
+            return min(1.0, step / warmup) * max(0.0, 1 - step / total)
+
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, f)
+
+
+    def main():
+        loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+        total_steps = len(train_ds) // bs * epochs
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = cosine_with_warmup(optimizer, warmup=10, total=total_steps)
+        for epoch in range(epochs):
+            for x, y in loader:
+                model(x).sum().backward()
+                optimizer.step()
+                scheduler.step()
+
+
+    main()
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def cosine_with_warmup(optimizer, warmup, total):
+        def f(step):
+            return min(1.0, step / warmup) * max(0.0, 1 - step / total)
+
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, f)
+
+
+    def main():
+        loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+        total_steps = len(loader.sampler) // bs * epochs
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = cosine_with_warmup(optimizer, warmup=10, total=total_steps)
+        for epoch in range(epochs):
+            for x, y in loader:
+                model(x).sum().backward()
+                optimizer.step()
+                scheduler.step()
+
+
+    main()
+    """,
+)
 
 
 class ScheduleLength(ConvertRule):
@@ -165,6 +223,7 @@ class ScheduleLength(ConvertRule):
                     it += 1
             """,
         ),
+        HELPER_MADE,
         # Sized from the loader: it already counts this process's batches.
         Example(
             """
@@ -204,6 +263,10 @@ class ScheduleLength(ConvertRule):
                 names |= _read_by_function(anatomy, arg.value, anatomy.function_of(call))
                 for name in sorted(n for n in names if n):
                     self._refuse_computed(ctx, call, name, loaders, seen)
+                # a helper that makes the scheduler from its parameters (`def
+                # cosine_with_warmup(optimizer, warmup, total): ... LambdaLR(optimizer, f)`,
+                # round-21 audit B seed_everything)
+                self._given(ctx, anatomy.function_of(call), names, loaders)
         for assign in _hand_schedules(anatomy):
             seen = set()
             read = _read_by_schedule(anatomy, assign)
@@ -211,18 +274,28 @@ class ScheduleLength(ConvertRule):
                 self._refuse_computed(ctx, assign, name, loaders, seen)
             # a helper that writes it from its parameters (`adjust_learning_rate(optimizer,
             # base_lr, cur_iter, max_iter)`, DeepLab's poly schedule, round-20 audit B
-            # seg_poly): what each call gives them
-            function = anatomy.function_of(assign)
-            if function is None:
-                continue
-            given = anatomy.graph.parameters_of(function) & read
-            for site in anatomy.graph.call_sites(function):
-                followed: set[str] = set()
-                for parameter in sorted(given):
-                    argument = anatomy.graph.bound_argument(site, function, parameter)
-                    for node in walk(argument) if argument is not None else ():
-                        if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
-                            self._refuse_computed(ctx, site, node.value, loaders, followed)
+            # seg_poly)
+            self._given(ctx, anatomy.function_of(assign), read, loaders)
+
+    def _given(
+        self,
+        ctx: ConvertContext,
+        function: cst.FunctionDef | None,
+        read: Collection[str | None],
+        loaders: list[Loader],
+    ) -> None:
+        """What each call of `function` gives the parameters of it a schedule reads."""
+        anatomy = ctx.anatomy
+        if function is None:
+            return
+        given = anatomy.graph.parameters_of(function) & set(read)
+        for site in anatomy.graph.call_sites(function):
+            followed: set[str] = set()
+            for parameter in sorted(given):
+                argument = anatomy.graph.bound_argument(site, function, parameter)
+                for node in walk(argument) if argument is not None else ():
+                    if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
+                        self._refuse_computed(ctx, site, node.value, loaders, followed)
 
     def _resize(
         self, ctx: ConvertContext, scheduler: cst.Call, length: cst.Call, loader: Loader
