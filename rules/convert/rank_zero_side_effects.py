@@ -13,7 +13,7 @@ from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
 from ddpify.analysis.project import Helper
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
-from ddpify.emit import RANK_ZERO, expression, statement, with_keyword
+from ddpify.emit import RANK_ZERO, expression, statement, statements, with_keyword
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -612,6 +612,7 @@ def _rank_zero_first(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> None:
             "they run it and find them (assumes one folder for all processes: one node "
             "or a shared filesystem)",
         )
+        _continue_rank_zeros_draws(ctx, first, last)
     for first, last in _download_runs(anatomy):
         ctx.add_import("torch.distributed", asname="dist")
         _before_the_run(ctx, first, FIRST_DOWNLOAD)
@@ -622,6 +623,78 @@ def _rank_zero_first(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> None:
             "(assumes one data folder for all processes: one node or a shared "
             "filesystem; with a disk per node, test the local rank instead)",
         )
+
+
+# How a seeded global generator's state is read and set, by family.
+GENERATOR_STATES = {
+    "numpy": ("numpy", "{m}.random.get_state()", "{m}.random.set_state({s}[0])"),
+    "random": ("random", "{m}.getstate()", "{m}.setstate({s}[0])"),
+    "torch": ("torch", "{m}.get_rng_state()", "{m}.set_rng_state({s}[0])"),
+}
+TORCH_DRAW_NAMES = frozenset(
+    {"rand", "randn", "randint", "randperm", "normal", "multinomial", "bernoulli",
+     "rand_like", "randn_like", "randint_like", "poisson"}
+)  # fmt: skip
+
+
+def _continue_rank_zeros_draws(ctx: ConvertContext, first: cst.CSTNode, last: cst.CSTNode) -> None:
+    """The files rank 0 writes first are drawn from a seeded global generator (Kaggle-style
+    synthetic data, `np.random.rand` under `if not os.path.exists(csv)`): the others skip
+    those draws once they find the files, and a split drawn after it (`np.random.shuffle(
+    idx)`) would differ between the processes (round-21 audit B kaggle_img). Every process
+    continues from rank 0's generator state, as the single process did."""
+    anatomy = ctx.anatomy
+    assert isinstance(first, cst.BaseStatement) and isinstance(last, cst.BaseStatement)
+    body = list(anatomy.body_of(first))
+    run = body[body.index(first) : body.index(last) + 1]
+    families: set[str] = set()
+    for line in run:
+        anatomy.graph.reaches(line, lambda node: _collect_family(anatomy, node, families))
+    seeded = {
+        family
+        for family in families
+        if any(
+            anatomy.streams.seed_family(call) == family and anatomy.precedes(call, first)
+            for call in anatomy.calls
+        )
+    }
+    lines = []
+    for family in sorted(seeded):
+        module, get, put = GENERATOR_STATES[family]
+        spelled = next(
+            (alias for alias, full in anatomy.import_aliases.items() if full == module), module
+        )
+        if spelled == module and module not in anatomy.imports:
+            ctx.add_import(module)
+        state = anatomy.free_name([f"{family}_state"])
+        lines += [
+            f"{state} = [{get.format(m=spelled)}]\n",
+            f"dist.broadcast_object_list({state})  # every process draws on from rank 0's\n",
+            f"{put.format(m=spelled, s=state)}\n",
+        ]
+    if lines:
+        ctx.plan.insert_after(last, statements("".join(lines)))
+        shown = ", ".join(sorted(seeded))
+        ctx.changed(
+            first,
+            f"what rank 0 writes first is drawn at random ({shown}, seeded): the others, "
+            "which skip those draws, go on from rank 0's generator state",
+        )
+
+
+def _collect_family(anatomy: Anatomy, node: cst.CSTNode, into: set[str]) -> bool:
+    """Add the global generator family `node` draws from, if it is such a draw."""
+    if not isinstance(node, cst.Call):
+        return False
+    for name in anatomy.qualified_names(node.func):
+        head, _, last = name.rpartition(".")
+        if head == "numpy.random" and last not in {"seed", "RandomState", "default_rng"}:
+            into.add("numpy")
+        elif head == "random" and last not in {"seed", "Random", "getstate", "setstate"}:
+            into.add("random")
+        elif head == "torch" and last in TORCH_DRAW_NAMES:
+            into.add("torch")
+    return False  # look at every node
 
 
 def _before_the_run(ctx: ConvertContext, first: cst.CSTNode, barrier: str) -> None:

@@ -1163,6 +1163,61 @@ def test_a_bptt_loop_walks_runs_of_time_steps_and_updates_by_hand_in_sync(
         assert rows[0] <= set(range(20)) and rows[1] <= set(range(20, 40))
 
 
+DATA_FIRST = """import json
+import os
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+np.random.seed(42)
+torch.manual_seed(42)
+if not os.path.exists("data.npy"):
+    np.save("data.npy", np.random.rand(64, 4).astype(np.float32))
+data = np.load("data.npy")
+idx = np.random.permutation(len(data))
+train_set = Subset(TensorDataset(torch.from_numpy(data)), idx[:48].tolist())
+loader = DataLoader(train_set, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for (x,) in loader:
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+rank = os.environ.get("RANK", "0")
+json.dump(idx.tolist(), open("idx.json", "w"))
+"""
+
+
+def test_data_rank_0_draws_first_leaves_every_process_on_its_generator_state(
+    tmp_path: Path,
+) -> None:
+    """Round-21 audit B kaggle_img: the data rank 0 writes first is drawn with the seeded
+    `np.random`; the others find the file and skip the draws, so the split drawn next
+    differed between the processes (26 of rank 0's 32 validation images in rank 1's training
+    set). Every process goes on from rank 0's generator state: one split."""
+    import json
+
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(DATA_FIRST.encode(), "first.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert "np.random.set_state(numpy_state[0])" in converted
+    guarded = 'if dist.get_rank() == 0:\n    json.dump(idx.tolist(), open("idx.json", "w"))'
+    assert guarded in converted
+    probe = converted.replace(
+        guarded, 'if True:\n    json.dump(idx.tolist(), open(f"idx{rank}.json", "w"))'
+    )
+    (tmp_path / "first_ddp.py").write_text(probe)
+    run_ = torchrun(["first_ddp.py"], cwd=tmp_path, timeout=240)
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    splits = [json.loads((tmp_path / f"idx{r}.json").read_text()) for r in (0, 1)]
+    assert splits[0] == splits[1]
+
+
 BRANCHED_MAIN = """import argparse
 
 import torch
