@@ -782,8 +782,17 @@ def _preparing_runs(
 
 
 def _reads_files(node: cst.CSTNode) -> bool:
-    """`np.loadtxt(path)`, `os.listdir(folder)`, ...: a call that reads what a path holds."""
-    return isinstance(node, cst.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] in READS
+    """`np.loadtxt(path)`, `os.listdir(folder)`, `open(path)` to read, ...: a call that reads
+    what a path holds."""
+    if not isinstance(node, cst.Call):
+        return False
+    if is_name(node.func, "open") and node.args:  # round-21 audit B char_rnn's read_file()
+        mode = call_arg(node, 1, "mode")
+        text = (
+            mode.value.evaluated_value if mode and isinstance(mode.value, cst.SimpleString) else "r"
+        )
+        return isinstance(text, str) and not any(flag in text for flag in "wax+")
+    return (dotted(node.func) or "").rsplit(".", 1)[-1] in READS
 
 
 def _read_later(anatomy: Anatomy, statement: cst.CSTNode) -> bool:

@@ -4801,3 +4801,45 @@ if __name__ == "__main__":
         "            self.train_loader.sampler.set_epoch(epoch)\n" in text
     ), result.problems
     assert "loader.sampler.set_epoch" not in text.replace("self.train_loader.sampler", "")
+
+
+def test_a_text_file_written_then_opened_to_read_is_rank_0s_first() -> None:
+    """Round-21 audit B char_rnn: `if not os.path.exists(args.filename):` writes the corpus,
+    then `read_file(args.filename)` opens it to read. The write went to rank 0 with no
+    barrier: rank 1 opened the file before it existed (FileNotFoundError, 3 runs of 3)."""
+    source = """import argparse
+import os
+
+import torch
+from torch.utils.data import DataLoader
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--filename", default="tiny.txt")
+args = parser.parse_args()
+if not os.path.exists(args.filename):
+    with open(args.filename, "w") as f:
+        f.write("to be or not to be\\n" * 40)
+
+
+def read_file(filename):
+    text = open(filename).read()
+    return text, len(text)
+
+
+text, n = read_file(args.filename)
+loader = DataLoader(list(text.encode()), batch_size=8, shuffle=True)
+model = torch.nn.Embedding(256, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+"""
+    result = convert_source(source.encode(), "char_rnn.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    first = "if dist.get_rank() != 0:\n    dist.barrier()"
+    assert text.index(first) < text.index("if not os.path.exists(args.filename):")
+    then = "if dist.get_rank() == 0:\n    dist.barrier()\n"
+    assert text.index("if not os.path.exists") < text.index(then) < text.index("def read_file")
