@@ -1335,6 +1335,41 @@ def _skips_parameters(anatomy: Anatomy) -> str | None:
                 f"`{owner.name.value}.{unused[0]}` (line {line}) is never run by the class's "
                 "forward"
             )
+        for name, made in layers.items():
+            part = _parts_read(anatomy, [by_name[m] for m in reached], name, made)
+            if part is not None:
+                return (
+                    f"`{owner.name.value}.forward` reads `self.{name}.{part}` but never runs "
+                    f"`self.{name}` (line {anatomy.line(made)}): its bias gets no gradient"
+                )
+    return None
+
+
+def _parts_read(
+    anatomy: Anatomy, methods_: list[cst.FunctionDef], name: str, made: cst.Assign
+) -> str | None:
+    """`self.token_mix.weight * mask` in a forward that never runs `self.token_mix` itself
+    (round-21 audit A compile_train): a layer made with a bias whose bias is not read. The
+    part read, when so."""
+    parts: set[str] = set()
+    for method in methods_:
+        for node in walk(method.body):
+            if not (
+                isinstance(node, cst.Attribute)
+                and is_name(node.value, "self")
+                and node.attr.value == name
+            ):
+                continue
+            parent = anatomy.parent(node)
+            if not (isinstance(parent, cst.Attribute) and parent.value is node):
+                return None  # run, or handed on whole
+            parts.add(parent.attr.value)
+    assert isinstance(made.value, cst.Call)
+    bias = call_arg(made.value, None, "bias")
+    if bias is not None and is_name(bias.value, "False"):
+        return None
+    if parts and "bias" not in parts and parts <= {"weight"}:
+        return "weight"
     return None
 
 

@@ -4843,3 +4843,41 @@ for epoch in range(2):
     assert text.index(first) < text.index("if not os.path.exists(args.filename):")
     then = "if dist.get_rank() == 0:\n    dist.barrier()\n"
     assert text.index("if not os.path.exists") < text.index(then) < text.index("def read_file")
+
+
+def test_a_layer_whose_weight_alone_the_forward_reads_needs_the_unused_search() -> None:
+    """Round-21 audit A compile_train: `w = self.token_mix.weight * self.mask` in a forward
+    that never runs `self.token_mix`: its bias gets no gradient, and DDP stopped at the
+    second step ("Expected to have finished reduction ... did not receive grad"). Made
+    without a bias, every parameter gets its gradient."""
+    source = """import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+
+class Mixer(nn.Module):
+    def __init__(self, seq):
+        super().__init__()
+        self.token_mix = nn.Linear(seq, seq)
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq)))
+
+    def forward(self, x):
+        w = self.token_mix.weight * self.mask
+        return x @ w.T
+
+
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = Mixer(16)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in loader:
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+"""
+    result = convert_source(source.encode(), "mixer.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"find_unused_parameters=True" in result.output
+    no_bias = source.replace("nn.Linear(seq, seq)", "nn.Linear(seq, seq, bias=False)")
+    result = convert_source(no_bias.encode(), "mixer.py", ConvertOptions())
+    assert b"find_unused_parameters" not in result.output
