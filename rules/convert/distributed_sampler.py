@@ -1095,6 +1095,19 @@ def _split(ctx: ConvertContext) -> bool:
     return True
 
 
+def _seeded_when_given(anatomy: Anatomy, seed: cst.Call, base: str) -> bool:
+    """Whether `seed` runs only under a test of the value it seeds with (`if args.seed is not
+    None:`): left out, that value may be None."""
+    for ancestor in anatomy.ancestors(seed):
+        if isinstance(ancestor, cst.FunctionDef):
+            return False
+        if isinstance(ancestor, cst.If) and any(
+            dotted(node) == base for node in walk(ancestor.test)
+        ):
+            return True
+    return False
+
+
 def _renamed(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
     """An edit that gives a `Name` node another name."""
 
@@ -1514,7 +1527,7 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
         ctx.cannot(node, why, blocking=True)
         return
     scope = anatomy.function_of(stream.anchor)
-    lines = []
+    lines: list[str] = []
     for family in sorted(stream.families):
         if not stream.needs_seed(family):
             ctx.info(
@@ -1550,11 +1563,16 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
             )
             return
         function = "torch.manual_seed" if family == "torch" else _seed_function(seeds[-1])
-        lines.append(f"{function}({base} + dist.get_rank())\n")
+        call = f"{function}({base} + dist.get_rank())"
+        if not lines:
+            call += f"  {DRAWS_OF_ITS_OWN} {items or 'batches'} of its own"
+        if seeds and _seeded_when_given(anatomy, seeds[-1], base):
+            # `if args.seed is not None: set_seed(args.seed)` (diffusers, round-21 audit A
+            # sd_finetune): unseeded, the processes already draw apart
+            call = f"if {base} is not None:\n    {call}"
+        lines.append(call + "\n")
     if not lines:
         return
-    what = items or "batches"
-    lines[0] = lines[0].rstrip("\n") + f"  {DRAWS_OF_ITS_OWN} {what} of its own\n"
     new = statements("".join(lines))
     ctx.plan.insert_before(stream.anchor, new)
     ctx.add_import("torch.distributed", asname="dist")

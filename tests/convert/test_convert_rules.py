@@ -4881,3 +4881,35 @@ for epoch in range(2):
     no_bias = source.replace("nn.Linear(seq, seq)", "nn.Linear(seq, seq, bias=False)")
     result = convert_source(no_bias.encode(), "mixer.py", ConvertOptions())
     assert b"find_unused_parameters" not in result.output
+
+
+def test_a_seed_given_only_when_asked_seeds_each_process_only_then() -> None:
+    """Round-21 audit A sd_finetune (diffusers' `if args.seed is not None: set_seed(...)`,
+    `--seed` None by default): the per-process seed `args.seed + dist.get_rank()` ran
+    unconditionally and raised TypeError (None + int) in every run without `--seed`."""
+    source = """import argparse
+
+import torch
+from torch.utils.data import DataLoader
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--seed", type=int, default=None)
+args = parser.parse_args()
+if args.seed is not None:
+    torch.manual_seed(args.seed)
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in loader:
+        noise = torch.randn_like(x)
+        optimizer.zero_grad()
+        (model(x + noise) - x).pow(2).mean().backward()
+        optimizer.step()
+"""
+    result = convert_source(source.encode(), "noise.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "if args.seed is not None:\n"
+        "    torch.manual_seed(args.seed + dist.get_rank())  # every process draws noise of"
+    ) in result.output.decode()
