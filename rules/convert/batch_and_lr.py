@@ -279,7 +279,7 @@ def _batch_statistics(ctx: ConvertContext) -> None:
     found: list[cst.CSTNode] = []
 
     def collect(node: cst.CSTNode) -> bool:
-        if not found and _over_the_batch(node):
+        if not found and _over_the_batch(node) and not _against_a_weight(anatomy, node):
             found.append(node)
         return False  # look at every node
 
@@ -292,10 +292,12 @@ def _batch_statistics(ctx: ConvertContext) -> None:
     if found:
         ctx.info(
             found[0],
-            f"the loss is built from statistics over the batch (`{source_text(found[0])}`): "
-            "each process now computes them over its own part, and DDP averages the "
-            "processes' losses, which is not the loss of the whole batch (the DDP versions of "
-            "Barlow Twins and VICReg all-reduce or all-gather these statistics)",
+            f"the loss is built from statistics over the batch, or compares its samples with "
+            f"each other (`{source_text(found[0])}`): each process now computes it over its "
+            "own part (a contrastive loss has only its own samples as negatives), and DDP "
+            "averages the processes' losses, which is not the loss of the whole batch (the "
+            "DDP versions of Barlow Twins, VICReg, CLIP and SimCLR all-reduce the statistics "
+            "or all-gather the features, `torch.distributed.nn.functional.all_gather`)",
         )
 
 
@@ -303,7 +305,9 @@ def _over_the_batch(node: cst.CSTNode) -> bool:
     """`z.T @ z`, `torch.mm(z.t(), z)`: samples multiplied across the batch; `z.var(dim=0)`,
     `torch.cov(z.T)`, `torch.norm(y - x)`: a statistic along it."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
-        return _transposed(node.left)
+        # `z.T @ z`; `img @ txt.T`, every sample against every other (CLIP's logits, SimCLR's
+        # similarities, round-21 audit A: each process now has only its own as negatives)
+        return _transposed(node.left) or _transposed(node.right)
     # a tensor normalised by its own total, all samples together: SwAV's Sinkhorn, `Q /=
     # torch.sum(Q)` (round-19 audit s43); not a sum divided by a count (`/ mask.sum()`)
     if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
@@ -314,7 +318,7 @@ def _over_the_batch(node: cst.CSTNode) -> bool:
         return False
     name = dotted(node.func) or ""
     if name in ("torch.mm", "torch.matmul") and node.args:
-        return _transposed(node.args[0].value)
+        return any(_transposed(arg.value) for arg in node.args[:2])
     if name in ("torch.cov", "torch.corrcoef"):
         return True
     if name in ("torch.norm", "torch.linalg.norm") and node.args:
@@ -326,6 +330,40 @@ def _over_the_batch(node: cst.CSTNode) -> bool:
     if is_attribute(node.func, "var", "std"):
         dim = call_arg(node, 0, "dim")
         return dim is not None and isinstance(dim.value, cst.Integer) and dim.value.value == "0"
+    return False
+
+
+# A tensor's own attributes: not something it was read from.
+TENSOR_OWN = frozenset({"T", "mT", "H", "mH", "shape", "device", "dtype", "ndim"})
+
+
+def _against_a_weight(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    """`x @ w.T` with `w = self.token_mix.weight * self.mask`, `z @ model.weight.T`: a layer
+    written by hand, its weight transposed, not samples compared with each other. Read from
+    what the transposed operand is made of in its function: an object's attribute read, not
+    called (a parameter); `self.text_projection(h)` is an output, `.T` and `.shape` are the
+    tensor's own."""
+    if isinstance(node, cst.BinaryOperation):
+        operands = [node.left, node.right]
+    elif isinstance(node, cst.Call):
+        operands = [arg.value for arg in node.args[:2]]
+    else:
+        return False
+    scope = anatomy.function_of(node)
+    for operand in operands:
+        if not _transposed(operand):
+            continue
+        made: list[cst.BaseExpression] = [operand]
+        for inner in walk(operand):
+            if isinstance(inner, cst.Name) and not anatomy.is_attribute_name(inner):
+                made += [value for value, _ in anatomy.values.values_of(inner.value, scope)]
+        for expr in made:
+            for inner in walk(expr):
+                if not isinstance(inner, cst.Attribute) or inner.attr.value in TENSOR_OWN:
+                    continue
+                parent = anatomy.parent(inner)
+                if not (isinstance(parent, cst.Call) and parent.func is inner):
+                    return True
     return False
 
 

@@ -4368,6 +4368,8 @@ for x in DataLoader(torch.randn(256, 8), batch_size=64, shuffle=True):
         "torch.cov(z.T)",
         "torch.norm(z - 1) + 0 * z",
         "z.exp() / z.exp().sum()",
+        "z @ z.T",  # round-21 audit A simclr: every sample against every other
+        "torch.matmul(z, z.T)",
     ],
 )
 def test_a_loss_built_from_statistics_over_the_batch_is_reported_not_scaled(
@@ -4384,8 +4386,16 @@ def test_a_loss_built_from_statistics_over_the_batch_is_reported_not_scaled(
     assert any("the loss is built from statistics over the batch" in m for m in notes), notes
 
 
-def test_attention_and_linear_maps_are_not_statistics_over_the_batch() -> None:
-    source = CROSS_CORRELATION.format(statistic="z @ model.weight @ model.weight.T")
+@pytest.mark.parametrize(
+    "statistic",
+    ["z @ model.weight @ model.weight.T", "z @ (model.weight * 2).T", "z @ w.T"],
+)
+def test_attention_and_linear_maps_are_not_statistics_over_the_batch(statistic: str) -> None:
+    """A weight transposed (a layer written by hand, round-21 audit A compile_train's `x @
+    w.T` with `w = self.token_mix.weight * self.mask`) compares no samples."""
+    source = CROSS_CORRELATION.format(statistic=statistic).replace(
+        "    z = model(x)\n", "    z = model(x)\n    w = model.weight[:4, :4]\n"
+    )
     result = convert_source(source.encode(), "train.py", ConvertOptions())
     assert not any("statistics over the batch" in note.message for note in result.notes)
 
