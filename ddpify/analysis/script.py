@@ -359,25 +359,16 @@ class TrainingScript:
         loader: Loader | None = None,
     ) -> str | None:
         """`name`, read in `function`, as the caller at `site` names it: a parameter's
-        argument, `self.x` through a method of the same object, a local's value (`loader =
-        self.train_loader if train else self.val_loader`: the branch that is the training
-        `loader`), a global as it is."""
+        argument, `self.x` via the same object, a local's value, a global as it is."""
         if name is None or function is None:
             return name
         head = re.split(r"[.\[]", name)[0]
         local = self.values.assignments(head, function) if head != "self" else []
         if local and head not in self.graph.parameters_of(function):
-            for value in local:
-                options = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
-                for option in options:
-                    text = dotted(option)
-                    if text is None or text.split(".")[0] == head:
-                        continue
-                    made = self.loaders.loader_for(self.loaders.resolve(option, function))
-                    if loader is not None and made is not loader:
-                        continue
-                    return self._name_at_call_site(text + name[len(head) :], function, site)
-            return None  # a local of the callee: no name in the caller
+            text = _local_value(self.loaders, local, head, function, loader)
+            if text is None:
+                return None  # a local of the callee: no name in the caller
+            return self._name_at_call_site(text + name[len(head) :], function, site)
         if head in self.graph.parameters_of(function) and head != "self":
             argument = self.graph.bound_argument(site, function, head)
             base = dotted(argument) if argument is not None else None
@@ -787,6 +778,28 @@ def _without_gradients(index: SourceIndex, node: cst.CSTNode) -> bool:
         )
         for ancestor in index.ancestors(node)
     )
+
+
+def _local_value(
+    loaders: Loaders,
+    values: list[cst.BaseExpression],
+    head: str,
+    function: cst.FunctionDef,
+    loader: Loader | None,
+) -> str | None:
+    """The name a local `head` of `function` is given (`loader = self.train_loader`, or the
+    branch of `self.train_loader if train else self.val_loader`) that is the training
+    `loader`, as text."""
+    for value in values:
+        options = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        for option in options:
+            text = dotted(option)
+            if text is None or text.split(".")[0] == head:
+                continue
+            made = loaders.loader_for(loaders.resolve(option, function))
+            if loader is None or made is loader:
+                return text
+    return None
 
 
 def _zipped(
