@@ -123,6 +123,8 @@ class Values:
         index = self.index
         scope = index.function_of(node)
         if scope is index.function_of(anchor):
+            if some and self._called_back(anchor, node):
+                return True
             return (
                 index.precedes(anchor, node)
                 and not index.inside(node, anchor)
@@ -224,6 +226,19 @@ class Values:
                 continue  # `raw = model`: the same object
             if not any(dotted(inner) == name for inner in walk(assign.value)):
                 return True
+        return False
+
+    def _called_back(self, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:
+        """`node` in a lambda made before `anchor` and handed to a call (`LambdaLR(opt,
+        lambda step: rate(step, model.d_model))`, the Annotated Transformer, round-21 audit
+        B annotated_tf_b): the call may keep it and run it later, after `anchor` too."""
+        index = self.index
+        for ancestor in index.ancestors(node):
+            if isinstance(ancestor, cst.Lambda):
+                made_before = index.precedes(ancestor, anchor) or index.inside(ancestor, anchor)
+                return made_before and isinstance(index.parent(ancestor), cst.Arg)
+            if isinstance(ancestor, cst.BaseStatement):
+                return False
         return False
 
     def _bound_again(

@@ -1008,6 +1008,8 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
     ]
     if not starts or any(dotted(source) is None for _, source in again):
         return False
+    if any(_given_other_loaders(anatomy, loader, node, source) for node, source in again):
+        return False
     for node, source in again:
         sampler = f"{dotted(source)}.{loader.sampler_path}"
         where = node if isinstance(node, cst.For) else anatomy.statement_of(node)
@@ -1868,12 +1870,61 @@ def _site_trains(
     return True
 
 
+def _given_other_loaders(
+    anatomy: Anatomy, loader: Loader, node: cst.CSTNode, source: cst.BaseExpression
+) -> bool:
+    """`for (data,) in loader: yield ...` in `data_gen(loader)`, called with the training
+    loader and with the validation one (the Annotated Transformer, round-21 audit B
+    annotated_tf_b): a pass there is not always the training loader's, whose set_epoch the
+    validation loader's SequentialSampler does not have."""
+    function = anatomy.function_of(node)
+    root = (dotted(source) or "").split(".")[0]
+    if function is None or root not in anatomy.graph.parameters_of(function):
+        return False
+    for site in anatomy.graph.call_sites(function):
+        given = anatomy.graph.bound_argument(site, function, root)
+        if given is None:
+            return True
+        if anatomy.loaders.resolve(given, anatomy.function_of(site)) is not loader.call:
+            return True
+    return False
+
+
 def _may_train(anatomy: Anatomy, loop: cst.For | cst.CompFor) -> bool:
-    """Whether a `.backward()` or a `.step(...)` is in `loop`, in a function defined in it, or
-    in the script's functions it calls."""
-    return anatomy.graph.reaches(
-        loop, lambda node: is_method_call(node, "backward", "step", "zero_grad")
-    )
+    """Whether a `.backward()` or a `.step(...)` is in `loop`, in a function defined in it, in
+    the script's functions it calls, or in an object of the script's classes it is handed and
+    calls (the Annotated Transformer's `run_epoch(data_gen(train_loader), model,
+    SimpleLossCompute(...))`, whose `__call__` steps: round-21 audit B annotated_tf_b)."""
+
+    def trains(node: cst.CSTNode) -> bool:
+        return is_method_call(node, "backward", "step", "zero_grad")
+
+    if anatomy.graph.reaches(loop, trains):
+        return True
+    function = anatomy.function_of(loop)
+    if function is None:
+        return False
+    if any(
+        isinstance(node, cst.Yield) and anatomy.function_of(node) is function for node in walk(loop)
+    ):
+        return True  # a generator's pass: it trains wherever its batches are used
+    parameters = anatomy.graph.parameters_of(function)
+    called = {
+        node.func.value
+        for node in walk(loop)
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value in parameters
+    }
+    for site in anatomy.graph.call_sites(function):
+        for parameter in called:
+            given = anatomy.graph.bound_argument(site, function, parameter)
+            if not isinstance(given, cst.Call):
+                continue
+            owner = anatomy.classes.get(dotted(given.func) or "")
+            if owner is not None and anatomy.graph.reaches(owner, trains):
+                return True
+    return False
 
 
 def _given_whole(

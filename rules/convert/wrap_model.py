@@ -1328,6 +1328,11 @@ def _skips_parameters(anatomy: Anatomy) -> str | None:
                 ):
                     line = anatomy.line(node)
                     return f"`{owner.name.value}.forward` runs a slice of its layers (line {line})"
+        # a layer the training code runs itself (`SimpleLossCompute(model.generator, ...)`,
+        # the Annotated Transformer): its parameters get their gradients, and with
+        # find_unused_parameters DDP would mark them unused, then see their gradients
+        # (round-21 audit B annotated_tf_b)
+        used |= _run_outside(anatomy, owner)
         unused = sorted(set(layers) - used)
         if unused:
             line = anatomy.line(layers[unused[0]])
@@ -1343,6 +1348,22 @@ def _skips_parameters(anatomy: Anatomy) -> str | None:
                     f"`self.{name}` (line {anatomy.line(made)}): its bias gets no gradient"
                 )
     return None
+
+
+def _run_outside(anatomy: Anatomy, owner: cst.ClassDef) -> set[str]:
+    """Layers read off an object outside its class and called or handed to a call there
+    (`model.generator(x)`, `Loss(model.generator)`)."""
+    found: set[str] = set()
+    for node in walk(anatomy.module):
+        if not isinstance(node, cst.Attribute) or is_name(node.value, "self"):
+            continue
+        if anatomy.inside(node, owner):
+            continue
+        parent = anatomy.parent(node)
+        called = isinstance(parent, cst.Call) and parent.func is node
+        if called or (isinstance(parent, cst.Arg) and parent.value is node):
+            found.add(node.attr.value)
+    return found
 
 
 def _parts_read(

@@ -4923,3 +4923,75 @@ for epoch in range(2):
         "if args.seed is not None:\n"
         "    torch.manual_seed(args.seed + dist.get_rank())  # every process draws noise of"
     ) in result.output.decode()
+
+
+ANNOTATED = """import torch
+from torch.utils.data import DataLoader
+
+
+class EncoderDecoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.d_model = 4
+        self.encoder = torch.nn.Linear(4, 4)
+        self.generator = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+class SimpleLossCompute:
+    def __init__(self, generator, opt=None):
+        self.generator = generator
+        self.opt = opt
+
+    def __call__(self, x, y):
+        loss = (self.generator(x) - y).pow(2).mean()
+        if self.opt is not None:
+            loss.backward()
+            self.opt.step()
+            self.opt.zero_grad()
+        return loss.item()
+
+
+def data_gen(loader):
+    for x in loader:
+        yield x, x
+
+
+def run_epoch(data_iter, model, loss_compute):
+    total = 0.0
+    for x, y in data_iter:
+        total += loss_compute(model(x), y)
+    return total
+
+
+model = EncoderDecoder()
+optimizer = torch.optim.Adam(model.parameters(), lr=0.5)
+scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: model.d_model ** -0.5)
+train_loader = DataLoader(torch.randn(64, 4), batch_size=8, shuffle=True)
+valid_loader = DataLoader(torch.randn(16, 4), batch_size=8)
+for epoch in range(2):
+    run_epoch(data_gen(train_loader), model, SimpleLossCompute(model.generator, optimizer))
+    with torch.no_grad():
+        print(run_epoch(data_gen(valid_loader), model, SimpleLossCompute(model.generator)))
+"""
+
+
+def test_a_training_pass_through_a_generator_and_a_loss_object_is_not_an_evaluation() -> None:
+    """Round-21 audit B annotated_tf_b (the Annotated Transformer): `run_epoch(data_gen(
+    train_loader), model, SimpleLossCompute(model.generator, opt))` steps in the loss
+    object's `__call__`. It was taken for an evaluation over the training set (the unsharded
+    `eval_train_loader` trained), set_epoch went into `data_gen`, which the validation
+    loader's SequentialSampler also runs (AttributeError), `find_unused_parameters=True` was
+    added for the generator the loss object runs (DDP then saw its gradient after marking it
+    unused), and the scheduler's lambda read `model.d_model` off the wrapper. What remains
+    (where set_epoch goes) is refused, with the line."""
+    result = convert_source(ANNOTATED.encode(), "annotated.py", ConvertOptions())
+    assert result.refused
+    messages = [note.message for note in result.problems + result.notes]
+    assert not any("eval_train_loader" in m for m in messages), messages
+    assert not any("find_unused_parameters=True" in m for m in messages), messages
+    assert any(
+        "`model.d_model` is read in a function that runs both while" in m for m in messages
+    ), messages
