@@ -26,7 +26,15 @@ from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.script import TrainingScript
-from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, methods, walk
+from ddpify.analysis.tree import (
+    call_arg,
+    counted_range,
+    dotted,
+    is_method_call,
+    is_name,
+    methods,
+    walk,
+)
 from ddpify.analysis.values import MAX_STEPS
 
 # Calls that draw sample indices (or samples), and the generator family they draw from.
@@ -334,7 +342,7 @@ class Streams:
                 continue
             loop = loops[0]
             assert isinstance(loop, cst.For | cst.While)
-            if isinstance(loop, cst.For) and _counted_range(loop) is None:
+            if isinstance(loop, cst.For) and counted_range(loop) is None:
                 return "untraced"
             return "ordered" if self._walks_the_data(loop) else "whole"
         return None
@@ -374,7 +382,7 @@ class Streams:
         with its own counter (`x[i:i + bs]`)."""
         if isinstance(loop, cst.While):
             return False
-        iterable = _counted_range(loop)
+        iterable = counted_range(loop)
         if iterable is None:
             return True
         if len(iterable.args) > 2:
@@ -399,19 +407,3 @@ class Streams:
         if isinstance(outermost, cst.BaseStatement):
             return outermost
         return None
-
-
-def _counted_range(loop: cst.For) -> cst.Call | None:
-    """The `range(...)` a loop counts through, directly or numbered (`for batch, i in
-    enumerate(range(0, n, bptt))`)."""
-    iterable = loop.iter
-    if (
-        isinstance(iterable, cst.Call)
-        and is_name(iterable.func, "enumerate")
-        and len(iterable.args) == 1
-        and not iterable.args[0].star
-    ):
-        iterable = iterable.args[0].value
-    if isinstance(iterable, cst.Call) and is_name(iterable.func, "range"):
-        return iterable
-    return None

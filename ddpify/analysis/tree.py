@@ -153,3 +153,19 @@ def assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
 def source_text(node: cst.CSTNode) -> str:
     """The source text of `node` (for messages and rebuilt expressions)."""
     return cst.Module([]).code_for_node(node)
+
+
+def counted_range(loop: cst.For) -> cst.Call | None:
+    """The `range(...)` a loop counts through, directly or numbered (`for batch, i in
+    enumerate(range(0, n, bptt))`, the word language model)."""
+    iterable = loop.iter
+    if (
+        isinstance(iterable, cst.Call)
+        and is_name(iterable.func, "enumerate")
+        and len(iterable.args) == 1
+        and not iterable.args[0].star
+    ):
+        iterable = iterable.args[0].value
+    if isinstance(iterable, cst.Call) and is_name(iterable.func, "range"):
+        return iterable
+    return None

@@ -215,16 +215,7 @@ class Values:
                 continue
             if index.inside(assign, anchor) or index.inside(node, assign):
                 continue
-            targets = (
-                [target.target for target in assign.targets]
-                if isinstance(assign, cst.Assign)
-                else [assign.target]
-            )
-            if assign.value is None or not any(dotted(target) == name for target in targets):
-                continue
-            if dotted(assign.value) in same - {name}:
-                continue  # `raw = model`: the same object
-            if not any(dotted(inner) == name for inner in walk(assign.value)):
+            if _gives_new_object(assign, name, same):
                 return True
         return False
 
@@ -251,16 +242,7 @@ class Values:
         for assign in self._assignments_by_scope.get(None, ()):
             if not index.precedes(anchor, assign) or index.inside(assign, anchor):
                 continue
-            targets = (
-                [target.target for target in assign.targets]
-                if isinstance(assign, cst.Assign)
-                else [assign.target]
-            )
-            if assign.value is None or not any(dotted(target) == name for target in targets):
-                continue
-            if dotted(assign.value) in same - {name}:
-                continue
-            if not any(dotted(inner) == name for inner in walk(assign.value)):
+            if _gives_new_object(assign, name, same):
                 found.append(assign)
         return found
 
@@ -331,3 +313,19 @@ def _values_for(
                     cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])
                 ]
     return []
+
+
+def _gives_new_object(assign: cst.Assign | cst.AnnAssign, name: str, same: frozenset[str]) -> bool:
+    """Whether `assign` gives `name` a new object (`model = Net()`, `model = torch.load(f)`),
+    not one made from itself (`model = compile(model)`) nor another name of the same one
+    (`raw = model`)."""
+    targets = (
+        [target.target for target in assign.targets]
+        if isinstance(assign, cst.Assign)
+        else [assign.target]
+    )
+    if assign.value is None or not any(dotted(target) == name for target in targets):
+        return False
+    if dotted(assign.value) in same - {name}:
+        return False
+    return not any(dotted(inner) == name for inner in walk(assign.value))

@@ -35,7 +35,7 @@ from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.models import Models
 from ddpify.analysis.project import Project
 from ddpify.analysis.script import TrainingScript, given_later
-from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
+from ddpify.analysis.tree import call_arg, counted_range, dotted, is_name, source_text, walk
 from ddpify.analysis.values import MAX_STEPS, Values, constant_index
 
 # How deep `_kind` follows an expression: names, calls and operators, one step each.
@@ -752,17 +752,9 @@ def _steps_through(loop: cst.CSTNode) -> cst.Call | None:
     enumerate(range(0, stop, step))` (the word language model's)."""
     if not isinstance(loop, cst.For):
         return None
-    iterable = loop.iter
+    iterable = counted_range(loop)
     if (
-        isinstance(iterable, cst.Call)
-        and is_name(iterable.func, "enumerate")
-        and len(iterable.args) == 1
-        and not iterable.args[0].star
-    ):
-        iterable = iterable.args[0].value
-    if (
-        isinstance(iterable, cst.Call)
-        and is_name(iterable.func, "range")
+        iterable is not None
         and len(iterable.args) == 3
         and all(arg.keyword is None and not arg.star for arg in iterable.args)
     ):
