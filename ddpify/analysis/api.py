@@ -81,6 +81,8 @@ ITER_WRAPPERS = {
     "progress_bar", "itertools.islice", "islice",
 }  # fmt: skip
 # Module attributes that behave the same on the DDP wrapper; anything else needs `.module`.
+# Tensor methods that draw in place from torch's generator (`w.normal_()`).
+IN_PLACE_DRAWS = ("normal_", "uniform_", "bernoulli_", "random_", "exponential_")
 DDP_TRANSPARENT = {
     "module", "parameters", "named_parameters", "train", "eval", "zero_grad", "to", "cuda",
     "cpu", "modules", "named_modules", "children", "named_children", "buffers",

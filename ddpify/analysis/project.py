@@ -20,7 +20,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpify.analysis.api import DDP_TRANSPARENT
+from ddpify.analysis.api import DDP_TRANSPARENT, IN_PLACE_DRAWS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import dotted, is_method_call, methods, source_text, walk
@@ -289,7 +289,6 @@ def _scan(
 # What draws from a global generator: `np.random.<x>(...)`, `random.<x>(...)`, `torch.rand*`,
 # and tensors' in-place draws (`w.normal_()`).
 _DRAW_PREFIXES = ("np.random.", "numpy.random.", "random.", "torch.rand", "torch.normal")
-_DRAWING_METHODS = ("normal_", "uniform_", "bernoulli_", "random_", "exponential_")
 
 
 def draws_at_random(node: cst.CSTNode) -> bool:
@@ -299,7 +298,7 @@ def draws_at_random(node: cst.CSTNode) -> bool:
         return False
     if (dotted(node.func) or "").startswith(_DRAW_PREFIXES):
         return True
-    return isinstance(node.func, cst.Attribute) and node.func.attr.value in _DRAWING_METHODS
+    return isinstance(node.func, cst.Attribute) and node.func.attr.value in IN_PLACE_DRAWS
 
 
 def _in_loop(helper: Helper, node: cst.CSTNode) -> bool:

@@ -21,7 +21,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from ddpify.analysis.api import SEEDS
+from ddpify.analysis.api import IN_PLACE_DRAWS, SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import Loader
@@ -56,7 +56,6 @@ TORCH_DRAWS = set(
         "torch.bernoulli", "torch.poisson",
     }
 )  # fmt: skip
-IN_PLACE = ("normal_", "uniform_", "bernoulli_", "random_", "exponential_")
 # The global generators' draws of NumPy (`np.random.<name>`) and Python (`random.<name>`).
 NUMPY_DRAWS = frozenset(
     {"rand", "randn", "randint", "random", "random_sample", "choice", "permutation", "shuffle",
@@ -183,7 +182,7 @@ class Streams:
 
             def collect(node: cst.CSTNode, into: dict[str, list[cst.Call]] = draws) -> bool:
                 if isinstance(node, cst.Call):
-                    family = self._drawn_from(node)
+                    family = self.drawn_from(node)
                     if family is not None:
                         into.setdefault(family, []).append(node)
                 return False  # look at every node
@@ -241,10 +240,10 @@ class Streams:
                 found[id(loop)] = (loop, loaders[0])
         return list(found.values())
 
-    def _drawn_from(self, call: cst.Call) -> str | None:
+    def drawn_from(self, call: cst.Call) -> str | None:
         """The generator family a call draws from while training: torch's (`torch.randn`,
         `x.normal_()`), NumPy's global one (`np.random.beta`) or Python's (`random.random`)."""
-        if self.index.is_call_to(call, TORCH_DRAWS) or is_method_call(call, *IN_PLACE):
+        if self.index.is_call_to(call, TORCH_DRAWS) or is_method_call(call, *IN_PLACE_DRAWS):
             return "torch"
         if not self.index.may_name(call, set(PY_DRAWS | NUMPY_DRAWS)):
             return None

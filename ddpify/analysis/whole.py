@@ -30,12 +30,21 @@ from functools import cached_property
 
 import libcst as cst
 
+from ddpify.analysis.api import IN_PLACE_DRAWS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.models import Models
 from ddpify.analysis.project import Project
 from ddpify.analysis.script import TrainingScript, given_later
-from ddpify.analysis.tree import call_arg, counted_range, dotted, is_name, source_text, walk
+from ddpify.analysis.tree import (
+    call_arg,
+    counted_range,
+    dotted,
+    is_method_call,
+    is_name,
+    source_text,
+    walk,
+)
 from ddpify.analysis.values import MAX_STEPS, Values, constant_index
 
 # How deep `_kind` follows an expression: names, calls and operators, one step each.
@@ -97,8 +106,6 @@ FIXED_MODULES = (
     "builtins", "torch", "numpy", "pandas", "pickle", "json", "os", "pathlib", "csv", "math",
     "collections", "itertools", "functools", "io", "gzip", "h5py", "scipy.io", "string",
 )  # fmt: skip
-# Methods that draw in place.
-DRAWING_METHODS = frozenset({"normal_", "uniform_", "bernoulli_", "random_", "exponential_"})
 
 # Methods that keep the samples where they are (a move, a new dtype, a copy).
 KEEPING = frozenset(
@@ -607,8 +614,8 @@ class _Counted:
         rank 0's."""
         for node in walk(value):
             if isinstance(node, cst.Call):
-                if _unseeded_draw(self.index, node) is not None or (
-                    isinstance(node.func, cst.Attribute) and node.func.attr.value in DRAWING_METHODS
+                if _unseeded_draw(self.index, node) is not None or is_method_call(
+                    node, *IN_PLACE_DRAWS
                 ):
                     return node
                 callee = self.graph.callee(node)

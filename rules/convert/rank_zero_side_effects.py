@@ -631,10 +631,6 @@ GENERATOR_STATES = {
     "random": ("random", "{m}.getstate()", "{m}.setstate({s}[0])"),
     "torch": ("torch", "{m}.get_rng_state()", "{m}.set_rng_state({s}[0])"),
 }
-TORCH_DRAW_NAMES = frozenset(
-    {"rand", "randn", "randint", "randperm", "normal", "multinomial", "bernoulli",
-     "rand_like", "randn_like", "randint_like", "poisson"}
-)  # fmt: skip
 
 
 def _continue_rank_zeros_draws(ctx: ConvertContext, first: cst.CSTNode, last: cst.CSTNode) -> None:
@@ -648,8 +644,15 @@ def _continue_rank_zeros_draws(ctx: ConvertContext, first: cst.CSTNode, last: cs
     body = list(anatomy.body_of(first))
     run = body[body.index(first) : body.index(last) + 1]
     families: set[str] = set()
+
+    def collect(node: cst.CSTNode) -> bool:
+        family = anatomy.streams.drawn_from(node) if isinstance(node, cst.Call) else None
+        if family is not None:
+            families.add(family)
+        return False  # look at every node
+
     for line in run:
-        anatomy.graph.reaches(line, lambda node: _collect_family(anatomy, node, families))
+        anatomy.graph.reaches(line, collect)
     seeded = {
         family
         for family in families
@@ -680,21 +683,6 @@ def _continue_rank_zeros_draws(ctx: ConvertContext, first: cst.CSTNode, last: cs
             f"what rank 0 writes first is drawn at random ({shown}, seeded): the others, "
             "which skip those draws, go on from rank 0's generator state",
         )
-
-
-def _collect_family(anatomy: Anatomy, node: cst.CSTNode, into: set[str]) -> bool:
-    """Add the global generator family `node` draws from, if it is such a draw."""
-    if not isinstance(node, cst.Call):
-        return False
-    for name in anatomy.qualified_names(node.func):
-        head, _, last = name.rpartition(".")
-        if head == "numpy.random" and last not in {"seed", "RandomState", "default_rng"}:
-            into.add("numpy")
-        elif head == "random" and last not in {"seed", "Random", "getstate", "setstate"}:
-            into.add("random")
-        elif head == "torch" and last in TORCH_DRAW_NAMES:
-            into.add("torch")
-    return False  # look at every node
 
 
 def _before_the_run(ctx: ConvertContext, first: cst.CSTNode, barrier: str) -> None:

@@ -821,8 +821,7 @@ def _through_module(value: cst.BaseExpression) -> cst.BaseExpression:
 def _bare_either_way(value: cst.BaseExpression) -> cst.BaseExpression:
     """`(model.module if isinstance(model, DDP) else model)`."""
     text = source_text(value)
-    either = cst.parse_expression(f"({text}.module if isinstance({text}, DDP) else {text})")
-    return either
+    return cst.parse_expression(f"({text}.module if isinstance({text}, DDP) else {text})")
 
 
 def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
@@ -1341,10 +1340,9 @@ def _skips_parameters(anatomy: Anatomy) -> str | None:
                 "forward"
             )
         for name, made in layers.items():
-            part = _parts_read(anatomy, [by_name[m] for m in reached], name, made)
-            if part is not None:
+            if _weight_alone(anatomy, [by_name[m] for m in reached], name, made):
                 return (
-                    f"`{owner.name.value}.forward` reads `self.{name}.{part}` but never runs "
+                    f"`{owner.name.value}.forward` reads `self.{name}.weight` but never runs "
                     f"`self.{name}` (line {anatomy.line(made)}): its bias gets no gradient"
                 )
     return None
@@ -1366,12 +1364,12 @@ def _run_outside(anatomy: Anatomy, owner: cst.ClassDef) -> set[str]:
     return found
 
 
-def _parts_read(
+def _weight_alone(
     anatomy: Anatomy, methods_: list[cst.FunctionDef], name: str, made: cst.Assign
-) -> str | None:
+) -> bool:
     """`self.token_mix.weight * mask` in a forward that never runs `self.token_mix` itself
-    (round-21 audit A compile_train): a layer made with a bias whose bias is not read. The
-    part read, when so."""
+    (round-21 audit A compile_train): a layer made with a bias, of which only the weight is
+    read."""
     parts: set[str] = set()
     for method in methods_:
         for node in walk(method.body):
@@ -1383,15 +1381,11 @@ def _parts_read(
                 continue
             parent = anatomy.parent(node)
             if not (isinstance(parent, cst.Attribute) and parent.value is node):
-                return None  # run, or handed on whole
+                return False  # run, or handed on whole
             parts.add(parent.attr.value)
     assert isinstance(made.value, cst.Call)
     bias = call_arg(made.value, None, "bias")
-    if bias is not None and is_name(bias.value, "False"):
-        return None
-    if parts and "bias" not in parts and parts <= {"weight"}:
-        return "weight"
-    return None
+    return parts == {"weight"} and not (bias is not None and is_name(bias.value, "False"))
 
 
 def _output_picked_under_condition(
