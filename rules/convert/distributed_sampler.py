@@ -1530,6 +1530,7 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
         return
     scope = anatomy.function_of(stream.anchor)
     lines: list[str] = []
+    workers: set[str] = set()  # the seeds of the loaders' workers, made apart
     for family in sorted(stream.families):
         if not stream.needs_seed(family):
             ctx.info(
@@ -1542,6 +1543,16 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
             for seed in stream.seeds.get(family, [])
             if not _state_put_back(anatomy, stream.anchor, seed)
         ]
+        in_workers = [seed for seed in seeds if _runs_in_loader_workers(anatomy, seed)]
+        if in_workers:
+            # the PyTorch reproducibility recipe's `seed_worker` (round-21 audit B
+            # workers_seed): the workers draw from the seed their loader draws for them
+            reseeds = _reseed_workers(anatomy, in_workers, scope)
+            if reseeds is not None:
+                workers.update(reseeds)
+                seeds = [seed for seed in seeds if seed not in in_workers]
+                if not seeds and family != "torch":
+                    continue
         base = _seed_at(anatomy, seeds[-1], scope) if len(seeds) == 1 else None
         if base is None and family == "torch":
             base = "torch.initial_seed()"
@@ -1573,6 +1584,11 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
             # sd_finetune): unseeded, the processes already draw apart
             call = f"if {base} is not None:\n    {call}"
         lines.append(call + "\n")
+    if "torch" in workers:  # workers seeded from torch's own generator
+        workers.discard("torch")
+        if not any(line.startswith("torch.manual_seed(") for line in lines):
+            lines.append("torch.manual_seed(torch.initial_seed() + dist.get_rank())\n")
+    lines += sorted(f"{reseed}  # the loader's workers draw apart too\n" for reseed in workers)
     if not lines:
         return
     new = statements("".join(lines))
@@ -1594,6 +1610,52 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
             "its rank (the data is not split; every step sees world_size times the batch)",
         ),
     )
+
+
+# Where a loader's worker finds the seed its loader drew for it.
+WORKER_SEEDS = {"torch.initial_seed", "torch.utils.data.get_worker_info"}
+
+
+def _reseed_workers(
+    anatomy: Anatomy, seeds: list[cst.Call], scope: cst.FunctionDef | None
+) -> set[str] | None:
+    """The statements that give every process's loader workers seeds of their own, for
+    seeds set in a `worker_init_fn` from the seed the loader draws for each worker
+    (`torch.initial_seed()`): the loader's `generator=` re-seeded with its seed plus the
+    rank, or, without one, torch's generator ("torch"). None when that cannot be done."""
+    found: set[str] = set()
+    for seed in seeds:
+        function = anatomy.function_of(seed)
+        if function is None or not any(
+            isinstance(node, cst.Call) and anatomy.is_call_to(node, WORKER_SEEDS)
+            for node in walk(function.body)
+        ):
+            return None
+        loaders = [
+            call
+            for call in anatomy.calls
+            if (given := call_arg(call, None, "worker_init_fn")) is not None
+            and any(is_name(node, function.name.value) for node in walk(given.value))
+        ]
+        for loader in loaders:
+            generator = call_arg(loader, None, "generator")
+            if generator is None:
+                found.add("torch")
+                continue
+            name = dotted(generator.value)
+            seeded = [
+                call
+                for call in anatomy.calls
+                if call.args
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "manual_seed"
+                and dotted(call.func.value) == name
+            ]
+            base = _seed_at(anatomy, seeded[0], scope) if len(seeded) == 1 else None
+            if base is None or anatomy.function_of(seeded[0]) is not scope:
+                return None
+            found.add(f"{name}.manual_seed({base} + dist.get_rank())")
+    return found or None
 
 
 def _seed_at(anatomy: Anatomy, seed: cst.Call, scope: cst.FunctionDef | None) -> str | None:
@@ -1834,7 +1896,8 @@ def _site_trains(
     """Whether the call `site` of `function` may run the backward pass in `loop`: not when
     the backward is under `if optimizer is not None:` (`if train:`, `if phase == "train":`)
     and the call gives that parameter None, False or another string, or leaves it at such a
-    default (round-8 audit a07's `run_epoch(model, val_dl)`)."""
+    default (round-8 audit a07's `run_epoch(model, val_dl)`), also through a local the
+    test names (`train = optimizer is not None`)."""
     defaults = {
         param.name.value: param.default
         for param in [*function.params.params, *function.params.kwonly_params]
@@ -1848,6 +1911,10 @@ def _site_trains(
             if not isinstance(guard, cst.If) or not anatomy.inside(node, guard.body):
                 continue
             test, wanted = guard.test, None
+            if isinstance(test, cst.Name) and test.value not in defaults:
+                # `train = optimizer is not None`, then `if train:` (round-21 audit A graph_cls)
+                values = anatomy.values.assignments(test.value, function)
+                test = values[0] if len(values) == 1 else test
             if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
                 operator = test.comparisons[0].operator
                 comparator = test.comparisons[0].comparator

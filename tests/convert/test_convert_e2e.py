@@ -2375,6 +2375,68 @@ def test_the_docs_seed_worker_recipe_runs_no_collective_in_the_workers(tmp_path:
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
 
 
+AUGMENTING_WORKERS = """\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+def seed_worker(worker_id):
+    np.random.seed(torch.initial_seed() % 2 ** 32)
+
+
+class Noisy(Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i)]), torch.tensor([np.random.normal()], dtype=torch.float32)
+
+
+def main():
+    torch.manual_seed(0)
+    np.random.seed(0)
+    g = torch.Generator()
+    g.manual_seed(0)
+    loader = DataLoader(
+        Noisy(), batch_size=8, shuffle=True, num_workers=2, worker_init_fn=seed_worker, generator=g
+    )
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    noise = []
+    for epoch in range(2):
+        for x, n in loader:
+            noise.append(n)
+            loss = (model(x + n) - x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    PROBE
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_workers_seeded_by_the_docs_recipe_draw_apart_in_every_process(tmp_path: Path) -> None:
+    """Round-21 audit B workers_seed (PyTorch's reproducibility recipe, NumPy augmentations
+    in `__getitem__`): the workers seed NumPy from the seed the loader draws from its
+    `generator=g`, seeded alike in every process, so every rank's workers would draw the
+    same noise. It was refused; `g` is now seeded with the seed plus the rank before
+    training, and the ranks' noise differs."""
+    result = convert_source(AUGMENTING_WORKERS.encode(), "aug.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"    g.manual_seed(0 + dist.get_rank())" in result.output
+    probe = "torch.save(torch.cat(noise), f'noise{dist.get_rank()}.pt')"
+    (tmp_path / "aug.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["aug.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    first, second = (torch.load(tmp_path / f"noise{r}.pt") for r in (0, 1))
+    assert first.shape == second.shape == (32, 1)
+    assert not torch.isclose(first, second).any()
+
+
 def test_a_module_made_around_the_trained_model_saves_its_keys(tmp_path: Path) -> None:
     """Round-18 audit s35: the temperature-scaling wrapper made after training saves a state
     dict that loads into the same wrapper around a bare model, under torchrun."""
