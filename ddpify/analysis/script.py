@@ -34,6 +34,7 @@ from ddpify.analysis.tree import (
     is_lone,
     is_method_call,
     is_name,
+    source_text,
     walk,
 )
 from ddpify.analysis.values import MAX_STEPS, Values
@@ -278,7 +279,7 @@ class TrainingScript:
         seen: set[cst.CSTNode] = set()
         for backward in self.backward_calls:
             chain = self.graph.loops_around(backward)
-            batch_index = self._batch_loop_index(chain)
+            batch_index = _batch_loop_index(self, chain)
             if batch_index is None:
                 continue
             batch_loop = chain[batch_index][0]
@@ -287,6 +288,8 @@ class TrainingScript:
             seen.add(batch_loop)
             scope = self.index.function_of(batch_loop)
             loader = self.loaders.loader_for(self.loaders.resolve(batch_loop.iter, scope))
+            if loader is None:
+                loader = _branch_that_trains(self, batch_loop, backward, scope)
             zipped = _zipped(self.loaders, batch_loop.iter, scope) if loader is None else []
             if zipped:
                 loader = zipped[0][0]
@@ -314,21 +317,6 @@ class TrainingScript:
                 break
             loops.append(train)
         return loops
-
-    def _batch_loop_index(self, chain: list[tuple[cst.CSTNode, str]]) -> int | None:
-        """Which of the loops around a backward pass reads the batches: the innermost that
-        iterates a DataLoader of the script (`for net, opt in zip(nets, optimizers)` inside
-        it trains several models on one batch), else the innermost loop."""
-        loops = [i for i, (_, kind) in enumerate(chain) if kind == "loop"]
-        for i in loops:
-            node = chain[i][0]
-            if isinstance(node, cst.For) and self.loaders.resolve(
-                node.iter, self.index.function_of(node)
-            ):
-                return i
-            if any(kind == "call" for _, kind in chain[:i]):
-                break  # past a call: the loops out there are the caller's
-        return loops[0] if loops else None
 
     def loader_name(
         self, iterable: cst.BaseExpression, scope: cst.FunctionDef | None
@@ -778,6 +766,57 @@ def _without_gradients(index: SourceIndex, node: cst.CSTNode) -> bool:
         )
         for ancestor in index.ancestors(node)
     )
+
+
+def _batch_loop_index(
+    script: TrainingScript,
+    chain: list[tuple[cst.CSTNode, str]],
+) -> int | None:
+    """Which of the loops around a backward pass reads the batches: the innermost that
+    iterates a DataLoader of the script (`for net, opt in zip(nets, optimizers)` inside
+    it trains several models on one batch), else the innermost loop."""
+    loops = [i for i, (_, kind) in enumerate(chain) if kind == "loop"]
+    for i in loops:
+        node = chain[i][0]
+        if isinstance(node, cst.For) and script.loaders.resolve(
+            node.iter, script.index.function_of(node)
+        ):
+            return i
+        if any(kind == "call" for _, kind in chain[:i]):
+            break  # past a call: the loops out there are the caller's
+    return loops[0] if loops else None
+
+
+def _branch_that_trains(
+    script: TrainingScript, batch_loop: cst.For, backward: cst.Call, scope: cst.FunctionDef | None
+) -> Loader | None:
+    """The loader of `loader = self.train_loader if train else self.val_loader` (one
+    `_run_epoch(epoch, train)` for both, round-21 audit B trainer_class) that the loop
+    reads when its backward pass runs: the branch whose test the backward's `if train:`
+    repeats (or negates)."""
+    name = dotted(strip_iteration(batch_loop.iter, script.graph))
+    values = script.values.assignments(name, scope) if name is not None else []
+    if (
+        len(values) != 1
+        or not isinstance(values[0], cst.IfExp)
+        or not script.index.inside(backward, batch_loop)
+    ):
+        return None
+    choice = values[0]
+    test = source_text(choice.test)
+    for ancestor in script.index.ancestors(backward):
+        if ancestor is batch_loop:
+            break
+        if not isinstance(ancestor, cst.If) or not script.index.inside(backward, ancestor.body):
+            continue
+        if source_text(ancestor.test) == test:
+            branch = choice.body
+        elif source_text(ancestor.test) == f"not {test}":
+            branch = choice.orelse
+        else:
+            continue
+        return script.loaders.loader_for(script.loaders.resolve(branch, scope))
+    return None
 
 
 def _local_value(

@@ -1363,6 +1363,43 @@ main()
     assert "steps on `tr_loss`, summed from this process's batches only" in problem.message
 
 
+def test_an_epoch_function_named_train_by_a_local_converts() -> None:
+    """Round-21 audit A graph_cls: `train = optimizer is not None` then `if train:` around the
+    step. The call without an optimizer does not train, so the one epoch function is not
+    given two training loaders; it was refused ("trains over the loaders of lines ...")."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def run_epoch(model, loader, optimizer=None):
+    train = optimizer is not None
+    model.train(train)
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        if train:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+def main():
+    train_dl = DataLoader(train_ds, batch_size=8, shuffle=True)
+    val_dl = DataLoader(val_ds, batch_size=64)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        run_epoch(model, train_dl, optimizer)
+        run_epoch(model, val_dl)
+
+
+main()
+"""
+    result = convert_source(source.encode(), "local.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"        train_dl.sampler.set_epoch(epoch)\n" in result.output
+    assert b"    val_dl = DataLoader(val_ds, batch_size=64)\n" in result.output
+
+
 HANDED_IN = """import torch
 from torch.utils.data import DataLoader
 
@@ -4995,3 +5032,65 @@ def test_a_training_pass_through_a_generator_and_a_loss_object_is_not_an_evaluat
     assert any(
         "`model.d_model` is read in a function that runs both while" in m for m in messages
     ), messages
+
+
+ONE_RUN_EPOCH = """import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, train_set, val_set):
+        self.model = torch.nn.Linear(4, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+        self.val_loader = DataLoader(val_set, batch_size=8)
+
+    def _run_epoch(self, FLAG):
+        loader = CHOICE
+        total = 0.0
+        for x, y in loader:
+            loss = (self.model(x) - y).pow(2).mean()
+            if TEST:
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+            total += loss.item()
+        return total
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            self._run_epoch(TRAINS)
+            self._run_epoch(EVALUATES)
+
+
+Trainer(train_set, val_set).fit(3)
+"""
+
+
+@pytest.mark.parametrize(
+    ("choice", "test", "trains", "evaluates"),
+    [
+        ("self.train_loader if train else self.val_loader", "train", "True", "False"),
+        ("self.val_loader if evaluate else self.train_loader", "not evaluate", "False", "True"),
+    ],
+)
+def test_the_loader_one_run_epoch_picks_for_training_is_sharded(
+    choice: str, test: str, trains: str, evaluates: str
+) -> None:
+    """Round-21 audit B trainer_class: one `_run_epoch(train)` for both loaders, `loader =
+    self.train_loader if train else self.val_loader`, stepping under `if train:`. The branch
+    the backward's test repeats (or negates) is the training loader; it was refused ("found
+    no `for` loop over this loader that can be followed")."""
+    flag = test.split()[-1]
+    source = (
+        ONE_RUN_EPOCH.replace("FLAG", flag)
+        .replace("CHOICE", choice)
+        .replace("TEST", test)
+        .replace("TRAINS", trains)
+        .replace("EVALUATES", evaluates)
+    )
+    result = convert_source(source.encode(), "trainer.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"            self.train_loader.sampler.set_epoch(epoch)\n" in result.output
+    assert b"sampler=DistributedSampler(train_set, shuffle=True)" in result.output
+    assert b"DataLoader(val_set, batch_size=8)" in result.output
