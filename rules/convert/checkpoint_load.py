@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import MODEL_SAVES
-from ddpify.analysis.tree import call_arg, dotted, walk
+from ddpify.analysis.tree import call_arg, dotted, is_method_call, walk
 from ddpify.emit import expression, statement, with_keyword
 from ddpify.fixes import take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -21,6 +23,12 @@ class CheckpointLoad(ConvertRule):
     every rank, as in PyTorch's DDP tutorial; so is a load after the training loop of its
     function, or after a call in its function that trains (`fit(model, ...)`), in a script
     that saves checkpoints (the best model, reloaded at the end).
+
+    A path every process computes for itself but must agree on is rank 0's
+    (`dist.broadcast_object_list` right after it is computed): one built from the clock or a
+    random draw that a load reads back, and a folder picked by looking at the disk (a helper
+    of the script that tests `exists()` or lists a folder: YOLOv5's `increment_path` takes
+    the next free `runs/exp{n}`), assigned to a name ending in `dir`, `path` or `folder`.
 
     ## Why is this bad?
     A checkpoint saved from `cuda:0` loads back onto `cuda:0` in every process: GPU 0 holds
@@ -100,6 +108,67 @@ class CheckpointLoad(ConvertRule):
             main()
             """,
         ),
+        # A run folder picked by testing what exists (YOLOv5's increment_path): rank 0's.
+        Example(
+            """
+            import os
+
+            import torch
+
+
+            def next_run_dir(root):
+                n = 1
+                while os.path.exists(f"{root}/run{n}"):
+                    n += 1
+                return f"{root}/run{n}"
+
+
+            def main():
+                run_dir = next_run_dir("runs")
+                os.makedirs(run_dir)
+                model = Net()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                torch.save(model.state_dict(), os.path.join(run_dir, "model.pt"))
+
+
+            main()
+            """,
+            """
+            import os
+
+            import torch
+            import torch.distributed as dist
+
+
+            def next_run_dir(root):
+                n = 1
+                while os.path.exists(f"{root}/run{n}"):
+                    n += 1
+                return f"{root}/run{n}"
+
+
+            def main():
+                run_dir = next_run_dir("runs")
+                run_dir = [run_dir]
+                dist.broadcast_object_list(run_dir)  # every process takes rank 0's
+                run_dir = run_dir[0]
+                os.makedirs(run_dir)
+                model = Net()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                torch.save(model.state_dict(), os.path.join(run_dir, "model.pt"))
+
+
+            main()
+            """,
+        ),
     )
 
     def convert(self, ctx: ConvertContext) -> None:
@@ -132,6 +201,15 @@ class CheckpointLoad(ConvertRule):
                     if assign not in shared:
                         shared.add(assign)
                         _share(ctx, assign)
+        for assign in _paths_found_on_disk(anatomy):
+            if assign not in shared:
+                shared.add(assign)
+                _share(
+                    ctx,
+                    assign,
+                    "is picked by looking at the disk (the next free run folder), which each "
+                    "process does at its own moment",
+                )
         for call in _helpers_reading_after_training(anatomy):
             ctx.plan.insert_before(anatomy.statement_of(call), [statement("dist.barrier()\n")])
             ctx.add_import("torch.distributed", asname="dist")
@@ -189,15 +267,73 @@ def _drawn_per_process(
     return found
 
 
-def _share(ctx: ConvertContext, assign: cst.Assign) -> None:
+def _share(
+    ctx: ConvertContext,
+    assign: cst.Assign,
+    why: str = "differs between processes (a clock or a random draw)",
+) -> None:
     """Every process takes rank 0's value, right where it is drawn."""
     name = cst.Module([]).code_for_node(assign.targets[0].target)
     take_rank_zeros(ctx.plan, ctx.anatomy.statement_of(assign), name)
+    ctx.add_import("torch.distributed", asname="dist")
     ctx.changed(
         assign,
-        f"`{name}` differs between processes (a clock or a random draw): every process "
-        "takes rank 0's, so the others read the files rank 0 writes",
+        f"`{name}` {why}: every process takes rank 0's, so the others read the files rank 0 writes",
     )
+
+
+# What looks at the disk, by name and by method (`Path.exists()`).
+PROBES = {
+    "os.path.exists", "os.path.isdir", "os.path.isfile", "os.listdir", "os.scandir",
+    "glob.glob", "glob.iglob",
+}  # fmt: skip
+PROBE_METHODS = ("exists", "is_dir", "is_file", "iterdir", "glob")
+# The names a path goes by (`save_dir`, `opt.save_dir`, `run_path`, `log_folder`).
+PATH_NAME = re.compile(r"(dir|path|folder)$", re.IGNORECASE)
+
+
+def _paths_found_on_disk(anatomy: Anatomy) -> list[cst.Assign]:
+    """`opt.save_dir = str(increment_path(Path(opt.project) / opt.name))` (YOLOv5, round-21
+    audit A yolo_train_b): a helper of the script picks the path by testing what exists, so
+    every process may pick another (rank 1 made an empty `exp2/` beside rank 0's `exp/`).
+    Assignments of a path name, run by every process in the straight line of their function
+    after the process group is set up."""
+    found = []
+    for assign in anatomy.assigns:
+        if len(assign.targets) != 1:
+            continue
+        target = cst.Module([]).code_for_node(assign.targets[0].target)
+        if not PATH_NAME.search(target) or not anatomy.script.after_setup(assign):
+            continue
+        if not _in_straight_line(anatomy, anatomy.statement_of(assign)):
+            continue
+        if any(
+            anatomy.graph.reaches(function.body, lambda node: _probes(anatomy, node))
+            for node in walk(assign.value)
+            if isinstance(node, cst.Call)
+            for function in anatomy.graph.callees(node)
+        ):
+            found.append(assign)
+    return found
+
+
+def _probes(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and (
+        anatomy.is_call_to(node, PROBES) or is_method_call(node, *PROBE_METHODS)
+    )
+
+
+def _in_straight_line(anatomy: Anatomy, statement: cst.BaseStatement) -> bool:
+    """Whether every process runs `statement` when it runs its function (or the module): no
+    loop, branch or `try` around it but the module's `if __name__ == "__main__":`."""
+    for ancestor in anatomy.ancestors(statement):
+        if isinstance(ancestor, cst.FunctionDef | cst.Module):
+            return True
+        if isinstance(ancestor, cst.If) and ancestor is anatomy.script.main_guard:
+            continue
+        if not isinstance(ancestor, cst.IndentedBlock):
+            return False
+    return True
 
 
 # What reads back files written while training: loads, and listings of a folder.
