@@ -15,7 +15,13 @@ from typing import Any
 
 import torch
 
-from ddpify.verify.records import COMPARISON, ProcessRecord, save_copy_name, snapshot_name
+from ddpify.verify.records import (
+    COMPARISON,
+    ProcessRecord,
+    as_named_by,
+    save_copy_name,
+    snapshot_name,
+)
 
 SNAPSHOT = re.compile(r"opt(\d+)_step(\d+)\.pt$")
 
@@ -158,10 +164,11 @@ def compare_checkpoints(
     theirs = [ProcessRecord.read(folder).saves for folder in ranks]
     results = []
     seen: dict[str, int] = {}
+    names = as_named_by([s.path for saves in theirs for s in saves], [s.path for s in mine])
     for save in mine:
         occurrence = seen[save.path] = seen.get(save.path, -1) + 1
         for rank, saves in enumerate(theirs):
-            matching = [s for s in saves if s.path == save.path]
+            matching = [s for s in saves if names[s.path] == save.path]
             if len(matching) > occurrence:
                 other = matching[occurrence]
                 a = load(ranks[rank] / save_copy_name(other.index))

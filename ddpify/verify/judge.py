@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from ddpify.verify.records import ProcessRecord, StepRecord
+from ddpify.verify.records import ProcessRecord, StepRecord, as_named_by
 from ddpify.verify.runner import ProcessRun, Run, Verification, VerifyOptions
 
 ADAPTIVE_OPTIMIZERS = frozenset(
@@ -169,26 +169,14 @@ def _named_as(mine: Counter[str], theirs: Counter[str], options: VerifyOptions) 
     """The converted rank's writes, under the original's names where the two runs name one
     file differently: a copy of the script itself (`shutil.copy(__file__, out)`, the
     converted script's name), or a name made of the time or the process id (TensorBoard's
-    `events.out.tfevents.<time>.<host>.<pid>.0`, a run folder stamped with the date). A
-    name is taken as another's only when it is the one such name on both sides (round-16
-    audit s15, s17)."""
-    renamed: Counter[str] = Counter()
+    `events.out.tfevents.<time>.<host>.<pid>.0`, a run folder stamped with the date: round-16
+    audit s15, s17; `as_named_by`)."""
+    renamed = {path: path.replace(options.converted.name, options.original.name) for path in mine}
+    names = as_named_by(list(renamed.values()), list(theirs))
+    named: Counter[str] = Counter()
     for path, count in mine.items():
-        renamed[path.replace(options.converted.name, options.original.name)] += count
-    unmatched = [path for path in renamed if path not in theirs]
-    missing = [path for path in theirs if path not in renamed]
-    for path in unmatched:
-        shape = _shape(path)
-        mine_alike = [p for p in unmatched if _shape(p) == shape]
-        theirs_alike = [p for p in missing if _shape(p) == shape]
-        if len(mine_alike) == 1 and len(theirs_alike) == 1:
-            renamed[theirs_alike[0]] += renamed.pop(path)
-    return renamed
-
-
-def _shape(path: str) -> str:
-    """A path with every run of digits as `#`."""
-    return re.sub(r"\d+", "#", path)
+        named[names[renamed[path]]] += count
+    return named
 
 
 @dataclass(frozen=True)
@@ -1006,10 +994,11 @@ class _SideEffectsOnce(_AfterEquivalence):
         compared = {(row["path"], row["occurrence"]): row for row in (tensors.comparison or {}).get(
             "checkpoints", [])}  # fmt: skip
         seen: Counter[str] = Counter()
+        names = as_named_by([s.path for s in facts.ranks[0].saves], [s.path for s in saves])
         for save in saves:
             occurrence = seen[save.path]
             seen[save.path] += 1
-            theirs = [s for s in facts.ranks[0].saves if s.path == save.path]
+            theirs = [s for s in facts.ranks[0].saves if names[s.path] == save.path]
             if len(theirs) <= occurrence and (why := self.epochs_differ()):
                 return Status.UNCHECKED, label, f"rank 0 did not save {save.path}: {why}"
             if len(theirs) <= occurrence:

@@ -8,6 +8,8 @@ here imports torch.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,38 @@ def snapshot_name(optimizer: int, step: int) -> str:
 def save_copy_name(index: int) -> str:
     """The file holding a flattened copy of the process's index-th torch.save."""
     return f"save{index}.pt"
+
+
+def as_named_by(mine: Sequence[str], theirs: Sequence[str]) -> dict[str, str]:
+    """Each of `mine`'s paths under the name the other run gives the same file, where the two
+    name it differently with the time or a process id in it (a run folder stamped with the
+    date, TensorBoard's `events.out.tfevents.<time>.<host>.<pid>.0`): a path of one shape
+    (every run of digits as `#`) that only one side writes, the one such path on each side;
+    several such paths on each side, as many, paired in the order they were first written
+    when each pair differs only in runs of six digits or more (a clock: "Training with
+    PyTorch"'s `model_{timestamp}_{epoch}`), never in a step or epoch number. Every other
+    path keeps its name."""
+    names = {path: path for path in mine}
+    unmatched = [path for path in dict.fromkeys(mine) if path not in set(theirs)]
+    missing = [path for path in dict.fromkeys(theirs) if path not in set(mine)]
+    for shape in dict.fromkeys(map(_shape, unmatched)):
+        alike = [path for path in unmatched if _shape(path) == shape]
+        other = [path for path in missing if _shape(path) == shape]
+        pairs = list(zip(alike, other, strict=False))
+        if len(alike) == len(other) and (len(pairs) == 1 or all(map(_by_clock, pairs))):
+            names.update(pairs)
+    return names
+
+
+def _by_clock(pair: tuple[str, str]) -> bool:
+    """Whether two paths of one shape differ only in runs of six digits or more."""
+    mine, theirs = (re.findall(r"\d+", path) for path in pair)
+    return all(a == b or min(len(a), len(b)) >= 6 for a, b in zip(mine, theirs, strict=True))
+
+
+def _shape(path: str) -> str:
+    """A path with every run of digits as `#`."""
+    return re.sub(r"\d+", "#", path)
 
 
 @dataclass(frozen=True)

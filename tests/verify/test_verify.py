@@ -817,6 +817,9 @@ def test_files_named_by_the_time_or_after_the_script_are_matched_to_the_original
     assert _named_as(Counter({"ckpt_3.pt": 1, "ckpt_4.pt": 1}), two, options) == Counter(
         {"ckpt_3.pt": 1, "ckpt_4.pt": 1}
     )
+    stamped = Counter({"m_20261127_102030_0.pt": 1, "m_20261127_102030_1.pt": 1})
+    later = Counter({"m_20261127_102041_0.pt": 1, "m_20261127_102041_1.pt": 1})
+    assert _named_as(later, stamped, options) == stamped  # a clock: paired in order
 
 
 def test_loaders_the_conversion_adds_are_matched_to_the_originals(tmp_path: Path) -> None:
@@ -1376,3 +1379,44 @@ def test_pickling_a_tensor_records_no_save() -> None:
         assert len(recorder.saves) == 1
     finally:
         builtins.open, io.open, torch.save, torch.serialization.save = real
+
+
+STAMPED_SAVES = """import time
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 2))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+timestamp = time.strftime("%Y%m%d_%H%M%S") + str(time.time_ns() % 1000)
+for epoch in range(2):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    torch.save(model.state_dict(), f"model_{timestamp}_{epoch}.pt")
+"""
+
+
+def test_checkpoints_named_by_the_time_are_paired_in_the_order_they_were_saved(
+    tmp_path: Path,
+) -> None:
+    """Round-22 audit B2 training_tut ("Training with PyTorch": `model_{timestamp}_{epoch}`,
+    one per epoch): the two runs name each checkpoint by their own clock, so no path matched
+    ("rank 0 never saved model_..._0"). Names of one shape, as many on each side, pair in
+    the order they were written, and their tensors are compared."""
+    original = tmp_path / "stamped.py"
+    original.write_text(STAMPED_SAVES)
+    converted = tmp_path / "stamped_ddp.py"
+    result = convert_source(original.read_bytes(), "stamped.py", ConvertOptions(), original)
+    assert not result.refused, result.problems
+    converted.write_bytes(result.output)
+    verification, outcome = verify(original, converted)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert statuses(outcome)["side-effects-once"] is Status.PASS, table
+    assert "same tensors as the original's" in table
