@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -817,6 +818,58 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
                 continue
             insert_set_epoch(ctx.plan, replace(loop, loader_at_epoch=name))
             ctx.changed(loop.epoch_loop, f"set_epoch of `{name}` too (read in `zip(...)`)")
+        _set_epoch_in_other_loops(ctx, loop)
+
+
+def _set_epoch_in_other_loops(ctx: ConvertContext, loop: TrainLoop) -> None:
+    """The training function called in an epoch loop of its own at another call site (a
+    StackOverflow script's `for epoch in ...: train(epoch)`, then, after reloading the
+    checkpoint, a second loop for more epochs: round-22 audit B2 so_globals): that loop
+    gets `set_epoch` too, counting on from the sampler's epoch, or the conversion is
+    refused. Without it the sampler replays its last order every epoch."""
+    anatomy = ctx.anatomy
+    function = anatomy.function_of(loop.batch_loop)
+    if function is None or loop.epoch_loop is None or anatomy.inside(loop.epoch_loop, function):
+        return
+    assert loop.loader is not None and loop.loader_at_epoch is not None
+    sampler = f"{loop.loader_at_epoch}.{loop.loader.sampler_path}"
+    root = re.split(r"[.\[]", loop.loader_at_epoch)[0]
+    for site in anatomy.graph.call_sites(function):
+        if anatomy.inside(site, loop.epoch_loop) or not _site_trains(
+            anatomy, function, site, loop.batch_loop
+        ):
+            continue
+        other = next(
+            (
+                ancestor
+                for ancestor in anatomy.ancestors(site)
+                if isinstance(ancestor, cst.For | cst.While | cst.FunctionDef)
+            ),
+            None,
+        )
+        if not isinstance(other, cst.For | cst.While):
+            continue  # one pass, outside any loop
+        there = anatomy.function_of(other)
+        same_name = there is anatomy.function_of(loop.epoch_loop) or (
+            root in anatomy.module_names
+            and (there is None or not anatomy.values.binds(there, root))
+        )
+        again = replace(loop, epoch_loop=other, epoch_var=f"{sampler}.epoch + 1")
+        problem = set_epoch_problem(again)
+        if not same_name or problem:
+            ctx.cannot(
+                site,
+                f"`{function.name.value}()` trains in this loop too: call "
+                f"`sampler.set_epoch(...)` before each of its passes by hand",
+                blocking=True,
+            )
+            continue
+        insert_set_epoch(ctx.plan, again)
+        ctx.changed(
+            other,
+            f"set_epoch at the start of every pass of this loop too, counting on from the "
+            f"sampler's epoch (`{function.name.value}()` trains here as well)",
+        )
 
 
 def _share_draws(ctx: ConvertContext) -> None:

@@ -839,11 +839,24 @@ def _prepares(
         if not anatomy.graph.calls_script(call):
             continue
         for function in anatomy.graph.callees(call):
-            writes = any(anatomy.inside(node, function) for node in guarded)
+            writes = any(
+                anatomy.inside(node, function) and _writes_files(anatomy, node) for node in guarded
+            )
             reads = any(_reads_files(node) for node in walk(function.body))
             if writes and (reads or _read_later(anatomy, line)):
                 return True
     return False
+
+
+def _writes_files(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    """Whether a guarded statement (or block) writes files, not only prints or logs: an
+    evaluation that prints its accuracy prepares nothing (round-22 audit B2 so_globals'
+    `test()` before training was run rank 0 first)."""
+    return any(
+        anatomy.effects.of(line) in FILE_WRITES
+        for line in walk(node)
+        if isinstance(line, cst.SimpleStatementLine)
+    )
 
 
 def _trains_elsewhere(anatomy: Anatomy, call: cst.Call) -> bool:

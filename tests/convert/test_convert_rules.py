@@ -5094,3 +5094,68 @@ def test_the_loader_one_run_epoch_picks_for_training_is_sharded(
     assert b"            self.train_loader.sampler.set_epoch(epoch)\n" in result.output
     assert b"sampler=DistributedSampler(train_set, shuffle=True)" in result.output
     assert b"DataLoader(val_set, batch_size=8)" in result.output
+
+
+TRAINED_AGAIN = """import torch
+from torch.utils.data import DataLoader
+
+train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train(epoch):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        (model(x) - y).pow(2).mean().backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "model.pth")
+
+
+def test():
+    with torch.no_grad():
+        print(sum((model(x) - y).pow(2).mean().item() for x, y in test_loader))
+
+
+test()
+for epoch in range(1, 3):
+    train(epoch)
+    test()
+
+model.load_state_dict(torch.load("model.pth"))
+for epoch in range(3, 4):
+    train(epoch)
+    test()
+"""
+
+
+def test_a_second_epoch_loop_at_another_call_site_reshuffles_too() -> None:
+    """Round-22 audit B2 so_globals (a StackOverflow script: `train(epoch)` in a loop, then a
+    second loop for one more epoch after reloading the checkpoint): only the first loop got
+    `set_epoch`, so the second replayed the last epoch's order. It gets one counting on from
+    the sampler's epoch. And `test()`, which only prints, is not run on rank 0 first (it was
+    taken for a call that writes files a later load reads)."""
+    result = convert_source(TRAINED_AGAIN.encode(), "again.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "for epoch in range(1, 3):\n    train_loader.sampler.set_epoch(epoch)\n" in text
+    assert (
+        "for epoch in range(3, 4):\n"
+        "    train_loader.sampler.set_epoch(train_loader.sampler.epoch + 1)\n"
+    ) in text
+    assert "rank 0 writes the files first" not in text
+    assert text.count("dist.barrier()") == 1  # before the load
+
+
+def test_a_second_epoch_loop_the_loader_cannot_be_named_in_is_refused() -> None:
+    """The other loop is in a function that binds the loader's name to something else:
+    `set_epoch` cannot be placed there, so the conversion stops at that call."""
+    source = TRAINED_AGAIN.replace(
+        'model.load_state_dict(torch.load("model.pth"))\nfor epoch in range(3, 4):\n'
+        "    train(epoch)\n    test()\n",
+        "def more():\n    train_loader = None\n    for epoch in range(3, 4):\n"
+        "        train(epoch)\n\n\nmore()\n",
+    )
+    result = convert_source(source.encode(), "again.py", ConvertOptions())
+    assert result.refused
+    assert any("`train()` trains in this loop too" in p.message for p in result.problems)
