@@ -877,6 +877,7 @@ def _share_draws(ctx: ConvertContext) -> None:
     random by the dataset)."""
     _share_drawn_seeds(ctx)
     _share_split_draws(ctx)
+    _share_random_splits(ctx)
     for stream in ctx.anatomy.streams.drawn_items:
         _seed_per_process(ctx, stream, items="items")
     for stream in ctx.anatomy.streams.training_draws:
@@ -933,6 +934,71 @@ def _runs_in_loader_workers(anatomy: Anatomy, node: cst.CSTNode) -> bool:
                     return True
         function = anatomy.function_of(function)
     return False
+
+
+RANDOM_SPLITS = {"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"}
+
+
+def _unseeded_split(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`random_split(ds, lengths)` drawing from torch's generator, unseeded."""
+    return (
+        anatomy.is_call_to(call, RANDOM_SPLITS)
+        and not call_arg(call, 2, "generator")
+        and not _seeded(anatomy)
+    )
+
+
+def _split_names(anatomy: Anatomy, call: cst.Call) -> list[str] | None:
+    """The names `a, b = random_split(...)` gives the parts, when every process makes them
+    after the set-up, in the straight line of its function: where rank 0's split can be
+    shared."""
+    assign = anatomy.parent(call)
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    if not isinstance(target, cst.Tuple | cst.List):  # `parts = random_split(...)`: a list
+        return None
+    elements = [e.value for e in target.elements]
+    if not all(isinstance(e, cst.Name) for e in elements):
+        return None
+    statement_ = anatomy.statement_of(assign)
+    if not anatomy.script.after_setup(statement_) or any(
+        isinstance(ancestor, cst.For | cst.While | cst.Try | cst.With)
+        for ancestor in anatomy.ancestors(statement_)
+        if anatomy.function_of(ancestor) is anatomy.function_of(statement_)
+    ):
+        return None
+    return [e.value for e in elements if isinstance(e, cst.Name)]
+
+
+def _share_random_splits(ctx: ConvertContext) -> None:
+    """`train_set, val_set = random_split(ds, [n, m])` unseeded (the PyTorch text
+    classification tutorial, round-22 audit A text_cls_bag): every process drew its own
+    split, so the processes trained on overlapping parts and validated on each other's
+    training samples. Every process takes rank 0's indices right after the split."""
+    anatomy = ctx.anatomy
+    for call in anatomy.calls:
+        if not _unseeded_split(anatomy, call):
+            continue
+        names = _split_names(anatomy, call)
+        if names is None:
+            continue  # refused where the loader is sharded
+        parts = ", ".join(f"{name}.indices" for name in names)
+        split = anatomy.free_name(["split", "split_indices", "rank0_split"])
+        ctx.plan.insert_after(
+            anatomy.statement_of(call),
+            statements(
+                f"{split} = [{parts}]\n"
+                f"dist.broadcast_object_list({split})  # every process takes rank 0's split\n"
+                f"{parts}{',' if len(names) == 1 else ''} = {split}\n"
+            ),
+        )
+        ctx.add_import("torch.distributed", asname="dist")
+        ctx.changed(
+            call,
+            "random_split draws from torch's generator, unseeded: every process takes rank "
+            "0's split (its indices), so they shard one training set",
+        )
 
 
 def _share_split_draws(ctx: ConvertContext) -> None:
@@ -1793,11 +1859,7 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
             "into ranks they would interleave an ordered stream; shard the stream by hand"
         )
     for call in anatomy.calls:
-        if (
-            anatomy.is_call_to(call, {"torch.utils.data.random_split"})
-            and not call_arg(call, 2, "generator")
-            and not _seeded(anatomy)
-        ):
+        if _unseeded_split(anatomy, call) and _split_names(anatomy, call) is None:
             return (
                 "random_split without a generator and no fixed torch.manual_seed: every "
                 "process would draw its own split; pass "

@@ -2516,3 +2516,48 @@ def test_a_regulariser_the_model_computes_beside_its_forward_trains_in_sync(
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     params = [json.loads((tmp_path / f"params{r}.json").read_text()) for r in (0, 1)]
     assert params[0] == params[1]
+
+
+UNSEEDED_SPLIT = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.dataset import random_split
+
+
+def main():
+    data = TensorDataset(torch.arange(64.0).unsqueeze(1), torch.zeros(64, 1))
+    train_set, val_set = random_split(data, [48, 16])
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    seen = []
+    for epoch in range(2):
+        for x, y in loader:
+            seen += x.flatten().tolist()
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    PROBE
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_unseeded_random_split_is_rank_zeros_in_every_process(tmp_path: Path) -> None:
+    """Round-22 audit A text_cls_bag (PyTorch's text classification tutorial):
+    `random_split` without a generator draws from torch's generator, seeded per process, so
+    every rank split its own way and sharded a different training set (`from
+    torch.utils.data.dataset import random_split` was not even recognised). Every process
+    now takes rank 0's indices: the ranks' epochs cover the training set exactly."""
+    result = convert_source(UNSEEDED_SPLIT.encode(), "split.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"dist.broadcast_object_list(split)" in result.output
+    probe = "torch.save([train_set.indices, seen], f'split{dist.get_rank()}.pt')"
+    (tmp_path / "split.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["split.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    (indices0, seen0), (indices1, seen1) = (torch.load(tmp_path / f"split{r}.pt") for r in (0, 1))
+    assert indices0 == indices1
+    first_epoch = sorted(seen0[:24] + seen1[:24])
+    assert first_epoch == sorted(float(i) for i in indices0)

@@ -515,20 +515,22 @@ UPDATE_BN = "optimizer.step()\n    torch.optim.swa_utils.update_bn(loader, model
 @pytest.mark.parametrize(
     ("old", "new", "reason"),
     [
-        ("", "", "every process would draw its own split"),
+        (
+            "train_set, val_set = random_split(full, [80, 20])\nloader = DataLoader(train_set",
+            "parts = random_split(full, [80, 20])\nloader = DataLoader(parts[0]",
+            "every process would draw its own split",
+        ),
         ("batch_size=8, shuffle=True", "batch_size=None", "ready-made chunks"),
     ],
 )
 def test_sharding_what_is_more_than_training_data_is_refused(
     old: str, new: str, reason: str
 ) -> None:
-    """An unseeded split (only that case leaves the script unseeded), an ordered stream of
-    chunks."""
-    source = SHARD_MORE_SCRIPT
-    if old:
-        source = source.replace(old, new).replace(
-            "import torch\n", "import torch\n\ntorch.manual_seed(1)\n", 1
-        )
+    """An unseeded split whose parts rank 0's indices cannot be given to by name (a list of
+    parts: `a, b = random_split(...)` takes them), an ordered stream of chunks (seeded)."""
+    source = SHARD_MORE_SCRIPT.replace(old, new)
+    if "chunks" in reason:
+        source = source.replace("import torch\n", "import torch\n\ntorch.manual_seed(1)\n", 1)
     result = convert_source(source.encode(), "more.py", ConvertOptions())
     assert result.refused and result.output == source.encode()
     assert any(reason in p.message for p in result.problems if p.code == "DDP004"), result.problems
