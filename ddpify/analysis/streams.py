@@ -134,10 +134,11 @@ class Streams:
         draw the same items. Like random batches, they need a stream of their own per
         process."""
         found: list[RandomBatches] = []
-        for loop in self.script.train_loops:
-            if loop.loader is None:
+        loops = [(loop.batch_loop, loop.loader) for loop in self.script.train_loops]
+        for batch_loop, loader in [*loops, *self._step_loops()]:
+            if loader is None:
                 continue
-            owner = self.dataset_class(loop.loader)
+            owner = self.dataset_class(loader)
             getitem = (
                 next((m for m in methods(owner) if m.name.value == "__getitem__"), None)
                 if owner is not None
@@ -156,8 +157,8 @@ class Streams:
             if not draws:
                 continue
             families = {family for draw in draws if (family := self._family(draw))}
-            stream = RandomBatches(loop.batch_loop, draws, families | {"torch"})
-            stream.anchor = self._anchor(loop.batch_loop)
+            stream = RandomBatches(batch_loop, draws, families | {"torch"})
+            stream.anchor = self._anchor(batch_loop)
             for call in self.index.calls:
                 family = self.seed_family(call)
                 if family in stream.families and call.args:
@@ -309,14 +310,26 @@ class Streams:
                 for site in self.graph.call_sites(scope)
             ]
             return passed[0] if len(passed) == 1 else None
+        owner = self.index.class_of(scope) if scope is not None else None
         for assign in self.index.assigns:
-            if (
-                name is None
-                or len(assign.targets) != 1
-                or self.index.function_of(assign) is not scope
-            ):
+            where = self.index.function_of(assign)
+            if name is None or len(assign.targets) != 1:
                 continue
             target, value = assign.targets[0].target, assign.value
+            if (
+                name.startswith("self.")
+                and where is not None
+                and where is not scope
+                and owner is not None
+                and self.index.class_of(where) is owner
+                and dotted(target) == name
+                and depth < MAX_STEPS
+            ):
+                # `self.train_dataset = train_dataset` in `__init__`, read by another method
+                # (minGPT's Trainer, round-22 audit A mingpt_trainer_c)
+                return self._made_by(value, where, depth + 1)
+            if where is not scope:
+                continue
             if dotted(target) == name and isinstance(value, cst.Call):
                 return value
             if (  # `train_ds, val_ds = Spots(1600), Spots(320)`

@@ -5159,3 +5159,60 @@ def test_a_second_epoch_loop_the_loader_cannot_be_named_in_is_refused() -> None:
     result = convert_source(source.encode(), "again.py", ConvertOptions())
     assert result.refused
     assert any("`train()` trains in this loop too" in p.message for p in result.problems)
+
+
+MINGPT_TRAINER = """import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class SortDataset(Dataset):
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, idx):
+        inp = torch.randint(3, size=(6,))
+        return inp, torch.sort(inp)[0]
+
+
+class GPT(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        return self.head(x.float())
+
+
+class Trainer:
+    def __init__(self, model, train_dataset):
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = model.to(self.device)
+        self.train_dataset = train_dataset
+
+    def run(self):
+        loader = DataLoader(self.train_dataset, batch_size=8, shuffle=True)
+        optimizer = torch.optim.AdamW(self.model.parameters())
+        for epoch in range(2):
+            for x, y in loader:
+                loss = (self.model(x) - y).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+torch.manual_seed(3407)
+model = GPT()
+Trainer(model, SortDataset()).run()
+"""
+
+
+def test_items_drawn_by_a_dataset_a_trainer_keeps_are_drawn_apart() -> None:
+    """Round-22 audit A mingpt_trainer_c (minGPT's SortDataset draws every item from
+    torch's generator, whatever the index; the Trainer reads it as `self.train_dataset`):
+    every rank trained on the same batches. The dataset is followed through `__init__`'s
+    `self.train_dataset = train_dataset` to `Trainer(model, SortDataset())` (GPT's
+    `super().__init__()` is not a call of `Trainer.__init__`), and every process draws its
+    own items."""
+    result = convert_source(MINGPT_TRAINER.encode(), "mingpt.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"        torch.manual_seed(3407 + dist.get_rank())" in result.output
