@@ -10,6 +10,7 @@ others, and train on what another process validates on. The fix is to take rank 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -18,6 +19,9 @@ from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import call_arg, dotted, walk
 from ddpify.analysis.values import MAX_STEPS, Values
 
+if TYPE_CHECKING:
+    from ddpify.analysis.calls import CallGraph
+
 # Draws that permute or pick samples, by the generator family they draw from.
 PERMUTATIONS = {
     "numpy.random.permutation": "numpy",
@@ -25,6 +29,14 @@ PERMUTATIONS = {
     "torch.randperm": "torch",
     "random.sample": "random",
 }
+# Draws the samples themselves may be made of (`series = np.sin(t) + 0.1 *
+# np.random.randn(n)`, round-22 audit B2 window_lstm), by family.
+SAMPLE_DRAWS = {
+    **PERMUTATIONS,
+    **{f"numpy.random.{name}": "numpy" for name in (
+        "randn", "rand", "normal", "uniform", "randint", "random", "standard_normal")},
+    **{f"torch.{name}": "torch" for name in ("randn", "rand", "randint", "normal")},
+}  # fmt: skip
 # Calls that shuffle their argument in place.
 SHUFFLES = {"random.shuffle": "random", "numpy.random.shuffle": "numpy"}
 # Values each process draws for itself: a number from an unseeded generator, the clock, the
@@ -46,7 +58,9 @@ class DrawnSplit:
 
     draw: cst.Call
     statement: cst.BaseStatement  # rank 0's value is shared right after it
-    name: str | None  # None: the draw is not assigned to one plain name (a tuple, say)
+    # The names that hold what it drew (`perm`; `X, y` for a tuple of names); none when it
+    # is not assigned to plain names.
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -123,34 +137,42 @@ def drawn_splits(
                     and call.args
                     and dotted(call.args[0].value) == node.value
                     and index.function_of(call) is scope
-                    and not _seeded_before(index, family, call)
+                    and not _seeded_before(index, family, call, values.graph)
                 ):
-                    found.append(DrawnSplit(call, index.statement_of(call), node.value))
+                    found.append(DrawnSplit(call, index.statement_of(call), (node.value,)))
             for value, where in values.values_of(node.value, scope):
                 draw = next(
                     (
                         inner
                         for inner in walk(value)
-                        if isinstance(inner, cst.Call) and _family(index, inner, PERMUTATIONS)
+                        if isinstance(inner, cst.Call) and _family(index, inner, SAMPLE_DRAWS)
                     ),
                     None,
                 )
                 if draw is None:
                     visit(value, where, depth + 1)
                     continue
-                family = _family(index, draw, PERMUTATIONS)
+                family = _family(index, draw, SAMPLE_DRAWS)
                 assert family is not None
-                if _seeded_before(index, family, draw) or _seeded_by_generator(draw):
+                if _seeded_before(index, family, draw, values.graph) or _seeded_by_generator(draw):
                     continue
-                assign = index.parent(value)
-                name = (
-                    assign.targets[0].target.value
-                    if isinstance(assign, cst.Assign)
-                    and len(assign.targets) == 1
-                    and isinstance(assign.targets[0].target, cst.Name)
+                assign = next(
+                    (a for a in index.ancestors(draw) if isinstance(a, cst.Assign)), None
+                )  # (`x, y = torch.randn(64, 4), torch.randn(64, 1)`: the value is one element)
+                target = (
+                    assign.targets[0].target
+                    if isinstance(assign, cst.Assign) and len(assign.targets) == 1
                     else None
                 )
-                found.append(DrawnSplit(draw, index.statement_of(draw), name))
+                elements = (
+                    [e.value for e in target.elements]
+                    if isinstance(target, cst.Tuple)
+                    else [target]
+                )
+                names = tuple(e.value for e in elements if isinstance(e, cst.Name))
+                if len(names) != len(elements):
+                    names = ()
+                found.append(DrawnSplit(draw, index.statement_of(draw), names))
 
     visit(dataset, index.function_of(dataset), 0)
     unique = {id(split.statement): split for split in found}
@@ -163,15 +185,23 @@ def _family(index: SourceIndex, call: cst.Call, table: dict[str, str]) -> str | 
     return next((table[n] for n in index.qualified_names(call.func) if n in table), None)
 
 
-def _seeded_before(index: SourceIndex, family: str, draw: cst.Call) -> bool:
+def _seeded_before(
+    index: SourceIndex, family: str, draw: cst.Call, graph: CallGraph | None = None
+) -> bool:
     """A seed of the draw's generator family set before it (any value the script computes
     alike in every process: a number, `args.seed`; a seed drawn per process into a name is
-    shared from rank 0 by the conversion, see `drawn_seeds`)."""
+    shared from rank 0 by the conversion, see `drawn_seeds`): before the draw, or, for a
+    draw in a function, before a call of it (`make_dataset()` defined above the
+    `torch.manual_seed(0)` of the `main()` that calls it)."""
+    function = index.function_of(draw)
+    points: list[cst.CSTNode] = [draw]
+    if graph is not None and function is not None:
+        points += graph.call_sites(function)
     return any(
         _family(index, call, SEEDS) == family
         and bool(call.args)
         and per_process_draw(index, call.args[0].value) is None
-        and index.precedes(call, draw)
+        and any(index.precedes(call, point) for point in points)
         for call in index.calls
     )
 

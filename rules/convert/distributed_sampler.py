@@ -1009,7 +1009,7 @@ def _share_split_draws(ctx: ConvertContext) -> None:
     anatomy = ctx.anatomy
     for split in anatomy.script.split_draws:
         what = dotted(split.draw.func)
-        if split.name is None or not anatomy.script.after_setup(split.statement):
+        if not split.names or not anatomy.script.after_setup(split.statement):
             ctx.cannot(
                 split.draw,
                 f"the training data is built from `{what}(...)`, unseeded: every process "
@@ -1019,11 +1019,14 @@ def _share_split_draws(ctx: ConvertContext) -> None:
             )
             continue
         ctx.add_import("torch.distributed", asname="dist")
-        take_rank_zeros(ctx.plan, split.statement, split.name)
+        for name in split.names:
+            take_rank_zeros(ctx.plan, split.statement, name)
+        shown = ", ".join(f"`{name}`" for name in split.names)
         ctx.changed(
             split.draw,
-            f"`{split.name}` is drawn at random (`{what}`) and the training data is built from "
-            "it: every process takes rank 0's, so all of them split one training set",
+            f"{shown} {'is' if len(split.names) == 1 else 'are'} drawn at random (`{what}`) "
+            "and the training data is built from it: every process takes rank 0's, so all of "
+            "them shard one training set",
         )
 
 

@@ -2712,9 +2712,20 @@ if __name__ == "__main__":
 
 def test_a_split_shuffled_in_a_function_of_the_script_is_taken_from_rank_0() -> None:
     """Round-14 audit s18b: `np.random.shuffle(idx)` in the script's own `train_test_split`,
-    unseeded: every rank split its own way (63 rows twice in an epoch, test rows trained)."""
+    unseeded: every rank split its own way (63 rows twice in an epoch, test rows trained).
+    What the split gives back (drawn unseeded too, `np.random.rand`) is rank 0's; with the
+    data seeded, the shuffle itself is."""
     step = "torch.nn.functional.mse_loss(model(xb), yb).backward()"
     result = convert_source(ROUND_14.format(step=step).encode(), "split.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "    X, y = split(np.random.rand(64, 2), np.random.rand(64, 1))\n    X = [X]\n"
+        "    dist.broadcast_object_list(X)  # every process takes rank 0's\n"
+    ) in result.output.decode()
+    fixed = ROUND_14.replace("np.random.rand(64, 2)", "np.ones((64, 2))").replace(
+        "np.random.rand(64, 1)", "np.zeros((64, 1))"
+    )
+    result = convert_source(fixed.format(step=step).encode(), "split.py", ConvertOptions())
     assert not result.refused, result.problems
     assert (
         "    np.random.shuffle(idx)\n    idx = [idx]\n"
@@ -5216,3 +5227,43 @@ def test_items_drawn_by_a_dataset_a_trainer_keeps_are_drawn_apart() -> None:
     result = convert_source(MINGPT_TRAINER.encode(), "mingpt.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"        torch.manual_seed(3407 + dist.get_rank())" in result.output
+
+
+def test_samples_drawn_unseeded_before_the_loader_are_rank_zeros() -> None:
+    """Round-22 audit B2 window_lstm: the series the windows are cut from is made with
+    unseeded `np.random.randn` noise, so every rank trained and validated on its own data,
+    stopped early at its own epoch and hung in the next all-reduce. Every process takes
+    rank 0's series right after it is drawn."""
+    source = """import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    t = np.arange(400)
+    series = np.sin(t / 8) + 0.1 * np.random.randn(len(t))
+    series = (series - series.mean()) / series.std()
+    data = TensorDataset(torch.tensor(series[:-1]), torch.tensor(series[1:]))
+    loader = DataLoader(data, batch_size=32, shuffle=True)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for x, y in loader:
+            optimizer.zero_grad()
+            (model(x[:, None].float()) - y[:, None].float()).pow(2).mean().backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "series.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b"    series = np.sin(t / 8) + 0.1 * np.random.randn(len(t))\n"
+        b"    series = [series]\n"
+        b"    dist.broadcast_object_list(series)  # every process takes rank 0's\n"
+        b"    series = series[0]\n"
+    ) in result.output
+    seeded = source.replace("    t = np.arange", "    np.random.seed(0)\n    t = np.arange")
+    output = convert_source(seeded.encode(), "series.py", ConvertOptions()).output
+    assert b"broadcast_object_list" not in output
