@@ -29,6 +29,9 @@ class Model:
     # Other plain names given the same object before the wrap (`model_without_ddp = model`):
     # they stay the bare model.
     bare: set[str] = field(default_factory=set)
+    # `model_without_ddp = model` after the wrap (torchvision's references), used only for
+    # what the bare model has: it becomes `model_without_ddp = model.module`.
+    unwrapped_aliases: list[cst.Assign] = field(default_factory=list)
     data_parallel: list[cst.Call] = field(default_factory=list)
     # The other name of the same object where it is moved: `model` in `m = model.to(device)`
     # (`Module.to` returns the module itself), which the script may go on using.
@@ -320,7 +323,7 @@ class Models:
                 target = dotted(assign.targets[0].target)
                 if target is not None and target != model.placed_name:
                     bare.add(target)
-        return bare
+        return bare | _aliases_after_the_wrap(self, model, holder)
 
     def _built(self, model: Model, scope: cst.FunctionDef | None) -> list[tuple[cst.Assign, str]]:
         """Assignments of the model in `scope` that come before its optimizer (or, at module
@@ -511,6 +514,60 @@ def holds_model(value: cst.BaseExpression, names: set[str]) -> bool:
 
 def _names_model(node: cst.CSTNode, names: set[str]) -> bool:
     return isinstance(node, cst.Name | cst.Attribute) and dotted(node) in names
+
+
+def _aliases_after_the_wrap(
+    models: Models, model: Model, holder: cst.IndentedBlock | cst.Module
+) -> set[str]:
+    """After the wrap, before training, a name the script uses only for what the bare model
+    has (`model_without_ddp = model`, then its state dict and EMA copy: round-22 audit A
+    tv_cls_ref): it is given `.module` (`model.unwrapped_aliases`)."""
+    bare = set()
+    backward = set(models.script.training_calls)
+    body = list(holder.body)
+    start = next(i for i, statement in enumerate(body) if statement is model.placement)
+    for statement in body[start + 1 :]:
+        if models.graph.reaches(statement, lambda node: node in backward):
+            break
+        if not _is_alias(statement, model.names):
+            continue
+        assert isinstance(statement, cst.SimpleStatementLine)
+        assign = statement.body[0]
+        assert isinstance(assign, cst.Assign)
+        target = dotted(assign.targets[0].target)
+        if target not in (None, model.placed_name) and _only_bare(models, target, statement):
+            assert target is not None
+            bare.add(target)
+            model.unwrapped_aliases.append(assign)
+    return bare
+
+
+def _only_bare(models: Models, name: str, statement: cst.BaseStatement) -> bool:
+    """Whether `name`, bound at `statement`, is never run (`name(x)`), rebound or handed to
+    the script's own functions in its function: only read for what it has."""
+    scope = models.index.function_of(statement)
+    uses = [
+        node
+        for node in walk(scope.body if scope is not None else models.index.module)
+        if isinstance(node, cst.Name) and node.value == name
+    ]
+    for use in uses:
+        parent = models.index.parent(use)
+        if isinstance(parent, cst.Attribute) and parent.value is use:
+            continue  # `model_without_ddp.state_dict()`
+        if isinstance(parent, cst.AssignTarget) and models.index.inside(use, statement):
+            continue
+        if isinstance(parent, cst.Arg):
+            call = models.index.parent(parent)
+            if isinstance(call, cst.Call) and not models.graph.calls_script(call):
+                continue  # `ExponentialMovingAverage(model_without_ddp, ...)`
+            if isinstance(call, cst.Call) and not any(
+                models.graph.reaches(f.body, lambda n: n in set(models.script.training_calls))
+                for f in models.graph.callees(call)
+            ):
+                continue
+        return False
+    return True
 
 
 def _is_alias(statement: cst.CSTNode, names: set[str]) -> bool:

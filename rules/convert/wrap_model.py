@@ -332,6 +332,13 @@ class WrapModel(ConvertRule):
                     "get no gradient in a step (DDP would stop at the next one: 'Expected to "
                     "have finished reduction'); it costs a pass over the graph every step",
                 )
+            for alias in model.unwrapped_aliases:
+                ctx.plan.replace(alias.value, _through_module)
+                ctx.changed(
+                    alias,
+                    f"`{dotted(alias.targets[0].target)}` names the bare model, as in "
+                    "torchvision's references (`.module` of the wrapper)",
+                )
             for call in model.data_parallel:
                 _drop_data_parallel(ctx, call)
             compiled_after = _compiled_after_the_wrap(anatomy, model)
@@ -433,6 +440,14 @@ class WrapModel(ConvertRule):
             for saved in _whole_model_saves(anatomy, model):
                 ctx.plan.replace(saved, _through_module)
                 ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
+            for saved in _whole_model_saves(anatomy, model, some=True):
+                ctx.plan.replace(saved, _bare_either_way)
+                ctx.changed(
+                    saved,
+                    f"the bare model is saved either way: this runs both while "
+                    f"`{model.placed_name}` is the DDP wrapper and once it is bound to another "
+                    "model",
+                )
             for exported in _whole_model_saves(anatomy, model, EXPORTS):
                 ctx.plan.replace(exported, _through_module)
                 ctx.changed(
@@ -2000,10 +2015,12 @@ def _attributes_given(
 
 
 def _whole_model_saves(
-    anatomy: Anatomy, model: Model, calls: set[str] | None = None
+    anatomy: Anatomy, model: Model, calls: set[str] | None = None, *, some: bool = False
 ) -> list[cst.BaseExpression]:
     """`torch.save(model, ...)` after the wrap: it would pickle the wrapper (or, with
-    `calls`, one of those calls given the model: `copy.deepcopy(model)`)."""
+    `calls`, one of those calls given the model: `copy.deepcopy(model)`). With `some`, the
+    ones in a function that runs both while the name holds the wrapper and while it does
+    not (a save in `test()`, called again after `model = torch.load(...)`)."""
     assert model.placement is not None
     saves = []
     for call in anatomy.calls:
@@ -2025,6 +2042,13 @@ def _whole_model_saves(
             ]
         for candidate in candidates:
             name = dotted(candidate)
-            if name is not None and _holds_wrapper(anatomy, model, candidate, name):
+            if name is None:
+                continue
+            surely = _holds_wrapper(anatomy, model, candidate, name)
+            if (
+                surely
+                if not some
+                else (not surely and _holds_wrapper(anatomy, model, candidate, name, some=True))
+            ):
                 saves.append(candidate)
     return saves

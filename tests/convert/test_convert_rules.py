@@ -5267,3 +5267,68 @@ main()
     seeded = source.replace("    t = np.arange", "    np.random.seed(0)\n    t = np.arange")
     output = convert_source(seeded.encode(), "series.py", ConvertOptions()).output
     assert b"broadcast_object_list" not in output
+
+
+def test_a_whole_model_saved_before_and_after_a_reload_is_the_bare_model_either_way() -> None:
+    """Round-22 audit B so_globals_b: `test()` saves `torch.save(model, "best.pth")`, and
+    runs again after `model = torch.load("best.pth")`. The save was left as it was: it
+    pickled the DDP wrapper, which no fresh process can load. It saves the bare model
+    either way."""
+    source = TRAINED_AGAIN.replace(
+        'torch.save(model.state_dict(), "model.pth")', 'torch.save(model, "model.pth")'
+    ).replace(
+        'model.load_state_dict(torch.load("model.pth"))',
+        'model = torch.load("model.pth", weights_only=False)',
+    )
+    result = convert_source(source.encode(), "again.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b'torch.save((model.module if isinstance(model, DDP) else model), "model.pth")'
+        in result.output
+    )
+
+
+WITHOUT_DDP = """import torch
+from torch.utils.data import DataLoader
+
+
+class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel):
+    def __init__(self, model, decay):
+        super().__init__(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(decay))
+
+
+def main():
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model_without_ddp = model
+    model_ema = ExponentialMovingAverage(model_without_ddp, 0.99)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            USE(x).sum().backward()
+            optimizer.step()
+            model_ema.update_parameters(model)
+        torch.save({"model": model_without_ddp.state_dict()}, "checkpoint.pth")
+
+
+main()
+"""
+
+
+@pytest.mark.parametrize("use", ["model", "model_without_ddp"])
+def test_an_alias_made_after_the_wrap_names_the_bare_model(use: str) -> None:
+    """Round-22 audit A tv_cls_ref (torchvision's classification reference): the wrap went
+    right after `model.to(device)`, so `model_without_ddp = model` held the wrapper and the
+    EMA copy deep-copied it (`module.module.` keys). An alias only read for what the bare
+    model has becomes `model.module`, as torchvision writes it; one the loop trains through
+    stays the wrapper."""
+    result = convert_source(WITHOUT_DDP.replace("USE", use).encode(), "ref.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    if use == "model":
+        assert "    model_without_ddp = model.module\n" in text
+        assert 'torch.save({"model": model_without_ddp.state_dict()}' in text
+    else:
+        assert "    model_without_ddp = model\n" in text
