@@ -176,6 +176,9 @@ class Streams:
         seeded = {id(stream.loop) for stream in self.drawn_items}
         found: list[RandomBatches] = []
         loops = [(loop.batch_loop, loop.loader) for loop in self.script.train_loops]
+        readers: dict[int, list[Loader]] = {}  # a step loop's loaders, all of them
+        for step_loop, reader in self._step_loops():
+            readers.setdefault(id(step_loop), []).append(reader)
         for batch_loop, loader in [*loops, *self._step_loops()]:
             if loader is None or id(batch_loop) in seeded:
                 continue
@@ -196,8 +199,9 @@ class Streams:
             # and out of the loop's sight, whatever it draws itself (round-18 audit s13:
             # CutMix's `np.random.beta` in the loop, RandomErasing's `random.uniform` in a
             # transform's `__call__`)
-            for method in self._drawing_methods(loader):
-                self.graph.reaches(method.body, collect)
+            for each in readers.get(id(batch_loop), [loader]):
+                for method in self._drawing_methods(each):
+                    self.graph.reaches(method.body, collect)
             families |= {f for f in draws if self._seeds(f)}
             hidden = bool(families) and not in_sight
             if draws and self._in_workers(loader) and self._seeds("torch"):
@@ -217,18 +221,16 @@ class Streams:
         return found
 
     def _step_loops(self) -> list[tuple[cst.For | cst.While, Loader]]:
-        """Loops of steps that take their batches with `next(...)` from the one training
-        loader (`while self.step < self.train_num_steps: data = next(self.dl)`, lucidrains'
-        trainers, round-14 audit s07), as loops over that loader."""
+        """Loops of steps that take their batches with `next(...)` from the training loaders
+        (`while self.step < self.train_num_steps: data = next(self.dl)`, lucidrains'
+        trainers, round-14 audit s07), as loops over each of those loaders."""
         loaders = self.script.train_loaders
-        if len(loaders) != 1:
-            return []
         # (a batch loop that reads no loader itself: `for step in range(n): x, y = next(it)`,
         # round-16 audit s42)
         batch_loops = {
             id(loop.batch_loop) for loop in self.script.train_loops if loop.loader is not None
         }
-        found: dict[int, tuple[cst.For | cst.While, Loader]] = {}
+        found: dict[int, tuple[cst.For | cst.While, Loader]] = {}  # by loader
         for backward in self.script.backward_calls:
             chain = self.graph.loops_around(backward)
             if not chain or chain[0][1] != "loop" or id(chain[0][0]) in batch_loops:
@@ -238,7 +240,9 @@ class Streams:
             if any(
                 isinstance(node, cst.Call) and is_name(node.func, "next") for node in walk(loop)
             ):
-                found[id(loop)] = (loop, loaders[0])
+                # (several: FixMatch's labeled and unlabeled iterators, round-22 audit A)
+                for loader in loaders:
+                    found[id(loader)] = (loop, loader)
         return list(found.values())
 
     def drawn_from(self, call: cst.Call) -> str | None:

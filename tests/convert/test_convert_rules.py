@@ -5332,3 +5332,52 @@ def test_an_alias_made_after_the_wrap_names_the_bare_model(use: str) -> None:
         assert 'torch.save({"model": model_without_ddp.state_dict()}' in text
     else:
         assert "    model_without_ddp = model\n" in text
+
+
+def test_augmentations_of_two_loaders_read_through_next_are_drawn_apart() -> None:
+    """Round-22 audit A fixmatch: labeled and unlabeled iterators, each made again on
+    StopIteration, whose datasets augment with torch's generator in `__getitem__`. Only a
+    step loop over one loader was looked at, so every rank drew the same noise for its
+    different samples. Every process now seeds torch with the seed plus its rank."""
+    source = """import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Noisy(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        x = torch.full((3,), float(i))
+        return x + 0.1 * torch.randn_like(x), i % 2
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    labeled = DataLoader(Noisy(), batch_size=8, shuffle=True, drop_last=True)
+    unlabeled = DataLoader(Noisy(), batch_size=16, shuffle=True, drop_last=True)
+    labeled_iter, unlabeled_iter = iter(labeled), iter(unlabeled)
+    for step in range(20):
+        try:
+            x, y = next(labeled_iter)
+        except StopIteration:
+            labeled_iter = iter(labeled)
+            x, y = next(labeled_iter)
+        try:
+            u, _ = next(unlabeled_iter)
+        except StopIteration:
+            unlabeled_iter = iter(unlabeled)
+            u, _ = next(unlabeled_iter)
+        loss = torch.nn.functional.cross_entropy(model(x), y) + model(u).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "fixmatch.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"    torch.manual_seed(0 + dist.get_rank())  # every process draws" in result.output
