@@ -1314,13 +1314,7 @@ def test_checkpoints_of_batches_sliced_per_rank_compare_with_one_process(
     N-process run."""
     original = tmp_path / "sliced.py"
     original.write_text(SLICED_SAVING)
-    converted = tmp_path / "sliced_ddp.py"
-    result = convert_source(original.read_bytes(), "sliced.py", ConvertOptions(), original)
-    assert not result.refused, result.problems
-    converted.write_bytes(result.output)
-    verification, outcome = verify(original, converted)
-    table = render_table(verification, outcome)
-    assert outcome.exit_code == 0, table
+    _, outcome, table = converted_and_verified(original, project=True)
     assert statuses(outcome)["side-effects-once"] is Status.PASS, table
     assert "same tensors as the original's (tensors: with one process)" in table
 
@@ -1411,12 +1405,6 @@ def test_checkpoints_named_by_the_time_are_paired_in_the_order_they_were_saved(
     the order they were written, and their tensors are compared."""
     original = tmp_path / "stamped.py"
     original.write_text(STAMPED_SAVES)
-    converted = tmp_path / "stamped_ddp.py"
-    result = convert_source(original.read_bytes(), "stamped.py", ConvertOptions(), original)
-    assert not result.refused, result.problems
-    converted.write_bytes(result.output)
-    verification, outcome = verify(original, converted)
-    table = render_table(verification, outcome)
-    assert outcome.exit_code == 0, table
+    _, outcome, table = converted_and_verified(original, project=True)
     assert statuses(outcome)["side-effects-once"] is Status.PASS, table
     assert "same tensors as the original's" in table
