@@ -136,8 +136,8 @@ class Streams:
         found: list[RandomBatches] = []
         loops = [(loop.batch_loop, loop.loader) for loop in self.script.train_loops]
         for batch_loop, loader in [*loops, *self._step_loops()]:
-            if loader is None:
-                continue
+            if loader is None or any(stream.loop is batch_loop for stream in found):
+                continue  # (a step loop reading two such loaders: one stream, seeded once)
             owner = self.dataset_class(loader)
             getitem = (
                 next((m for m in methods(owner) if m.name.value == "__getitem__"), None)

@@ -5381,3 +5381,44 @@ main()
     result = convert_source(source.encode(), "fixmatch.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"    torch.manual_seed(0 + dist.get_rank())  # every process draws" in result.output
+
+
+TWO_DRAWN = """import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Drawn(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.randn(3), torch.randint(0, 2, ())
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    a = DataLoader(Drawn(), batch_size=8, shuffle=True)
+    b = DataLoader(Drawn(), batch_size=8, shuffle=True)
+    a_iter, b_iter = iter(a), iter(b)
+    for step in range(20):
+        x, y = next(a_iter)
+        u, v = next(b_iter)
+        loss = torch.nn.functional.cross_entropy(model(x + u), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+main()
+"""
+
+
+def test_a_step_loop_over_two_datasets_that_draw_their_items_seeds_once() -> None:
+    """Two loaders over datasets that draw every item whatever the index, read in one step
+    loop through `next()`: one stream per process, seeded once (it was seeded twice, one
+    identical `torch.manual_seed` line per loader)."""
+    result = convert_source(TWO_DRAWN.encode(), "two.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert result.output.count(b"torch.manual_seed(0 + dist.get_rank())") == 1
