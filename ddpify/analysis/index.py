@@ -155,6 +155,10 @@ class SourceIndex:
             for name in self.qualified_names(call.func)
         )
 
+    def imported(self, head: str) -> bool:
+        """Whether an import binds the name `head` (`torch`, `np`, `os`)."""
+        return self._imports.imported(head)
+
     def cannot_name(self, func: cst.BaseExpression, names: set[str] | tuple[str, ...]) -> bool:
         """Whether the imports alone show that `func` names none of `names`."""
         return self._imports.cannot_name(func, names, self._scope_names)

@@ -27,7 +27,9 @@ class SampleCounts(ConvertRule):
     any other way (the size of an array indexed by sample) is left as it is. Sizes kept per
     key next to loaders made per key (`sizes = {x: len(sets[x]) for x in ...}` beside
     `loaders = {x: DataLoader(sets[x], ...) for x in ...}`) read at the batch loop's key
-    become `len(loaders[phase].sampler)` the same way.
+    become `len(loaders[phase].sampler)` the same way, and so does a name holding the
+    dataset's length where it divides what the batch loop sums (`n_train = len(train_ds)`;
+    `n` of a curriculum's `Subset(train_set, order[:n])`).
 
     ## Why is this bad?
     Each process sums the loss of its own samples only; divided by the whole dataset's
@@ -124,6 +126,45 @@ class SampleCounts(ConvertRule):
                     print(phase, total / len(loaders[phase].sampler))
             """,
         ),
+        # A curriculum's growing subset: its length is the count the average divides by.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader, Subset
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                n = pacing(epoch)
+                subset = Subset(train_set, order[:n])
+                loader = DataLoader(subset, batch_size=32, shuffle=True)
+                running = 0.0
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = model(x).mean()
+                    loss.backward()
+                    optimizer.step()
+                    running += loss.item() * len(y)
+                print(f"{n} samples, loss {running / n:.4f}")
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, Subset
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                n = pacing(epoch)
+                subset = Subset(train_set, order[:n])
+                loader = DataLoader(subset, batch_size=32, shuffle=True)
+                running = 0.0
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = model(x).mean()
+                    loss.backward()
+                    optimizer.step()
+                    running += loss.item() * len(y)
+                print(f"{n} samples, loss {running / len(loader.sampler):.4f}")
+            """,
+        ),
         # The validation loader is read whole by every process: its length is right.
         Example(
             """
@@ -172,13 +213,21 @@ class SampleCounts(ConvertRule):
                     for n in _lengths(anatomy, scope, source)
                     if _divides_a_sum(anatomy, n, loop.batch_loop)
                 ]
+            sampler = f"{name}.{loop.loader.sampler_path}"
             for length, divisor_only in lengths:
                 if id(length) in done or not _averaged_or_shown(anatomy, length, divisor_only):
                     continue
                 done.add(id(length))
-                sampler = f"{name}.{loop.loader.sampler_path}"
                 ctx.plan.replace(length, _measure_sampler(sampler))
                 ctx.changed(length, f"counts this process's samples: len({sampler})")
+            if dataset is None:
+                continue
+            for count in _counts_of(anatomy, scope, dataset, loop.batch_loop):
+                if id(count) in done:
+                    continue
+                done.add(id(count))
+                ctx.plan.replace(count, _replaced_by(cst.parse_expression(f"len({sampler})")))
+                ctx.changed(count, f"counts this process's samples: len({sampler})")
 
 
 def _measure_sampler(path: str) -> Callable[[cst.Call], cst.Call]:
@@ -262,7 +311,55 @@ def _tensor_sources(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | N
     return found
 
 
-def _divides_a_sum(anatomy: Anatomy, length: cst.Call, batch_loop: cst.CSTNode) -> bool:
+def _counts_of(
+    anatomy: Anatomy, scope: cst.FunctionDef | None, dataset: str, batch_loop: cst.CSTNode
+) -> list[cst.Name]:
+    """A name holding the dataset's length (`n_train = len(train_ds)`; `n` of `train_ds =
+    Subset(full, order[:n])`, a curriculum's growing subset, round-22 audit B) where it
+    divides what the batch loop sums (`running / n`)."""
+    counts: set[str] = set()
+    made = anatomy.values.assignments(dataset, scope)
+    if len(made) == 1 and isinstance(made[0], cst.Call):
+        subset = made[0]
+        indices = call_arg(subset, 1, "indices")
+        if (
+            (dotted(subset.func) or "").rsplit(".", 1)[-1] == "Subset"
+            and indices is not None
+            and isinstance(indices.value, cst.Subscript)
+            and len(indices.value.slice) == 1
+        ):
+            part = indices.value.slice[0].slice
+            if (
+                isinstance(part, cst.Slice)
+                and part.lower is None
+                and part.step is None
+                and isinstance(part.upper, cst.Name)
+            ):
+                counts.add(part.upper.value)
+    for node in walk(scope if scope is not None else anatomy.module):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target = node.targets[0].target
+            value = node.value
+            if (
+                isinstance(target, cst.Name)
+                and isinstance(value, cst.Call)
+                and is_name(value.func, "len")
+                and len(value.args) == 1
+                and is_name(value.args[0].value, dataset)
+            ):
+                counts.add(target.value)
+    return [
+        node
+        for node in walk(scope if scope is not None else anatomy.module)
+        if isinstance(node, cst.Name)
+        and node.value in counts
+        and len(anatomy.values.assignments(node.value, scope)) == 1
+        and anatomy.function_of(node) is scope
+        and _divides_a_sum(anatomy, node, batch_loop)
+    ]
+
+
+def _divides_a_sum(anatomy: Anatomy, length: cst.BaseExpression, batch_loop: cst.CSTNode) -> bool:
     """`running / len(X)` where `running` is summed (`+=`) in the batch loop."""
     parent = anatomy.parent(length)
     if not (

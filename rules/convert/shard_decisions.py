@@ -9,11 +9,13 @@ from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
 from ddpify.analysis.tree import (
     assigned,
+    call_arg,
     child_nodes,
     dotted,
     is_attribute,
     is_method_call,
     is_name,
+    source_text,
     walk,
 )
 from ddpify.emit import statements
@@ -37,7 +39,9 @@ class ShardDecisions(ConvertRule):
     `total += loss.item() * len(x)` and `n += len(x)` in the batch loop) is divided after
     both sums are all-reduced. A `while` test or an `elif` decided on such a value,
     and a `ReduceLROnPlateau` stepped on a sum (`scheduler.step(running_loss)` where
-    `running_loss += loss.item()` in the batch loop), are refused, naming the value.
+    `running_loss += loss.item()` in the batch loop), are refused, naming the value; so is
+    a tensor carried from step to step that moves with a statistic over the batch and feeds
+    the next loss (DINO's center, `center = center * m + out.mean(dim=0) * (1 - m)`).
     Decided on a value computed from a loader every process reads whole (the validation
     loss), on a step counter or on the index `enumerate` gives, they are left as they are.
 
@@ -213,6 +217,15 @@ class ShardDecisions(ConvertRule):
 
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
+        for update, carried, reduced in _carried_statistics(anatomy):
+            ctx.cannot(  # round-22 audit A dino_teacher_b: DINO's center as a plain tensor
+                update,
+                f"`{carried}` is carried from step to step, updated with `{reduced}`, a statistic "
+                "over this process's batch, and the loss is computed from it (a center, a "
+                "running mean): each process would keep its own; all-reduce the statistic "
+                "(dist.all_reduce, divided by the world size) before the update, by hand",
+                blocking=True,
+            )
         plateaus = {
             name
             for assign in anatomy.assigns
@@ -845,6 +858,8 @@ def _fed(
     models = {name for model in anatomy.models.all for name in model.names}
     if owner is None or owner.startswith("self") or owner in models:
         return None  # `model.hyperparams`: a model is called with the batch, not fed
+    if anatomy.imported(owner.split(".")[0]):
+        return None  # `torch.load(...)`: a module, fed nothing (round-22 audit B ckpt_amp_clip_b)
     for call in anatomy.calls:
         called = dotted(call.func)
         if called != owner and not (called or "").startswith(f"{owner}."):
@@ -987,3 +1002,110 @@ def _assigned_names(target: cst.BaseExpression) -> set[str]:
         target = target.value
     name = dotted(target)
     return {name} if name else set()
+
+
+REDUCTIONS = frozenset(
+    {"mean", "sum", "std", "var", "amax", "amin", "logsumexp", "norm", "median", "max", "min"}
+)
+IN_PLACE = frozenset({"mul_", "add_", "sub_", "div_", "copy_", "lerp_", "addcmul_"})
+
+
+def _carried_statistics(anatomy: Anatomy) -> list[tuple[cst.CSTNode, str, str]]:
+    """A tensor the training loop carries from step to step, updated from a reduction over
+    this process's batch (`center = center * 0.9 + teacher_output.mean(dim=0) * 0.1`,
+    `center.mul_(m).add_(out.mean(0), alpha=1 - m)`) and read where the loss is computed
+    (`loss = dino_loss(student_out, teacher_out, center)`): the single-process statistic
+    is over the whole batch, each process's over its part. Per-sample state carried along
+    (an RNN's hidden state) is not a reduction over the batch and is not one of them."""
+    found: list[tuple[cst.CSTNode, str, str]] = []
+    for loop, local in _local_in_loops(
+        anatomy, tuple(loop.batch_loop for loop in anatomy.script.train_loops)
+    ):
+        for node in walk(loop.body):
+            carried = _carried_update(node)
+            if carried is None:
+                continue
+            name, value = carried
+            reduced = next(
+                (inner for inner in walk(value) if _reduces_the_batch(inner, local)), None
+            )
+            if reduced is None:
+                continue
+            if name in _feeding_the_backward(loop):
+                found.append((node, name, source_text(reduced)))
+    return found
+
+
+def _feeding_the_backward(loop: cst.For) -> set[str]:
+    """The names the loop's backward pass is computed from: `loss` of `loss.backward()` (or
+    `scaler.scale(loss).backward()`), then the names its assignments in the loop read."""
+    fed = {
+        inner.value
+        for node in walk(loop.body)
+        if is_method_call(node, "backward")
+        and isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        for inner in walk(node.func.value)
+        if isinstance(inner, cst.Name)
+    }
+    assigns = [node for node in walk(loop.body) if isinstance(node, cst.Assign | cst.AugAssign)]
+    for _ in range(6):
+        before = len(fed)
+        for node in assigns:
+            targets = node.targets if isinstance(node, cst.Assign) else [node]
+            if any(_assigned_names(target.target) & fed for target in targets):
+                fed |= {inner.value for inner in walk(node.value) if isinstance(inner, cst.Name)}
+        if len(fed) == before:
+            break
+    return fed
+
+
+def _carried_update(node: cst.CSTNode) -> tuple[str, cst.CSTNode] | None:
+    """`(name, new value)` for `x = f(x, ...)`, `x += ...` and `x.mul_(m).add_(...)`."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        target = node.targets[0].target
+        if isinstance(target, cst.Name) and any(
+            is_name(inner, target.value) for inner in walk(node.value)
+        ):
+            return target.value, node.value
+    if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
+        return node.target.value, node.value
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in IN_PLACE
+    ):
+        root: cst.BaseExpression = node.func.value
+        while isinstance(root, cst.Call) and isinstance(root.func, cst.Attribute):
+            root = root.func.value
+        if isinstance(root, cst.Name):
+            return root.value, node
+    return None
+
+
+def _reduces_the_batch(node: cst.CSTNode, local: set[str]) -> bool:
+    """`out.mean(dim=0)`, `out.sum()`, `torch.mean(out, 0)` over a value of the batch: a
+    reduction over every sample of the batch (no dimension, or dimension 0)."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    if node.func.attr.value not in REDUCTIONS:
+        return False
+    if dotted(node.func.value) == "torch":
+        if not node.args:
+            return False
+        of: cst.CSTNode = node.args[0].value
+        dim = call_arg(node, 1, "dim")
+    else:
+        of = node.func.value
+        dim = call_arg(node, 0, "dim")
+    if not any(dotted(inner) in local for inner in walk(of)):
+        return False
+    if dim is None:
+        return True
+    value = dim.value
+    if isinstance(value, cst.Tuple | cst.List):
+        return any(
+            isinstance(element.value, cst.Integer) and element.value.value == "0"
+            for element in value.elements
+        )
+    return isinstance(value, cst.Integer) and value.value == "0"

@@ -1797,6 +1797,151 @@ def test_a_forward_that_writes_its_own_buffers_is_refused() -> None:
     assert b"    backbone = model.module.encoder_q.eval()\n" in result.output
 
 
+CENTERED = """\
+import copy
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    student = Net().to(device)
+    teacher = copy.deepcopy(student)
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    center = torch.zeros(1, 16, device=device)
+    running = 0.0
+    for x, _ in loader:
+        with torch.no_grad():
+            target = teacher(x)
+        out = student(x)
+        loss = F.cross_entropy(out, F.softmax(target - center, dim=-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        running = running + loss.sum().item()
+        with torch.no_grad():
+            center = center * 0.9 + target.mean(dim=0, keepdim=True) * 0.1
+
+
+main()
+"""
+
+
+def test_a_statistic_of_the_batch_carried_into_the_next_loss_is_refused() -> None:
+    """Round-22 audit A dino_teacher_b: DINO's center as a plain tensor, moved towards the
+    mean of each batch's teacher outputs and subtracted in the next step's loss. Under DDP
+    each process would center on its own half of the batch (the replicas' losses differ;
+    DINO all-reduces the batch center). Refused at the update, like the same center kept
+    in a module's buffer. A running sum that is only printed, and a statistic over each
+    sample (dimension 1) carried like an RNN's hidden state, are not refused."""
+    result = convert_source(CENTERED.encode(), "dino.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP010", 26)
+    assert "`center` is carried from step to step" in problem.message
+    assert "`target.mean(dim=0, keepdim=True)`" in problem.message
+    per_sample = CENTERED.replace(
+        "target.mean(dim=0, keepdim=True)", "target.mean(dim=1, keepdim=True)"
+    )
+    result = convert_source(per_sample.encode(), "dino.py", ConvertOptions())
+    assert not result.refused, result.problems
+    unused = CENTERED.replace("F.softmax(target - center, dim=-1)", "F.softmax(target, dim=-1)")
+    result = convert_source(unused.encode(), "dino.py", ConvertOptions())
+    assert not result.refused, result.problems
+
+
+SCALER = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class NativeScaler:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cpu", enabled=False)
+
+    def __call__(self, loss, optimizer):
+        self._scaler.scale(loss).backward()
+        self._scaler.step(optimizer)
+        self._scaler.update()
+
+
+def train_one_epoch(model, loader, optimizer, loss_scaler):
+    for x, y in loader:
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        loss_scaler(loss, optimizer)
+
+
+def main():
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_scaler = NativeScaler()
+    loader_train = DataLoader(data, batch_size=8, shuffle=True)
+    for epoch in range(3):
+        train_one_epoch(model, loader_train, optimizer, loss_scaler)
+
+
+main()
+"""
+
+
+def test_a_backward_in_the_call_of_an_object_the_loop_is_handed_trains() -> None:
+    """Round-22 audit A timm_channels_last: timm's `NativeScaler`, whose `__call__` runs the
+    backward, handed to `train_one_epoch` and called there as `loss_scaler(loss, ...)`. Its
+    loop is the training loop (it was taken for a second loop that trains where ddpify could
+    not follow, and refused): sharded, with set_epoch in the epoch loop."""
+    result = convert_source(SCALER.encode(), "timm_like.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    assert "sampler=DistributedSampler(data, shuffle=True)" in output
+    assert "        loader_train.sampler.set_epoch(epoch)\n" in output
+    assert "    model = DDP(model, " in output
+
+
+RESUMED_STEP = """\
+import torch
+from torch.utils.data import DataLoader
+
+model = Net()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+train_loader = DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+scaler = torch.amp.GradScaler()
+step = 0
+if resume:
+    checkpoint = torch.load("ckpt.pt", map_location="cpu")
+    model.load_state_dict(checkpoint["model"])
+    scaler.load_state_dict(checkpoint["scaler"])
+    step = checkpoint["step"]
+while step < max_steps:
+    for x, y in train_loader:
+        loss = model(x, y)
+        optimizer.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        step += 1
+        if step % 100 == 0:
+            torch.save({"model": model.state_dict(), "scaler": scaler.state_dict(), "step": step}, "ckpt.pt")
+        if step >= max_steps:
+            break
+"""
+
+
+def test_a_step_counter_resumed_from_a_checkpoint_is_the_same_in_every_process() -> None:
+    """Round-22 audit B ckpt_amp_clip_b (nanoGPT's `--init-from resume`): `step =
+    checkpoint["step"]` read from `torch.load(...)` was taken for a value of this process's
+    batches, because `torch` is also called with what the scaler fed with the loss gives
+    (`torch.save({"scaler": scaler.state_dict(), ...})`), and the `while step < max_steps`
+    loop was refused. A module is fed nothing: the step
+    counter is the same in every process, and the script converts."""
+    result = convert_source(RESUMED_STEP.encode(), "resume.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"    train_loader.sampler.set_epoch(step)\n" in result.output
+
+
 def test_a_script_that_updates_its_parameters_by_hand_is_a_training_script() -> None:
     """Round-10 audit c13 (pytorch/examples' word language model): no optimizer, the update
     is `p.data.add_(p.grad, alpha=-lr)`; the text prefilter wanted `optim` in the file, so it
