@@ -1924,7 +1924,7 @@ while step < max_steps:
         scaler.update()
         step += 1
         if step % 100 == 0:
-            torch.save({"model": model.state_dict(), "scaler": scaler.state_dict(), "step": step}, "ckpt.pt")
+            torch.save({"scaler": scaler.state_dict(), "step": step}, "ckpt.pt")
         if step >= max_steps:
             break
 """
