@@ -8,7 +8,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.loaders import Loader
-from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, methods, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -73,6 +73,72 @@ HELPER_MADE = Example(
 )
 
 
+# Sized from the fold's indices that the dataset holds as many samples as (round-22 audit B
+# kaggle_tta_c): its `__len__` is its images'.
+FOLD_INDICES = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+
+    class Images(Dataset):
+        def __init__(self, images, labels):
+            self.images, self.labels = images, labels
+
+        def __len__(self):
+            return len(self.images)
+
+        def __getitem__(self, i):
+            return self.images[i], self.labels[i]
+
+
+    def train_fold(trn_idx, images, labels):
+        loader = DataLoader(Images(images[trn_idx], labels[trn_idx]), batch_size=32, shuffle=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        total = len(trn_idx) // 32 * epochs
+        sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=total)
+        for epoch in range(epochs):
+            for x, y in loader:
+                model(x).sum().backward()
+                optimizer.step()
+                sched.step()
+
+
+    train_fold(trn_idx, images, labels)
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+
+    class Images(Dataset):
+        def __init__(self, images, labels):
+            self.images, self.labels = images, labels
+
+        def __len__(self):
+            return len(self.images)
+
+        def __getitem__(self, i):
+            return self.images[i], self.labels[i]
+
+
+    def train_fold(trn_idx, images, labels):
+        loader = DataLoader(Images(images[trn_idx], labels[trn_idx]), batch_size=32, shuffle=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        total = len(loader.sampler) // 32 * epochs
+        sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=total)
+        for epoch in range(epochs):
+            for x, y in loader:
+                model(x).sum().backward()
+                optimizer.step()
+                sched.step()
+
+
+    train_fold(trn_idx, images, labels)
+    """,
+)
+
+
 class ScheduleLength(ConvertRule):
     """
     ## What it does
@@ -86,7 +152,9 @@ class ScheduleLength(ConvertRule):
     the scheduler or by its `lr_lambda`, is computed from `len(loader.sampler)` there when
     the loader is made before it; with the loader not yet made it is refused, as is one
     computed from what the training data is built from
-    (`len(df_train)` for `train_dataset = ReviewDataset(reviews[df_train])`). Hugging Face's
+    (`len(df_train)` for `train_dataset = ReviewDataset(reviews[df_train])`), unless that
+    is the dataset's length: the indices of a `Subset(ds, idx)`, or of the rows given a
+    `TensorDataset` or a dataset class whose `__len__` is `len(self.items)`. Hugging Face's
     `get_..._schedule...` helpers count as schedulers, and so does a learning rate written
     into the optimizer's param groups by hand (`group["lr"] = get_lr(it)`): the names it and
     the script's functions it calls read are followed.
@@ -224,6 +292,7 @@ class ScheduleLength(ConvertRule):
             """,
         ),
         HELPER_MADE,
+        FOLD_INDICES,
         # Sized from the loader: it already counts this process's batches.
         Example(
             """
@@ -349,6 +418,21 @@ class ScheduleLength(ConvertRule):
                 ):
                     sampler = f"{loader.name}.{loader.sampler_path}"
                     ctx.plan.replace(length, _measuring(sampler))
+                    ctx.changed(
+                        length,
+                        f"`{name}`, a learning-rate schedule's length, counts this process's "
+                        f"samples: len({sampler})",
+                    )
+                elif (
+                    (source := _source_of(anatomy, length, loaders)) is not None
+                    and anatomy.function_of(source.call) is scope
+                    and anatomy.precedes(source.call, length)
+                    and _counts_the_dataset(anatomy, source, length)
+                ):
+                    # `len(trn_idx)` of `ImgDataset(images[trn_idx], ...)`, whose `__len__` is
+                    # its images' (round-22 audit B kaggle_tta_c): the same count
+                    sampler = f"{source.name}.{source.sampler_path}"
+                    ctx.plan.replace(length, _replaced_with(f"len({sampler})"))
                     ctx.changed(
                         length,
                         f"`{name}`, a learning-rate schedule's length, counts this process's "
@@ -489,6 +573,80 @@ def _source_of(anatomy: Anatomy, length: cst.Call, loaders: list[Loader]) -> Loa
         if any(dotted(node) == measured for source in sources for node in walk(source)):
             return loader
     return None
+
+
+def _replaced_with(code: str) -> Callable[[cst.CSTNode], cst.BaseExpression]:
+    new = cst.parse_expression(code)
+    return lambda _: new
+
+
+def _counts_the_dataset(anatomy: Anatomy, loader: Loader, length: cst.Call) -> bool:
+    """Whether `len(idx)` is the length of the loader's dataset: `Subset(ds, idx)`,
+    `TensorDataset(x[idx], ...)`, or a class of the script whose `__len__` is
+    `len(self.items)` and that is given `items[idx]` for them."""
+    measured = dotted(length.args[0].value)
+    dataset = call_arg(loader.call, 0, "dataset")
+    if measured is None or dataset is None:
+        return False
+    value = dataset.value
+    if isinstance(value, cst.Name):
+        values = anatomy.values.assignments(value.value, anatomy.function_of(loader.call))
+        value = values[0] if len(values) == 1 else value
+    if not isinstance(value, cst.Call):
+        return False
+
+    def indexed(arg: cst.BaseExpression | None) -> bool:
+        return (
+            isinstance(arg, cst.Subscript)
+            and len(arg.slice) == 1
+            and isinstance(arg.slice[0].slice, cst.Index)
+            and dotted(arg.slice[0].slice.value) == measured
+        )
+
+    called = dotted(value.func) or ""
+    if called.rsplit(".", 1)[-1] == "Subset":
+        indices = call_arg(value, 1, "indices")
+        return indices is not None and dotted(indices.value) == measured
+    if called.rsplit(".", 1)[-1] == "TensorDataset":
+        return bool(value.args) and indexed(value.args[0].value)
+    owner = anatomy.classes.get(called)
+    if owner is None:
+        return False
+    own = {method.name.value: method for method in methods(owner)}
+    if "__len__" not in own or "__init__" not in own:
+        return False
+    body = own["__len__"].body.body
+    returned = (
+        body[0].body[0] if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else None
+    )
+    if not (
+        isinstance(returned, cst.Return)
+        and isinstance(returned.value, cst.Call)
+        and is_name(returned.value.func, "len")
+        and len(returned.value.args) == 1
+    ):
+        return False
+    counted = dotted(returned.value.args[0].value)
+    for node in walk(own["__init__"].body):
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            continue
+        target, given = node.targets[0].target, node.value
+        pairs = (
+            zip(target.elements, given.elements, strict=True)
+            if isinstance(target, cst.Tuple)
+            and isinstance(given, cst.Tuple)
+            and len(target.elements) == len(given.elements)
+            else [(target, given)]
+        )
+        for held_element, source_element in pairs:
+            held = held_element.value if isinstance(held_element, cst.Element) else held_element
+            source = (
+                source_element.value if isinstance(source_element, cst.Element) else source_element
+            )
+            if dotted(held) == counted and isinstance(source, cst.Name):
+                argument = anatomy.graph.bound_argument(value, own["__init__"], source.value)
+                return indexed(argument)
+    return False
 
 
 def _lengths(expr: cst.BaseExpression) -> list[cst.Call]:
