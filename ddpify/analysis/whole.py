@@ -93,9 +93,19 @@ FROM_DATA = frozenset(
 # Draws among the makers: unseeded, every process would draw different samples.
 DRAWN = frozenset(
     {
-        "torch.randn", "torch.rand", "torch.randint", "numpy.random.randn",
-        "numpy.random.rand", "numpy.random.randint", "numpy.random.normal",
-        "numpy.random.uniform",
+        "torch.randn", "torch.rand", "torch.randint", "torch.randperm", "torch.normal",
+        "torch.bernoulli", "torch.multinomial", "torch.randn_like", "torch.rand_like",
+        "torch.randint_like", "numpy.random.randn", "numpy.random.rand",
+        "numpy.random.randint", "numpy.random.normal", "numpy.random.uniform",
+    }
+)  # fmt: skip
+# What seeds a generator or makes one of its own, given a seed (`np.random.RandomState(0)`,
+# round-23 audit B randperm_minibatch_c): no draw.
+SEEDING = frozenset(
+    {
+        "numpy.random.seed", "random.seed", "numpy.random.RandomState",
+        "numpy.random.default_rng", "numpy.random.Generator", "numpy.random.SeedSequence",
+        "random.Random",
     }
 )  # fmt: skip
 # Keyword arguments of losses that hold settings, not samples (`weight=class_weights`).
@@ -217,6 +227,12 @@ class WholeBatches:
         ):  # `len(x) - 1`: the last row is only read as the one after (`x[i + 1]`)
             stop = stop.left
         measured = _measured(stop)
+        permutation = _permutation_measured(self.values, found, measured)
+        if permutation is not None:
+            # `X.size()[0]` is the permutation's length: `permutation_part.size()[0]`
+            assert measured is not None
+            names[permutation].reads.append(measured)
+            return
         if measured is None or measured.value not in names:
             _refused(
                 found,
@@ -711,6 +727,8 @@ def _unseeded_draw(index: SourceIndex, made: cst.Call) -> cst.Call | None:
         if not isinstance(node, cst.Call) or call_arg(node, None, "generator") is not None:
             continue  # a generator of its own, seeded where it is made
         names = index.qualified_names(node.func)
+        if names & SEEDING and (node.args or names & {"numpy.random.seed", "random.seed"}):
+            continue
         drawn = names & DRAWN or any(
             name.startswith(("numpy.random.", "random.")) for name in names
         )
@@ -795,7 +813,48 @@ def _measured(stop: cst.BaseExpression) -> cst.Name | None:
         and stop.slice[0].slice.value.value == "0"
     ):
         return stop.value.value
+    if (
+        isinstance(stop, cst.Subscript)
+        and isinstance(stop.value, cst.Call)
+        and isinstance(stop.value.func, cst.Attribute)
+        and stop.value.func.attr.value == "size"
+        and not stop.value.args
+        and isinstance(stop.value.func.value, cst.Name)
+        and len(stop.slice) == 1
+        and isinstance(stop.slice[0].slice, cst.Index)
+        and isinstance(stop.slice[0].slice.value, cst.Integer)
+        and stop.slice[0].slice.value.value == "0"
+    ):  # `x.size()[0]`
+        return stop.value.func.value
     return None
+
+
+def _permutation_measured(
+    values: Values, found: WholeBatch, measured: cst.Name | None
+) -> str | None:
+    """The one sample name the loop slices, when it is a permutation of the length the
+    loop counts to (`measured`, another name)."""
+    names = {samples.name for samples in found.samples}
+    if measured is None or measured.value in names or len(names) != 1:
+        return None
+    [sliced] = names
+    made = [value for value, _ in values.values_of(sliced, values.index.function_of(found.loop))]
+    return sliced if made and all(_permutes(value, measured) for value in made) else None
+
+
+def _permutes(value: cst.BaseExpression, measured: cst.Name) -> bool:
+    """`torch.randperm(<the length of measured>)`: a tensor as long as `measured`, which
+    answers `len`, `.shape[0]` and `.size(0)` as it does (the StackOverflow idiom
+    `permutation = torch.randperm(X.size()[0])`, then `for i in range(0, X.size()[0], bs)`,
+    round-23 audit B randperm_minibatch)."""
+    if not (
+        isinstance(value, cst.Call)
+        and dotted(value.func) in ("torch.randperm", "randperm")
+        and value.args
+    ):
+        return False
+    length = _measured(value.args[0].value)
+    return length is not None and length.value == measured.value
 
 
 def _swaps_first_two(call: cst.Call) -> bool:

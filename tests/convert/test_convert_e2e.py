@@ -1051,6 +1051,73 @@ def test_batches_sliced_by_the_counter_split_evenly_and_stay_in_sync(tmp_path: P
     assert params[0] == params[1]
 
 
+PERMUTED = """import json
+import os
+
+import numpy as np
+import torch
+
+rs = np.random.RandomState(0)
+X = torch.from_numpy(rs.randn(101, 6).astype("float32"))
+X[:, 0] = torch.arange(101).float()  # each sample's id
+model = torch.nn.Linear(6, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+batch_size = 8
+seen = []
+for epoch in range(2):
+    permutation = torch.randperm(X.size()[0])
+    for i in range(0, X.size()[0], batch_size):
+        indices = permutation[i:i + batch_size]
+        batch_x = X[indices]
+        seen.append(batch_x[:, 0].tolist())
+        loss = model(batch_x / 100).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+rank = os.environ.get("RANK", "0")
+json.dump(seen, open(f"seen{rank}.json", "w"))
+json.dump([p.sum().item() for p in model.parameters()], open(f"params{rank}.json", "w"))
+"""
+
+
+def test_an_unseeded_permutation_of_whole_tensors_is_split_between_the_ranks(
+    tmp_path: Path,
+) -> None:
+    """Round-23 audit B randperm_minibatch (the StackOverflow idiom: `permutation =
+    torch.randperm(X.size()[0])` every epoch, `for i in range(0, X.size()[0], bs)`), with no
+    torch seed: each rank would draw its own permutation and walk its part of it, so the
+    parts overlapped. The permutation is rank 0's, each rank walks a disjoint half of it
+    every epoch (50 of the 101 samples), the order changes between epochs, and the
+    replicas end identical. The seeded `np.random.RandomState(0)` the data comes from is
+    not a draw to share."""
+    import json
+
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(PERMUTED.encode(), "permuted.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert "rs = [rs]" not in converted
+    assert "for i in range(0, permutation_part.size()[0], batch_size):" in converted
+    probe = converted.replace(
+        "if dist.get_rank() == 0:\n    json.dump(", "if True:\n    json.dump("
+    )
+    assert probe.count("if True:") == 1  # both dumps, guarded together
+    (tmp_path / "permuted_ddp.py").write_text(probe)
+    run_ = torchrun(["permuted_ddp.py"], cwd=tmp_path, timeout=240)
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
+    assert len(seen[0]) == len(seen[1]) == 14  # 2 epochs of ceil(50 / 8) steps
+    for epoch in (0, 1):
+        parts = [[v for batch in seen[r][7 * epoch : 7 * epoch + 7] for v in batch] for r in (0, 1)]
+        assert len(parts[0]) == len(set(parts[0])) == 50 == len(set(parts[1]))
+        assert not set(parts[0]) & set(parts[1])
+    assert seen[0][:7] != seen[0][7:]
+    params = [json.loads((tmp_path / f"params{rank}.json").read_text()) for rank in (0, 1)]
+    assert params[0] == params[1]
+
+
 BPTT = """import argparse
 import json
 import os
