@@ -8,6 +8,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import MODEL_SAVES
+from ddpify.analysis.effects import opens_for_writing
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, walk
 from ddpify.emit import expression, statement, with_keyword
 from ddpify.fixes import take_rank_zeros
@@ -22,7 +23,9 @@ class CheckpointLoad(ConvertRule):
     function wrote (on rank 0 only, DDP005) is preceded by `dist.barrier()`, reached by
     every rank, as in PyTorch's DDP tutorial; so is a load after the training loop of its
     function, or after a call in its function that trains (`fit(model, ...)`), in a script
-    that saves checkpoints (the best model, reloaded at the end).
+    that saves checkpoints (the best model, reloaded at the end). So is the first read
+    (`open(path)`, `np.load`, `pd.read_csv`...), before training, of a file a statement
+    before it wrote by the same path: a data file the script makes, then loads.
 
     A path every process computes for itself but must agree on is rank 0's
     (`dist.broadcast_object_list` right after it is computed): one built from the clock or a
@@ -47,6 +50,57 @@ class CheckpointLoad(ConvertRule):
         `argparse.Namespace`, say); such a load then fails loudly, never silently.
     """
     examples = (
+        # A data file the script writes (on rank 0, DDP005), then reads back.
+        Example(
+            """
+            import csv
+            import torch
+            from torch.utils.data import DataLoader
+
+
+            def write_csv(path, n):
+                with open(path, "w") as f:
+                    csv.writer(f).writerows([[i, i % 2] for i in range(n)])
+
+
+            def main():
+                write_csv("data/train.csv", 100)
+                rows = list(csv.reader(open("data/train.csv")))
+                loader = DataLoader(make_dataset(rows), batch_size=8, shuffle=True)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+
+
+            main()
+            """,
+            """
+            import csv
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+
+
+            def write_csv(path, n):
+                with open(path, "w") as f:
+                    csv.writer(f).writerows([[i, i % 2] for i in range(n)])
+
+
+            def main():
+                write_csv("data/train.csv", 100)
+                dist.barrier()
+                rows = list(csv.reader(open("data/train.csv")))
+                loader = DataLoader(make_dataset(rows), batch_size=8, shuffle=True)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+
+
+            main()
+            """,
+        ),
         # Saved (by rank 0 once DDP005 guards it), then read back by every rank.
         Example(
             """
@@ -210,6 +264,10 @@ class CheckpointLoad(ConvertRule):
                     "is picked by looking at the disk (the next free run folder), which each "
                     "process does at its own moment",
                 )
+        for read in _reads_what_rank_zero_wrote(anatomy):
+            ctx.plan.insert_before(read, [statement("dist.barrier()\n")])
+            ctx.add_import("torch.distributed", asname="dist")
+            ctx.changed(read, "every rank waits for rank 0's write before it reads the file back")
         for call in _helpers_reading_after_training(anatomy):
             ctx.plan.insert_before(anatomy.statement_of(call), [statement("dist.barrier()\n")])
             ctx.add_import("torch.distributed", asname="dist")
@@ -374,6 +432,84 @@ def _helpers_reading_after_training(anatomy: Anatomy) -> list[cst.Call]:
         if scope not in found or anatomy.precedes(call, found[scope]):
             found[scope] = call
     return list(found.values())
+
+
+# Readers of a file by its path, besides `open(path)` for reading (torch.load is `_loads`').
+READS = {
+    "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile", "pandas.read_csv",
+    "pandas.read_parquet", "pandas.read_json", "pandas.read_pickle", "pandas.read_table",
+    "PIL.Image.open",
+}  # fmt: skip
+
+
+def _reads_what_rank_zero_wrote(anatomy: Anatomy) -> list[cst.BaseStatement]:
+    """Statements, before the training in its function (or at module level), that read a
+    file a statement before them wrote (by the same path: a string, or a name), when that
+    write is rank 0's (DDP005): a data file the script makes, then loads (a Kaggle kernel
+    writing its own `data/train.csv`, round-23 audit B titanic_tabular: rank 1 read it before
+    rank 0 had written it). The barrier goes before the first such read."""
+    scopes: dict[int, cst.FunctionDef | None] = {}
+    for loop in anatomy.script.train_loops:
+        scope = anatomy.function_of(loop.epoch_loop or loop.batch_loop)
+        scopes[id(scope)] = scope
+    found: list[cst.BaseStatement] = []
+    training = _training(anatomy)
+    for scope in scopes.values():
+        body = scope.body.body if scope is not None else anatomy.module.body
+        written: set[str] = set()
+        for statement_ in body:
+            if not isinstance(statement_, cst.BaseStatement) or isinstance(
+                statement_, cst.FunctionDef | cst.ClassDef
+            ):
+                continue
+            if anatomy.graph.reaches(statement_, lambda node: node in training):
+                break  # from here on, the training's own writes and reads
+            if not anatomy.script.after_setup(statement_) or anatomy.ranks.guard(statement_):
+                continue
+            paths = _paths_given(statement_)
+            if (
+                written
+                and paths & written
+                and anatomy.graph.reaches(statement_, lambda node: _reads_a_file(anatomy, node))
+            ):
+                found.append(statement_)
+                written = set()
+            if anatomy.effects.writes_files(statement_):
+                written |= paths
+    return found
+
+
+def _training(anatomy: Anatomy) -> set[cst.CSTNode]:
+    return {
+        *anatomy.script.training_calls,
+        *(loop.batch_loop for loop in anatomy.script.train_loops),
+    }
+
+
+def _paths_given(statement_: cst.BaseStatement) -> set[str]:
+    """The strings that look like paths (`"data/train.csv"`) and the names given as
+    arguments of the calls in `statement_` itself (not in the functions it calls)."""
+    found: set[str] = set()
+    for node in walk(statement_):
+        if not isinstance(node, cst.Call):
+            continue
+        for arg in node.args:
+            value = arg.value
+            if isinstance(value, cst.SimpleString):
+                text = value.evaluated_value
+                if isinstance(text, str) and ("." in text or "/" in text):
+                    found.add(text)
+            elif isinstance(value, cst.Name | cst.Attribute) and (name := dotted(value)):
+                found.add(name)
+    return found
+
+
+def _reads_a_file(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Call):
+        return False
+    if dotted(node.func) == "open":
+        return not opens_for_writing(node)
+    return anatomy.is_call_to(node, READS)
 
 
 def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:

@@ -1118,6 +1118,70 @@ def test_an_unseeded_permutation_of_whole_tensors_is_split_between_the_ranks(
     assert params[0] == params[1]
 
 
+WRITTEN_THEN_READ = """import csv
+import os
+import time
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def write_fake_csv(path, n):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x", "y"])
+        for i in range(n):
+            w.writerow([i / n, 2 * i / n])
+            if i == n // 2:
+                time.sleep(1.0)  # a slow disk: half a file for a while
+
+
+def load(path):
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    x = torch.tensor([[float(r["x"])] for r in rows])
+    return x, torch.tensor([[float(r["y"])] for r in rows])
+
+
+os.makedirs("data", exist_ok=True)
+write_fake_csv("data/train.csv", 64)
+X, y = load("data/train.csv")
+assert len(X) == 64, len(X)
+loader = DataLoader(TensorDataset(X, y), batch_size=8, shuffle=True)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for xb, yb in loader:
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+torch.save(model.state_dict(), "model.pt")
+"""
+
+
+def test_a_data_file_rank_0_writes_is_read_back_by_every_rank_after_it(
+    tmp_path: Path,
+) -> None:
+    """Round-23 audit B titanic_tabular: a Kaggle kernel writes its own `data/train.csv`
+    (rank 0 only, once converted) and reads it back: rank 1 read it before rank 0 had
+    finished (FileNotFoundError, or half the rows). Every rank now waits at a barrier before
+    the read; the file is written by rank 0 alone and both ranks read all 64 rows."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(WRITTEN_THEN_READ.encode(), "kernel.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert 'dist.barrier()\nX, y = load("data/train.csv")' in converted
+    (tmp_path / "kernel_ddp.py").write_text(converted)
+    run_ = torchrun(["kernel_ddp.py"], cwd=tmp_path, timeout=240, env=recording(tmp_path))
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    written = writers(tmp_path)
+    assert written["data/train.csv"] == {"0"}
+    assert written["model.pt"] == {"0"}
+
+
 BPTT = """import argparse
 import json
 import os
