@@ -66,6 +66,54 @@ PARAMETER_INIT = Example(
 )
 
 
+# Weights drawn afresh after the wrap (one model reset per fold): rank 0's in every process.
+RESET_AFTER_THE_WRAP = Example(
+    """
+    import torch
+
+
+    def reset_weights(m):
+        for layer in m.children():
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
+
+
+    model = Net().to(device)
+    for fold in range(5):
+        model.apply(reset_weights)
+        optimizer = torch.optim.Adam(model.parameters())
+        for x in loaders[fold]:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def reset_weights(m):
+        for layer in m.children():
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
+
+
+    model = Net().to(device)
+    model = DDP(model, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
+    for fold in range(5):
+        model.apply(reset_weights)
+        for tensor in model.state_dict().values():  # every process starts from rank 0's weights
+            dist.broadcast(tensor, 0)
+        optimizer = torch.optim.Adam(model.parameters())
+        for x in loaders[fold]:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+)
+
+
 class WrapModel(ConvertRule):
     """
     ## What it does
@@ -76,7 +124,9 @@ class WrapModel(ConvertRule):
     `model.config` -- through `.module`. A model whose forward may leave parameters without
     a gradient (a layer called under a condition, one it never uses, a backbone run under
     `torch.no_grad()` that is never frozen, in its class here or in another file of the
-    project) is wrapped with `find_unused_parameters=True`.
+    project) is wrapped with `find_unused_parameters=True`. Weights drawn afresh after the
+    wrap (`model.apply(reset_weights)` once per fold, a layer's `reset_parameters()`) are
+    followed by a broadcast of rank 0's, as DDP does when it wraps.
 
     ## Why is this bad?
     Without the wrapper nothing averages the gradients: every process trains its own
@@ -227,6 +277,7 @@ class WrapModel(ConvertRule):
             """,
         ),
         PARAMETER_INIT,
+        RESET_AFTER_THE_WRAP,
     )
 
     def refuse(self, ctx: ConvertContext) -> None:
@@ -364,6 +415,14 @@ class WrapModel(ConvertRule):
                     _route_raw_use(ctx, model, attribute, compiled_after)
             _unwrap_both_branches(ctx, model)
             _functional_elsewhere(ctx, model)
+            for reset in _reinitialised_after_the_wrap(anatomy, model):
+                ctx.add_import("torch.distributed", asname="dist")
+                ctx.plan.insert_after(reset, statements(RESYNC.format(name=model.placed_name)))
+                ctx.changed(
+                    reset,
+                    "weights drawn afresh after the DDP wrap (each process draws its own): "
+                    "every process takes rank 0's, as DDP does when it wraps",
+                )
             _average_outside_parameters(ctx, model)
             for shown in _shown(anatomy, model):
                 ctx.plan.replace(shown, _through_module)
@@ -1752,6 +1811,64 @@ def _after(anatomy: Anatomy, first: cst.CSTNode, node: cst.CSTNode) -> bool:
         anatomy.function_of(node) is anatomy.function_of(first)
         or anatomy.function_of(first) is None
     )
+
+
+RESYNC = """\
+for tensor in {name}.state_dict().values():  # every process starts from rank 0's weights
+    dist.broadcast(tensor, 0)
+"""
+# Calls that draw a module's weights afresh.
+REINITIALISE = ("reset_parameters", "_reset_parameters")
+
+
+def _reinitialised_after_the_wrap(anatomy: Anatomy, model: Model) -> list[cst.BaseStatement]:
+    """Statements after the wrap that draw the model's weights afresh: `model.apply(fn)`
+    with `fn` resetting layers (`layer.reset_parameters()`, `nn.init.*`), or a reset called
+    on the model or one of its layers (k-fold cross-validation resetting one model per fold,
+    round-23 audit B kfold_subsetsampler_b). Each process draws its own weights, and DDP
+    broadcasts rank 0's only when it wraps: the replicas train apart from there."""
+    assert model.placement is not None
+
+    def resets(node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.Call) and (
+            is_method_call(node, *REINITIALISE)
+            or any(name.startswith("torch.nn.init.") for name in anatomy.qualified_names(node.func))
+        )
+
+    found: dict[int, cst.BaseStatement] = {}
+    for call in anatomy.calls:
+        func = call.func
+        root: cst.BaseExpression = func.value if isinstance(func, cst.Attribute) else func
+        while isinstance(root, cst.Attribute | cst.Subscript):
+            root = root.value
+        name = dotted(root)
+        if is_method_call(call, "apply") and call.args:
+            held = call.args[0].value
+            bodies: list[cst.CSTNode] = [f.body for f in anatomy.graph.defined(dotted(held) or "")]
+            if isinstance(held, cst.Lambda):
+                bodies = [held.body]
+            if not any(anatomy.graph.reaches(body, resets) for body in bodies):
+                continue
+        elif is_method_call(call, *REINITIALISE):
+            pass
+        elif resets(call) and call.args:  # `nn.init.xavier_uniform_(model.fc.weight)`
+            root = call.args[0].value
+            while isinstance(root, cst.Attribute | cst.Subscript):
+                root = root.value
+            name = dotted(root)
+        else:
+            continue
+        if name is None or name not in model.names or name in model.bare:
+            continue
+        statement_ = anatomy.statement_of(call)
+        if statement_ is model.placement or not anatomy.values.runs_after(
+            model.placement, call, name
+        ):
+            continue
+        if anatomy.function_of(call) is not anatomy.function_of(model.placement):
+            continue  # (a helper's: the statement to follow is where it is called)
+        found[id(statement_)] = statement_
+    return list(found.values())
 
 
 def _compiled_after_the_wrap(anatomy: Anatomy, model: Model) -> bool:

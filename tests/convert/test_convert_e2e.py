@@ -1182,6 +1182,68 @@ def test_a_data_file_rank_0_writes_is_read_back_by_every_rank_after_it(
     assert written["model.pt"] == {"0"}
 
 
+RESET_PER_FOLD = """import json
+import os
+
+import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+
+def reset_weights(m):
+    for layer in m.children():
+        if hasattr(layer, "reset_parameters"):
+            layer.reset_parameters()
+
+
+def main():
+    g = torch.Generator().manual_seed(0)
+    dataset = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+    network = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    sums = []
+    for fold in range(2):
+        train_ids = [i for i in range(64) if i % 2 != fold]
+        loader = DataLoader(Subset(dataset, train_ids), batch_size=8, shuffle=True)
+        network.apply(reset_weights)
+        optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(network(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        sums.append([p.sum().item() for p in network.parameters()])
+    rank = os.environ.get("RANK", "0")
+    json.dump(sums, open(f"sums{rank}.json", "w"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_weights_reset_after_the_wrap_are_rank_0s_in_every_process(tmp_path: Path) -> None:
+    """Round-23 audit B kfold_subsetsampler_b: one model reset per fold with
+    `network.apply(reset_weights)` after the wrap, torch unseeded: each rank drew its own
+    weights (DDP broadcasts rank 0's only when it wraps), and the replicas trained apart
+    (exit 0). The reset is followed by a broadcast of rank 0's weights: the replicas are
+    identical at the end of every fold."""
+    import json
+
+    result = convert_source(RESET_PER_FOLD.encode(), "kfold.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert "        for tensor in network.state_dict().values():" in converted
+    probe = converted.replace(
+        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
+    )
+    assert "if True:" in probe
+    (tmp_path / "kfold_ddp.py").write_text(probe)
+    run_ = torchrun(["kfold_ddp.py"], cwd=tmp_path, timeout=240)
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    sums = [json.loads((tmp_path / f"sums{rank}.json").read_text()) for rank in (0, 1)]
+    assert sums[0] == sums[1]
+    assert sums[0][0] != sums[0][1]  # each fold trained anew
+
+
 BPTT = """import argparse
 import json
 import os
