@@ -23,7 +23,7 @@ import libcst as cst
 from ddpify.analysis.api import DDP_TRANSPARENT, IN_PLACE_DRAWS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import dotted, is_method_call, methods, source_text, walk
+from ddpify.analysis.tree import dotted, is_method_call, is_name, methods, source_text, walk
 
 # How many folders above the script a package root is looked for in (`repo/pkg/train.py`
 # importing `pkg.utils.loss`).
@@ -172,6 +172,29 @@ class Project:
             found = _definition(qualified, self.roots)
             if found is not None and isinstance(found[0], cst.ClassDef):
                 return found[0], found[2]
+        return None
+
+    def called_instance(self, call: cst.Call) -> Helper | None:
+        """`__call__` of the project class (in another file) whose object `call` calls:
+        `early_stopping(valid_loss, model)` with `early_stopping = EarlyStopping(...)`
+        imported from `pytorchtools.py` (Bjarten's early-stopping-pytorch, round-23 audit B
+        pytorchtools_es_b)."""
+        if not isinstance(call.func, cst.Name) or not self.imported:
+            return None
+        made = [
+            assign.value
+            for assign in self.index.assigns
+            if len(assign.targets) == 1 and dotted(assign.targets[0].target) == call.func.value
+        ]
+        if len(made) != 1 or not isinstance(made[0], cst.Call):
+            return None
+        if not self._may_be_helper(made[0]):
+            return None
+        for qualified in self.index.qualified_names(made[0].func):
+            found = _definition(qualified, self.roots)
+            if found is not None and isinstance(found[0], cst.ClassDef):
+                method = next((m for m in methods(found[0]) if m.name.value == "__call__"), None)
+                return Helper(method, found[1], found[2]) if method is not None else None
         return None
 
     def draws(self, call: cst.Call) -> bool | None:
@@ -351,6 +374,15 @@ def _callee(helper: Helper, call: cst.Call) -> Helper | None:
     """The function `call`, in a helper's file, calls: one of that file or of its project."""
     function = helper.graph.callee(call)
     if function is not None and helper.index.class_of(function) is None:
+        return Helper(function, helper.graph, helper.path)
+    owner = helper.index.class_of(helper.function)
+    if (
+        function is not None
+        and owner is not None
+        and helper.index.class_of(function) is owner
+        and isinstance(call.func, cst.Attribute)
+        and is_name(call.func.value, "self")
+    ):  # `self.save_checkpoint(...)` in a method of the same class
         return Helper(function, helper.graph, helper.path)
     roots = [helper.path.parent, *list(helper.path.parent.parents)[:MAX_PARENTS]]
     for qualified in helper.index.qualified_names(call.func):

@@ -41,7 +41,10 @@ class RankZeroSideEffects(ConvertRule):
     what such a call computes (`print(f"acc {accuracy(model, loader)}")`) computes it first,
     into a variable, on every rank, and prints on rank 0; anything else is reported. A
     model built again after training (to reload the best weights) is a bare module: a
-    print that runs it goes on rank 0.
+    print that runs it goes on rank 0. A helper of another file that writes files and is
+    given the model, called where it cannot go on rank 0 alone (its result is kept, or it
+    is an object whose state every process reads: an imported `EarlyStopping` saving the
+    best checkpoint), is refused, naming the file.
 
     ## Why is this bad?
     N processes print every line N times and write every checkpoint N times, concurrently,
@@ -1041,6 +1044,23 @@ def _foreign_writers(ctx: ConvertContext, guarded: list[cst.CSTNode], models: se
             or not anatomy.script.after_setup(call)
         ):
             continue
+        instance = anatomy.project.called_instance(call)
+        if instance is not None and any(dotted(arg.value) in models for arg in call.args):
+            kept = anatomy.project.effects(instance)
+            if kept.writes and not kept.trains:
+                owner = instance.index.class_of(instance.function)
+                ctx.cannot(
+                    call,
+                    f"`{owner.name.value if owner else 'the object'}.__call__` "
+                    f"({anatomy.project.shown(instance.path)}) writes files "
+                    f"(`{kept.writes[0]}`) and is given the model, in an object whose "
+                    "state every process needs (an early-stopping counter, a best score): "
+                    "each process would write them, from the DDP wrapper (`module.` keys); "
+                    "give it `model.module` and put its writes under `if dist.get_rank() == "
+                    "0:` in that file, by hand",
+                    blocking=True,
+                )
+                return
         helper = anatomy.project.helper(call)
         effects = anatomy.project.effects(helper) if helper is not None else None
         if helper is None or effects is None or effects.trains:

@@ -782,3 +782,61 @@ def test_samples_a_project_helper_draws_unseeded_are_rank_0s_and_split(tmp_path:
     firsts = [[v for batch in seen[r][:7] for v in batch] for r in (0, 1)]
     assert len(firsts[0]) == len(firsts[1]) == 50
     assert firsts[0] == probes[0]["all"][:50] and firsts[1] == probes[0]["all"][50:100]
+
+
+def test_an_object_of_another_file_that_saves_the_model_it_is_called_with_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Round-23 audit B pytorchtools_es_b: Bjarten's `EarlyStopping` imported from
+    `pytorchtools.py`, called as `early_stopping(valid_loss, model)`: its `__call__` saves
+    `model.state_dict()` (through `self.save_checkpoint`) in every process, from the DDP
+    wrapper (`module.` keys), and its counter decides when every process stops, so it can
+    be neither left alone nor put on rank 0. Refused at the call, naming the file; the same
+    object that only keeps score converts."""
+    (tmp_path / "pytorchtools.py").write_text(
+        "import torch\n\n"
+        "class EarlyStopping:\n"
+        "    def __init__(self, patience=3):\n"
+        "        self.patience, self.counter, self.best = patience, 0, None\n"
+        "        self.early_stop = False\n\n"
+        "    def __call__(self, val_loss, model):\n"
+        "        if self.best is None or val_loss < self.best:\n"
+        "            self.best, self.counter = val_loss, 0\n"
+        "            self.save_checkpoint(model)\n"
+        "        else:\n"
+        "            self.counter += 1\n"
+        "            self.early_stop = self.counter >= self.patience\n\n"
+        "    def save_checkpoint(self, model):\n"
+        "        torch.save(model.state_dict(), 'checkpoint.pt')\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from pytorchtools import EarlyStopping\n"
+        "from torch.utils.data import DataLoader\n\n"
+        "def main():\n"
+        "    loader = DataLoader(dataset, shuffle=True)\n"
+        "    model = Net()\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    early_stopping = EarlyStopping(patience=3)\n"
+        "    for epoch in range(30):\n"
+        "        for x, y in loader:\n"
+        "            loss = model(x).sum()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "        early_stopping(evaluate(model), model)\n"
+        "        if early_stopping.early_stop:\n"
+        "            break\n\n"
+        "main()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    (problem,) = [p for p in result.problems if p.blocking]
+    assert problem.line == 15
+    assert problem.message.startswith(
+        "`EarlyStopping.__call__` (pytorchtools.py) writes files (`torch.save`)"
+    )
+    helper = tmp_path / "pytorchtools.py"
+    helper.write_text(helper.read_text().replace("torch.save(", "print("))
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert not result.refused, [p.message for p in result.problems]
