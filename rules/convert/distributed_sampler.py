@@ -1410,7 +1410,8 @@ def _data_loader_is_another(anatomy: Anatomy) -> bool:
 def _ends_on_drawn_values(ctx: ConvertContext, stream: RandomBatches) -> bool:
     """A loop around the steps that each process, drawing its own random numbers, may leave
     at its own step (round-15 audit s06, the DQN tutorial: `if done: break` on an episode's
-    end): one process would wait in the next step's all-reduce for the others. A `break` on
+    end, or `while not done:`): one process would wait in the next step's all-reduce for the
+    others. A `break` on
     a counter (`if iter_num > max_iters: break`) or on values set before the loop is taken
     alike everywhere. Refused, True, when there is such a loop."""
     anatomy = ctx.anatomy
@@ -1426,9 +1427,12 @@ def _ends_on_drawn_values(ctx: ConvertContext, stream: RandomBatches) -> bool:
             )
             changing |= {n.value for t in targets for n in walk(t) if isinstance(n, cst.Name)}
     for node in walk(outer):
-        if not isinstance(node, cst.Break):
+        if isinstance(node, cst.While):  # `while not done:` (round-23 audit A dqn_gridworld)
+            test: cst.BaseExpression | None = node.test
+        elif isinstance(node, cst.Break):
+            test = next((a.test for a in anatomy.ancestors(node) if isinstance(a, cst.If)), None)
+        else:
             continue
-        test = next((a.test for a in anatomy.ancestors(node) if isinstance(a, cst.If)), None)
         read = {n.value for n in walk(test) if isinstance(n, cst.Name)} if test else set()
         if read & (changing - counters) or test is None:
             ctx.cannot(

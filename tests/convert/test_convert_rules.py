@@ -3351,6 +3351,51 @@ def test_a_loop_left_on_values_each_process_draws_is_refused(condition: str, ref
         assert "may reach at another step" in result.problems[0].message
 
 
+RANDOM_STEPS_UNTIL_DONE = """\
+import random
+
+import torch
+
+
+
+def optimize_model(model, optimizer, memory):
+    batch = random.sample(memory, 8)
+    x = torch.stack([b[0] for b in batch])
+    y = torch.stack([b[1] for b in batch])
+    optimizer.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+
+
+def main():
+    random.seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    memory = [(torch.randn(4), torch.randn(1)) for _ in range(100)]
+    for episode in range(10):
+        done = False
+        while not done:
+            optimize_model(model, optimizer, memory)
+            done = random.random() < 0.1
+
+
+main()
+"""
+
+
+def test_a_while_loop_ended_on_values_each_process_draws_is_refused() -> None:
+    """Round-23 audit A dqn_gridworld (the DQN tutorial with `while not done:` and the
+    step in `optimize_model()`): only `if done: break` was looked at, so it converted, each
+    rank took its own number of steps and rank 1 crashed at the end ("Connection closed by
+    peer"). The `while` test is a loop's end too."""
+    result = convert_source(RANDOM_STEPS_UNTIL_DONE.encode(), "dqn.py", ConvertOptions())
+    assert result.refused, result.problems
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP004", 24)
+    assert "ends on `not done`" in problem.message
+
+
 PER_SAMPLE_STATE = """\
 import torch
 from torch.utils.data import DataLoader
