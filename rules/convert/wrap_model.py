@@ -656,6 +656,13 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
             assert isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
             root = of_model(node.iter.func.value)
             whole = root is not None and dotted(node.iter.func.value) == root
+        elif (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and of_model(node.func.value) is not None
+            and any(_toggles_own_parameters(method) for method in anatomy.graph.callees(node))
+        ):  # `model.unfreeze_feature_encoder()` (Hugging Face's, round-23 audit A)
+            root = of_model(node.func.value)
         if root is not None:
             toggles.append((node, root, whole and _always_whole(anatomy, model, parts, node, root)))
     # Every parameter switched together, none before the wrap (a GAN's `requires_grad(D,
@@ -671,6 +678,30 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
         if anatomy.values.runs_after(model.placement, node, root, some=True):
             return node
     return None
+
+
+def _toggles_own_parameters(method: cst.FunctionDef) -> bool:
+    """A method that sets `requires_grad` of parameters of its own object: `for param in
+    self.feature_extractor.parameters(): param.requires_grad = False`,
+    `self.encoder.requires_grad_(False)`."""
+    for node in walk(method.body):
+        if is_method_call(node, "requires_grad_"):
+            assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            if (dotted(node.func.value) or "").split(".")[0] == "self":
+                return True
+        if (
+            isinstance(node, cst.For)
+            and is_method_call(node.iter, *PARAMETERS)
+            and isinstance(node.iter, cst.Call)
+            and isinstance(node.iter.func, cst.Attribute)
+            and (dotted(node.iter.func.value) or "").split(".")[0] == "self"
+            and any(
+                isinstance(inner, cst.AssignTarget) and is_attribute(inner.target, "requires_grad")
+                for inner in walk(node.body)
+            )
+        ):
+            return True
+    return False
 
 
 def _before(anatomy: Anatomy, node: cst.CSTNode, placement: cst.CSTNode) -> bool:

@@ -928,3 +928,66 @@ main(args)
     assert "model_without_ddp = DDP" not in out
     assert "torch.save(model_without_ddp.state_dict(), " in out
     assert out.index("load_state_dict") < out.index("model = DDP(model")
+
+
+UNFREEZE_METHOD_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class Wav2Vec(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.feature_extractor = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 2)
+
+    def freeze_feature_encoder(self):
+        for param in self.feature_extractor.parameters():
+            param.requires_grad = False
+
+    def unfreeze_feature_encoder(self):
+        for param in self.feature_extractor.parameters():
+            param.requires_grad = True
+
+    def forward(self, x):
+        return self.head(self.feature_extractor(x))
+
+
+def main():
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = Wav2Vec()
+    model.freeze_feature_encoder()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = 0
+    while step < 40:
+        for x, y in loader:
+            if step == 15:
+                model.unfreeze_feature_encoder()
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            step += 1
+
+
+main()
+"""
+
+
+def test_an_unfreeze_in_a_method_of_the_model_is_refused_like_an_inline_one() -> None:
+    """Round-23 audit A freeze_then_unfreeze (Hugging Face's `unfreeze_feature_encoder()`):
+    the model's own method unfroze the feature encoder after the wrap and was routed through
+    `.module`; DDP had registered only the parameters that needed a gradient when it wrapped,
+    so the unfrozen layers trained apart in every process (7.6e-3 apart after 40 steps).
+    Refused at the call; the freeze before the wrap alone converts."""
+    result = convert_source(UNFREEZE_METHOD_SCRIPT.encode(), "w2v.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP003", 32)
+    assert "`requires_grad`" in problem.message
+    once = UNFREEZE_METHOD_SCRIPT.replace(
+        "            if step == 15:\n                model.unfreeze_feature_encoder()\n", ""
+    )
+    converted = convert_source(once.encode(), "w2v.py", ConvertOptions())
+    assert not converted.refused, converted.problems
+    assert b"    model.freeze_feature_encoder()\n    model = DDP(model" in converted.output
