@@ -487,19 +487,20 @@ def _training(anatomy: Anatomy) -> set[cst.CSTNode]:
 
 
 def _paths_given(statement_: cst.BaseStatement) -> set[str]:
-    """The strings that look like paths (`"data/train.csv"`) and the names given as
-    arguments of the calls in `statement_` itself (not in the functions it calls)."""
+    """The strings in `statement_` itself (not in the functions it calls) that look like
+    paths (`"data/train.csv"`, also in a loop's list of files), and the names given as
+    arguments of its calls."""
     found: set[str] = set()
     for node in walk(statement_):
+        if isinstance(node, cst.SimpleString):
+            text = node.evaluated_value
+            if isinstance(text, str) and ("." in text or "/" in text) and not text.split()[1:]:
+                found.add(text)
         if not isinstance(node, cst.Call):
             continue
         for arg in node.args:
             value = arg.value
-            if isinstance(value, cst.SimpleString):
-                text = value.evaluated_value
-                if isinstance(text, str) and ("." in text or "/" in text):
-                    found.add(text)
-            elif isinstance(value, cst.Name | cst.Attribute) and (name := dotted(value)):
+            if isinstance(value, cst.Name | cst.Attribute) and (name := dotted(value)):
                 found.add(name)
     return found
 

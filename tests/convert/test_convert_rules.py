@@ -5612,3 +5612,34 @@ def test_a_step_loop_over_two_datasets_that_draw_their_items_seeds_once() -> Non
     result = convert_source(TWO_DRAWN.encode(), "two.py", ConvertOptions())
     assert not result.refused, result.problems
     assert result.output.count(b"torch.manual_seed(0 + dist.get_rank())") == 1
+
+
+def test_files_written_in_a_loop_over_their_paths_are_waited_for_before_a_read() -> None:
+    """Round-23 audit B titanic_tabular_b: `for path, n in (("data/train.csv", 600), ...):`
+    writing each file (rank 0 only, once converted), then `load("data/train.csv")`: the
+    paths are in the loop's list, not in a call's arguments. Every rank waits before the
+    first read; a read of another file is not held up."""
+    source = (
+        "import csv\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n\n"
+        "def load(path):\n"
+        "    with open(path) as f:\n"
+        "        return [[float(line)] for line in f]\n\n"
+        'for path, n in (("data/train.csv", 600), ("data/test.csv", 200)):\n'
+        '    with open(path, "w") as f:\n'
+        "        csv.writer(f).writerows([[i] for i in range(n)])\n"
+        'rows = load("data/train.csv")\n'
+        "loader = DataLoader(rows, batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(1, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in loader:\n"
+        "    model(x).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "kernel.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b'dist.barrier()\nrows = load("data/train.csv")\n' in result.output
+    other = source.replace('rows = load("data/train.csv")', 'rows = load("data/other.csv")')
+    result = convert_source(other.encode(), "kernel.py", ConvertOptions())
+    assert b"dist.barrier()" not in result.output
