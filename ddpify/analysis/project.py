@@ -136,9 +136,10 @@ class Project:
         return any((root / f"{top}.py").is_file() or (root / top).is_dir() for root in self.roots)
 
     def helper(self, call: cst.Call) -> Helper | None:
-        """The function of another project file that `call` calls, when one is found."""
+        """The function of another project file that `call` calls, when one is found (or
+        the method of an object of a class of one: `called_instance`)."""
         if not self._may_be_helper(call):
-            return None
+            return self.called_instance(call)
         for qualified in self.index.qualified_names(call.func):
             found = _find(qualified, self.roots)
             if found is not None:
@@ -148,7 +149,7 @@ class Project:
             found = _find(f"{module}.{name}", self.roots)
             if found is not None:
                 return found
-        return None
+        return self.called_instance(call)
 
     @cached_property
     def _starred(self) -> list[str]:
@@ -175,16 +176,23 @@ class Project:
         return None
 
     def called_instance(self, call: cst.Call) -> Helper | None:
-        """`__call__` of the project class (in another file) whose object `call` calls:
-        `early_stopping(valid_loss, model)` with `early_stopping = EarlyStopping(...)`
-        imported from `pytorchtools.py` (Bjarten's early-stopping-pytorch, round-23 audit B
-        pytorchtools_es_b)."""
-        if not isinstance(call.func, cst.Name) or not self.imported:
+        """The method of a project class (in another file) that `call` calls on an object
+        of it: `__call__` for `early_stopping(valid_loss, model)` with `early_stopping =
+        EarlyStopping(...)` imported from `pytorchtools.py` (Bjarten's early-stopping-pytorch,
+        round-23 audit B pytorchtools_es_b), `save` for `checkpointer.save(model, epoch)`."""
+        if not self.imported:
+            return None
+        func = call.func
+        if isinstance(func, cst.Name):
+            instance, wanted = func.value, "__call__"
+        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            instance, wanted = func.value.value, func.attr.value
+        else:
             return None
         made = [
             assign.value
             for assign in self.index.assigns
-            if len(assign.targets) == 1 and dotted(assign.targets[0].target) == call.func.value
+            if len(assign.targets) == 1 and dotted(assign.targets[0].target) == instance
         ]
         if len(made) != 1 or not isinstance(made[0], cst.Call):
             return None
@@ -193,9 +201,32 @@ class Project:
         for qualified in self.index.qualified_names(made[0].func):
             found = _definition(qualified, self.roots)
             if found is not None and isinstance(found[0], cst.ClassDef):
-                method = next((m for m in methods(found[0]) if m.name.value == "__call__"), None)
+                method = next((m for m in methods(found[0]) if m.name.value == wanted), None)
                 return Helper(method, found[1], found[2]) if method is not None else None
         return None
+
+    def keeps_state(self, call: cst.Call) -> bool:
+        """Whether the script reads an attribute of the object whose method `call` calls
+        (`early_stopping.early_stop`), or keeps what the call returns: its state is every
+        process's concern, so the call cannot go on rank 0 alone."""
+        func = call.func
+        target = func.value if isinstance(func, cst.Attribute) else func
+        name = dotted(target)
+        statement = self.index.statement_of(call)
+        lone = (
+            isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and statement.body[0].value is call
+        )
+        if not lone:
+            return True
+        for node in walk(self.index.module):
+            if isinstance(node, cst.Attribute) and dotted(node.value) == name:
+                parent = self.index.parent(node)
+                if not (isinstance(parent, cst.Call) and parent.func is node):
+                    return True
+        return False
 
     def draws(self, call: cst.Call) -> bool | None:
         """Whether the function or class of another project file that `call` calls or makes

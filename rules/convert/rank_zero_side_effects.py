@@ -1008,6 +1008,8 @@ def _helpers_that_write(
         helper = anatomy.project.helper(call)
         if helper is None:
             continue
+        if anatomy.project.called_instance(call) is not None and anatomy.project.keeps_state(call):
+            continue  # (refused: `_foreign_writers`)
         effects = anatomy.project.effects(helper)
         if not effects.writes or effects.trains:
             continue
@@ -1045,7 +1047,11 @@ def _foreign_writers(ctx: ConvertContext, guarded: list[cst.CSTNode], models: se
         ):
             continue
         instance = anatomy.project.called_instance(call)
-        if instance is not None and any(dotted(arg.value) in models for arg in call.args):
+        if (
+            instance is not None
+            and anatomy.project.keeps_state(call)
+            and any(dotted(arg.value) in models for arg in call.args)
+        ):
             kept = anatomy.project.effects(instance)
             if kept.writes and not kept.trains:
                 owner = instance.index.class_of(instance.function)

@@ -415,14 +415,7 @@ class WrapModel(ConvertRule):
                     _route_raw_use(ctx, model, attribute, compiled_after)
             _unwrap_both_branches(ctx, model)
             _functional_elsewhere(ctx, model)
-            for reset in _reinitialised_after_the_wrap(anatomy, model):
-                ctx.add_import("torch.distributed", asname="dist")
-                ctx.plan.insert_after(reset, statements(RESYNC.format(name=model.placed_name)))
-                ctx.changed(
-                    reset,
-                    "weights drawn afresh after the DDP wrap (each process draws its own): "
-                    "every process takes rank 0's, as DDP does when it wraps",
-                )
+            _resync_after_resets(ctx, model)
             _average_outside_parameters(ctx, model)
             for shown in _shown(anatomy, model):
                 ctx.plan.replace(shown, _through_module)
@@ -1850,6 +1843,17 @@ for tensor in {name}.state_dict().values():  # every process starts from rank 0'
 """
 # Calls that draw a module's weights afresh.
 REINITIALISE = ("reset_parameters", "_reset_parameters")
+
+
+def _resync_after_resets(ctx: ConvertContext, model: Model) -> None:
+    for reset in _reinitialised_after_the_wrap(ctx.anatomy, model):
+        ctx.add_import("torch.distributed", asname="dist")
+        ctx.plan.insert_after(reset, statements(RESYNC.format(name=model.placed_name)))
+        ctx.changed(
+            reset,
+            "weights drawn afresh after the DDP wrap (each process draws its own): every "
+            "process takes rank 0's, as DDP does when it wraps",
+        )
 
 
 def _reinitialised_after_the_wrap(anatomy: Anatomy, model: Model) -> list[cst.BaseStatement]:

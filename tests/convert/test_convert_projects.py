@@ -840,3 +840,44 @@ def test_an_object_of_another_file_that_saves_the_model_it_is_called_with_is_ref
     helper.write_text(helper.read_text().replace("torch.save(", "print("))
     result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
     assert not result.refused, [p.message for p in result.problems]
+
+
+def test_a_method_of_an_object_of_another_file_that_saves_the_model_goes_on_rank_0(
+    tmp_path: Path,
+) -> None:
+    """Round-23 audit B ckpt_class: `checkpointer.save(model, epoch)`, a method of an
+    object of a class imported from `ckpt_utils.py`, saved the DDP wrapper's `module.` keys
+    in every process, while the imported function beside it was handled. The object keeps no
+    state the script reads: the call goes on rank 0 with the bare model, like the function's."""
+    (tmp_path / "ckpt_utils.py").write_text(
+        "import os\nimport torch\n\n"
+        "class Checkpointer:\n"
+        "    def __init__(self, folder):\n"
+        "        self.folder = folder\n\n"
+        "    def save(self, model, epoch):\n"
+        "        torch.save(model.state_dict(), os.path.join(self.folder, f'{epoch}.pt'))\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from ckpt_utils import Checkpointer\n"
+        "from torch.utils.data import DataLoader\n\n"
+        "def main():\n"
+        "    loader = DataLoader(dataset, shuffle=True)\n"
+        "    model = Net()\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    checkpointer = Checkpointer('ckpts')\n"
+        "    for epoch in range(3):\n"
+        "        for x, y in loader:\n"
+        "            loss = model(x).sum()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "        checkpointer.save(model, epoch)\n\n"
+        "main()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert not result.refused, [p.message for p in result.problems]
+    assert (
+        b"        if dist.get_rank() == 0:\n            checkpointer.save(model.module, epoch)\n"
+        in result.output
+    )
