@@ -8,7 +8,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import COLLECTIVES
-from ddpify.analysis.tree import is_name, walk
+from ddpify.analysis.tree import dotted, is_name, walk
 from ddpify.emit import COLLECT_CYCLES, statement, statements, unindented_blank_lines
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -43,7 +43,8 @@ class ProcessGroup(ConvertRule):
 
     The setup goes after the imports of a module-level script, or in the
     `if __name__ == "__main__":` block just before the call that starts training, with that
-    call wrapped in `try`/`finally`.
+    call wrapped in `try`/`finally`. A script that trains in processes it starts itself
+    (`mp.Process(target=train, ...)`, Hogwild) is refused.
 
     ## Why is this bad?
     DDP needs a process group: without one, `DistributedDataParallel` raises.
@@ -108,6 +109,16 @@ class ProcessGroup(ConvertRule):
     )
 
     def refuse(self, ctx: ConvertContext) -> None:
+        started = _trains_in_processes_it_starts(ctx.anatomy)
+        if started is not None:
+            ctx.cannot(
+                started,
+                f"the script trains in processes it starts itself (`{dotted(started.func)}`, "
+                "Hogwild-style workers sharing one model): under torchrun every process "
+                "would start its own, outside the process group; convert by hand",
+                blocking=True,
+            )
+            return
         if ctx.anatomy.script.entry is None:  # and without a setup, no other step can run
             ctx.cannot(
                 ctx.anatomy.script.training_calls[0],
@@ -292,3 +303,29 @@ def _distributed_uses(function: cst.FunctionDef) -> Counter[str]:
         and is_name(node.value, "dist")
         and node.attr.value in DISTRIBUTED_NAMES
     )
+
+
+# What starts processes of the script's own (round-23 audit A hogwild_b: pytorch/examples'
+# mnist_hogwild, whose workers all crashed once converted, and the run still exited 0).
+PROCESS_STARTERS = (
+    "torch.multiprocessing.Process", "multiprocessing.Process", "torch.multiprocessing.spawn",
+    "torch.multiprocessing.start_processes", "multiprocessing.Pool", "torch.multiprocessing.Pool",
+    "multiprocessing.pool.Pool", "concurrent.futures.ProcessPoolExecutor",
+)  # fmt: skip
+
+
+def _trains_in_processes_it_starts(anatomy: Anatomy) -> cst.Call | None:
+    """A call that starts processes of the script (`mp.Process(target=train, ...)`,
+    `mp.spawn(train, ...)`) running a function that trains."""
+    training = set(anatomy.script.training_calls)
+    for call in anatomy.calls:
+        if not anatomy.is_call_to(call, PROCESS_STARTERS):
+            continue
+        for arg in call.args:
+            name = dotted(arg.value)
+            if name is None:
+                continue
+            for function in anatomy.graph.defined(name):
+                if anatomy.graph.reaches(function.body, lambda node: node in training):
+                    return call
+    return None

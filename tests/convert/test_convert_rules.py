@@ -5643,3 +5643,47 @@ def test_files_written_in_a_loop_over_their_paths_are_waited_for_before_a_read()
     other = source.replace('rows = load("data/train.csv")', 'rows = load("data/other.csv")')
     result = convert_source(other.encode(), "kernel.py", ConvertOptions())
     assert b"dist.barrier()" not in result.output
+
+
+HOGWILD = """\
+import torch
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader
+
+
+def train(rank, model, dataset):
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    model = torch.nn.Linear(4, 1)
+    model.share_memory()
+    processes = []
+    for rank in range(4):
+        p = mp.Process(target=train, args=(rank, model, dataset))
+        p.start()
+        processes.append(p)
+    for p in processes:
+        p.join()
+"""
+
+
+def test_a_script_that_trains_in_processes_it_starts_is_refused() -> None:
+    """Round-23 audit A hogwild_b (pytorch/examples' mnist_hogwild): the workers it starts
+    with `mp.Process(target=train, ...)` each crashed once converted ("Default process group
+    has not been initialized"), and the run exited 0 with an untrained model. Refused at the
+    call that starts them; a pool that only prepares data is no such call."""
+    result = convert_source(HOGWILD.encode(), "hogwild.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking and p.code == "DDP001"]
+    assert problem.line == 21
+    assert "trains in processes it starts itself (`mp.Process`" in problem.message
+    prepared = HOGWILD.replace("target=train,", "target=print,")
+    result = convert_source(prepared.encode(), "hogwild.py", ConvertOptions())
+    assert not any("processes it starts" in p.message for p in result.problems)
