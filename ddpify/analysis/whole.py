@@ -684,12 +684,15 @@ class _OneSample(Exception):
 
 
 def _divides_or_shown(index: SourceIndex, node: cst.CSTNode) -> bool:
-    """`total / len(x)`, or `len(x)` in a print or a formatted string."""
+    """`total / len(x)`, `total / (len(x) / bs)` (round-23 audit B lstm_stock), or `len(x)`
+    in a print or a formatted string."""
     for ancestor in index.ancestors(node):
-        if isinstance(ancestor, cst.BinaryOperation) and isinstance(
-            ancestor.operator, cst.Divide | cst.FloorDivide
+        if (
+            isinstance(ancestor, cst.BinaryOperation)
+            and isinstance(ancestor.operator, cst.Divide | cst.FloorDivide)
+            and index.inside(node, ancestor.right)
         ):
-            return index.inside(node, ancestor.right)
+            return True
         if isinstance(ancestor, cst.FormattedString) or (
             isinstance(ancestor, cst.Call) and is_name(ancestor.func, "print")
         ):

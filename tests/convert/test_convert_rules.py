@@ -5687,3 +5687,30 @@ def test_a_script_that_trains_in_processes_it_starts_is_refused() -> None:
     prepared = HOGWILD.replace("target=train,", "target=print,")
     result = convert_source(prepared.encode(), "hogwild.py", ConvertOptions())
     assert not any("processes it starts" in p.message for p in result.problems)
+
+
+def test_a_mean_over_batches_counted_from_the_samples_counts_this_processs_part() -> None:
+    """Round-23 audit B lstm_stock: `epoch_loss / (len(X_train) / batch_size)` after a loop
+    slicing `X_train[i:i + batch_size]`: each process sums half the batches, and the printed
+    loss was half the real one. The count is this process's part's."""
+    source = (
+        "import torch\n\n"
+        "X_train, y_train = torch.randn(100, 4), torch.randn(100, 1)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "batch_size = 10\n"
+        "for epoch in range(5):\n"
+        "    epoch_loss = 0.0\n"
+        "    for i in range(0, len(X_train), batch_size):\n"
+        "        loss = torch.nn.functional.mse_loss(\n"
+        "            model(X_train[i:i + batch_size]), y_train[i:i + batch_size]\n"
+        "        )\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        epoch_loss += loss.item()\n"
+        "    print(f'Loss: {epoch_loss / (len(X_train) / batch_size):.6f}')\n"
+    )
+    result = convert_source(source.encode(), "stock.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"{epoch_loss / (len(X_train_part) / batch_size):.6f}" in result.output
