@@ -11,6 +11,7 @@ from ddpify.analysis.tree import (
     assigned,
     call_arg,
     child_nodes,
+    counted_range,
     dotted,
     is_attribute,
     is_method_call,
@@ -758,6 +759,8 @@ def _shard_value(
                     return dotted(node.func) or "the call"
             if _reads_what_training_recorded(anatomy, node):
                 return dotted(node.func) or "the call"
+        if isinstance(node, cst.Name) and anatomy.is_attribute_name(node):
+            continue  # `lr` of `opt.lr` (round-23 audit A pix2pix: a local `lr` elsewhere)
         name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
         if name is None or name.split(".")[0] in comprehended:
             continue
@@ -955,6 +958,8 @@ def _local_in_loops(anatomy: Anatomy, loops: tuple[cst.For, ...]) -> list[tuple[
             # `for i, (x, y) in enumerate(loader)`: the batch, not the count
             target = cst.Tuple(list(target.elements[1:]))
         names = {dotted(node) for node in walk(target)} - {None}
+        if isinstance(loop, cst.For) and counted_range(loop) is not None:
+            names = set()  # `for i in range(start, n_iters)`: a step counter (round-23 nerf)
         split = anatomy.split_samples
         if split is not None and loop is split.loop:
             # No batch to take: this process's values are those of its part of the samples

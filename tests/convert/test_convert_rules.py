@@ -5714,3 +5714,40 @@ def test_a_mean_over_batches_counted_from_the_samples_counts_this_processs_part(
     result = convert_source(source.encode(), "stock.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"{epoch_loss / (len(X_train_part) / batch_size):.6f}" in result.output
+
+
+STEP_DECAY = """\
+import argparse
+
+import torch
+from torch.utils.data import DataLoader
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, default=5e-4)
+opt = parser.parse_args()
+loader = DataLoader(dataset, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.Adam(model.parameters(), lr=opt.lr)
+it = iter(loader)
+for i in range(1, 1001):
+    x, y = next(it)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    new_lrate = opt.lr * (0.1 ** (i / 250))
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = new_lrate
+    lr = optimizer.param_groups[0]["lr"]
+    print(f"learning rate {lr:.7f} loss {loss.item():.4f}")
+"""
+
+
+def test_a_learning_rate_from_the_step_counter_or_the_settings_is_the_same_everywhere() -> None:
+    """Round-23 audit A nerf_rays and pix2pix: `new_lrate` decayed with the `i` of `for i in
+    range(...)` was taken for a value of this process's batches (the loop's target counted
+    as a batch), and `Adam(..., lr=opt.lr)` for one because a local `lr` is printed in the
+    loop (the attribute's name was read as that local). Both are the same in every process:
+    converted."""
+    result = convert_source(STEP_DECAY.encode(), "nerf.py", ConvertOptions())
+    assert not any(p.code == "DDP010" for p in result.problems), result.problems
