@@ -109,6 +109,48 @@ class ShardDecisions(ConvertRule):
                 plateau.step(epoch_loss)
             """,
         ),
+        # The same mean written in the call: all-reduced just before it.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            train_dl = DataLoader(train_set, batch_size=32, shuffle=True)
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+            for epoch in range(epochs):
+                tr_loss = 0.0
+                for x, y in train_dl:
+                    loss = model(x).sum()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    tr_loss += loss.item()
+                scheduler.step(tr_loss / len(train_dl))
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            import torch.distributed as dist
+
+            train_dl = DataLoader(train_set, batch_size=32, shuffle=True)
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+            for epoch in range(epochs):
+                tr_loss = 0.0
+                for x, y in train_dl:
+                    loss = model(x).sum()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    tr_loss += loss.item()
+                mean = torch.tensor(float(tr_loss / len(train_dl)))
+                dist.all_reduce(mean)
+                scheduler.step(mean.item() / dist.get_world_size())
+            """,
+        ),
         # A score from evaluating the model: BatchNorm's statistics differ between the
         # processes, so every process steps on rank 0's.
         Example(
@@ -246,6 +288,8 @@ class ShardDecisions(ConvertRule):
                 _evaluated_on_rank_zero(ctx, call)
             elif _is_batch_mean(anatomy, local, call):
                 plateau_means.append((anatomy.statement_of(call), local))
+            elif _is_mean(anatomy, call.args[0].value, anatomy.function_of(call)):
+                _average_in_place(ctx, call)  # `scheduler.step(tr_loss / len(train_dl))`
             elif local is not None:
                 summed = anatomy.split_samples is None  # a full batch's loss is a mean
                 ctx.cannot(
@@ -423,7 +467,11 @@ def _is_batch_mean(anatomy: Anatomy, name: str, test: cst.BaseExpression) -> boo
     values = anatomy.values.values_of(name, scope)
     if len(values) != 1:
         return False
-    value, where = values[0]
+    return _is_mean(anatomy, *values[0])
+
+
+def _is_mean(anatomy: Anatomy, value: cst.BaseExpression, where: cst.FunctionDef | None) -> bool:
+    """`_is_batch_mean` for the value itself."""
     if is_method_call(value, "item"):
         return True
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
@@ -572,6 +620,30 @@ def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: 
         branch,
         f"`{local}`, a mean over this process's batches, is averaged over all processes "
         "before the decision: every process decides alike, as the single-process script did",
+    )
+
+
+def _average_in_place(ctx: ConvertContext, step: cst.Call) -> None:
+    """`scheduler.step(tr_loss / len(train_dl))`, a mean over this process's batches
+    written in the call (round-23 audit B quickdraw_sched_b): stepped on its mean over the
+    processes, all-reduced just before."""
+    anatomy = ctx.anatomy
+    tensor = anatomy.free_name(["mean", "loss_mean"])
+    value = step.args[0].value
+    ctx.plan.insert_before(
+        anatomy.statement_of(step),
+        statements(
+            f"{tensor} = torch.tensor(float({source_text(value)}))\ndist.all_reduce({tensor})\n"
+        ),
+    )
+    mean = cst.parse_expression(f"{tensor}.item() / dist.get_world_size()")
+    ctx.plan.replace(value, lambda _: mean)
+    ctx.add_import("torch")
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.changed(
+        step,
+        "the mean over this process's batches is averaged over all processes before the "
+        "scheduler steps on it: every process cuts the learning rate alike",
     )
 
 
