@@ -481,13 +481,13 @@ class WrapModel(ConvertRule):
                         f"`.{attribute.attr.value}` of the bare model via `.module` "
                         f"({owner} is given the wrapped `{model.placed_name}`)",
                     )
-                else:
-                    ctx.cannot(
+                else:  # `accumulate(g_ema, generator)` before and after the wrap (StyleGAN2)
+                    ctx.plan.replace(attribute.value, _bare_either_way)
+                    ctx.changed(
                         attribute,
-                        f"{owner} is given the DDP-wrapped `{model.placed_name}` by some calls "
-                        f"and something else by others: its `.{attribute.attr.value}` would be "
-                        "the wrapper's for the first; use `.module` there by hand",
-                        blocking=True,
+                        f"`.{attribute.attr.value}` of the bare model either way: {owner} is "
+                        f"given the DDP-wrapped `{model.placed_name}` by some calls and "
+                        "something else by others",
                     )
             for saved in _whole_model_saves(anatomy, model):
                 ctx.plan.replace(saved, _through_module)

@@ -5751,3 +5751,46 @@ def test_a_learning_rate_from_the_step_counter_or_the_settings_is_the_same_every
     converted."""
     result = convert_source(STEP_DECAY.encode(), "nerf.py", ConvertOptions())
     assert not any(p.code == "DDP010" for p in result.problems), result.problems
+
+
+ACCUMULATE = """\
+import copy
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def accumulate(model1, model2, decay=0.999):
+    par1 = dict(model1.named_parameters())
+    par2 = dict(model2.named_parameters())
+    for k in par1.keys():
+        par1[k].data.mul_(decay).add_(par2[k].data, alpha=1 - decay)
+
+
+def main():
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    generator = Generator().to(device)
+    g_ema = Generator().to(device)
+    accumulate(g_ema, generator, 0)
+    optimizer = torch.optim.Adam(generator.parameters(), lr=2e-3)
+    for x in loader:
+        loss = generator(x).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        accumulate(g_ema, generator)
+
+
+main()
+"""
+
+
+def test_a_helper_given_the_model_before_and_after_the_wrap_reads_the_bare_model() -> None:
+    """Round-23 audit A stylegan_lazyreg (rosinality's StyleGAN2): `accumulate(g_ema,
+    generator, 0)` before the wrap and `accumulate(g_ema, generator)` in the loop; the helper
+    reads `model2.named_parameters()`, whose names carry `module.` on the wrapper. It was
+    refused; the helper now reads the bare model either way."""
+    result = convert_source(ACCUMULATE.encode(), "stylegan.py", ConvertOptions())
+    assert not result.refused, result.problems
+    bare = b"(model2.module if isinstance(model2, DDP) else model2).named_parameters()"
+    assert b"    par2 = dict(" + bare + b")\n" in result.output
