@@ -1315,7 +1315,7 @@ def _setup(facts: _Facts) -> list[str]:
 def _changes(facts: _Facts) -> list[str]:
     """Exactly what the harness changed to make the check possible."""
     lines = [
-        "every process seeded (torch, random, numpy: 0), one intra-op thread each",
+        "every process seeded (torch, random, numpy: 0 plus its rank), one intra-op thread each",
         *(f"the original's text: {line}" for line in facts.verification.normalised),
     ]
     by_kind: dict[tuple[str, str], list[str]] = {}

@@ -842,6 +842,7 @@ def test_loaders_the_conversion_adds_are_matched_to_the_originals(tmp_path: Path
         "    with torch.no_grad():\n"
         "        return sum(int((model(x).argmax(1) == y).sum()) for x, y in loader)\n\n\n"
         "def main():\n"
+        "    torch.manual_seed(0)  # the data: alike in every process, as a file's would be\n"
         "    loader = get_loader(8)\n"
         "    model = torch.nn.Linear(4, 2)\n"
         "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
