@@ -290,7 +290,15 @@ class TrainingScript:
             loader = self.loaders.loader_for(self.loaders.resolve(batch_loop.iter, scope))
             if loader is None:
                 loader = _branch_that_trains(self, batch_loop, backward, scope)
-            zipped = _zipped(self.loaders, batch_loop.iter, scope) if loader is None else []
+            rest = chain[batch_index + 1 :]
+            literal = None
+            if loader is None:
+                literal = _literal_phase_loader(self, batch_loop, backward, rest, scope)
+            zipped = (
+                _zipped(self.loaders, batch_loop.iter, scope)
+                if loader is None and literal is None
+                else []
+            )
             if zipped:
                 loader = zipped[0][0]
             train = TrainLoop(batch_loop, loader)
@@ -298,8 +306,10 @@ class TrainingScript:
             # The epoch loop: the next loop out, and the loader's name as seen from there.
             expression = self.loader_name(batch_loop.iter, scope) if not zipped else zipped[0][1]
             others = [name for _, name in zipped[1:]]
-            rest = chain[batch_index + 1 :]
-            if loader is not None and loader.key_var is not None:
+            if literal is not None:
+                train.loader, train.phase_loop, expression = literal
+                rest = rest[1:]
+            elif loader is not None and loader.key_var is not None:
                 expression, rest = _training_key(self.index, train, loader, backward, rest)
             function = scope
             for node, kind in rest:
@@ -878,15 +888,27 @@ def _training_key(
     text = string_value(key)
     if text is not None:
         return _keep_key(loader, text, base), rest
+    found = _phase_that_trains(index, key, backward, rest)
+    if found is None or not set(literal_strings(found[0].iter)) <= set(loader.keys):
+        return None, rest
+    phases, text = found
+    train.phase_loop = phases
+    return _keep_key(loader, text, base), rest[1:]
+
+
+def _phase_that_trains(
+    index: SourceIndex,
+    key: str,
+    backward: cst.Call,
+    rest: list[tuple[cst.CSTNode, str]],
+) -> tuple[cst.For, str] | None:
+    """`for phase in ["train", "val"]`, the next loop out, and the key the backward pass is
+    under (`if phase == "train":`)."""
     if not rest or rest[0][1] != "loop":
-        return None, rest
+        return None
     phases = rest[0][0]
-    if not (
-        isinstance(phases, cst.For)
-        and is_name(phases.target, key)
-        and set(literal_strings(phases.iter)) <= set(loader.keys)
-    ):
-        return None, rest
+    if not (isinstance(phases, cst.For) and is_name(phases.target, key)):
+        return None
     for ancestor in index.ancestors(backward):
         if ancestor is phases:
             break
@@ -900,9 +922,33 @@ def _training_key(
         ):
             text = string_value(test.comparisons[0].comparator)
             if text is not None and text in literal_strings(phases.iter):
-                train.phase_loop = phases
-                return _keep_key(loader, text, base), rest[1:]
-    return None, rest
+                return phases, text
+    return None
+
+
+def _literal_phase_loader(
+    script: TrainingScript,
+    batch_loop: cst.For,
+    backward: cst.Call,
+    rest: list[tuple[cst.CSTNode, str]],
+    scope: cst.FunctionDef | None,
+) -> tuple[Loader, cst.For, str] | None:
+    """`for x, y in dataloaders[phase]` with `dataloaders = {"train": DataLoader(...), "val":
+    DataLoader(...)}`, a literal (round-23 audit B transfer_stages_b, the fine-tuning
+    tutorial's `train_model` given one): the loader of the key that trains, the phase loop,
+    and the loader as `dataloaders["train"]`."""
+    read = keyed_read(batch_loop.iter)
+    if read is None or not read[1].isidentifier():
+        return None
+    found = _phase_that_trains(script.index, read[1], backward, rest)
+    if found is None:
+        return None
+    phases, text = found
+    expression = f'{read[0]}["{text}"]'
+    loader = script.loaders.loader_for(
+        script.loaders.resolve(cst.parse_expression(expression), scope)
+    )
+    return (loader, phases, expression) if loader is not None else None
 
 
 def _keep_key(loader: Loader, key: str, base: str) -> str | None:

@@ -189,6 +189,11 @@ class SampleCounts(ConvertRule):
             scope = anatomy.function_of(loop.batch_loop)
             name = anatomy.script.loader_name(loop.batch_loop.iter, scope)
             read = keyed_read(loop.batch_loop.iter) if loop.loader.key_var else None
+            if loop.phase_loop is not None and read is None:
+                # `dataloaders[phase]` of a literal dict (round-23 audit B transfer_stages_b):
+                # the evaluation phase's sampler counts its whole dataset
+                keyed = keyed_read(loop.batch_loop.iter)
+                name = f"{keyed[0]}[{keyed[1]}]" if keyed is not None else name
             if read is not None:
                 name = f"{read[0]}[{read[1]}]"
                 for size in _sizes_by_key(anatomy, scope, loop.loader, read):

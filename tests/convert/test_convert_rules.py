@@ -5794,3 +5794,57 @@ def test_a_helper_given_the_model_before_and_after_the_wrap_reads_the_bare_model
     assert not result.refused, result.problems
     bare = b"(model2.module if isinstance(model2, DDP) else model2).named_parameters()"
     assert b"    par2 = dict(" + bare + b")\n" in result.output
+
+
+PHASES_OF_A_LITERAL = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def train_model(model, dataloaders, criterion, optimizer, num_epochs):
+    for epoch in range(num_epochs):
+        for phase in ["train", "val"]:
+            running_loss = 0.0
+            for inputs, labels in dataloaders[phase]:
+                optimizer.zero_grad()
+                with torch.set_grad_enabled(phase == "train"):
+                    loss = criterion(model(inputs), labels)
+                    if phase == "train":
+                        loss.backward()
+                        optimizer.step()
+                running_loss += loss.item() * inputs.size(0)
+            print(phase, running_loss / len(dataloaders[phase].dataset))
+    return model
+
+
+def main():
+    dataloaders = {
+        "train": DataLoader(train_set, batch_size=32, shuffle=True),
+        "val": DataLoader(val_set, batch_size=32, shuffle=False),
+    }
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+    train_model(model, dataloaders, torch.nn.CrossEntropyLoss(), optimizer, 25)
+
+
+main()
+"""
+
+
+def test_the_training_phase_of_a_literal_dict_of_loaders_is_sharded_and_reshuffled() -> None:
+    """Round-23 audit B transfer_stages_b (the transfer-learning tutorial's `train_model`
+    given `{"train": DataLoader(...), "val": DataLoader(...)}`, a literal rather than the
+    tutorial's comprehension): the training loader was sharded but `set_epoch` could not be
+    placed, and the script was refused. The key the backward pass is under (`if phase ==
+    "train"`) names the loader: `dataloaders["train"].sampler.set_epoch(epoch)`, and the
+    phases' averages count each loader's own samples."""
+    result = convert_source(PHASES_OF_A_LITERAL.encode(), "finetune.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    assert "sampler=DistributedSampler(train_set, shuffle=True)" in output
+    assert (
+        "    for epoch in range(num_epochs):\n"
+        '        dataloaders["train"].sampler.set_epoch(epoch)\n' in output
+    )
+    assert "running_loss / len(dataloaders[phase].sampler)" in output
+    assert "DataLoader(val_set, batch_size=32, shuffle=False)" in output
