@@ -277,6 +277,7 @@ class ShardDecisions(ConvertRule):
             if (name := dotted(target.target)) is not None
         }
         plateau_means: list[tuple[cst.BaseStatement, str]] = []
+        taken: set[str] = set()
         for call in anatomy.calls:
             if not is_method_call(call, "step") or not call.args:
                 continue
@@ -289,7 +290,7 @@ class ShardDecisions(ConvertRule):
             elif _is_batch_mean(anatomy, local, call):
                 plateau_means.append((anatomy.statement_of(call), local))
             elif _is_mean(anatomy, call.args[0].value, anatomy.function_of(call)):
-                _average_in_place(ctx, call)  # `scheduler.step(tr_loss / len(train_dl))`
+                _average_in_place(ctx, call, taken)  # `scheduler.step(tr_loss / len(dl))`
             elif local is not None:
                 summed = anatomy.split_samples is None  # a full batch's loss is a mean
                 ctx.cannot(
@@ -313,7 +314,6 @@ class ShardDecisions(ConvertRule):
                     "broadcast rank 0's choice (dist.broadcast_object_list), by hand",
                     blocking=True,
                 )
-        taken: set[str] = set()
         averaged: set[str] = set()
         for stepping, local in plateau_means:
             if local not in averaged:
@@ -623,12 +623,14 @@ def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: 
     )
 
 
-def _average_in_place(ctx: ConvertContext, step: cst.Call) -> None:
+def _average_in_place(ctx: ConvertContext, step: cst.Call, taken: set[str]) -> None:
     """`scheduler.step(tr_loss / len(train_dl))`, a mean over this process's batches
     written in the call (round-23 audit B quickdraw_sched_b): stepped on its mean over the
     processes, all-reduced just before."""
     anatomy = ctx.anatomy
-    tensor = anatomy.free_name(["mean", "loss_mean"])
+    candidates = ["mean", *(f"mean_{n}" for n in range(2, 20))]
+    tensor = anatomy.free_name([name for name in candidates if name not in taken])
+    taken.add(tensor)
     value = step.args[0].value
     ctx.plan.insert_before(
         anatomy.statement_of(step),

@@ -466,29 +466,7 @@ class WrapModel(ConvertRule):
                     "wrapper's (checkpoint keys with `module.`); use `.module` there by hand",
                     blocking=True,
                 )
-            for attribute, every in _parameter_uses(anatomy, model):
-                if id(attribute) in routed:
-                    continue
-                routed.add(id(attribute))
-                if _bypasses_forward(ctx, attribute, model):
-                    continue
-                function = anatomy.function_of(attribute)
-                owner = f"`{function.name.value}()`" if function is not None else "a function"
-                if every:
-                    ctx.plan.replace(attribute.value, _through_module)
-                    ctx.changed(
-                        attribute,
-                        f"`.{attribute.attr.value}` of the bare model via `.module` "
-                        f"({owner} is given the wrapped `{model.placed_name}`)",
-                    )
-                else:  # `accumulate(g_ema, generator)` before and after the wrap (StyleGAN2)
-                    ctx.plan.replace(attribute.value, _bare_either_way)
-                    ctx.changed(
-                        attribute,
-                        f"`.{attribute.attr.value}` of the bare model either way: {owner} is "
-                        f"given the DDP-wrapped `{model.placed_name}` by some calls and "
-                        "something else by others",
-                    )
+            _route_parameter_uses(ctx, model, routed)
             for saved in _whole_model_saves(anatomy, model):
                 ctx.plan.replace(saved, _through_module)
                 ctx.changed(saved, "the bare model is saved, not the DDP wrapper")
@@ -914,6 +892,51 @@ def _trained_on_one_branch(anatomy: Anatomy, optimizer: cst.Call) -> bool:
 
 def _through_module(value: cst.BaseExpression) -> cst.BaseExpression:
     return cst.Attribute(value=value, attr=cst.Name("module"))
+
+
+def _route_parameter_uses(ctx: ConvertContext, model: Model, routed: set[int]) -> None:
+    """Attributes of a function's parameter that is given the wrapped model: through
+    `.module` when every call gives it; either way when some do and the function does not
+    train; refused when it trains."""
+    anatomy = ctx.anatomy
+    for attribute, every in _parameter_uses(anatomy, model):
+        if id(attribute) in routed:
+            continue
+        routed.add(id(attribute))
+        if _bypasses_forward(ctx, attribute, model):
+            continue
+        function = anatomy.function_of(attribute)
+        owner = f"`{function.name.value}()`" if function is not None else "a function"
+        if every:
+            ctx.plan.replace(attribute.value, _through_module)
+            ctx.changed(
+                attribute,
+                f"`.{attribute.attr.value}` of the bare model via `.module` "
+                f"({owner} is given the wrapped `{model.placed_name}`)",
+            )
+        elif function is not None and not _trains_in(anatomy, function):
+            # `accumulate(g_ema, generator)` before and after the wrap (StyleGAN2)
+            ctx.plan.replace(attribute.value, _bare_either_way)
+            ctx.changed(
+                attribute,
+                f"`.{attribute.attr.value}` of the bare model either way: {owner} is "
+                f"given the DDP-wrapped `{model.placed_name}` by some calls and "
+                "something else by others",
+            )
+        else:  # `fit(Net(), opt)` beside `fit(model, opt)`: a model trained outside DDP
+            ctx.cannot(
+                attribute,
+                f"{owner} is given the DDP-wrapped `{model.placed_name}` by some calls "
+                f"and something else by others, and trains: its "
+                f"`.{attribute.attr.value}` would be the wrapper's for the first; use "
+                "`.module` there by hand",
+                blocking=True,
+            )
+
+
+def _trains_in(anatomy: Anatomy, function: cst.FunctionDef) -> bool:
+    training = set(anatomy.script.training_calls)
+    return anatomy.graph.reaches(function.body, lambda node: node in training)
 
 
 def _bare_either_way(value: cst.BaseExpression) -> cst.BaseExpression:
