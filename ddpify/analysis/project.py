@@ -461,6 +461,8 @@ def _parameter(function: cst.FunctionDef, call: cst.Call, argument: cst.Arg) -> 
         return None
     position = positional.index(argument)
     ordered = [*params.posonly_params, *params.params]
+    if ordered and ordered[0].name.value == "self":
+        ordered = ordered[1:]  # a method of an object (`checkpointer.save(model, epoch)`)
     if position >= len(ordered):
         return None
     return ordered[position].name.value

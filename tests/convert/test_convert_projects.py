@@ -881,3 +881,5 @@ def test_a_method_of_an_object_of_another_file_that_saves_the_model_goes_on_rank
         b"        if dist.get_rank() == 0:\n            checkpointer.save(model.module, epoch)\n"
         in result.output
     )
+    notes = [note.message for note in result.notes]
+    assert "`save()` (ckpt_utils.py) reads `.state_dict`: it gets the bare model" in notes
