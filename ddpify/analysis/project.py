@@ -189,21 +189,31 @@ class Project:
             instance, wanted = func.value.value, func.attr.value
         else:
             return None
-        made = [
-            assign.value
-            for assign in self.index.assigns
-            if len(assign.targets) == 1 and dotted(assign.targets[0].target) == instance
-        ]
-        if len(made) != 1 or not isinstance(made[0], cst.Call):
+        made = self._objects_made.get(instance)
+        if made is None:
             return None
-        if not self._may_be_helper(made[0]):
-            return None
-        for qualified in self.index.qualified_names(made[0].func):
+        for qualified in self.index.qualified_names(made.func):
             found = _definition(qualified, self.roots)
             if found is not None and isinstance(found[0], cst.ClassDef):
                 method = next((m for m in methods(found[0]) if m.name.value == wanted), None)
                 return Helper(method, found[1], found[2]) if method is not None else None
         return None
+
+    @cached_property
+    def _objects_made(self) -> dict[str, cst.Call]:
+        """Names assigned once, from a call of a name imported from the project (`checkpointer
+        = Checkpointer("ckpts")`): objects whose methods may be the project's."""
+        made: dict[str, list[cst.BaseExpression]] = {}
+        for assign in self.index.assigns:
+            if len(assign.targets) == 1 and (name := dotted(assign.targets[0].target)):
+                made.setdefault(name, []).append(assign.value)
+        return {
+            name: values[0]
+            for name, values in made.items()
+            if len(values) == 1
+            and isinstance(values[0], cst.Call)
+            and self._may_be_helper(values[0])
+        }
 
     def keeps_state(self, call: cst.Call) -> bool:
         """Whether the script reads an attribute of the object whose method `call` calls
