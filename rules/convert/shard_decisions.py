@@ -44,7 +44,9 @@ class ShardDecisions(ConvertRule):
     a tensor carried from step to step that moves with a statistic over the batch and feeds
     the next loss (DINO's center, `center = center * m + out.mean(dim=0) * (1 - m)`).
     Decided on a value computed from a loader every process reads whole (the validation
-    loss), on a step counter or on the index `enumerate` gives, they are left as they are.
+    loss), on a step counter or on the index `enumerate` gives, they are left as they are;
+    but a `break` on an evaluation of a model with BatchNorm (whose running statistics are
+    each process's own) gets the flag too.
 
     ## Why is this bad?
     Under DDP each process sums the loss of its own shard: the values differ between
@@ -322,9 +324,15 @@ class ShardDecisions(ConvertRule):
         settled: set[int] = set()  # `if`s whose test became a flag every process shares
         for test, exit_ in _loop_exits(anatomy):
             local = _shard_value(anatomy, test, anatomy.function_of(test), 0, frozenset(settled))
+            branch = anatomy.parent(test)
+            if local is None and isinstance(branch, cst.If) and not _is_elif(anatomy, branch):
+                evaluated = _evaluated_with_batchnorm(anatomy, test)
+                if evaluated is not None:  # each process's BatchNorm statistics differ
+                    _agree(ctx, branch, exit_, evaluated, taken)
+                    settled.add(id(branch))
+                continue
             if local is None or local in averaged:
                 continue  # averaged once, the value is the same in every process
-            branch = anatomy.parent(test)
             local = _mean_behind(anatomy, local, test)
             if local in averaged:
                 continue
@@ -1188,3 +1196,43 @@ def _reduces_the_batch(node: cst.CSTNode, local: set[str]) -> bool:
             for element in value.elements
         )
     return isinstance(value, cst.Integer) and value.value == "0"
+
+
+BATCH_NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
+
+
+def _evaluated_with_batchnorm(anatomy: Anatomy, test: cst.BaseExpression) -> str | None:
+    """What `test` reads that an evaluation of the model computes (`val_loss =
+    evaluate(model, val_loader)`, or `early_stopping.early_stop` of an object called with
+    the model), in a script whose model has BatchNorm: read whole, the validation data
+    gives each process another score, since each process's running statistics are updated
+    by its own last batch; an early stop on it would leave one process alone in the loop."""
+    if not any((dotted(call.func) or "").endswith(BATCH_NORMS) for call in anatomy.calls):
+        return None
+    models = set().union(*(model.names for model in anatomy.models.all))
+    models |= {f"{name}.module" for name in models}
+    scope = anatomy.function_of(test)
+
+    def given_the_model(call: cst.Call) -> bool:
+        return any(dotted(arg.value) in models for arg in call.args)
+
+    for node in walk(test):
+        if isinstance(node, cst.Name) and anatomy.is_attribute_name(node):
+            continue
+        name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
+        if name is None:
+            continue
+        if isinstance(node, cst.Attribute):
+            owner = dotted(node.value)
+            if any(
+                given_the_model(call)
+                and (dotted(call.func) == owner or dotted(call.func) == f"{owner}.__call__")
+                and anatomy.function_of(call) is scope
+                for call in anatomy.calls
+            ):
+                return name
+            continue
+        for value, _ in anatomy.values.values_of(name, scope):
+            if any(isinstance(inner, cst.Call) and given_the_model(inner) for inner in walk(value)):
+                return name
+    return None
