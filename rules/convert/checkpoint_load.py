@@ -8,7 +8,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import MODEL_SAVES
-from ddpify.analysis.effects import opens_for_writing
+from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, walk
 from ddpify.emit import expression, statement, with_keyword
 from ddpify.fixes import take_rank_zeros
@@ -474,9 +474,30 @@ def _reads_what_rank_zero_wrote(anatomy: Anatomy) -> list[cst.BaseStatement]:
             ):
                 found.append(statement_)
                 written = set()
-            if anatomy.effects.writes_files(statement_):
+            if anatomy.effects.writes_files(statement_) and not _written_when_missing(
+                anatomy, statement_
+            ):
                 written |= paths
     return found
+
+
+def _written_when_missing(anatomy: Anatomy, statement_: cst.BaseStatement) -> bool:
+    """`if not os.path.exists(path):` with the writes in its own body: a cache DDP005 has
+    rank 0 make first while the others wait at a barrier of their own (the writes of a
+    helper it calls are guarded in the helper, with no such barrier)."""
+    return (
+        isinstance(statement_, cst.If)
+        and any(
+            isinstance(node, cst.Call)
+            and (dotted(node.func) or "").rsplit(".", 1)[-1] in ("exists", "isfile", "isdir")
+            for node in walk(statement_.test)
+        )
+        and any(
+            isinstance(node, cst.SimpleStatementLine | cst.With)
+            and anatomy.effects.of(node) in FILE_WRITES
+            for node in walk(statement_.body)
+        )
+    )
 
 
 def _training(anatomy: Anatomy) -> set[cst.CSTNode]:

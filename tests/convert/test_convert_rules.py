@@ -5902,3 +5902,27 @@ def test_an_early_stop_on_an_evaluation_of_a_batchnorm_model_is_taken_together(
     result = convert_source(source.encode(), "stop.py", ConvertOptions())
     assert not result.refused, result.problems
     assert (b"dist.ReduceOp.MAX" in result.output) is agreed
+
+
+def test_a_cache_written_when_missing_gets_no_second_barrier() -> None:
+    """`if not os.path.exists(path):` writing the file in its own body is run by rank 0
+    first, the others waiting at a barrier pair (DDP005): the read after it needs no barrier
+    of its own (round 23 had added one to nanoGPT-style data preparation)."""
+    source = (
+        "import os\n"
+        "import numpy as np\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n\n"
+        'if not os.path.exists("cache.npy"):\n'
+        '    np.save("cache.npy", np.arange(100.0))\n'
+        'data = torch.from_numpy(np.load("cache.npy")).float()[:, None]\n'
+        "loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(1, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in loader:\n"
+        "    model(x).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "cache.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert result.output.count(b"dist.barrier()") == 2  # the pair around rank 0's write
