@@ -83,6 +83,9 @@ ITER_WRAPPERS = {
 # Module attributes that behave the same on the DDP wrapper; anything else needs `.module`.
 # Tensor methods that draw in place from torch's generator (`w.normal_()`).
 IN_PLACE_DRAWS = ("normal_", "uniform_", "bernoulli_", "random_", "exponential_")
+# Calls that draw a module's weights afresh (`head.reset_parameters()`; `nn.init.*` too).
+REINITIALISE = ("reset_parameters", "_reset_parameters")
+BATCH_NORMS = {"torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"}
 DDP_TRANSPARENT = {
     "module", "parameters", "named_parameters", "train", "eval", "zero_grad", "to", "cuda",
     "cpu", "modules", "named_modules", "children", "named_children", "buffers",

@@ -86,9 +86,9 @@ class DistributedCode:
         )
 
     @cached_property
-    def spawned_functions(self) -> list[cst.FunctionDef]:
-        """Functions this file starts as processes (`mp.spawn(worker, ...)`,
-        `Process(target=worker)`): they run on every rank without a call site here."""
+    def process_starts(self) -> list[tuple[cst.Call, list[cst.FunctionDef]]]:
+        """The calls that start processes of this file (`mp.spawn(worker, ...)`,
+        `Process(target=worker)`), and the functions each runs."""
         found = []
         for call in self.index.calls:
             if not self.index.may_name(call, {"spawn", "start_processes", "Process"}):
@@ -97,8 +97,14 @@ class DistributedCode:
                 continue
             arg = call_arg(call, 0, "fn") or call_arg(call, None, "target")
             name = dotted(arg.value) if arg is not None else None
-            found += self.graph.defined(name or "")
+            found.append((call, self.graph.defined(name or "")))
         return found
+
+    @cached_property
+    def spawned_functions(self) -> list[cst.FunctionDef]:
+        """Functions this file starts as processes: they run on every rank without a call
+        site here."""
+        return [function for _, functions in self.process_starts for function in functions]
 
     @cached_property
     def group_is_optional(self) -> bool:

@@ -17,13 +17,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import cast
 
 import libcst as cst
 
 from ddpify.analysis.api import DDP_TRANSPARENT, IN_PLACE_DRAWS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import dotted, is_method_call, is_name, methods, source_text, walk
+from ddpify.analysis.tree import (
+    dotted,
+    is_lone,
+    is_method_call,
+    is_name,
+    methods,
+    source_text,
+    walk,
+)
 
 # How many folders above the script a package root is looked for in (`repo/pkg/train.py`
 # importing `pkg.utils.loss`).
@@ -222,14 +231,7 @@ class Project:
         func = call.func
         target = func.value if isinstance(func, cst.Attribute) else func
         name = dotted(target)
-        statement = self.index.statement_of(call)
-        lone = (
-            isinstance(statement, cst.SimpleStatementLine)
-            and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and statement.body[0].value is call
-        )
-        if not lone:
+        if not _alone_on_its_line(self.index, call):
             return True
         for node in walk(self.index.module):
             if isinstance(node, cst.Attribute) and dotted(node.value) == name:
@@ -301,14 +303,7 @@ class Project:
         """`save_some_examples(gen, val_loader, epoch, folder)`, a call on its own line: a
         helper that runs the model without training it and writes files (images of what it
         makes). It belongs on rank 0 with the bare model, whose forward waits for no one."""
-        statement = self.index.statement_of(call)
-        lone = (
-            isinstance(statement, cst.SimpleStatementLine)
-            and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and statement.body[0].value is call
-        )
-        if not (lone and use.runs) or use.trains:
+        if not (_alone_on_its_line(self.index, call) and use.runs) or use.trains:
             return False
         effects = self.effects(use.helper)
         return bool(effects.writes) and not effects.trains
@@ -322,6 +317,16 @@ class Project:
             bool(found["trains"]), tuple(sorted(found["writes"])), bool(found["prints"]),
             tuple(sorted(exits)),
         )  # fmt: skip
+
+
+def _alone_on_its_line(index: SourceIndex, call: cst.Call) -> bool:
+    """`call` is a statement of its own (`save(model, epoch)`), its result kept by nothing."""
+    statement = index.statement_of(call)
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and is_lone(statement, cst.Expr)
+        and cast(cst.Expr, statement.body[0]).value is call
+    )
 
 
 def _scan(

@@ -9,7 +9,7 @@ from dataclasses import replace
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import LOADER_POSITIONS
+from ddpify.analysis.api import BATCH_NORMS, LOADER_POSITIONS, REINITIALISE
 from ddpify.analysis.calls import passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, string_value, strip_iteration
 from ddpify.analysis.script import ForeignTraining, TrainLoop
@@ -619,9 +619,6 @@ class DistributedSampler(ConvertRule):
         _evaluate_whole(ctx, loader)
         _last_batch_of_one(ctx, loader)
         return True
-
-
-BATCH_NORMS = {"torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"}
 
 
 def _last_batch_of_one(ctx: ConvertContext, loader: Loader) -> None:
@@ -1543,10 +1540,6 @@ def _resized_while_training(anatomy: Anatomy) -> cst.Call | None:
                 assert isinstance(node, cst.Call)  # (a curriculum's, round-20 audit A c15)
                 return node
     return None
-
-
-# Calls that draw a model's weights afresh (`head.reset_parameters()`, `nn.init.normal_`).
-REINITIALISE = ("reset_parameters", "_reset_parameters")
 
 
 def _seeding_undone(anatomy: Anatomy, stream: RandomBatches) -> tuple[cst.CSTNode, str] | None:

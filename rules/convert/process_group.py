@@ -305,27 +305,13 @@ def _distributed_uses(function: cst.FunctionDef) -> Counter[str]:
     )
 
 
-# What starts processes of the script's own (round-23 audit A hogwild_b: pytorch/examples'
-# mnist_hogwild, whose workers all crashed once converted, and the run still exited 0).
-PROCESS_STARTERS = (
-    "torch.multiprocessing.Process", "multiprocessing.Process", "torch.multiprocessing.spawn",
-    "torch.multiprocessing.start_processes", "multiprocessing.Pool", "torch.multiprocessing.Pool",
-    "multiprocessing.pool.Pool", "concurrent.futures.ProcessPoolExecutor",
-)  # fmt: skip
-
-
 def _trains_in_processes_it_starts(anatomy: Anatomy) -> cst.Call | None:
     """A call that starts processes of the script (`mp.Process(target=train, ...)`,
-    `mp.spawn(train, ...)`) running a function that trains."""
+    `mp.spawn(train, ...)`) running a function that trains (round-23 audit A hogwild_b:
+    pytorch/examples' mnist_hogwild, whose workers all crashed once converted, and the run
+    still exited 0)."""
     training = set(anatomy.script.training_calls)
-    for call in anatomy.calls:
-        if not anatomy.is_call_to(call, PROCESS_STARTERS):
-            continue
-        for arg in call.args:
-            name = dotted(arg.value)
-            if name is None:
-                continue
-            for function in anatomy.graph.defined(name):
-                if anatomy.graph.reaches(function.body, lambda node: node in training):
-                    return call
+    for call, functions in anatomy.distributed.process_starts:
+        if any(anatomy.graph.reaches(f.body, lambda node: node in training) for f in functions):
+            return call
     return None

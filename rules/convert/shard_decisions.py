@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.api import BATCH_NORMS
 from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
 from ddpify.analysis.tree import (
@@ -1198,16 +1199,13 @@ def _reduces_the_batch(node: cst.CSTNode, local: set[str]) -> bool:
     return isinstance(value, cst.Integer) and value.value == "0"
 
 
-BATCH_NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
-
-
 def _evaluated_with_batchnorm(anatomy: Anatomy, test: cst.BaseExpression) -> str | None:
     """What `test` reads that an evaluation of the model computes (`val_loss =
     evaluate(model, val_loader)`, or `early_stopping.early_stop` of an object called with
     the model), in a script whose model has BatchNorm: read whole, the validation data
     gives each process another score, since each process's running statistics are updated
     by its own last batch; an early stop on it would leave one process alone in the loop."""
-    if not any((dotted(call.func) or "").endswith(BATCH_NORMS) for call in anatomy.calls):
+    if not any(anatomy.is_call_to(call, BATCH_NORMS) for call in anatomy.calls):
         return None
     models = set().union(*(model.names for model in anatomy.models.all))
     models |= {f"{name}.module" for name in models}

@@ -12,6 +12,7 @@ from ddpify.analysis.api import (
     EXPORTS,
     MODEL_COPIES,
     PARAMETERS,
+    REINITIALISE,
 )
 from ddpify.analysis.models import Model, holds_model
 from ddpify.analysis.project import NO_GRAD
@@ -1864,8 +1865,6 @@ RESYNC = """\
 for tensor in {name}.state_dict().values():  # every process starts from rank 0's weights
     dist.broadcast(tensor, 0)
 """
-# Calls that draw a module's weights afresh.
-REINITIALISE = ("reset_parameters", "_reset_parameters")
 
 
 def _resync_after_resets(ctx: ConvertContext, model: Model) -> None:
