@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from conftest import FIXTURES
@@ -991,3 +994,38 @@ def test_an_unfreeze_in_a_method_of_the_model_is_refused_like_an_inline_one() ->
     converted = convert_source(once.encode(), "w2v.py", ConvertOptions())
     assert not converted.refused, converted.problems
     assert b"    model.freeze_feature_encoder()\n    model = DDP(model" in converted.output
+
+
+def _bench(name: str) -> ModuleType:
+    """A script of `bench/`, imported from its file."""
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name)
+def test_the_diff_does_not_grow_by_reindentation(path: Path) -> None:
+    """Issue 12: a line of the script comes back re-indented only into a block the
+    conversion opens for it: a rank guard, `with model.no_sync()`, or the `try:` around the
+    entry call (`main()`); never the whole module body into a `try:`. The same measure as
+    `bench/diff_size.py`, which prints it for every fixture."""
+    diff_size = _bench("diff_size").diff_size
+    expected = (FIXTURES / "convert" / "expected" / path.name).read_text()
+    size = diff_size(path.read_text(), expected)
+    assert size.reindented["other"] == 0
+    assert size.reindented["try"] <= 2  # `main()`, or `main(args)` and its argument line
+
+
+def test_the_diff_size_measure_counts_a_body_reindented_into_a_try() -> None:
+    diff_size = _bench("diff_size").diff_size
+    before = "import torch\n\nfor epoch in range(2):\n    train(epoch)\nprint('done')\n"
+    after = (
+        "import torch\n\ntry:\n    for epoch in range(2):\n        train(epoch)\n"
+        "    if dist.get_rank() == 0:\n        print('done')\nfinally:\n    cleanup()\n"
+    )
+    size = diff_size(before, after)
+    assert size.reindented == {"guard": 1, "no_sync": 0, "try": 2, "other": 0}
