@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from ddpify.verify.records import ProcessRecord, StepRecord, as_named_by
+from ddpify.verify.records import DRAWING, ProcessRecord, StepRecord, as_named_by
 from ddpify.verify.runner import ProcessRun, Run, Verification, VerifyOptions
 
 ADAPTIVE_OPTIMIZERS = frozenset(
@@ -256,6 +256,12 @@ class _Facts:
             )
         if ordinal is None or batch is None:
             return None, "the converted script's training batches do not come from a DataLoader"
+        drawing = self.ranks[0].loader(ordinal) if self.ranks and self.n > 1 else None
+        if drawing is not None and drawing.draws:
+            return None, (
+                f"the training sampler draws its samples ({drawing.sampler.removesuffix(DRAWING)}"
+                ", with replacement or by weights)"
+            )
         per_rank = batch // self.n
         loader = self.orig_record.loader(ordinal)
         if loader is None or loader.declared_batch_size is None:
@@ -688,6 +694,9 @@ class _DataSharding(_NamedCheck):
         whole = facts.batch_semantics()[0] == "whole"
         if facts.verification.train_loader is None and not whole:
             return _drawn_apart(facts, steps)
+        drawing = facts.ranks[0].loader(facts.verification.train_loader)
+        if drawing is not None and drawing.draws:
+            return _drawn_apart(facts, steps, drawing.sampler.removesuffix(DRAWING))
         for k in range(steps):
             original = facts.orig_record.primary_steps[k].indices
             per_rank = [r.primary_steps[k].indices for r in facts.ranks]
@@ -749,17 +758,24 @@ class _DataSharding(_NamedCheck):
         )
 
 
-def _drawn_apart(facts: _Facts, steps: int) -> Check:
-    """Batches from no DataLoader and not split whole (nanoGPT's random `get_batch`): each
-    rank draws its own, which only has to differ from the others' (samples in common by
-    chance are expected; the same batch on every rank is the bug)."""
+def _drawn_apart(facts: _Facts, steps: int, sampler: str | None = None) -> Check:
+    """Batches from no DataLoader and not split whole (nanoGPT's random `get_batch`), or
+    from a `sampler` that draws them (`WeightedRandomSampler`): each rank draws its own,
+    which only has to differ from the others' (samples in common by chance are expected;
+    the same batch on every rank is the bug)."""
     name = _DataSharding.name
-    rows = [[r.primary_steps[k].rows for r in facts.ranks] for k in range(steps)]
+    field = "rows" if sampler is None else "indices"
+    source = (
+        "the batches come from no DataLoader"
+        if sampler is None
+        else f"the training sampler ({sampler}) draws the samples"
+    )
+    rows = [[getattr(r.primary_steps[k], field) for r in facts.ranks] for k in range(steps)]
     if not steps or any(row is None for step in rows for row in step):
         return Check(
             name, Status.UNCHECKED,
-            "the batches come from no DataLoader, and the rows the model took could not be "
-            "read (its first argument not a tensor)",
+            f"{source}, and the rows the model took could not be read (its first argument "
+            "not a tensor)",
         )  # fmt: skip
     for k, per_rank in enumerate(rows, start=1):
         for a in range(len(per_rank)):
@@ -778,11 +794,12 @@ def _drawn_apart(facts: _Facts, steps: int) -> Check:
         for step in rows
         if len(step) > 1
     ]
+    how = "no DataLoader: each draws at random" if sampler is None else f"{source}"
     return Check(
         name,
         Status.PASS,
-        f"steps 1-{steps}: the {facts.n} ranks drew batches of their own (no DataLoader: each "
-        f"draws at random); rows in common by chance: at most {max(shared, default=0):.0%}",
+        f"steps 1-{steps}: the {facts.n} ranks drew batches of their own ({how}); "
+        f"{field} in common by chance: at most {max(shared, default=0):.0%}",
         data={"steps": steps},
     )
 

@@ -37,11 +37,13 @@ from torch.utils.data import (
     RandomSampler,
     Subset,
     SubsetRandomSampler,
+    WeightedRandomSampler,
 )
 from torch.utils.data import dataloader as dataloader_module
 from torch.utils.data._utils import fetch as fetch_module
 
 from ddpify.verify.recorder import Recorder, sample_seed
+from ddpify.verify.records import DRAWING
 
 DROPOUTS: dict[Callable[..., Any], str] = {
     F.dropout: "F.dropout",
@@ -515,20 +517,67 @@ def patch_data(recorder: Recorder, resized: dict[int, int], added: set[int] | No
             declared_batch_size=declared,
             # a `batch_sampler=BatchSampler(sampler, ...)`'s own sampler: the loader's
             # `.sampler` is then a SequentialSampler it made itself
-            sampler=type(getattr(self.batch_sampler, "sampler", self.sampler)).__name__,
+            sampler=sampler_name(getattr(self.batch_sampler, "sampler", self.sampler)),
             dataset_len=dataset_len,
             length=length,
         )
 
     DataLoader.__init__ = loader_init  # type: ignore[method-assign]
 
+    real_random_iter = RandomSampler.__iter__
+
     def random_iter(self: RandomSampler) -> Iterator[int]:
+        if self.replacement:  # it draws: from its generator, seeded alike (`drawing_init`)
+            yield from sampled(real_random_iter(self))
+            return
         recorder.changed("shuffle", "RandomSampler (shuffle=True) yields 0, 1, 2, ... in order")
         size = len(self.data_source)
         for i in range(self.num_samples):
             yield i % size
 
     RandomSampler.__iter__ = random_iter  # type: ignore[method-assign]
+
+    def sampled(indices: Iterator[int]) -> Iterator[int]:
+        """A drawing sampler's indices: its draws pick samples, they are not the script's
+        randomness while training (noise, masks)."""
+        while True:
+            recorder.in_loader_setup += 1
+            try:
+                index = next(indices)
+            except StopIteration:
+                return
+            finally:
+                recorder.in_loader_setup -= 1
+            yield index
+
+    real_weighted_iter = WeightedRandomSampler.__iter__
+
+    def weighted_iter(self: WeightedRandomSampler) -> Iterator[int]:
+        yield from sampled(real_weighted_iter(self))
+
+    WeightedRandomSampler.__iter__ = weighted_iter  # type: ignore[method-assign]
+
+    for drawing in (RandomSampler, WeightedRandomSampler):
+        real_drawing_init = drawing.__init__
+
+        def drawing_init(
+            self: RandomSampler | WeightedRandomSampler,
+            *args: Any,
+            _real: Callable[..., None] = real_drawing_init,
+            **kwargs: Any,
+        ) -> None:
+            _real(self, *args, **kwargs)
+            if draws_samples(self) and self.generator is None:
+                # the conversion's is `torch.Generator().manual_seed(torch.initial_seed() +
+                # rank)`: one process of it draws the original's samples
+                self.generator = torch.Generator().manual_seed(torch.initial_seed())
+                recorder.changed(
+                    "sampler",
+                    f"{type(self).__name__} draws from a generator seeded with "
+                    "torch.initial_seed(), as the conversion's first process does",
+                )
+
+        drawing.__init__ = drawing_init  # type: ignore[method-assign]
 
     def subset_iter(self: SubsetRandomSampler) -> Iterator[int]:
         recorder.changed("shuffle", "SubsetRandomSampler yields its indices in order")
@@ -923,3 +972,15 @@ def patch_writes(recorder: Recorder) -> None:
     io.open = open_for_check
     torch.save = save
     torch.serialization.save = save
+
+
+def draws_samples(sampler: object) -> bool:
+    """A sampler that draws its samples: `WeightedRandomSampler`, `RandomSampler(...,
+    replacement=True)`."""
+    return isinstance(sampler, WeightedRandomSampler) or (
+        isinstance(sampler, RandomSampler) and sampler.replacement
+    )
+
+
+def sampler_name(sampler: object) -> str:
+    return type(sampler).__name__ + (DRAWING if draws_samples(sampler) else "")

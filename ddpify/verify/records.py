@@ -63,6 +63,11 @@ def _shape(path: str) -> str:
     return re.sub(r"\d+", "#", path)
 
 
+# Appended to a sampler's name in the records when it draws its samples at random (with
+# replacement, or by weights): nothing to shard, every process draws a stream of its own.
+DRAWING = " (draws)"
+
+
 @dataclass(frozen=True)
 class LoaderRecord:
     """A DataLoader the script created, numbered in creation order."""
@@ -73,6 +78,11 @@ class LoaderRecord:
     sampler: str
     dataset_len: int | None
     length: int | None  # batches per epoch: len(loader)
+
+    @property
+    def draws(self) -> bool:
+        """Its sampler draws the samples (`WeightedRandomSampler`, with replacement)."""
+        return self.sampler.endswith(DRAWING)
 
 
 @dataclass(frozen=True)

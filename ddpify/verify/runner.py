@@ -528,17 +528,21 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
 
 def _unmatched_batches(verification: Verification) -> bool:
     """Both runs trained, several processes, and batches from no DataLoader that the
-    conversion splits whole: the ranks drew their own, which no original step matches."""
+    conversion splits whole, or from a sampler that draws them (with replacement): the
+    ranks drew their own, which no original step matches."""
     original, converted = verification.original, verification.converted
-    return bool(
+    if not (
         verification.options.nproc > 1
         and original is not None
         and converted is not None
         and original.succeeded
         and converted.succeeded
-        and verification.train_loader is None
-        and not verification.whole_batch
-    )
+    ):
+        return False
+    if verification.train_loader is None:
+        return not verification.whole_batch
+    loader = converted.processes[0].record.loader(verification.train_loader)
+    return loader is not None and loader.draws
 
 
 # What a script's dtype checks say when float64 meets the float32 it expects.

@@ -1270,6 +1270,52 @@ def test_a_script_that_resumes_by_itself_is_run_again(tmp_path: Path) -> None:
     assert "both resumed from last.pt" in table
 
 
+# -- samplers that draw (with replacement, by weights) --------------------------------------
+
+WEIGHTED = """import torch
+from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
+
+torch.manual_seed(0)
+x = torch.randn(64, 4)
+y = (x[:, 0] > 0.8).long()
+weights = torch.where(y == 1, 4.0, 1.0)
+sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True)
+loader = DataLoader(TensorDataset(x, y), batch_size=8, sampler=sampler)
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for xb, yb in loader:
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"epoch {epoch} loss {loss.item():.4f}")
+"""
+
+
+def test_a_sampler_that_draws_compares_with_one_process_and_draws_apart(tmp_path: Path) -> None:
+    """Round-23 audit B weighted_sampler: the conversion gives the WeightedRandomSampler a
+    generator per process (each draws its own stream), and verify said "not equivalent"
+    (equivalence and data-sharding FAIL, samples in common). Its ranks' draws only have to
+    differ; equivalence comes from one process of the conversion, whose generator is the
+    original's under the check. The same generator on every rank fails data-sharding."""
+    original = tmp_path / "weighted.py"
+    original.write_text(WEIGHTED)
+    converted, outcome, table = converted_and_verified(original)
+    assert "with one process of the conversion: steps 1-4: bit-identical" in table
+    assert "the training sampler draws its samples (WeightedRandomSampler" in table
+    assert statuses(outcome)["data-sharding"] is Status.PASS, table
+    assert "the 2 ranks drew batches of their own" in check(outcome, "data-sharding")
+    assert "multinomial drawn while training" not in table  # the sampler's, not noise
+    text = converted.read_text()
+    per_rank = "torch.Generator().manual_seed(torch.initial_seed() + dist.get_rank())"
+    assert per_rank in text
+    converted.write_text(text.replace(per_rank, "torch.Generator().manual_seed(0)"))
+    _, alike = verify(original, converted)
+    assert alike.exit_code == 1
+    assert "ranks 0 and 1 trained on the same batch" in check(alike, "data-sharding")
+
+
 # -- batches drawn without a DataLoader (nanoGPT's get_batch) -------------------------------
 
 RANDOM_BATCHES = FIXTURES / "convert" / "scripts" / "random_batches.py"
