@@ -185,12 +185,17 @@ def compare_checkpoints(
                     and key in a
                     and not same(a[key], value, rtol, atol)
                 ]
+                # A float saved beside the state (`"loss": epoch_loss`, `"acc": best_acc`):
+                # rank 0's own figure, as its prints are (the round-23 audit B resume_glob's
+                # epoch loss over rank 0's shard was a false "values differ").
+                figures = [key for key in plain if "." not in key and isinstance(b[key], float)]
                 results.append(
                     {
                         "path": save.path,
                         "occurrence": occurrence,
                         "rank": rank,
-                        "values_differ": plain,
+                        "values_differ": [key for key in plain if key not in figures],
+                        "figures_differ": figures,
                         **row,
                     }
                 )

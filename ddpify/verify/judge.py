@@ -1011,6 +1011,7 @@ class _SideEffectsOnce(_AfterEquivalence):
         compared = {(row["path"], row["occurrence"]): row for row in (tensors.comparison or {}).get(
             "checkpoints", [])}  # fmt: skip
         seen: Counter[str] = Counter()
+        figures: set[str] = set()
         names = as_named_by([s.path for s in facts.ranks[0].saves], [s.path for s in saves])
         for save in saves:
             occurrence = seen[save.path]
@@ -1049,6 +1050,7 @@ class _SideEffectsOnce(_AfterEquivalence):
                     label,
                     (f"{save.path}: values differ for {', '.join(row['values_differ'][:5])}"),
                 )
+            figures.update(row.get("figures_differ", ()))
             if not row["within"] and self.diverged:
                 return (
                     Status.UNCHECKED,
@@ -1072,12 +1074,18 @@ class _SideEffectsOnce(_AfterEquivalence):
                         ),
                     )
         paths = ", ".join(sorted(seen))
+        own = (
+            f"; {', '.join(sorted(figures))}: a number saved beside the state, rank 0's own "
+            "(as what it prints), not compared"
+            if figures
+            else ""
+        )
         return (
             Status.PASS,
             label,
             (
                 f"{paths}: {sum(seen.values())} save(s), same keys (no `module.` prefix) and the "
-                f"same tensors as the original's{one}"
+                f"same tensors as the original's{one}{own}"
             ),
         )
 

@@ -1270,6 +1270,42 @@ def test_a_script_that_resumes_by_itself_is_run_again(tmp_path: Path) -> None:
     assert "both resumed from last.pt" in table
 
 
+FIGURE_SAVED = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = DataLoader(data, batch_size=4, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    total = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    state = {"model": model.state_dict(), "epoch": epoch + 1, "loss": total / len(loader)}
+    torch.save(state, f"epoch_{epoch}.pt")
+"""
+
+
+def test_a_figure_saved_beside_the_state_is_rank_0_s_own(tmp_path: Path) -> None:
+    """Round-23 audit B resume_glob: `"loss": epoch_loss` in the checkpoint is rank 0's mean
+    over its shard, as its prints are: it made "values differ for loss", a false "not
+    equivalent". A float at the checkpoint's top is not compared; any other value is."""
+    original = tmp_path / "figure.py"
+    original.write_text(FIGURE_SAVED)
+    converted, outcome, table = converted_and_verified(original)
+    assert "loss: a number saved beside the state, rank 0's own" in table
+    text = converted.read_text()
+    converted.write_text(text.replace('"epoch": epoch + 1', '"epoch": epoch + 2'))
+    _, wrong = verify(original, converted)
+    assert wrong.exit_code == 1
+    assert "values differ for epoch" in check(wrong, "side-effects-once")
+
+
 # -- samplers that draw (with replacement, by weights) --------------------------------------
 
 WEIGHTED = """import torch
