@@ -166,6 +166,7 @@ def main(argv: list[str]) -> int:
         resized[options.train_loader] = options.train_batch
     patches.patch_data(recorder, resized, added)
     patches.patch_numpy(recorder)
+    patches.patch_python_random(recorder)
     patches.patch_torch_seed(recorder)
     patches.patch_rnn_dropout(recorder)
     if not options.float32:

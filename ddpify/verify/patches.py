@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 from torch.overrides import TorchFunctionMode
 from torch.utils.data import (
     BatchSampler,
@@ -721,6 +722,8 @@ def _weights_dtype(forward: Callable[..., Any]) -> Callable[..., Any]:
     def cast(value: Any, dtype: torch.dtype) -> Any:
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             return value.to(dtype)
+        if isinstance(value, PackedSequence):  # a namedtuple: its data only (round-24 B)
+            return value._replace(data=cast(value.data, dtype))
         if isinstance(value, tuple):  # LSTM's (h, c)
             return tuple(cast(item, dtype) for item in value)
         return value
@@ -771,6 +774,30 @@ def skip_seeds(recorder: Recorder, script: os.PathLike[str], lines: set[int]) ->
             return _real(*args, **kwargs)
 
         setattr(owner, name, seed)
+
+
+# Python's global generator: the draws a training step may make (teacher forcing decided by
+# `random.random() < ratio`, a layer dropped at random, a random crop size).
+PY_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "sample",
+             "shuffle", "gauss", "normalvariate")  # fmt: skip
+
+
+def patch_python_random(recorder: Recorder) -> None:
+    """Python's `random` while training, outside a sample's `__getitem__` (seeded per sample
+    there) and the loader's set-up: noted as a draw the runs make apart (the original once
+    for its whole batch, each rank for its part), not changed. Equivalence is then judged
+    from one process of the conversion, which draws as the original does."""
+
+    def noticed(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            if recorder.training and not recorder.in_loader_setup and not recorder.in_sample:
+                recorder.changed("random", f"random.{name} drawn while training")
+            return real(*args, **kwargs)
+
+        return draw
+
+    for name in PY_RANDOM:
+        setattr(random, name, noticed(name, getattr(random, name)))
 
 
 def patch_numpy(recorder: Recorder) -> None:

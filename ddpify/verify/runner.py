@@ -528,8 +528,9 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
 
 def _unmatched_batches(verification: Verification) -> bool:
     """Both runs trained, several processes, and batches from no DataLoader that the
-    conversion splits whole, or from a sampler that draws them (with replacement): the
-    ranks drew their own, which no original step matches."""
+    conversion splits whole, or from a sampler that draws them (with replacement), or
+    random numbers drawn while training that the check cannot draw per sample: the ranks
+    drew their own, which no original step matches."""
     original, converted = verification.original, verification.converted
     if not (
         verification.options.nproc > 1
@@ -539,9 +540,12 @@ def _unmatched_batches(verification: Verification) -> bool:
         and converted.succeeded
     ):
         return False
+    record = converted.processes[0].record
+    if any(change.kind == "random" for change in record.changes):
+        return True  # drawn while training: the original for its batch, each rank for its part
     if verification.train_loader is None:
         return not verification.whole_batch
-    loader = converted.processes[0].record.loader(verification.train_loader)
+    loader = record.loader(verification.train_loader)
     return loader is not None and loader.draws
 
 

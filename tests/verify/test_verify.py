@@ -608,6 +608,12 @@ def test_printed_lines_match_with_numbers_masked() -> None:
             ["0.2345", "9123", "10000", "91"],
         ),
         ("val acc 0.91 | time: 12.5 | 2026-11-26 13:04:05 | 312 MB", ["0.91"]),
+        # round-24 audit B average_meter: the training meter's accuracy is rank 0's own too
+        (
+            "epoch 0 | train loss 1.1363 acc 46.35 | val loss 1.1093 acc 38.50 *",
+            ["1.1093", "38.50"],
+        ),
+        ("train: loss 0.5 acc 80.0; test: loss 0.6 acc 75.0", ["0.6", "75.0"]),
         ("Eval: 100%|##########| 5/5 [00:01<00:00,  4.1it/s]", []),
     ],
 )
@@ -1297,13 +1303,53 @@ def test_a_figure_saved_beside_the_state_is_rank_0_s_own(tmp_path: Path) -> None
     equivalent". A float at the checkpoint's top is not compared; any other value is."""
     original = tmp_path / "figure.py"
     original.write_text(FIGURE_SAVED)
-    converted, outcome, table = converted_and_verified(original)
+    converted, _, table = converted_and_verified(original)
     assert "loss: a number saved beside the state, rank 0's own" in table
     text = converted.read_text()
     converted.write_text(text.replace('"epoch": epoch + 1', '"epoch": epoch + 2'))
     _, wrong = verify(original, converted)
     assert wrong.exit_code == 1
     assert "values differ for epoch" in check(wrong, "side-effects-once")
+
+
+TEACHER_FORCING = """import random
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+random.seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+val = DataLoader(data, batch_size=16)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        forced = random.random() < 0.5  # decided once per batch
+        loss = torch.nn.functional.mse_loss(model(x if forced else 2 * x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        total = sum(torch.nn.functional.mse_loss(model(a), b).item() for a, b in val)
+    print(f"epoch {epoch} val {total:.4f}")
+"""
+
+
+def test_random_numbers_drawn_per_batch_are_judged_with_one_process(tmp_path: Path) -> None:
+    """Round-24 audits: teacher forcing by `random.random() < ratio` once per batch (B
+    teacher_forcing_blog), word2vec's negatives by `torch.multinomial`, a collate's
+    neighbour sampling by `randint` (A): the original draws once for its whole batch, each
+    rank for its part, and equivalence failed on correct conversions, with evaluation after
+    it. Such draws are noted, equivalence is judged from one process of the conversion, and
+    the evaluation is not compared."""
+    original = tmp_path / "forcing.py"
+    original.write_text(TEACHER_FORCING)
+    _, outcome, table = converted_and_verified(original)
+    assert "random numbers drawn while training (random.random)" in table
+    assert "with one process of the conversion: steps 1-4: bit-identical" in table
+    assert statuses(outcome)["evaluation"] is Status.NOT_EXERCISED, table
 
 
 # -- samplers that draw (with replacement, by weights) --------------------------------------
