@@ -335,11 +335,13 @@ def subset_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
     if (
         len(made.args) != 1
         or (keyword is not None and keyword.value != "indices")
-        or not isinstance(passed[0].value, cst.Name)  # named, so the loader can read it
+        # named, so the loader can read it; or made inline of indices read twice alike
+        # (`sampler=SubsetRandomSampler(range(NUM_TRAIN))`, round-24 audit B cs231n)
+        or not (isinstance(passed[0].value, cst.Name) or _pure_indices(made.args[0].value))
         or dataset is None
         or not isinstance(dataset.value, cst.Name)
         or anatomy.function_of(made) is not scope
-        or not anatomy.precedes(made, loader.call)
+        or not (anatomy.precedes(made, loader.call) or anatomy.inside(made, loader.call))
     ):
         return None
     name = dataset.value.value
@@ -367,8 +369,36 @@ def _sample_the_subset(
     )
     plan.replace(made, lambda _: sampler)
     passed = anatomy.loaders.argument(loader.call, "sampler") or []
-    given = source_text(passed[0].value)
-    plan.replace(dataset.value, lambda _: cst.parse_expression(f"{given}.dataset"))
+    if isinstance(passed[0].value, cst.Name):
+        given = f"{source_text(passed[0].value)}.dataset"
+    else:  # made inline: the loader reads the same subset of its own
+        given = f"Subset({source_text(dataset.value)}, {indices})"
+    plan.replace(dataset.value, lambda _: cst.parse_expression(given))
+
+
+def _pure_indices(indices: cst.BaseExpression) -> bool:
+    """Indices that are the same each time they are read: a name, `range(...)` or
+    `list(range(...))` of names and numbers."""
+    if isinstance(indices, cst.Name):
+        return True
+    if isinstance(indices, cst.Call) and is_name(indices.func, "list") and len(indices.args) == 1:
+        indices = indices.args[0].value
+    return (
+        isinstance(indices, cst.Call)
+        and is_name(indices.func, "range")
+        and all(_plain(arg.value) for arg in indices.args)
+    )
+
+
+def _plain(value: cst.BaseExpression) -> bool:
+    """A number, a name, `args.n`, or arithmetic of them: read twice, the same."""
+    if isinstance(value, cst.Integer | cst.Name):
+        return True
+    if isinstance(value, cst.Attribute):
+        return dotted(value) is not None
+    if isinstance(value, cst.BinaryOperation):
+        return _plain(value.left) and _plain(value.right)
+    return False
 
 
 def _given_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:

@@ -41,6 +41,11 @@ class Model:
     handed_from: list[cst.FunctionDef | None] = field(default_factory=list)
 
 
+# A model's submodules, walked to sort its parameters into groups by hand (YOLOv5's
+# `for k, v in model.named_modules(): ... g0.append(v.weight)`).
+SUBMODULES = ("modules", "named_modules")
+
+
 class Models:
     """The trained models and their placement."""
 
@@ -57,7 +62,7 @@ class Models:
         models: list[Model] = []
         for optimizer in self.script.optimizer_calls:
             for node in (n for s in self.script.parameter_sources(optimizer) for n in walk(s)):
-                if is_method_call(node, *PARAMETERS):
+                if is_method_call(node, *PARAMETERS, *SUBMODULES):
                     assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
                     owner = node.func.value
                     while isinstance(owner, cst.Subscript):  # `model.body[:4].parameters()`

@@ -130,7 +130,7 @@ class TrainingScript:
                 loop = chain[0][0]
                 assert isinstance(loop, cst.For | cst.While)
                 training.epoch_loop = loop
-                training.epoch_var = epoch_variable(loop)
+                training.epoch_var = epoch_variable(loop, self.graph)
             found.append(training)
         return found
 
@@ -323,7 +323,7 @@ class TrainingScript:
                 train.epoch_loop = node
                 train.loader_at_epoch = expression
                 train.also_at_epoch = others
-                train.epoch_var = epoch_variable(node)
+                train.epoch_var = epoch_variable(node, self.graph)
                 break
             loops.append(train)
         return loops
@@ -533,6 +533,14 @@ def _first_needing_group(
     a training loader, an optimizer or moves something to a device: the sampler and the
     DDP wrap it will get need the process group, so the setup goes before it."""
     needing = {id(loader.call) for loader in script.train_loaders}
+    for loader in script.train_loaders:  # `train_sampler = SubsetRandomSampler(...)` first,
+        # then `DataLoader(ds, sampler=train_sampler)`: it becomes a DistributedSampler
+        # (round-24 audit B x_cs231n_assignment_b2 made it before the set-up)
+        for keyword in ("sampler", "batch_sampler"):
+            given = call_arg(loader.call, None, keyword)
+            if given is not None and isinstance(given.value, cst.Name):
+                scope = script.index.function_of(loader.call)
+                needing |= {id(v) for v, _ in script.values.values_of(given.value.value, scope)}
     needing |= {id(call) for call in script.optimizer_calls}
     needing |= {id(split.draw) for split in script.split_draws}  # rank 0's draw is shared
     for statement in statements:
@@ -570,6 +578,7 @@ def _given_parameters(script: TrainingScript, optimizer: cst.Call) -> list[cst.B
             if name is not None
             for origin in script.values.origins(cst.Name(name), scope)
         ]
+        frontier += _filled_by_hand(script.index, {n for n in names if n is not None}, scope)
         found += frontier
     # and the calls that made them, whose own returned values `origins` gives instead
     # (`groups = param_groups_lrd(model, ...)`, MAE's layer decay, round-18 audit s32)
@@ -580,6 +589,33 @@ def _given_parameters(script: TrainingScript, optimizer: cst.Call) -> list[cst.B
         if isinstance(value, cst.Call)
     ]
     return found + _handed_parameters(script.graph, found + made)
+
+
+def _filled_by_hand(
+    index: SourceIndex, names: set[str], scope: cst.FunctionDef | None
+) -> list[cst.BaseExpression]:
+    """What lists of `names` are filled with in `scope` (`g0.append(v.weight)`), and what
+    loops over them take them from (`for k, v in model.named_modules()`): parameter groups
+    sorted by hand, YOLOv5's `g0, g1, g2` and Barlow Twins' `param_weights, param_biases`
+    (round-24 audit A)."""
+    found: list[cst.BaseExpression] = []
+    for call in index.calls:
+        if (
+            is_method_call(call, "append", "extend")
+            and isinstance(call.func, cst.Attribute)
+            and dotted(call.func.value) in names
+            and index.function_of(call) is scope
+        ):
+            found += [arg.value for arg in call.args]
+    body = scope.body if scope is not None else index.module
+    for node in walk(body):
+        if (
+            isinstance(node, cst.For)
+            and index.function_of(node) is scope
+            and any(dotted(target) in names for target in walk(node.target))
+        ):
+            found.append(node.iter)
+    return found
 
 
 def _optimizer_factories(script: TrainingScript) -> dict[cst.Call, list[cst.Call]]:
@@ -991,8 +1027,9 @@ def _looks_like_training(loader: Loader) -> bool:
     return "train" in text or (shuffle is not None and is_name(shuffle.value, "True"))
 
 
-def epoch_variable(loop: cst.For | cst.While) -> str | None:
-    """The name that counts an epoch loop's passes: its target, or `epoch += 1` in it."""
+def epoch_variable(loop: cst.For | cst.While, graph: CallGraph | None = None) -> str | None:
+    """The name that counts an epoch loop's passes: its target, or `epoch += 1` in it (or,
+    for `self.epoch` tested by a `while`, in the methods it calls)."""
     if isinstance(loop, cst.For) and isinstance(loop.target, cst.Tuple):
         # `for idx, epoch in enumerate(range(1, epochs + 1))`: either counts the passes
         names = [e.value.value for e in loop.target.elements if isinstance(e.value, cst.Name)]
@@ -1020,7 +1057,20 @@ def epoch_variable(loop: cst.For | cst.While) -> str | None:
     test = loop.test
     if isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name):
         return test.left.value if test.left.value in grown else None
-    return None
+    # `while self.epoch < max_epochs: self.train(loader)`, `self.epoch += 1` at the end of
+    # `train` (mmcv's EpochBasedRunner, round-24 audit A mmcv_runner_hooks)
+    counter = dotted(test.left) if isinstance(test, cst.Comparison) else None
+    if graph is None or counter is None or not counter.startswith("self."):
+        return None
+
+    def grows(node: cst.CSTNode) -> bool:
+        return (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and dotted(node.target) == counter
+        )
+
+    return counter if graph.reaches(loop.body, grows) else None
 
 
 def grads_by_hand(script: TrainingScript) -> cst.CSTNode | None:

@@ -47,6 +47,10 @@ from ddpify.analysis.tree import (
 )
 from ddpify.analysis.values import MAX_STEPS, Values, constant_index
 
+# Calls that draw a permutation of `range(n)`, spelled as scripts import them.
+PERMUTATIONS = frozenset(
+    {"torch.randperm", "randperm", "np.random.permutation", "numpy.random.permutation"}
+)
 # How deep `_kind` follows an expression: names, calls and operators, one step each.
 MAX_EXPRESSION_DEPTH = 24
 # Calls that make samples: their first dimension is the samples.
@@ -152,7 +156,9 @@ class WholeBatch:
     anchor: cst.BaseStatement | None = None
     # `len(x)` of a sample name in those outer loops, dividing or shown (`total / len(x)`):
     # this process's count.
-    counts: list[cst.Name] = field(default_factory=list)
+    # With the sample name whose part they count (`len(X)` counts `perm`'s part when `perm =
+    # np.random.permutation(len(X))`).
+    counts: list[tuple[cst.Name, str]] = field(default_factory=list)
 
 
 class WholeBatches:
@@ -246,32 +252,31 @@ class WholeBatches:
     def _place(self, found: WholeBatch, loops: list[cst.CSTNode]) -> None:
         """The statement the split goes before: the outermost loop around the training loop,
         in its function, that gives no sample name a value (so it is split once, not every
-        epoch), and the per-process counts those loops read."""
+        epoch), and the per-process counts read after the split: in those loops, and in the
+        rest of the loop around them (`print(total / len(x))` after the pass)."""
         names = {samples.name for samples in found.samples}
         scope = self.index.function_of(found.loop)
         anchor: cst.CSTNode = found.loop
+        enclosing: cst.CSTNode | None = None
         for outer in loops[1:]:
             if self.index.function_of(outer) is not scope or any(
                 self._assignments_in_loop(outer, name)  # type: ignore[arg-type]
                 for name in names
             ):
+                enclosing = outer if self.index.function_of(outer) is scope else None
                 break
             anchor = outer
         assert isinstance(anchor, cst.BaseStatement)
         found.anchor = anchor
-        if anchor is found.loop:
-            return
-        for node in walk(anchor):
-            if (
-                isinstance(node, cst.Call)
-                and is_name(node.func, "len")
-                and len(node.args) == 1
-                and isinstance(node.args[0].value, cst.Name)
-                and node.args[0].value.value in names
-                and not self.index.inside(node, found.loop)
-                and _divides_or_shown(self.index, node)
-            ):
-                found.counts.append(node.args[0].value)
+        counted = {name: name for name in names}
+        for samples in found.samples:  # `perm = np.random.permutation(len(X))`: `len(X)`
+            measured = _permutation_of(self.values, samples.name, scope)
+            if measured is not None:
+                counted.setdefault(measured, samples.name)
+        regions: list[cst.CSTNode] = [] if anchor is found.loop else [anchor]
+        if isinstance(enclosing, cst.For | cst.While):
+            regions.extend(_after(enclosing.body, anchor))
+        found.counts = _counts_in(self.index, found.loop, regions, counted)
 
     def _follow(
         self, found: WholeBatch, expr: cst.BaseExpression, at: cst.CSTNode, seen: set[str]
@@ -850,11 +855,7 @@ def _permutes(value: cst.BaseExpression, measured: cst.Name) -> bool:
     answers `len`, `.shape[0]` and `.size(0)` as it does (the StackOverflow idiom
     `permutation = torch.randperm(X.size()[0])`, then `for i in range(0, X.size()[0], bs)`,
     round-23 audit B randperm_minibatch)."""
-    if not (
-        isinstance(value, cst.Call)
-        and dotted(value.func) in ("torch.randperm", "randperm")
-        and value.args
-    ):
+    if not (isinstance(value, cst.Call) and dotted(value.func) in PERMUTATIONS and value.args):
         return False
     length = _measured(value.args[0].value)
     return length is not None and length.value == measured.value
@@ -980,3 +981,51 @@ def _bound(
     ):
         return [value]
     return []
+
+
+def _after(body: cst.BaseSuite, statement: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements of `body` after the one that holds `statement`."""
+    found = False
+    later: list[cst.CSTNode] = []
+    for child in body.body if isinstance(body, cst.IndentedBlock) else []:
+        if found:
+            later.append(child)
+        elif any(node is statement for node in walk(child)):
+            found = True
+    return later
+
+
+def _counts_in(
+    index: SourceIndex, loop: cst.CSTNode, regions: list[cst.CSTNode], counted: dict[str, str]
+) -> list[tuple[cst.Name, str]]:
+    """`len(x)` of a name in `counted`, dividing or shown, in `regions` outside `loop`: with
+    the sample name whose part it counts."""
+    found: list[tuple[cst.Name, str]] = []
+    for region in regions:
+        for node in walk(region):
+            if (
+                isinstance(node, cst.Call)
+                and is_name(node.func, "len")
+                and len(node.args) == 1
+                and isinstance(node.args[0].value, cst.Name)
+                and node.args[0].value.value in counted
+                and not index.inside(node, loop)
+                and _divides_or_shown(index, node)
+            ):
+                read = node.args[0].value
+                found.append((read, counted[read.value]))
+    return found
+
+
+def _permutation_of(values: Values, name: str, scope: cst.FunctionDef | None) -> str | None:
+    """`X` when `name` holds a permutation as long as it (`np.random.permutation(len(X))`,
+    `torch.randperm(X.size(0))`), wherever it is given a value."""
+    measured: set[str] = set()
+    for value, _ in values.values_of(name, scope):
+        if not isinstance(value, cst.Call) or not value.args:
+            return None
+        length = _measured(value.args[0].value)
+        if length is None or not _permutes(value, length):
+            return None
+        measured.add(length.value)
+    return measured.pop() if len(measured) == 1 else None

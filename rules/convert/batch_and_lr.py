@@ -145,6 +145,7 @@ class BatchAndLearningRate(ConvertRule):
         _foreign_sums(ctx)
         _refuse_local_gradient_scales(ctx)
         _weighted_means(ctx)
+        _divided_by_a_count(ctx)
         _batch_statistics(ctx)
         split = anatomy.split_samples
         if options.batch is BatchMode.GLOBAL and split is not None and split.ordered:
@@ -208,6 +209,9 @@ WEIGHTED_MEANS = {
 }  # fmt: skip
 
 
+FUNCTIONAL_MEANS = {"torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss"}
+
+
 def _weighted_means(ctx: ConvertContext) -> None:
     """`CrossEntropyLoss(weight=class_weights)` with the mean reduction (round-17 audit
     s06): its mean is over the batch's weights, so the mean of the processes' means (what
@@ -216,7 +220,10 @@ def _weighted_means(ctx: ConvertContext) -> None:
     for call in anatomy.calls:
         if not anatomy.is_call_to(call, WEIGHTED_MEANS):
             continue
-        weight = call_arg(call, None, "weight")
+        # DETR's `F.cross_entropy(logits, target, self.empty_weight)`: the third (round-24
+        # audit A detr_matching); a loss module's first
+        functional = anatomy.is_call_to(call, FUNCTIONAL_MEANS)
+        weight = call_arg(call, 2 if functional else 0, "weight")
         ignored = call_arg(call, None, "ignore_index")
         reduction = call_arg(call, None, "reduction")
         if reduction is not None and not (
@@ -251,6 +258,54 @@ def _weighted_means(ctx: ConvertContext) -> None:
                 "(reduction='sum' divided by the all-reduced count is exact)",
             )
             return
+
+
+def _divided_by_a_count(ctx: ConvertContext) -> None:
+    """DETR's `loss_bbox.sum() / num_boxes`, `num_boxes = sum(len(t["labels"]) for t in
+    targets)` (round-24 audit A detr_matching): a sum over this process's batch divided by
+    its own count of items, as many as its part happens to hold. DETR all-reduces the count
+    first. Reported, at the first one found."""
+    anatomy = ctx.anatomy
+    found: list[tuple[cst.BinaryOperation, str]] = []
+
+    def collect(node: cst.CSTNode) -> bool:
+        if (
+            not found
+            and isinstance(node, cst.BinaryOperation)
+            and isinstance(node.operator, cst.Divide)
+            and isinstance(node.right, cst.Name)
+        ):
+            scope = anatomy.function_of(node)
+            values = [value for value, _ in anatomy.values.values_of(node.right.value, scope)]
+            if values and all(_counts_items(value) for value in values):
+                found.append((node, node.right.value))
+        return False  # look at every node
+
+    for loop in anatomy.script.train_loops:
+        anatomy.graph.reaches(loop.batch_loop.body, collect)
+    for owner in anatomy.classes.values():  # a criterion's forward, where DETR has it
+        for method in methods(owner):
+            if method.name.value == "forward":
+                anatomy.graph.reaches(method.body, collect)
+    if found:
+        node, count = found[0]
+        ctx.info(
+            node,
+            f"`{source_text(node)}` divides by `{count}`, this process's count of items in "
+            "its batch: DDP averages the processes' quotients, so an item of a part with fewer "
+            "weighs more than in the single-process loss (DETR all-reduces the count first: "
+            f"`dist.all_reduce({count})`, divided by the world size)",
+        )
+
+
+def _counts_items(value: cst.BaseExpression) -> bool:
+    """`sum(len(t["labels"]) for t in targets)`, also inside `max(..., 1)`."""
+    return any(
+        isinstance(node, cst.Call)
+        and is_name(node.func, "sum")
+        and any(isinstance(inner, cst.Call) and is_name(inner.func, "len") for inner in walk(node))
+        for node in walk(value)
+    )
 
 
 def _masked(anatomy: Anatomy, value: cst.BaseExpression, scope: cst.FunctionDef | None) -> bool:

@@ -17,6 +17,7 @@ from ddpify.analysis.splits import drawn_seeds, per_process_draw
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import (
     call_arg,
+    counted_range,
     dotted,
     is_method_call,
     is_name,
@@ -230,8 +231,8 @@ class DistributedSampler(ConvertRule):
     loader is iterated. The epoch loop is found across the script's own functions and
     methods (`train_one_epoch(model, loader)`, `self._run_epoch(epoch)`), through the
     script's generators that pass each batch on (`metric_logger.log_every(loader, 10)`),
-    including resume loops such as `range(start_epoch, epochs)`. Validation loaders stay
-    whole. A step loop that reads the loader through `next(it)`, making `it =
+    including resume loops such as `range(start_epoch, epochs)` and mmcv's `while self.epoch
+    < max_epochs: self.train(loader)`. Validation loaders stay whole. A step loop that reads the loader through `next(it)`, making `it =
     iter(loader)` again when a pass runs out (or a generator's `while True: for batch in
     loader: yield batch`), gets
     `loader.sampler.set_epoch(loader.sampler.epoch + 1)` before every new pass;
@@ -272,7 +273,9 @@ class DistributedSampler(ConvertRule):
     sampler, bs, drop_last=True)` (torchvision's detection reference; `set_epoch` then
     reaches it as `loader.batch_sampler.sampler`); a `SubsetRandomSampler(train_idx)` over the
     loader's dataset (a train/valid split by indices) becomes `DistributedSampler(Subset(ds,
-    train_idx), shuffle=True)`, and the loader reads that subset (`sampler.dataset`).
+    train_idx), shuffle=True)`, and the loader reads that subset (`sampler.dataset`, or,
+    made inline as in CS231n's `sampler=SubsetRandomSampler(range(NUM_TRAIN))`, a `Subset`
+    of its own).
 
     A sampler that draws with replacement (`RandomSampler(ds, replacement=True,
     num_samples=n)`, `WeightedRandomSampler(weights, n)`) has nothing to split: it gets a
@@ -1188,8 +1191,8 @@ def _split(ctx: ConvertContext) -> bool:
             lines.append(f"{part} = {samples.name}[dist.get_rank()::dist.get_world_size()]\n")
         for read in samples.reads:
             ctx.plan.replace(read, _renamed(part))
-    for read in batch.counts:
-        ctx.plan.replace(read, _renamed(parts[read.value]))
+    for read, counted in batch.counts:
+        ctx.plan.replace(read, _renamed(parts[counted]))
     first_part = 1 if batch.ordered else 0
     lines[first_part] = lines[first_part].rstrip("\n") + "  # this process's part of the samples\n"
     assert batch.anchor is not None
@@ -1417,6 +1420,9 @@ def _ends_on_drawn_values(ctx: ConvertContext, stream: RandomBatches) -> bool:
     counters: set[str] = set()
     for node in walk(outer):
         if isinstance(node, cst.AugAssign) and isinstance(node.value, cst.Integer):
+            counters |= {n.value for n in walk(node.target) if isinstance(n, cst.Name)}
+        elif isinstance(node, cst.For) and counted_range(node) is not None:
+            # `for it in range(max_iters + 1)` (round-24 audit A gpt_sft_packing): a counter
             counters |= {n.value for n in walk(node.target) if isinstance(n, cst.Name)}
         elif isinstance(node, cst.Assign | cst.AugAssign | cst.For):
             targets = (
@@ -1842,7 +1848,8 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
             return (
                 f"the training DataLoader is also read by another loop that trains (line "
                 f"{anatomy.line(node)}: its backward pass is where ddpify does not follow it, "
-                "a closure given to `optimizer.step(closure)`, say): shard that loop's passes "
+                "a closure given to `optimizer.step(closure)` or a function the loop's object "
+                "was given, `self._process_function(batch)`, say): shard that loop's passes "
                 "by hand"
             )
         if _given_whole(anatomy, loader, node) is None:  # else a loader without the sampler
@@ -2106,7 +2113,28 @@ def _may_train(anatomy: Anatomy, loop: cst.For | cst.CompFor) -> bool:
             owner = anatomy.classes.get(dotted(given.func) or "")
             if owner is not None and anatomy.graph.reaches(owner, trains):
                 return True
-    return False
+    return _calls_a_stored_function(anatomy, loop, function)
+
+
+def _calls_a_stored_function(
+    anatomy: Anatomy, loop: cst.For | cst.CompFor, function: cst.FunctionDef
+) -> bool:
+    """The loop calls a function its object was given, `self._process_function(self,
+    batch)` in an ignite-like `Engine.run` (round-24 audit A ignite_events): whatever it was
+    given may train, and the loop was read as an evaluation, so training ran over a whole
+    copy of the loader. An attribute of `self` called in a method, that no method of its
+    class defines."""
+    owner = anatomy.class_of(function)
+    if owner is None:
+        return False
+    defined = {method.name.value for method in methods(owner)}
+    return any(
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and is_name(node.func.value, "self")
+        and node.func.attr.value not in defined
+        for node in walk(loop)
+    )
 
 
 def _given_whole(

@@ -1114,6 +1114,8 @@ def _carried_statistics(anatomy: Anatomy) -> list[tuple[cst.CSTNode, str, str]]:
             if carried is None:
                 continue
             name, value = carried
+            if _reset_every_step(loop, name):
+                continue  # `subloss = 0` then `subloss -= ...` in the step (round-24 A swav)
             reduced = next(
                 (inner for inner in walk(value) if _reduces_the_batch(inner, local)), None
             )
@@ -1122,6 +1124,17 @@ def _carried_statistics(anatomy: Anatomy) -> list[tuple[cst.CSTNode, str, str]]:
             if name in _feeding_the_backward(loop):
                 found.append((node, name, source_text(reduced)))
     return found
+
+
+def _reset_every_step(loop: cst.For, name: str) -> bool:
+    """The loop gives `name` a value of nothing it held before (`loss = 0`), every step: it
+    adds up within the step, and is not carried from one step to the next."""
+    return any(
+        isinstance(node, cst.Assign)
+        and any(is_name(target.target, name) for target in node.targets)
+        and not any(is_name(inner, name) for inner in walk(node.value))
+        for node in walk(loop.body)
+    )
 
 
 def _feeding_the_backward(loop: cst.For) -> set[str]:

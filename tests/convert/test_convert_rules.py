@@ -5718,6 +5718,37 @@ def test_a_mean_over_batches_counted_from_the_samples_counts_this_processs_part(
     assert b"{epoch_loss / (len(X_train_part) / batch_size):.6f}" in result.output
 
 
+def test_the_length_a_permutation_is_drawn_to_counts_this_processs_part() -> None:
+    """Round-23 audit B lstm_stock_b: the loop slices `perm = np.random.permutation(
+    len(X_train))`, drawn every epoch, and the print after the pass divides by `len(X_train)`
+    / the batch size: each process summed half the batches, and the printed loss was half
+    the real one. `len(X_train)` is the permutation's length: this process's part's. The
+    `len(X_train)` the permutation is drawn to is left whole."""
+    source = (
+        "import numpy as np\nimport torch\n\n"
+        "X_train, y_train = torch.randn(100, 4), torch.randn(100, 1)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "batch_size = 10\n"
+        "for epoch in range(5):\n"
+        "    epoch_loss = 0.0\n"
+        "    perm = np.random.permutation(len(X_train))\n"
+        "    for i in range(0, len(perm), batch_size):\n"
+        "        idx = perm[i:i + batch_size]\n"
+        "        loss = torch.nn.functional.mse_loss(model(X_train[idx]), y_train[idx])\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        epoch_loss += loss.item()\n"
+        "    print(f'Loss: {epoch_loss / (len(X_train) / batch_size):.6f}')\n"
+    )
+    result = convert_source(source.encode(), "stock.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "perm = np.random.permutation(len(X_train))\n" in text
+    assert "{epoch_loss / (len(perm_part) / batch_size):.6f}')" in text
+
+
 STEP_DECAY = """\
 import argparse
 
@@ -5926,3 +5957,309 @@ def test_a_cache_written_when_missing_gets_no_second_barrier() -> None:
     result = convert_source(source.encode(), "cache.py", ConvertOptions())
     assert not result.refused, result.problems
     assert result.output.count(b"dist.barrier()") == 2  # the pair around rank 0's write
+
+
+ENGINE = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class Engine:
+    def __init__(self, process_function):
+        self._process_function = process_function
+        self.epoch = 0
+
+    def run(self, data, max_epochs=1):
+        while self.epoch < max_epochs:
+            self.epoch += 1
+            for batch in data:
+                self.output = self._process_function(self, batch)
+
+
+def main():
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    model = torch.nn.Linear(20, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train_step(engine, batch):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    trainer = Engine(train_step)
+    trainer.run(train_loader, max_epochs=3)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_loop_calling_a_function_its_object_was_given_may_train() -> None:
+    """Round-24 audit A ignite_events: an ignite-like `Engine(train_step)` whose `run` loop
+    calls `self._process_function(self, batch)`. The loop was read as an evaluation of the
+    training set, and `trainer.run(train_loader)` was given a whole copy of the loader: every
+    process trained on all of the data, and the set_epoch put in `run` crashed on it. The
+    loop may train: refused, naming it."""
+    result = convert_source(ENGINE.encode(), "engine.py", ConvertOptions())
+    assert result.refused
+    assert b"eval_train_loader" not in result.output
+    [problem] = [p for p in result.problems if p.code == "DDP004"]
+    assert "also read by another loop that trains (line 13" in problem.message
+    assert "`self._process_function(batch)`" in problem.message
+
+
+GROUPS_BY_HAND = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_set, batch_size=32, shuffle=True)
+model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.LazyLinear(2))
+g0, g1, g2 = [], [], []
+for k, v in model.named_modules():
+    if hasattr(v, "bias") and isinstance(v.bias, nn.Parameter):
+        g2.append(v.bias)
+    if isinstance(v, nn.BatchNorm2d):
+        g0.append(v.weight)
+    elif hasattr(v, "weight") and isinstance(v.weight, nn.Parameter):
+        g1.append(v.weight)
+optimizer = torch.optim.SGD(g0, lr=0.01, momentum=0.9, nesterov=True)
+optimizer.add_param_group({"params": g1, "weight_decay": 5e-4})
+optimizer.add_param_group({"params": g2})
+for epoch in range(3):
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("idiom", ["yolov5", "barlow_twins"])
+def test_parameter_groups_sorted_by_hand_come_from_the_model(idiom: str) -> None:
+    """Round-24 audit A yolo_multiscale and barlow_twins: YOLOv5's `g0, g1, g2` filled from
+    `model.named_modules()`, Barlow Twins' `param_weights, param_biases` from
+    `model.parameters()`, were refused as "tensors of the script's own, not a module's
+    parameters". The lists are filled from the model's own: it is wrapped."""
+    source = GROUPS_BY_HAND.replace("nn.LazyLinear(2)", "nn.Linear(288, 2)")
+    if idiom == "barlow_twins":
+        start = source.index("g0, g1, g2")
+        end = source.index("for epoch")
+        source = (
+            source[:start]
+            + (
+                "param_weights, param_biases = [], []\n"
+                "for param in model.parameters():\n"
+                "    if param.ndim == 1:\n"
+                "        param_biases.append(param)\n"
+                "    else:\n"
+                "        param_weights.append(param)\n"
+                "parameters = [{'params': param_weights}, {'params': param_biases}]\n"
+                "optimizer = torch.optim.SGD(parameters, lr=0.01)\n"
+            )
+            + source[end:]
+        )
+    result = convert_source(source.encode(), "groups.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "model = DDP(model, device_ids=" in text
+    assert "loader.sampler.set_epoch(epoch)" in text
+
+
+def test_a_loss_added_up_within_each_step_is_not_carried_between_steps() -> None:
+    """Round-24 audit A swav_sinkhorn: `subloss = 0`, then `subloss -= torch.mean(...)` for
+    each view, in every step: refused as "carried from step to step" (DDP010), which it is
+    not. A tensor the step sets afresh adds up within the step."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "loader = DataLoader(train_set, batch_size=32, shuffle=True)\n"
+        "model = torch.nn.Linear(8, 4)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(3):\n"
+        "    for x, y in loader:\n"
+        "        bs = x.size(0)\n"
+        "        output = model(torch.cat([x, 2 * x]))\n"
+        "        loss = 0\n"
+        "        for crop_id in [0, 1]:\n"
+        "            with torch.no_grad():\n"
+        "                q = output[bs * crop_id: bs * (crop_id + 1)].detach().softmax(1)\n"
+        "            subloss = 0\n"
+        "            for v in [0, 1]:\n"
+        "                p = output[bs * v: bs * (v + 1)] / 0.1\n"
+        "                subloss -= torch.mean(torch.sum(q * p.log_softmax(1), dim=1))\n"
+        "            loss += subloss\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "swav.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert not any(note.code == "DDP010" for note in result.notes)
+
+
+def test_a_range_counter_ends_a_loop_of_random_batches_alike_everywhere() -> None:
+    """Round-24 audit A gpt_sft_packing: nanoGPT's `for it in range(max_iters + 1): ... if it
+    == max_iters: break` was refused as a loop each process may leave at another step: the
+    target of a `range` counts alike everywhere."""
+    source = (
+        "import torch\n\n"
+        "data = torch.randint(0, 10, (1000,))\n"
+        "model = torch.nn.Embedding(10, 10)\n"
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+        "def get_batch():\n"
+        "    ix = torch.randint(len(data) - 9, (8,))\n"
+        "    return torch.stack([data[i:i + 8] for i in ix]), torch.stack([data[i + 1:i + 9] for i in ix])\n"  # noqa: E501
+        "for it in range(101):\n"
+        "    if it == 100:\n"
+        "        break\n"
+        "    x, y = get_batch()\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x).view(-1, 10), y.view(-1))\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "sft.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"torch.manual_seed(" in result.output
+    drawn = source.replace("    if it == 100:\n", "    if x.sum() > 4000:\n")
+    refused = convert_source(drawn.encode(), "sft.py", ConvertOptions())
+    assert refused.refused
+
+
+RUNNER = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class EpochBasedRunner:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.epoch = 0
+
+    def train(self, data_loader):
+        for x, y in data_loader:
+            loss = torch.nn.functional.cross_entropy(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+        self.epoch += 1
+
+    def run(self, data_loader, max_epochs):
+        while self.epoch < max_epochs:
+            self.train(data_loader)
+
+
+def main():
+    loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    model = torch.nn.Linear(20, 2)
+    runner = EpochBasedRunner(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    runner.run(loader, 12)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_epoch_counted_on_self_by_the_method_the_loop_calls() -> None:
+    """Round-24 audit A mmcv_runner_hooks: mmcv's `while self.epoch < max_epochs:
+    self.train(data_loader)`, with `self.epoch += 1` at the end of `train`, was refused with
+    "no epoch counter": `self.epoch` counts the passes."""
+    result = convert_source(RUNNER.encode(), "runner.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b"        while self.epoch < max_epochs:\n"
+        b"            data_loader.sampler.set_epoch(self.epoch)\n" in result.output
+    )
+
+
+def test_detr_s_loss_normalisations_are_reported() -> None:
+    """Round-24 audit A detr_matching: `F.cross_entropy(logits, target, self.empty_weight)`
+    (the weight given third) and `loss_bbox.sum() / num_boxes` with `num_boxes =
+    sum(len(t["labels"]) for t in targets)` divide by this process's own weights and count;
+    neither was reported."""
+    source = (
+        "import torch\nimport torch.nn.functional as F\nfrom torch.utils.data import DataLoader\n\n"
+        "loader = DataLoader(train_set, batch_size=4, shuffle=True, collate_fn=collate)\n"
+        "model = torch.nn.Linear(8, 6)\n"
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)\n"
+        "weight = torch.ones(3)\n"
+        "for epoch in range(3):\n"
+        "    for x, targets in loader:\n"
+        "        out = model(x)\n"
+        "        labels = torch.cat([t['labels'] for t in targets])\n"
+        "        loss_ce = F.cross_entropy(out[:, :3], labels, weight)\n"
+        "        num_boxes = max(sum(len(t['labels']) for t in targets), 1)\n"
+        "        loss = loss_ce + out[:, 3:].abs().sum() / num_boxes\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "detr.py", ConvertOptions())
+    assert not result.refused, result.problems
+    notes = [note.message for note in result.notes if note.code == "DDP007"]
+    assert any("a mean weighted by the classes' weights" in note for note in notes)
+    assert any("divides by `num_boxes`, this process's count of items" in note for note in notes)
+
+
+CS231N = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import sampler
+
+NUM_TRAIN = 490
+torch.manual_seed(231)
+images = torch.randn(560, 3, 8, 8)
+labels = torch.randint(0, 4, (560,))
+cifar10_train = TensorDataset(images, labels)
+train_sampler = sampler.SubsetRandomSampler(range(NUM_TRAIN))
+loader_train = DataLoader(cifar10_train, batch_size=64, sampler=train_sampler)
+
+
+def train_part34(model, optimizer, epochs=1):
+    for e in range(epochs):
+        for t, (x, y) in enumerate(loader_train):
+            loss = nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+model = nn.Sequential(nn.Flatten(), nn.Linear(192, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+train_part34(model, optimizer, epochs=2)
+"""
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["named", "inline"])
+def test_a_subset_sampler_of_a_module_level_script_is_made_after_the_set_up(
+    inline: bool,
+) -> None:
+    """Round-24 audit B x_cs231n_assignment (CS231n's PyTorch notebook): `train_sampler =
+    sampler.SubsetRandomSampler(range(NUM_TRAIN))` became a DistributedSampler made before
+    the process group (every rank: "Default process group has not been initialized"); made
+    inline in the loader's call, it was refused. The set-up goes before the sampler, and an
+    inline one's loader reads the same subset of its own."""
+    source = CS231N
+    if inline:
+        source = source.replace(
+            "train_sampler = sampler.SubsetRandomSampler(range(NUM_TRAIN))\n", ""
+        )
+        source = source.replace(
+            "sampler=train_sampler", "sampler=sampler.SubsetRandomSampler(range(NUM_TRAIN))"
+        )
+    result = convert_source(source.encode(), "cs231n.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.index("dist.init_process_group(") < text.index("DistributedSampler(Subset(")
+    if inline:
+        assert (
+            "DataLoader(Subset(cifar10_train, range(NUM_TRAIN)), batch_size=64, "
+            "sampler=DistributedSampler(Subset(cifar10_train, range(NUM_TRAIN)), shuffle=True))"
+        ) in text
+    assert "loader_train.sampler.set_epoch(e)" in text
