@@ -232,9 +232,9 @@ class DistributedSampler(ConvertRule):
     methods (`train_one_epoch(model, loader)`, `self._run_epoch(epoch)`), through the
     script's generators that pass each batch on (`metric_logger.log_every(loader, 10)`),
     including resume loops such as `range(start_epoch, epochs)` and mmcv's `while self.epoch
-    < max_epochs: self.train(loader)`. Validation loaders stay whole. A step loop that reads the loader through `next(it)`, making `it =
-    iter(loader)` again when a pass runs out (or a generator's `while True: for batch in
-    loader: yield batch`), gets
+    < max_epochs: self.train(loader)`. Validation loaders stay whole. A step loop that reads
+    the loader through `next(it)`, making `it = iter(loader)` again when a pass runs out (or
+    a generator's `while True: for batch in loader: yield batch`), gets
     `loader.sampler.set_epoch(loader.sampler.epoch + 1)` before every new pass;
     `itertools.cycle(loader)` made once replays its first pass, so it needs none (made
     again every epoch, it starts a new pass). An evaluation over the training set (the

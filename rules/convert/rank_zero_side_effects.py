@@ -32,9 +32,10 @@ class RankZeroSideEffects(ConvertRule):
     call of the script's own function or class whose writes are now rank 0's and which
     reads files too (a dataset that writes its cache when the folder is missing, then
     lists it). A `logging.FileHandler` gets `delay=True` (the file is opened at its first
-    record, which only rank 0 writes) and is added, like `basicConfig(filename=...)`, on
-    rank 0 only. `wandb.init(...)` gets `mode=None if dist.get_rank() == 0 else "disabled"`:
-    the other processes' runs, and all they log through them, do nothing.
+    record, which only rank 0 writes), unless it is made where it is added, and is added,
+    like `basicConfig(filename=...)`, on rank 0 only. `wandb.init(...)` gets `mode=None if
+    dist.get_rank() == 0 else "disabled"`: the other processes' runs, and all they log
+    through them, do nothing.
 
     A statement that runs a collective or a forward pass through the wrapped model is never
     guarded: the other ranks would wait for rank 0 forever. A print or log line that shows
@@ -372,11 +373,6 @@ class RankZeroSideEffects(ConvertRule):
         _one_line_blocks(ctx, model_names, guarded)
         _one_line_suites(ctx, model_names, guarded)
         _rank_zero_first(ctx, guarded)
-        for handler in _file_handlers(anatomy):
-            ctx.plan.replace(
-                handler, lambda updated: with_keyword(updated, "delay", expression("True"))
-            )
-            ctx.changed(handler, "log file opened at its first record: rank 0's only")
         for run in anatomy.calls:
             if (
                 anatomy.is_call_to(run, {"wandb.init"})
@@ -399,6 +395,13 @@ class RankZeroSideEffects(ConvertRule):
             ctx.plan.guard(line, expression(RANK_ZERO))
             guarded.append(line)
             ctx.changed(line, "log file set up on rank 0 only")
+        for handler in _file_handlers(anatomy):
+            if any(anatomy.inside(handler, node) for node in guarded):
+                continue  # made on rank 0 only: it opens (and makes) the file as it did
+            ctx.plan.replace(
+                handler, lambda updated: with_keyword(updated, "delay", expression("True"))
+            )
+            ctx.changed(handler, "log file opened at its first record: rank 0's only")
         _writers_on_rank_zero(ctx, guarded)
         for bar in _progress_bars(anatomy):
             ctx.add_import("torch.distributed", asname="dist")

@@ -1215,11 +1215,20 @@ def _reduces_the_batch(node: cst.CSTNode, local: set[str]) -> bool:
 def _evaluated_with_batchnorm(anatomy: Anatomy, test: cst.BaseExpression) -> str | None:
     """What `test` reads that an evaluation of the model computes (`val_loss =
     evaluate(model, val_loader)`, or `early_stopping.early_stop` of an object called with
-    the model), in a script whose model has BatchNorm: read whole, the validation data
-    gives each process another score, since each process's running statistics are updated
-    by its own last batch; an early stop on it would leave one process alone in the loop."""
+    the model), or counts on one (a patience counter), in a script whose model has
+    BatchNorm: read whole, the validation data gives each process another score, since each
+    process's running statistics are updated by its own last batch; an early stop on it
+    would leave one process alone in the loop."""
     if not any(anatomy.is_call_to(call, BATCH_NORMS) for call in anatomy.calls):
         return None
+    found = _evaluated_with_batchnorm_directly(anatomy, test)
+    if found is not None:
+        return found
+    return _counted_on_an_evaluation(anatomy, test, anatomy.function_of(test))
+
+
+def _evaluated_with_batchnorm_directly(anatomy: Anatomy, test: cst.BaseExpression) -> str | None:
+    """`_evaluated_with_batchnorm` of what `test` reads itself."""
     models = set().union(*(model.names for model in anatomy.models.all))
     models |= {f"{name}.module" for name in models}
     scope = anatomy.function_of(test)
@@ -1245,5 +1254,34 @@ def _evaluated_with_batchnorm(anatomy: Anatomy, test: cst.BaseExpression) -> str
             continue
         for value, _ in anatomy.values.values_of(name, scope):
             if any(isinstance(inner, cst.Call) and given_the_model(inner) for inner in walk(value)):
+                return name
+    return None
+
+
+def _counted_on_an_evaluation(
+    anatomy: Anatomy, test: cst.BaseExpression, scope: cst.FunctionDef | None
+) -> str | None:
+    """A patience counter the test reads (`if bad_epochs >= patience: break`), set in a
+    branch decided on such an evaluation (`if val_loss < best: ... else: bad_epochs += 1`):
+    each process counts its own."""
+    names = {node.value for node in walk(test) if isinstance(node, cst.Name)}
+    body = scope.body if scope is not None else anatomy.module
+    for node in walk(body):
+        if isinstance(node, cst.AugAssign):
+            targets = [node.target]
+        elif isinstance(node, cst.Assign):
+            targets = [target.target for target in node.targets]
+        else:
+            continue
+        name = next((dotted(t) for t in targets if dotted(t) in names), None)
+        if name is None or anatomy.function_of(node) is not scope:
+            continue
+        for branch in anatomy.ancestors(node):
+            if (
+                isinstance(branch, cst.If)
+                and anatomy.function_of(branch) is scope
+                and not any(inner is test for inner in walk(branch.test))
+                and _evaluated_with_batchnorm_directly(anatomy, branch.test) is not None
+            ):
                 return name
     return None
