@@ -14,8 +14,9 @@ EPILOG = (
     "Checks: runs, replicas-in-sync, equivalence, data-sharding, side-effects-once, "
     "evaluation, resume. "
     "Exit codes: 0 equivalent, 1 not equivalent, 2 could not run (the original fails, bad "
-    "arguments) or could not establish equivalence, 3 equivalent except BatchNorm's "
-    "statistics, which are per process (SyncBatchNorm makes them global)."
+    "arguments) or could not establish equivalence, 3 equivalent except what each process "
+    "computes over its own part: BatchNorm's statistics (SyncBatchNorm makes them global), "
+    "or a loss the conversion reported (DDP007)."
 )
 
 

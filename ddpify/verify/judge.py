@@ -23,7 +23,7 @@ import re
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, ClassVar
 
@@ -88,7 +88,7 @@ class Check:
 class Outcome:
     checks: list[Check]
     # 0 equivalent, 1 not equivalent, 2 could not run or establish, 3 equivalent except
-    # BatchNorm's per-process statistics
+    # what each process computes over its own part (BatchNorm's statistics, a reported loss)
     exit_code: int
     verdict: str
     setup: list[str]  # how the runs were made: processes, device, batch, tolerance
@@ -100,6 +100,8 @@ def judge(verification: Verification) -> Outcome:
     # judged first: whether the parameters diverged decides how side-effects-once reads
     # checkpoints that differ
     equivalence = _Equivalence(facts).check()
+    if equivalence.data.get("per_process"):
+        facts = replace(facts, per_process=True)
     checks = [
         _Runs(facts).check(),
         _ReplicasInSync(facts).check(),
@@ -115,12 +117,28 @@ def judge(verification: Verification) -> Outcome:
         exit_code, verdict = 1, "not equivalent"
     elif any(check.status is Status.UNCHECKED for check in checks):
         exit_code, verdict = 2, "could not establish equivalence"
+    elif facts.batch_norm and facts.per_process:
+        exit_code, verdict = (
+            3,
+            (
+                "equivalent except BatchNorm statistics and the loss, which each process "
+                "computes over its own part, as the conversion reported"
+            ),
+        )
     elif facts.batch_norm:
         exit_code, verdict = (
             3,
             (
                 "equivalent except BatchNorm statistics, which are per process "
                 "(SyncBatchNorm makes them global)"
+            ),
+        )
+    elif facts.per_process:
+        exit_code, verdict = (
+            3,
+            (
+                "equivalent except the loss, which each process computes over its own part, as "
+                "the conversion reported (DDP007)"
             ),
         )
     else:
@@ -194,6 +212,9 @@ class _Facts:
     ranks: tuple[ProcessRecord, ...]  # the converted run's, by rank
     original_ran: bool  # it succeeded and took a step
     converted_ran: bool  # every rank succeeded and took the same, nonzero, number of steps
+    # The N processes' steps differ from the original's only as the conversion reported
+    # (DDP007), established with one process of it: the other checks read that process too.
+    per_process: bool = False
 
     @classmethod
     def of(cls, verification: Verification) -> _Facts:
@@ -609,6 +630,19 @@ class _Equivalence(_NamedCheck):
                         f"learning rate: {list(theirs.lr)} in the converted run, "
                         f"{list(mine.lr)} in the original (x{ratio:g})"
                     )
+                reported = facts.verification.per_process
+                if reported and single is not None and facts.n > 1:
+                    alone = _with_one_process(
+                        facts, _Facts.of(single), "", intro=(
+                            f"with {facts.n} processes: {summary}, which the conversion "
+                            f"reported: each process computes the loss over its own part "
+                            f"({reported[0]}); one process of the conversion was run against "
+                            "the original"
+                        ),
+                    )  # fmt: skip
+                    if alone.status is Status.PASS:
+                        alone.data["per_process"] = True
+                        return alone
                 return Check(
                     name, Status.FAIL, summary, details + notes,
                     {"step": row["step"], "parameter": first.get("name"),
@@ -659,17 +693,19 @@ def _one_process(facts: _Facts) -> _Facts | None:
     own batches (which no step of the original matches): what to judge the training's
     effects by."""
     single = facts.verification.single
-    if single is not None and (facts.batch_semantics()[0] is None or facts.drawn):
+    if single is not None and (
+        facts.batch_semantics()[0] is None or facts.drawn or facts.per_process
+    ):
         return _Facts.of(single)
     return None
 
 
-def _with_one_process(facts: _Facts, one: _Facts, why: str) -> Check:
+def _with_one_process(facts: _Facts, one: _Facts, why: str, intro: str = "") -> Check:
     """Equivalence from the original against one process of the conversion: the N ranks
     each drew their own batches, which no step of the original matches. Judged only where
     that process trained on the original's samples (the rows its model took): a script that
     draws from a stream of its own cannot be compared."""
-    intro = (
+    intro = intro or (
         f"{why}: each of {facts.n} ranks draws its own, which no step of the original "
         "matches; one process of the conversion was run against the original"
     )
@@ -1129,9 +1165,10 @@ class _Evaluation(_AfterEquivalence):
             return Check(
                 name,
                 Status.NOT_EXERCISED,
-                "not compared: each rank drew batches or random numbers of its own, so its "
-                "parameters are no run of the original's; and one process of the conversion, "
-                "against which equivalence was judged, evaluates every sample whatever it reads",
+                "not compared: each rank drew or computed over its own part what the original "
+                "takes over the whole batch, so its parameters are no run of the original's; "
+                "and one process of the conversion, against which equivalence was judged, "
+                "evaluates every sample whatever it reads",
             )
         remaining = list(facts.ranks[0].reports)
         compared: list[str] = []

@@ -210,6 +210,10 @@ class Verification:
     # where N processes' cannot (training batches drawn without a DataLoader, nanoGPT's
     # `torch.randint` indices: each rank draws its own).
     single: Verification | None = None
+    # What the conversion reports each process computes over its own part of the batch
+    # (DDP007: a mean weighted by the classes' weights, DETR's `num_boxes`, Barlow Twins'
+    # cross-correlation): N processes' steps may differ from the original's for that reason.
+    per_process: list[str] = field(default_factory=list)
 
 
 def free_port() -> int:
@@ -526,6 +530,10 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
     return verification
 
 
+# What every DDP007 note of a loss each process computes over its own part says.
+PER_PROCESS = "DDP averages the processes'"
+
+
 def _unmatched_batches(verification: Verification) -> bool:
     """Both runs trained, several processes, and batches from no DataLoader that the
     conversion splits whole, or from a sampler that draws them (with replacement), or
@@ -541,6 +549,8 @@ def _unmatched_batches(verification: Verification) -> bool:
     ):
         return False
     record = converted.processes[0].record
+    if verification.per_process:  # the N processes' steps may differ by a reported cause
+        return True
     if any(change.kind == "random" for change in record.changes):
         return True  # drawn while training: the original for its batch, each rank for its part
     if verification.train_loader is None:
@@ -676,9 +686,13 @@ def _read_the_original(verification: Verification) -> bytes | None:
     path = verification.options.original
     try:
         source = path.read_bytes()
-        verification.whole_batch = convert_source(
-            source, path.name, ConvertOptions(), path
-        ).whole_batch
+        converted = convert_source(source, path.name, ConvertOptions(), path)
+        verification.whole_batch = converted.whole_batch
+        verification.per_process = [
+            f"line {note.line}: {note.message}"
+            for note in converted.notes
+            if note.code == "DDP007" and PER_PROCESS in note.message
+        ]
         sorted_ = convert_source(
             source, path.name, ConvertOptions(select=frozenset({"DDP013"})), path
         )

@@ -1352,6 +1352,50 @@ def test_random_numbers_drawn_per_batch_are_judged_with_one_process(tmp_path: Pa
     assert statuses(outcome)["evaluation"] is Status.NOT_EXERCISED, table
 
 
+CLASS_WEIGHTED = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+x = torch.randn(96, 4)
+y = (torch.arange(96) % 4 == 0).long()  # every other rank's part holds the positives
+weights = torch.tensor([1.0, 4.0])
+loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+criterion = torch.nn.CrossEntropyLoss(weight=weights)
+for epoch in range(2):
+    for xb, yb in loader:
+        loss = criterion(model(xb), yb)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_loss_the_conversion_reports_per_process_is_equivalent_except_it(
+    tmp_path: Path,
+) -> None:
+    """Round-24 audit B class_weights_ce: a mean weighted by the classes' weights divides by
+    each process's own sum of weights, as the conversion reports (DDP007); with 2 processes
+    the steps differ a little, and verify said "not equivalent". One process of the
+    conversion is then bit-identical to the original: "equivalent except the loss" (exit
+    3). A conversion that also doubles the learning rate still fails."""
+    original = tmp_path / "weighted_ce.py"
+    original.write_text(CLASS_WEIGHTED)
+    result = convert_source(original.read_bytes(), original.name, ConvertOptions())
+    converted = tmp_path / "weighted_ce_ddp.py"
+    converted.write_bytes(result.output)
+    verification, outcome = verify(original, converted)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 3, table
+    assert "equivalent except the loss, which each process computes" in outcome.verdict
+    assert "with one process of the conversion: steps 1-4: bit-identical" in table
+    assert "a mean weighted by the classes' weights" in table
+    converted.write_text(converted.read_text().replace("lr=0.5", "lr=1.0"))
+    _, doubled = verify(original, converted)
+    assert doubled.exit_code == 1
+
+
 # -- samplers that draw (with replacement, by weights) --------------------------------------
 
 WEIGHTED = """import torch
