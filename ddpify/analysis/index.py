@@ -152,8 +152,26 @@ class SourceIndex:
             return False
         return any(
             name in names or name.startswith(tuple(f"{n}." for n in names))
-            for name in self.qualified_names(call.func)
+            for name in self.library_names(call.func)
         )
+
+    def library_names(self, node: cst.CSTNode) -> set[str]:
+        """`qualified_names`, of what an import or a builtin binds only: a variable of the
+        script's own spelled like a module (`wandb = RunLogger()`, round-25 audit A
+        jsonl_logger) names nothing of that module's."""
+        spelled = dotted(node)
+        if spelled is not None:
+            resolved = self._imports.resolve(spelled)
+            if resolved is not None:
+                return resolved
+        names = self._qualified.get(node, ())
+        from libcst.metadata import QualifiedNameSource
+        from libcst.metadata.base_provider import LazyValue  # type: ignore[attr-defined]
+
+        if isinstance(names, LazyValue):
+            names = names()
+        assert isinstance(names, set | frozenset | tuple)
+        return {name.name for name in names if name.source is not QualifiedNameSource.LOCAL}
 
     def imported(self, head: str) -> bool:
         """Whether an import binds the name `head` (`torch`, `np`, `os`)."""

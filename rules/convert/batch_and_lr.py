@@ -273,12 +273,9 @@ def _divided_by_a_count(ctx: ConvertContext) -> None:
             not found
             and isinstance(node, cst.BinaryOperation)
             and isinstance(node.operator, cst.Divide)
-            and isinstance(node.right, cst.Name)
+            and _a_count(anatomy, node.right, anatomy.function_of(node))
         ):
-            scope = anatomy.function_of(node)
-            values = [value for value, _ in anatomy.values.values_of(node.right.value, scope)]
-            if values and all(_counts_items(value) for value in values):
-                found.append((node, node.right.value))
+            found.append((node, source_text(node.right)))
         return False  # look at every node
 
     for loop in anatomy.script.train_loops:
@@ -287,15 +284,52 @@ def _divided_by_a_count(ctx: ConvertContext) -> None:
         for method in methods(owner):
             if method.name.value == "forward":
                 anatomy.graph.reaches(method.body, collect)
-    if found:
+    if found and not any(
+        note.code == ctx.rule.code and f"by `{found[0][1]}`" in note.message
+        for note in ctx.notes
+        if ctx.rule is not None
+    ):  # (a summed loss divided by it is reported already)
         node, count = found[0]
         ctx.info(
             node,
             f"`{source_text(node)}` divides by `{count}`, this process's count of items in "
             "its batch: DDP averages the processes' quotients, so an item of a part with fewer "
-            "weighs more than in the single-process loss (DETR all-reduces the count first: "
-            f"`dist.all_reduce({count})`, divided by the world size)",
+            "weighs more than in the single-process loss (DETR all-reduces its count first, "
+            "then divides it by the world size)",
         )
+
+
+def _a_count(anatomy: Anatomy, divisor: cst.BaseExpression, scope: cst.FunctionDef | None) -> bool:
+    """A count of this process's batch: `num_boxes` made by `sum(len(t["labels"]) for t in
+    targets)`, or `mask.sum()` of a mask (`mask = (y != PAD).float()`: the real tokens, the
+    round-25 audit B so_pad_collate_masked_loss), or a name given one of those."""
+    if isinstance(divisor, cst.Name):
+        values = [value for value, _ in anatomy.values.values_of(divisor.value, scope)]
+        return bool(values) and all(
+            _counts_items(value) or _a_count(anatomy, value, scope)
+            for value in values
+            if not isinstance(value, cst.Name)  # (`n = n`: followed no further)
+        )
+    if is_method_call(divisor, "sum") and isinstance(divisor, cst.Call):
+        assert isinstance(divisor.func, cst.Attribute)
+        counted = divisor.func.value
+        if isinstance(counted, cst.Comparison):
+            return True
+        if isinstance(counted, cst.Name):
+            return any(
+                _a_mask(value) for value, _ in anatomy.values.values_of(counted.value, scope)
+            )
+    return False
+
+
+def _a_mask(value: cst.BaseExpression) -> bool:
+    """`y != PAD`, `(y != PAD).float()`, `attention_mask.bool()`-like casts of a comparison."""
+    while is_method_call(value, "float", "long", "int", "bool", "to") and isinstance(
+        value, cst.Call
+    ):
+        assert isinstance(value.func, cst.Attribute)
+        value = value.func.value
+    return isinstance(value, cst.Comparison)
 
 
 def _counts_items(value: cst.BaseExpression) -> bool:

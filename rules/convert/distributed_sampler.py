@@ -770,6 +770,8 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
         if loop.epoch_loop is None:
             ctx.info(loop.batch_loop, "one pass over the data: no set_epoch needed")
             continue
+        if _made_per_call(ctx, loop):
+            continue
         problem = set_epoch_problem(loop)
         if problem:
             ctx.cannot(loop.epoch_loop, problem, blocking=True)
@@ -819,6 +821,49 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
             insert_set_epoch(ctx.plan, replace(loop, loader_at_epoch=name))
             ctx.changed(loop.epoch_loop, f"set_epoch of `{name}` too (read in `zip(...)`)")
         _set_epoch_in_other_loops(ctx, loop)
+
+
+def _made_per_call(ctx: ConvertContext, loop: TrainLoop) -> bool:
+    """PyTorch's translation tutorial: `train_epoch(model, optimizer)` makes its loader
+    itself, and a module-level `for epoch in range(1, NUM_EPOCHS + 1):` calls it (round-25
+    audit A torchtext_translation_tut). Each call makes a new sampler; the epoch loop's
+    counter is a global the function can read: `set_epoch(epoch)` right after the loader is
+    made. True when placed so."""
+    anatomy = ctx.anatomy
+    loader, epoch_loop, counter = loop.loader, loop.epoch_loop, loop.epoch_var
+    if loader is None or epoch_loop is None or loop.loader_at_epoch is not None:
+        return False
+    function = anatomy.function_of(loop.batch_loop)
+    made = loader.statement
+    if (
+        counter is None
+        or "." in counter
+        or function is None
+        or loader.name is None
+        or anatomy.function_of(epoch_loop) is not None  # the counter is a global
+        or not isinstance(made, cst.SimpleStatementLine)
+        or not _directly_in(anatomy, made, function)  # made first, at every call
+        or not anatomy.precedes(made, loop.batch_loop)
+        or anatomy.values.binds(function, counter)
+        or counter in anatomy.graph.parameters_of(function)
+        or not all(anatomy.inside(site, epoch_loop) for site in anatomy.graph.call_sites(function))
+    ):
+        return False
+    ctx.plan.insert_after(
+        made, [statement(f"{loader.name}.{loader.sampler_path}.set_epoch({counter})\n")]
+    )
+    ctx.changed(
+        made,
+        f"set_epoch({counter}) right after the loader is made: `{function.name.value}` makes "
+        f"a new one at every call, in the epoch loop at line {anatomy.line(epoch_loop)}",
+    )
+    return True
+
+
+def _directly_in(anatomy: Anatomy, statement: cst.CSTNode, function: cst.FunctionDef) -> bool:
+    """`statement` is one of `function`'s own body's statements, in no block of its."""
+    block = anatomy.parent(statement)
+    return block is not None and anatomy.parent(block) is function
 
 
 def _set_epoch_in_other_loops(ctx: ConvertContext, loop: TrainLoop) -> None:
@@ -944,7 +989,7 @@ def _unseeded_split(anatomy: Anatomy, call: cst.Call) -> bool:
     return (
         anatomy.is_call_to(call, RANDOM_SPLITS)
         and not call_arg(call, 2, "generator")
-        and not _seeded(anatomy)
+        and not _seeded(anatomy, before=call)
     )
 
 
@@ -2228,13 +2273,25 @@ def _passes_through(loop: cst.For | cst.CompFor) -> bool:
     return bool(yielded) and yielded <= bound
 
 
-def _seeded(anatomy: Anatomy) -> bool:
+def _seeded(anatomy: Anatomy, before: cst.CSTNode | None = None) -> bool:
     """A `torch.manual_seed(...)` of a value every process has alike (a number, `args.seed`;
     a seed drawn per process into a name is shared from rank 0): every process draws the
-    same random numbers."""
+    same random numbers (`before` a node: seeded by then, itself or through a call of the
+    function it is in; round-25 audit B random_split_then_seed seeded after the split)."""
     return any(
         anatomy.is_call_to(call, {"torch.manual_seed"})
         and bool(call.args)
         and per_process_draw(anatomy, call.args[0].value) is None
+        and (before is None or _runs_before(anatomy, call, before))
         for call in anatomy.calls
+    )
+
+
+def _runs_before(anatomy: Anatomy, node: cst.CSTNode, later: cst.CSTNode) -> bool:
+    """`node` comes first in the file, or is in a function a call of which does."""
+    if anatomy.precedes(node, later):
+        return True
+    function = anatomy.function_of(node)
+    return function is not None and any(
+        anatomy.precedes(site, later) for site in anatomy.graph.call_sites(function)
     )

@@ -206,22 +206,23 @@ class ProcessGroup(ConvertRule):
                 entry.body[0], lambda body: [_try_finally(body, [collect, destroy])]
             )
         else:
-            released = sorted(
-                {
-                    name
-                    for model in anatomy.models.all
-                    for name in (model.placed_name, model.alias)
-                    if name and "." not in name
-                }
-            )
+            named = {
+                name
+                for model in anatomy.models.all
+                for name in (model.placed_name, model.alias)
+                if name and "." not in name
+            }
+            released = sorted(name for name in named if not _deleted(anatomy, name))
             tail = [destroy]
-            if released:
+            if named:
                 # Dropping the name is not enough: the DDP model lives on in a reference
                 # cycle, and freed at exit, after its process group, gloo aborts the
                 # process now and then (jcjohnson's dynamic_net under torchrun, 3 runs in 8).
-                names = ", ".join(released)
                 ctx.add_import("gc")
-                tail[:0] = [statement(f"del {names}  {RELEASE_COMMENT}\n"), collect]
+                tail[:0] = [collect]
+            if released:
+                names = ", ".join(released)
+                tail[:0] = [statement(f"del {names}  {RELEASE_COMMENT}\n")]
             if guard is not None and any(
                 anatomy.inside(call, guard) for call in anatomy.script.training_calls
             ):
@@ -233,6 +234,16 @@ class ProcessGroup(ConvertRule):
                 tail[0] = tail[0].with_changes(leading_lines=[cst.EmptyLine()])
                 ctx.plan.append_to_module(tail)
         ctx.changed(anchor, "destroy_process_group() when training ends")
+
+
+def _deleted(anatomy: Anatomy, name: str) -> bool:
+    """The script deletes `name` itself (`del model, optimizer` at the end of every fold,
+    round-25 audit B kaggle_folds_bert_like): it may be unbound when training ends, and
+    another `del` there raised NameError; it releases the wrapper itself."""
+    return any(
+        isinstance(node, cst.Del) and any(dotted(target) == name for target in walk(node.target))
+        for node in walk(anatomy.module)
+    )
 
 
 def _try_finally(body: list[cst.BaseStatement], cleanup: list[cst.BaseStatement]) -> cst.Try:

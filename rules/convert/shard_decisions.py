@@ -47,7 +47,9 @@ class ShardDecisions(ConvertRule):
     Decided on a value computed from a loader every process reads whole (the validation
     loss), on a step counter or on the index `enumerate` gives, they are left as they are;
     but a `break` on an evaluation of a model with BatchNorm (whose running statistics are
-    each process's own) gets the flag too.
+    each process's own), or on a patience counter set on one, gets the flag too. A
+    learning rate picked once before training from each process's own losses (an LR
+    finder's `best_lr`) is rank 0's in every process.
 
     ## Why is this bad?
     Under DDP each process sums the loss of its own shard: the values differ between
@@ -308,6 +310,8 @@ class ShardDecisions(ConvertRule):
                 )
         for node, setting in _learning_rates(anatomy):
             local = _shard_value(anatomy, setting, anatomy.function_of(node))
+            if local is not None and _picked_once(ctx, node, local):
+                continue
             if local is not None:
                 ctx.cannot(
                     node,
@@ -376,6 +380,42 @@ class ShardDecisions(ConvertRule):
                 "and the replicas drift; all-reduce the value before the test, by hand",
                 blocking=True,
             )
+
+
+def _picked_once(ctx: ConvertContext, node: cst.CSTNode, local: str) -> bool:
+    """`best_lr = 10 ** log_lrs[i_min] / 10`, picked once from an LR finder's losses before
+    training, then `SGD(model.parameters(), lr=best_lr)` (round-25 audit B
+    lr_finder_then_train): each process's range test ran over its own batches and picked
+    its own; every process takes rank 0's, right after it is picked. True when done so; a
+    value set again while training (a loss-based rule) is not picked once."""
+    anatomy = ctx.anatomy
+    scope = anatomy.function_of(node)
+    values = anatomy.values.values_of(local, scope)
+    if len(values) != 1 or "." in local:
+        return False
+    made = anatomy.statement_of(values[0][0])
+    training = {id(call) for call in anatomy.script.training_calls}
+    if (
+        not isinstance(made, cst.SimpleStatementLine)
+        or len(made.body) != 1
+        or not anatomy.script.after_setup(made)
+        or anatomy.ranks.guard(made) is not None
+        or not anatomy.precedes(made, node)
+        or any(
+            isinstance(loop, cst.For | cst.While)
+            and anatomy.graph.reaches(loop, lambda inner: id(inner) in training)
+            for loop in anatomy.ancestors(made)
+        )
+    ):
+        return False
+    take_rank_zeros(ctx.plan, made, local)
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.changed(
+        node,
+        f"the learning rate is rank 0's `{local}` in every process: each process picked "
+        "its own from the losses of its own batches, and the replicas would drift apart",
+    )
+    return True
 
 
 def _evaluated_on_rank_zero(ctx: ConvertContext, step: cst.Call) -> None:

@@ -127,7 +127,9 @@ class WrapModel(ConvertRule):
     `torch.no_grad()` that is never frozen, in its class here or in another file of the
     project) is wrapped with `find_unused_parameters=True`. Weights drawn afresh after the
     wrap (`model.apply(reset_weights)` once per fold, a layer's `reset_parameters()`) are
-    followed by a broadcast of rank 0's, as DDP does when it wraps.
+    followed by a broadcast of rank 0's, as DDP does when it wraps. Copies (`deepcopy`,
+    `AveragedModel`, `ModelEma`, your class built on one) are made from the bare model; a
+    parameter spelled like the model holds what its calls give it.
 
     ## Why is this bad?
     Without the wrapper nothing averages the gradients: every process trains its own
@@ -1037,7 +1039,13 @@ def _handed_in_bare(anatomy: Anatomy, model: Model, node: cst.CSTNode, name: str
 
 
 def _holds_wrapper(
-    anatomy: Anatomy, model: Model, node: cst.CSTNode, name: str, *, some: bool = False
+    anatomy: Anatomy,
+    model: Model,
+    node: cst.CSTNode,
+    name: str,
+    *,
+    some: bool = False,
+    depth: int = 0,
 ) -> bool:
     """Whether `name`, read at `node`, holds the DDP wrapper (with `some`: may hold it)."""
     assert model.placement is not None
@@ -1047,7 +1055,39 @@ def _holds_wrapper(
         and anatomy.values.runs_after(
             model.placement, node, name, some=some, same=frozenset(model.names - model.bare)
         )
+        and _given_the_wrapper_by_calls(anatomy, model, node, name, some, depth)
     )
+
+
+def _given_the_wrapper_by_calls(
+    anatomy: Anatomy, model: Model, node: cst.CSTNode, name: str, some: bool, depth: int
+) -> bool:
+    """A parameter spelled like the model (`def param_groups_lrd(model, ...)`) holds what
+    its calls give it: MAE's `param_groups_lrd(model_without_ddp, ...)` gives the bare model
+    (round-25 audit A mae_finetune_layer_decay: `model.blocks` went through `.module`, an
+    AttributeError). True for a name that is not such a parameter, or one whose calls give
+    it the wrapper (every call; with `some`, any)."""
+    function = anatomy.function_of(node)
+    if (
+        function is None
+        or "." in name
+        or name not in anatomy.graph.parameters_of(function)
+        or anatomy.values.binds(function, name)
+        or depth > MAX_STEPS
+    ):
+        return True
+    sites = anatomy.graph.call_sites(function)
+    if not sites:
+        return True
+    given = []
+    for site in sites:
+        argument = anatomy.graph.bound_argument(site, function, name)
+        spelled = dotted(argument) if argument is not None else None
+        given.append(
+            spelled is not None
+            and _holds_wrapper(anatomy, model, site, spelled, some=some, depth=depth + 1)
+        )
+    return any(given) if some else all(given)
 
 
 def _raw_uses(anatomy: Anatomy, model: Model, *, some: bool = False) -> list[cst.Attribute]:
@@ -2197,8 +2237,12 @@ def _whole_model_saves(
     not (a save in `test()`, called again after `model = torch.load(...)`)."""
     assert model.placement is not None
     saves = []
+    subclasses = _subclasses_of(anatomy, calls) if calls else set()
     for call in anatomy.calls:
-        if not anatomy.is_call_to(call, calls or {"torch.save"}) or not call.args:
+        if not call.args or not (
+            anatomy.is_call_to(call, calls or {"torch.save"})
+            or (isinstance(call.func, cst.Name) and call.func.value in subclasses)
+        ):
             continue
         first = call.args[0].value
         candidates = [first]
@@ -2226,3 +2270,14 @@ def _whole_model_saves(
             ):
                 saves.append(candidate)
     return saves
+
+
+def _subclasses_of(anatomy: Anatomy, names: set[str]) -> set[str]:
+    """The script's classes built on one of `names`: torchvision's `class
+    ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel)` (round-25 audit A
+    tv_cls_ref_ema: made from the wrapper, its checkpoint keys were `module.module.*`)."""
+    return {
+        name
+        for name, owner in anatomy.classes.items()
+        if any(anatomy.library_names(base.value) & names for base in owner.bases)
+    }

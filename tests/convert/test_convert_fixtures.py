@@ -343,15 +343,22 @@ for epoch in range(3):
 """
 
 
-def test_a_learning_rate_chosen_from_this_processs_losses_is_refused() -> None:
+def test_a_learning_rate_chosen_from_this_processs_losses_is_rank_0s() -> None:
     """An LR finder's pick from each process's own losses would give every process its own
-    learning rate (held-out audit s19: the replicas drifted apart, exit 0). The finder's own
-    schedule (`lr *= mult`, the same everywhere) is not such a value."""
+    learning rate (held-out audit s19: the replicas drifted apart, exit 0; then refused).
+    Picked once before training, every process takes rank 0's right after it is picked
+    (round-25 audit B lr_finder_then_train). The finder's own schedule (`lr *= mult`, the
+    same everywhere) is not such a value."""
     result = convert_source(LR_FINDER_SCRIPT.encode(), "lr_finder.py", ConvertOptions())
-    assert result.refused
-    assert [(p.code, p.line) for p in result.problems if p.blocking] == [("DDP010", 24)]
-    [problem] = result.problems
-    assert "`chosen`" in problem.message
+    assert not result.refused, result.problems
+    assert (
+        "chosen = lrs[int(np.argmin(losses))] / 10\n"
+        "chosen = [chosen]\n"
+        "dist.broadcast_object_list(chosen)  # every process takes rank 0's\n"
+        "chosen = chosen[0]\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=chosen)\n"
+    ) in result.output.decode()
+    assert 'optimizer.param_groups[0]["lr"] = lr\n' in result.output.decode()
 
 
 LR_FINDER_CLASS = """\
@@ -400,14 +407,30 @@ main()
 """
 
 
-def test_a_learning_rate_an_object_picks_from_what_its_training_recorded_is_refused() -> None:
+def test_a_learning_rate_an_object_picks_from_what_its_training_recorded_is_rank_0s() -> None:
     """Round-20 audit A c22 (torch-lr-finder's layout): `finder.suggestion()` reads the
-    losses its own `range_test` recorded on `self`, each process's own: converted, the
-    ranks picked 0.0147 and 0.0215 and drifted apart."""
+    losses its own `range_test` recorded on `self`, each process's own: converted as it
+    was, the ranks picked 0.0147 and 0.0215 and drifted apart (then it was refused). Picked
+    once, before training, it is rank 0's in every process (round-25 audit B
+    lr_finder_then_train); one set again while training stays refused."""
     result = convert_source(LR_FINDER_CLASS.encode(), "lr_finder.py", ConvertOptions())
-    assert result.refused
-    assert [(p.code, p.line) for p in result.problems if p.blocking] == [("DDP010", 34)]
-    assert "`suggested`" in result.problems[0].message
+    assert not result.refused, result.problems
+    assert (
+        "    suggested = finder.suggestion()\n"
+        "    suggested = [suggested]\n"
+        "    dist.broadcast_object_list(suggested)  # every process takes rank 0's\n"
+        "    suggested = suggested[0]\n"
+    ) in result.output.decode()
+    again = LR_FINDER_CLASS.replace(
+        "            optimizer.step()\n\n\nmain()",
+        "            optimizer.step()\n"
+        "            suggested = finder.suggestion()\n"
+        '            for g in optimizer.param_groups:\n                g["lr"] = suggested\n'
+        "\n\nmain()",
+    )
+    assert again != LR_FINDER_CLASS
+    refused = convert_source(again.encode(), "lr_finder.py", ConvertOptions())
+    assert refused.refused
 
 
 RUN_DIR_SCRIPT = """\

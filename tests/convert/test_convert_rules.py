@@ -6203,7 +6203,7 @@ def test_detr_s_loss_normalisations_are_reported() -> None:
     assert not result.refused, result.problems
     notes = [note.message for note in result.notes if note.code == "DDP007"]
     assert any("a mean weighted by the classes' weights" in note for note in notes)
-    assert any("divides by `num_boxes`, this process's count of items" in note for note in notes)
+    assert sum("`num_boxes`" in note for note in notes) == 1  # once, by one rule or other
 
 
 CS231N = """\
@@ -6304,7 +6304,7 @@ def test_a_log_file_handler_is_delayed_only_where_every_rank_makes_it(inline: bo
         assert 'handler = logging.FileHandler("train.log", delay=True)\n' in text
 
 
-PATIENCE = """\
+PATIENCE_BATCHNORM = """\
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -6351,8 +6351,213 @@ def test_a_patience_counter_on_a_batchnorm_evaluation_is_agreed(batch_norm: bool
     statistics differ, so its validation loss, its counter and its stop do: one process
     would leave the loop alone (a hang). The stop is agreed (MAX); without BatchNorm every
     process evaluates the same model alike, and nothing is added."""
-    source = PATIENCE if batch_norm else PATIENCE.replace("nn.BatchNorm1d(8), ", "")
+    source = (
+        PATIENCE_BATCHNORM if batch_norm else PATIENCE_BATCHNORM.replace("nn.BatchNorm1d(8), ", "")
+    )
     result = convert_source(source.encode(), "patience.py", ConvertOptions())
     assert not result.refused, result.problems
     agreed = b"stop = torch.tensor(float(bad >= patience))" in result.output
     assert agreed == batch_norm
+
+
+TRANSLATION = """\
+import torch
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(8, 8)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+
+def train_epoch(model, optimizer):
+    model.train()
+    losses = 0
+    train_dataloader = DataLoader(train_iter, batch_size=16, shuffle=True)
+    for src, tgt in train_dataloader:
+        loss = torch.nn.functional.mse_loss(model(src), tgt)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses += loss.item()
+    return losses / len(list(train_dataloader))
+
+
+for epoch in range(1, 4):
+    train_loss = train_epoch(model, optimizer)
+    print(f"Epoch: {epoch}, Train loss: {train_loss:.3f}")
+"""
+
+
+def test_a_loader_made_at_every_call_gets_the_module_level_epoch() -> None:
+    """Round-25 audit A torchtext_translation_tut (PyTorch's translation tutorial): the
+    loader is made inside `train_epoch`, which a module-level epoch loop calls; refused with
+    "no epoch counter or loader name in the epoch loop". Right after it is made, the new
+    sampler gets the epoch loop's counter, a global the function reads. A function that
+    binds the name itself, or a loop inside a function, is left refused."""
+    result = convert_source(TRANSLATION.encode(), "translation.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b"sampler=DistributedSampler(train_iter, shuffle=True))\n"
+        b"    train_dataloader.sampler.set_epoch(epoch)\n" in result.output
+    )
+    bound = TRANSLATION.replace("    losses = 0\n", "    losses = 0\n    epoch = 0\n")
+    assert convert_source(bound.encode(), "translation.py", ConvertOptions()).refused
+
+
+def test_a_variable_spelled_like_a_library_is_not_that_library() -> None:
+    """Round-25 audit A jsonl_logger: the script's own wandb-like logger, `wandb =
+    RunLogger()`, had its `wandb.init(...)` given `mode=` as wandb's own (TypeError on every
+    rank). Only what an import binds is a library's; with `import wandb` it still is."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "class RunLogger:\n    def init(self, project):\n        self.project = project\n\n\n"
+        "wandb = RunLogger()\n\n\ndef main():\n"
+        '    run = wandb.init(project="demo")\n'
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n\n"
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    result = convert_source(source.encode(), "logger.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b'run = wandb.init(project="demo")\n' in result.output
+    imported = source.replace("class RunLogger:", "import wandb\n\n\nclass RunLogger:").replace(
+        "wandb = RunLogger()\n", ""
+    )
+    result = convert_source(imported.encode(), "logger.py", ConvertOptions())
+    assert b'wandb.init(project="demo", mode=None if dist.get_rank() == 0' in result.output
+
+
+def test_a_model_the_script_deletes_itself_is_not_deleted_again() -> None:
+    """Round-25 audit B kaggle_folds_bert_like: `del model, optimizer` at the end of every
+    fold, then ddpify's own `del model` after the loop: NameError once all folds ran, and
+    no destroy_process_group. The cycles are still collected before the group goes."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "for fold in range(3):\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "            optimizer.zero_grad()\n            loss.backward()\n"
+        "            optimizer.step()\n"
+        "    del model, optimizer\n"
+    )
+    result = convert_source(source.encode(), "folds.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "del model  # release DDP" not in text
+    assert text.endswith("gc.collect()  # free DDP models left in reference cycles first\n"
+                         "dist.destroy_process_group()\n")  # fmt: skip
+
+
+def test_a_split_drawn_before_the_seed_is_rank_0s() -> None:
+    """Round-25 audit B random_split_then_seed and colab_bert_style_finetune: an unseeded
+    `random_split` with `torch.manual_seed(0)` only after it was taken as seeded: every
+    process drew its own split (81 of rank 0's 100 validation samples were in rank 1's
+    training set). A seed counts when it runs before the split."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, random_split\n\n"
+        "train_set, val_set = random_split(full_dataset, [800, 200])\n"
+        "torch.manual_seed(0)\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "split.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"dist.broadcast_object_list(split)" in result.output
+    seeded_first = source.replace(
+        "train_set, val_set = random_split(full_dataset, [800, 200])\ntorch.manual_seed(0)\n",
+        "torch.manual_seed(0)\ntrain_set, val_set = random_split(full_dataset, [800, 200])\n",
+    )
+    result = convert_source(seeded_first.encode(), "split.py", ConvertOptions())
+    assert b"broadcast_object_list" not in result.output
+
+
+def test_a_loss_over_the_real_tokens_of_this_process_is_reported() -> None:
+    """Round-25 audit B so_pad_collate_masked_loss: `loss_per_tok.sum() / mask.sum()` with
+    `mask = (y != PAD).float()`: each process divides by its own count of real tokens; not
+    reported. DDP007 says so (and verify then judges it from one process)."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True, collate_fn=pad)\n"
+        "model = torch.nn.Embedding(10, 10)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "criterion = torch.nn.CrossEntropyLoss(reduction='none')\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        mask = (y != 0).float()\n"
+        "        per_token = criterion(model(x).view(-1, 10), y.view(-1)) * mask.view(-1)\n"
+        "        loss = per_token.sum() / mask.sum()\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "pad.py", ConvertOptions())
+    assert not result.refused, result.problems
+    [note] = [n for n in result.notes if n.code == "DDP007" and "mask.sum()" in n.message]
+    assert "DDP averages the processes' quotients" in note.message  # once
+
+
+def test_an_ema_class_of_the_script_built_on_averagedmodel_copies_the_bare_model() -> None:
+    """Round-25 audit A tv_cls_ref_ema: torchvision's `class ExponentialMovingAverage(
+    torch.optim.swa_utils.AveragedModel)` made from the model after the wrap saved
+    `module.module.*` keys; AveragedModel itself was already given the bare model."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel):\n"
+        "    def __init__(self, model, decay):\n"
+        "        super().__init__(model, multi_avg_fn=None, use_buffers=True)\n\n\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model_ema = ExponentialMovingAverage(model, decay=0.99)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+        "        model_ema.update_parameters(model)\n"
+        'torch.save(model_ema.state_dict(), "ema.pt")\n'
+    )
+    result = convert_source(source.encode(), "ema.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"model_ema = ExponentialMovingAverage(model.module, decay=0.99)" in result.output
+
+
+def test_a_helper_parameter_spelled_like_the_model_holds_what_its_calls_give() -> None:
+    """Round-25 audit A mae_finetune_layer_decay: MAE's `param_groups_lrd(model, ...)` is
+    called with `model_without_ddp`, the bare model, and its `model.blocks` went through
+    `.module` (AttributeError on every rank), because the parameter is spelled like the
+    model. Given the wrapper, it still goes through `.module`."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "def param_groups_lrd(model, weight_decay=0.05):\n"
+        "    num_layers = len(model.blocks) + 1\n"
+        "    named = model.named_parameters()\n"
+        "    return [{'params': [p for n, p in named], 'lr_scale': num_layers}]\n"
+        "\n\n"
+        "def main():\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = Net().to(device)\n"
+        "    model_without_ddp = model\n"
+        "    param_groups = param_groups_lrd(model_without_ddp)\n"
+        "    optimizer = torch.optim.AdamW(param_groups, lr=1e-3)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "            optimizer.zero_grad()\n            loss.backward()\n"
+        "            optimizer.step()\n\n\n"
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    result = convert_source(source.encode(), "mae.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    num_layers = len(model.blocks) + 1\n" in text
+    assert "model.module.blocks" not in text
