@@ -36,8 +36,10 @@ For each line, in a fresh temporary folder:
    running at --timeout: hung, or merely training longer than that);
 5. and ``PYTHON -m ddpify.verify SCRIPT SCRIPT_ddp.py --steps N -- ARGS`` gives its verdict
    (verify runs both scripts with its own interpreter, so PYTHON again): *equivalent* (exit
-   0), *not equivalent* (1), *could not run* (2) or *equivalent except BatchNorm* (3: equal
-   with BatchNorm's statistics made global), with the first check that did not pass.
+   0), *not equivalent* (1), *could not run* (2) or *equivalent except per-process
+   statistics* (3: equal with BatchNorm's statistics made global, or with one process where
+   the conversion reports a loss each process computes over its own part), with the first
+   check that did not pass.
 
 ``{work}`` in ``args`` stands for the absolute path of the script's folder (``verify`` runs
 each script in a fresh folder of its own, so data must be named by absolute path to be found).
@@ -118,7 +120,7 @@ VERIFY_EXITS = {
     0: "equivalent",
     1: "not equivalent",
     2: "could not run",
-    3: "equivalent except BatchNorm",
+    3: "equivalent except per-process statistics",
 }
 CONVERT_TIMEOUT = 120.0
 REASON_WIDTH = 58
@@ -584,7 +586,8 @@ def print_totals(results: list[Result], waiting: int = 0) -> None:
         f"converted and runnable: {len(tried)}; ran ok under torchrun: {runs.get('ok', 0)}"
         f" (crashed {runs.get('crashed', 0)}, timeout {runs.get('timeout', 0)});"
         f" verified equivalent: {verdicts.get('equivalent', 0)}"
-        f" (except BatchNorm statistics {verdicts.get('equivalent except BatchNorm', 0)},"
+        f" (except per-process statistics "
+        f"{verdicts.get('equivalent except per-process statistics', 0)},"
         f" not equivalent {verdicts.get('not equivalent', 0)},"
         f" could not run {verdicts.get('could not run', 0)},"
         f" timeout {verdicts.get('timeout', 0)})"
