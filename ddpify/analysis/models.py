@@ -349,6 +349,8 @@ class Models:
             ):
                 continue
             name = dotted(node.targets[0].target)
+            if name in model.names and dotted(node.value) in model.names:
+                continue  # `model_without_ddp = model`: another name, not another build
             if name in model.names:
                 found.append((node, name))
                 continue

@@ -6531,6 +6531,34 @@ def test_an_ema_class_of_the_script_built_on_averagedmodel_copies_the_bare_model
     assert b"model_ema = ExponentialMovingAverage(model.module, decay=0.99)" in result.output
 
 
+def test_a_model_never_moved_is_wrapped_under_the_name_it_runs_by() -> None:
+    """Found while testing the MAE fix: with no `.to(device)`, the last assignment before the
+    optimizer, `model_without_ddp = model`, was taken for the model's build and wrapped, and
+    the loop's `model(x)` trained bare (no gradient averaged). An alias is not a build: the
+    name the script builds it under is wrapped, and the alias then holds the wrapper."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = Net()\n"
+        "    model_without_ddp = model\n"
+        "    optimizer = torch.optim.AdamW(model_without_ddp.parameters(), lr=1e-3)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "            optimizer.zero_grad()\n            loss.backward()\n"
+        "            optimizer.step()\n"
+        '    torch.save(model_without_ddp.state_dict(), "m.pt")\n\n\n'
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    result = convert_source(source.encode(), "alias.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    model = DDP(model, device_ids=" in text
+    assert "model_without_ddp = DDP(" not in text
+    assert "torch.save(model_without_ddp.module.state_dict()" in text
+
+
 def test_a_helper_parameter_spelled_like_the_model_holds_what_its_calls_give() -> None:
     """Round-25 audit A mae_finetune_layer_decay: MAE's `param_groups_lrd(model, ...)` is
     called with `model_without_ddp`, the bare model, and its `model.blocks` went through
