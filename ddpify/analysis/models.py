@@ -336,7 +336,8 @@ class Models:
         one of several built in one line (`netG_A, netG_B, netD_A, netD_B = G(), G(), D(),
         D()`, CycleGAN, round-15 audit s03)."""
         optimizer = model.optimizer_call
-        found = []
+        found: list[tuple[cst.Assign, str]] = []
+        aliases: list[tuple[cst.Assign, str]] = []
         for node in walk(scope or self.index.module):
             if not (
                 isinstance(node, cst.Assign)
@@ -350,7 +351,8 @@ class Models:
                 continue
             name = dotted(node.targets[0].target)
             if name in model.names and dotted(node.value) in model.names:
-                continue  # `model_without_ddp = model`: another name, not another build
+                aliases.append((node, name))  # `model_without_ddp = model`: another name
+                continue
             if name in model.names:
                 found.append((node, name))
                 continue
@@ -359,7 +361,9 @@ class Models:
                 built = isinstance(value, cst.Call)  # not a part of another module
                 if name in model.names and isinstance(target, cst.Name) and built:
                     found.append((node, name))
-        return found
+        # An alias is the placement only where nothing builds the model (a Trainer's
+        # `self.model = model`, given the model it trains)
+        return found or aliases
 
     def _after_initialisation(
         self, placement: cst.BaseStatement, names: set[str]
