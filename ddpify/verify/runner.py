@@ -530,8 +530,11 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
     return verification
 
 
-# What every DDP007 note of a loss each process computes over its own part says.
+# What every DDP007 note of a loss each process computes over its own part says: "DDP
+# averages the processes' means" (or quotients, or losses); not their gradients, which the
+# conversion scales (a summed loss) and verify must still compare.
 PER_PROCESS = "DDP averages the processes'"
+PER_PROCESS_WHAT = ("means", "quotients", "losses")
 
 
 def _unmatched_batches(verification: Verification) -> bool:
@@ -682,6 +685,7 @@ def _read_the_original(verification: Verification) -> bytes | None:
     when there are none, or it cannot be read)."""
     from ddpify.convert import convert_source
     from ddpify.options import ConvertOptions
+    from ddpify.rule import NoteKind
 
     path = verification.options.original
     try:
@@ -691,7 +695,9 @@ def _read_the_original(verification: Verification) -> bytes | None:
         verification.per_process = [
             f"line {note.line}: {note.message}"
             for note in converted.notes
-            if note.code == "DDP007" and PER_PROCESS in note.message
+            if note.code == "DDP007"
+            and note.kind is NoteKind.INFO  # a note, not a change (the world-size scaling)
+            and any(f"{PER_PROCESS} {what}" in note.message for what in PER_PROCESS_WHAT)
         ]
         sorted_ = convert_source(
             source, path.name, ConvertOptions(select=frozenset({"DDP013"})), path
