@@ -9,7 +9,7 @@ Positions are for reports; name resolution only for calls whose name could match
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, cast
 
@@ -21,7 +21,7 @@ from ddpify.analysis.names import ImportResolver
 from ddpify.analysis.tree import dotted, walk
 
 if TYPE_CHECKING:
-    from libcst.metadata import CodeRange, MetadataWrapper
+    from libcst.metadata import CodeRange, MetadataWrapper, QualifiedName
 
 
 class SourceIndex:
@@ -134,13 +134,17 @@ class SourceIndex:
         return self.provider_qualified_names(node)
 
     def provider_qualified_names(self, node: cst.CSTNode) -> set[str]:
+        return {name.name for name in self._provider_names(node)}
+
+    def _provider_names(self, node: cst.CSTNode) -> Collection[QualifiedName]:
+        """LibCST's QualifiedNameProvider's answer for `node`, computed when first asked."""
         names = self._qualified.get(node, ())
         from libcst.metadata.base_provider import LazyValue  # type: ignore[attr-defined]
 
         if isinstance(names, LazyValue):
             names = names()
         assert isinstance(names, set | frozenset | tuple)
-        return {name.name for name in names}
+        return names
 
     def is_call_to(self, call: cst.Call, names: set[str] | tuple[str, ...]) -> bool:
         """Whether `call` calls one of `names` (or something inside one of them)."""
@@ -164,14 +168,13 @@ class SourceIndex:
             resolved = self._imports.resolve(spelled)
             if resolved is not None:
                 return resolved
-        names = self._qualified.get(node, ())
         from libcst.metadata import QualifiedNameSource
-        from libcst.metadata.base_provider import LazyValue  # type: ignore[attr-defined]
 
-        if isinstance(names, LazyValue):
-            names = names()
-        assert isinstance(names, set | frozenset | tuple)
-        return {name.name for name in names if name.source is not QualifiedNameSource.LOCAL}
+        return {
+            name.name
+            for name in self._provider_names(node)
+            if name.source is not QualifiedNameSource.LOCAL
+        }
 
     def imported(self, head: str) -> bool:
         """Whether an import binds the name `head` (`torch`, `np`, `os`)."""

@@ -842,7 +842,7 @@ def _drawn_apart(facts: _Facts, steps: int, sampler: str | None = None) -> Check
         for step in rows
         if len(step) > 1
     ]
-    how = "no DataLoader: each draws at random" if sampler is None else f"{source}"
+    how = "no DataLoader: each draws at random" if sampler is None else source
     return Check(
         name,
         Status.PASS,
