@@ -1339,7 +1339,7 @@ def _hoist_model_runs(
             dotted(node.func) in models
             or any(dotted(arg.value) in models for arg in node.args)
             or (
-                anatomy.graph.callee(node) is not None
+                anatomy.graph.callees(node)  # `trainer.train()` too (round-25 trl_sft_like)
                 and anatomy.graph.reaches(
                     node,
                     lambda inner: isinstance(inner, cst.Call) and dotted(inner.func) in models,
@@ -1368,8 +1368,11 @@ def _hoist_model_runs(
     code = cst.Module([]).code_for_node
     lines: list[Callable[[], cst.BaseStatement]] = []
     for value in whole:
-        called = dotted(value.func) if isinstance(value, cst.Call) else None
-        stem = f"{(called or 'value').rsplit('.', 1)[-1]}_result"
+        func = value.func if isinstance(value, cst.Call) else None
+        called = (
+            func.attr.value if isinstance(func, cst.Attribute) else dotted(func) if func else None
+        )
+        stem = f"{called or 'value'}_result"
         name, number = anatomy.free_name([stem]), 2
         while name in taken:  # given to an earlier print's value in this conversion
             name, number = anatomy.free_name([f"{stem}_{number}"]), number + 1

@@ -6589,3 +6589,35 @@ def test_a_helper_parameter_spelled_like_the_model_holds_what_its_calls_give() -
     text = result.output.decode()
     assert "    num_layers = len(model.blocks) + 1\n" in text
     assert "model.module.blocks" not in text
+
+
+def test_what_a_trainer_s_train_returns_is_computed_on_every_rank_then_printed() -> None:
+    """Round-25 audit A trl_sft_like: `print(trainer.train())` was left on every rank (with
+    a note), since only `f()` and `self.f()` calls were followed into the script's code: the
+    training runs first, on every rank, and rank 0 prints what it returned."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, data):\n"
+        '        self.model = model.to("cuda" if torch.cuda.is_available() else "cpu")\n'
+        "        self.loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)\n\n"
+        "    def train(self):\n"
+        "        for epoch in range(2):\n"
+        "            for x, y in self.loader:\n"
+        "                self.optimizer.zero_grad()\n"
+        "                self.model(x).sum().backward()\n"
+        "                self.optimizer.step()\n"
+        '        return {"epochs": 2}\n\n\n'
+        'if __name__ == "__main__":\n'
+        "    trainer = Trainer(Net(), train_set)\n"
+        "    print(trainer.train())\n"
+    )
+    result = convert_source(source.encode(), "trainer.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "        train_result = trainer.train()\n"
+        "        if dist.get_rank() == 0:\n"
+        "            print(train_result)\n"
+    ) in text
