@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.script import grads_by_hand, unknown_step
-from ddpify.analysis.tree import source_text
+from ddpify.analysis.tree import is_name, source_text, walk
+from ddpify.dist_alias import ALIAS, hide, restore
 from ddpify.edits import add_imports
 from ddpify.options import BatchMode, ConvertOptions, Launcher
 from ddpify.rule import ConvertContext, Note, NoteKind, convert_rules
@@ -86,6 +87,9 @@ def convert_source(
         check_syntax(source, name)
         return ConvertResult(source, source, skipped=NOT_TRAINING)
     module = parse_source(source, name)
+    hidden = hide(module)  # the script's own `dist`, set aside for torch.distributed's
+    if hidden is not None:
+        module, own = hidden
     anatomy = Anatomy(module, path)
     skipped = _why_left_alone(anatomy)
     step = unknown_step(anatomy.script)
@@ -144,6 +148,17 @@ def convert_source(
         rule().review(ctx, new)
     if any(note.blocking for note in ctx.notes):
         return ConvertResult(source, source, notes=ctx.notes, refused=True)
+    if hidden is not None:
+        new = restore(new, own)
+        ctx.notes.append(
+            Note(
+                "DDP001",
+                anatomy.line(next(n for n in walk(anatomy.module) if is_name(n, own))),
+                f"the script gives `dist` a value of its own: it keeps it, and "
+                f"`torch.distributed` is imported as `{ALIAS}`",
+                NoteKind.INFO,
+            )
+        )
     notes = sorted(ctx.notes, key=lambda note: (note.line, note.code))
     whole = anatomy.whole_batch is not None
     return ConvertResult(source, new.bytes, notes=notes, whole_batch=whole)
