@@ -273,6 +273,8 @@ class _Facts:
     def batch_semantics(self) -> tuple[str | None, str]:
         """("per-gpu" | "global" | None, explanation)."""
         batch, ordinal = self.verification.train_batch, self.verification.train_loader
+        if ordinal is None and self.verification.whole_batch and self.n == 1:
+            return "whole", "full batch: one process trains on all of the samples, as the original"
         if ordinal is None and self.verification.whole_batch:
             return "whole", (
                 f"full batch: every step trains on all of the samples, which the {self.n} "

@@ -305,6 +305,7 @@ class Recorder:
         """The global optimizer-step post-hook: snapshot, record the batch, stop after K."""
         if self.stopping:  # the script caught StopTraining and went on: stop it again
             raise StopTraining
+        self.training = True  # from the first step on, when no loader's batch came first
         self.evaluated = None
         key = id(optimizer)
         ordinal = self._ordinal(optimizer)

@@ -1352,6 +1352,51 @@ def test_random_numbers_drawn_per_batch_are_judged_with_one_process(tmp_path: Pa
     assert statuses(outcome)["evaluation"] is Status.NOT_EXERCISED, table
 
 
+DYNAMIC_DEPTH = """import random
+
+import torch
+
+x, y = torch.randn(32, 4), torch.randn(32, 1)
+
+
+class DynamicNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.middle = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        self.last = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = self.first(x).clamp(min=0)
+        for _ in range(random.randint(0, 3)):  # a depth drawn for every forward
+            h = self.middle(h).clamp(min=0)
+        return self.last(h)
+
+
+model = DynamicNet()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for t in range(4):
+    loss = torch.nn.functional.mse_loss(model(x), y, reduction="sum")
+    print(t, loss.item())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_depth_drawn_in_a_whole_batch_forward_is_judged_with_one_process(
+    tmp_path: Path,
+) -> None:
+    """jcjohnson's dynamic_net in the corpus: `random.randint(0, 3)` middle layers in every
+    forward over the whole batch, with no DataLoader. Training began only at a loader's
+    first batch, so the draws went unnoticed and equivalence failed on a right conversion
+    (each rank draws its own depth). Training begins at the first step too."""
+    original = tmp_path / "dynamic.py"
+    original.write_text(DYNAMIC_DEPTH)
+    _, outcome, table = converted_and_verified(original, steps=3)
+    assert "random numbers drawn while training (random.randint)" in table
+    assert statuses(outcome)["equivalence"] is Status.PASS, table
+
+
 CLASS_WEIGHTED = """import torch
 from torch.utils.data import DataLoader, TensorDataset
 
