@@ -125,7 +125,8 @@ class WrapModel(ConvertRule):
     `model.config` -- through `.module`. A model whose forward may leave parameters without
     a gradient (a layer called under a condition, one it never uses, a backbone run under
     `torch.no_grad()` that is never frozen, in its class here or in another file of the
-    project) is wrapped with `find_unused_parameters=True`. Weights drawn afresh after the
+    project, or parts frozen after the wrap while every parameter trained at it) is wrapped
+    with `find_unused_parameters=True`. Weights drawn afresh after the
     wrap (`model.apply(reset_weights)` once per fold, a layer's `reset_parameters()`) are
     followed by a broadcast of rank 0's, as DDP does when it wraps. Copies (`deepcopy`,
     `AveragedModel`, `ModelEma`, your class built on one) are made from the bare model; a
@@ -351,6 +352,13 @@ class WrapModel(ConvertRule):
             ctx.add_import("torch.nn.parallel", "DistributedDataParallel", "DDP")
             wrap = WRAP.format(name=model.placed_name, rank=ctx.local_rank(model.placement))
             partial_reason, calls = _runs_in_part(anatomy, model)
+            frozen_later = _trainable_changed_later(anatomy, model)
+            if partial_reason is None and frozen_later is not None:
+                partial_reason = (
+                    f"which of its parameters train changes after the wrap (line "
+                    f"{anatomy.line(frozen_later)}: `requires_grad`), all of them training when "
+                    "it wraps"
+                )
             if partial_reason is not None and calls > 1:
                 ctx.cannot(
                     model.optimizer_call,
@@ -629,7 +637,13 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
         ):
             assert isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
             root = of_model(node.iter.func.value)
-            whole = root is not None and dotted(node.iter.func.value) == root
+            # every parameter alike: not `if not name.startswith("fc."): p.requires_grad =
+            # False` (round-26 audit B colab_freeze_then_finetune: DDP raised at step 2)
+            whole = (
+                root is not None
+                and dotted(node.iter.func.value) == root
+                and not any(isinstance(inner, cst.If | cst.Continue) for inner in walk(node.body))
+            )
         elif (
             isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
@@ -652,6 +666,43 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
         if anatomy.values.runs_after(model.placement, node, root, some=True):
             return node
     return None
+
+
+def _all_train_at_the_wrap(anatomy: Anatomy, model: Model) -> bool:
+    """Every parameter of the model trains when DDP wraps it: nothing is frozen before the
+    wrap, nor by the model's own class. DDP then registered them all, and freezing some
+    later (a head trained alone, then everything: the transfer-learning tutorial's two
+    stages) only leaves some without a gradient in a step, which
+    `find_unused_parameters=True` tolerates (round-26 audit B colab_freeze_then_finetune)."""
+    assert model.placement is not None
+    placement = model.placement
+    parts = _parts_of(anatomy, model)
+    for node in walk(anatomy.module):
+        toggles = is_method_call(node, "requires_grad_") or (
+            isinstance(node, cst.AssignTarget) and is_attribute(node.target, "requires_grad")
+        )
+        if toggles and not _surely_after(anatomy, node, placement):
+            return False
+    for value in _constructions(anatomy, model):
+        owner = anatomy.classes.get(dotted(value.func) or "")
+        if owner is None and (made := anatomy.project.class_made(value)) is not None:
+            owner = made[0]
+        if owner is not None and _frozen(owner):
+            return False
+    return bool(parts)
+
+
+def _surely_after(
+    anatomy: Anatomy, node: cst.CSTNode, placement: cst.CSTNode, depth: int = 0
+) -> bool:
+    """`node` runs after the wrap: later in the wrap's function (not in the statement the
+    wrap follows: the loop that freezes), or in a function every call of which is so."""
+    here = anatomy.function_of(placement)
+    function = anatomy.function_of(node)
+    if function is here:
+        return not anatomy.inside(node, placement) and anatomy.precedes(placement, node)
+    sites = anatomy.graph.call_sites(function) if function is not None and depth < 4 else []
+    return bool(sites) and all(_surely_after(anatomy, site, placement, depth + 1) for site in sites)
 
 
 def _toggles_own_parameters(method: cst.FunctionDef) -> bool:
@@ -760,7 +811,7 @@ def _trained_past_the_wrapper(anatomy: Anatomy, model: Model) -> tuple[cst.CSTNo
             "after the model is wrapped"
         )
     changed = _trainable_changed_later(anatomy, model)
-    if changed is not None:
+    if changed is not None and not _all_train_at_the_wrap(anatomy, model):
         return changed, (
             f"which parameters of `{name}` train changes after the DDP wrap (`requires_grad`): "
             "DDP averages only the ones that needed a gradient when it wrapped, so the others "

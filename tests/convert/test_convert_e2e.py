@@ -2800,3 +2800,64 @@ def test_a_script_s_own_dist_stays_and_torch_distributed_gets_another_name(
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert len(progress_lines(ran.stdout)) == 2
     assert_checkpoint_is_plain(tmp_path / "policy.pt")
+
+
+TWO_STAGES = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def train(optimizer, epochs):
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        print(f"epoch {epoch} done")
+
+
+for name, param in model.named_parameters():
+    if not name.startswith("2."):
+        param.requires_grad = False  # the head first
+train(torch.optim.SGD(model[2].parameters(), lr=0.1), 2)
+for param in model.parameters():
+    param.requires_grad = True  # then everything
+train(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), 2)
+torch.save(model.state_dict(), "two_stages.pt")
+"""
+
+
+def test_a_backbone_frozen_after_the_wrap_then_unfrozen_trains_both_stages(
+    tmp_path: Path,
+) -> None:
+    """Round-26 audit B colab_freeze_then_finetune: the transfer-learning tutorial's two
+    stages, the backbone frozen after the wrap: DDP raised "Expected to have finished
+    reduction" at the second step. Every parameter trained when DDP wrapped (it registered
+    them all), so find_unused_parameters=True carries both stages, the replicas alike."""
+    result = convert_source(TWO_STAGES.encode(), "two_stages.py", ConvertOptions())
+    assert not result.problems, result.problems
+    text = result.output.decode()
+    assert ", find_unused_parameters=True)" in text
+    probe = (
+        "    flat = torch.cat([p.detach().flatten() for p in model.parameters()])\n"
+        "    every = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]\n"
+        "    dist.all_gather(every, flat)\n"
+        '    print("in sync", all(torch.equal(every[0], other) for other in every))\n'
+    )
+    assert "\nfinally:\n" in text
+    text = text.replace("\nfinally:\n", "\n" + probe + "finally:\n")
+    (tmp_path / "two_stages.py").write_text(text)
+    ran = torchrun(["two_stages.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert len(progress_lines(ran.stdout)) == 4
+    assert ran.stdout.decode().count("in sync True") == 2
+    assert_checkpoint_is_plain(tmp_path / "two_stages.pt")
+    plain = text.replace(", find_unused_parameters=True)", ")")
+    (tmp_path / "plain.py").write_text(plain)
+    failed = torchrun(["plain.py"], cwd=tmp_path, timeout=240)
+    assert b"Expected to have finished reduction" in failed.stderr

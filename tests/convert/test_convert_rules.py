@@ -3644,7 +3644,9 @@ def test_parts_of_a_model_given_names_of_their_own_train_the_whole_model() -> No
     """Round-17 audit s16: `backbone, head = model[0], model[1]` with an optimizer over the two
     parts' parameters: each part was wrapped in DDP on its own (the frozen backbone raised at
     the wrap) while the script runs `model(x)`. The model is the module the parts are read
-    from; unfrozen after the wrap through a helper given a part, it is refused."""
+    from. A part unfrozen after the wrap through a helper given it is refused when it was
+    frozen at the wrap (DDP did not register it); when every parameter trained at the wrap,
+    DDP is made with find_unused_parameters=True (round-26 audit B)."""
     source = """import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -3672,9 +3674,12 @@ for epoch in range(3):
     text = kept.output.decode()
     assert "model = DDP(model" in text and "DDP(backbone" not in text and "DDP(head" not in text
     unfreeze = "if epoch == 1:\n        set_requires_grad(backbone, True)"
-    refused = convert_source(
-        source.replace("UNFREEZE", unfreeze).encode(), "p.py", ConvertOptions()
-    )
+    toggled = source.replace("UNFREEZE", unfreeze)
+    tolerated = convert_source(toggled.encode(), "p.py", ConvertOptions())
+    assert not tolerated.refused, tolerated.problems
+    assert "find_unused_parameters=True)" in tolerated.output.decode()
+    frozen = toggled.replace("\nbackbone, head", "\nmodel[0].requires_grad_(False)\nbackbone, head")
+    refused = convert_source(frozen.encode(), "p.py", ConvertOptions())
     assert refused.refused
     assert any("`requires_grad`" in n.message for n in refused.problems if n.blocking)
 
