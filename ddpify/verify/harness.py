@@ -234,7 +234,9 @@ def main(argv: list[str]) -> int:
         reason, code = "steps", 0
 
     recorder.suppress_writes += 1
-    if options.compare_with is not None and code == 0:
+    # Compared even after a failure: the replicas against rank 0 hold whatever the original
+    # did, and a run of it with its own batch may judge the rest (runner.batch_bound).
+    if options.compare_with is not None:
         from ddpify.verify.compare import compare_runs, write_comparison
 
         try:

@@ -255,6 +255,16 @@ class _Facts:
         )
 
     @property
+    def bound_text(self) -> str:
+        """Why the original ran with its own batch, not the ranks' global one."""
+        return (
+            f"the original fails when given the {self.n} ranks' global batch "
+            f"({self.verification.batch_bound}), and runs with its own: its shapes are fixed "
+            "to its batch size; one process of the conversion, taking that batch, was run "
+            "against it"
+        )
+
+    @property
     def expected_steps(self) -> int:
         """The steps both runs should have recorded (fewer than --steps if a script ends)."""
         counts = [len(r.primary_steps) for r in [self.orig_record, *self.ranks]]
@@ -420,6 +430,11 @@ class _Runs(_NamedCheck):
         )
         if status is Status.PASS and steps < facts.options.steps:
             details.append(f"the scripts ended after {facts.expected_steps} steps")
+        if facts.verification.batch_bound:
+            details.append(
+                f"original: with its own batch; given the {facts.n} ranks' global batch it "
+                f"failed: {facts.verification.batch_bound}"
+            )
         return Check(
             self.name,
             status,
@@ -550,6 +565,8 @@ class _Equivalence(_NamedCheck):
             return Check(name, Status.UNCHECKED, facts.why_no_comparison())
         semantics, batch_text = facts.batch_semantics()
         single = facts.verification.single
+        if facts.verification.batch_bound and single is not None:
+            return _with_one_process(facts, _Facts.of(single), "", intro=facts.bound_text)
         if semantics is None and single is not None:
             return _with_one_process(facts, _Facts.of(single), batch_text)
         if semantics is None:
@@ -696,7 +713,10 @@ def _one_process(facts: _Facts) -> _Facts | None:
     effects by."""
     single = facts.verification.single
     if single is not None and (
-        facts.batch_semantics()[0] is None or facts.drawn or facts.per_process
+        facts.batch_semantics()[0] is None
+        or facts.drawn
+        or facts.per_process
+        or facts.verification.batch_bound
     ):
         return _Facts.of(single)
     return None
@@ -747,6 +767,7 @@ class _DataSharding(_NamedCheck):
         drawing = facts.ranks[0].loader(facts.verification.train_loader)
         if drawing is not None and drawing.draws:
             return _drawn_apart(facts, steps, drawing.sampler.removesuffix(DRAWING))
+        bound = bool(facts.verification.batch_bound)  # the original took a batch of its own
         for k in range(steps):
             original = facts.orig_record.primary_steps[k].indices
             per_rank = [r.primary_steps[k].indices for r in facts.ranks]
@@ -776,7 +797,7 @@ class _DataSharding(_NamedCheck):
                             {"step": k + 1, "ranks": [a, b], "shared": len(shared)},
                         )  # fmt: skip
             together = sorted(i for shard in shards for i in shard)
-            if together != sorted(original):
+            if not bound and together != sorted(original):
                 missing = set(original) - set(together)
                 extra = set(together) - set(original)
                 return Check(
@@ -799,6 +820,14 @@ class _DataSharding(_NamedCheck):
         field = "rows" if whole else "indices"
         sizes = [len(getattr(r.primary_steps[0], field) or ()) for r in facts.ranks]
         total = len(getattr(facts.orig_record.primary_steps[0], field) or ())
+        if bound:
+            return Check(
+                name,
+                Status.PASS,
+                f"steps 1-{steps}: {facts.n} ranks x {sizes[0] if len(set(sizes)) == 1 else sizes} "
+                f"disjoint samples (the original ran with its own batch of {total})",
+                data={"steps": steps, "per_rank": sizes, "original": total},
+            )
         return Check(
             name,
             Status.PASS,

@@ -214,6 +214,10 @@ class Verification:
     # (DDP007: a mean weighted by the classes' weights, DETR's `num_boxes`, Barlow Twins'
     # cross-correlation): N processes' steps may differ from the original's for that reason.
     per_process: list[str] = field(default_factory=list)
+    # How the original failed when given the N ranks' global batch, where it ran with its own
+    # (shapes fixed to its batch size: `x.view(batch_size, -1)`, `torch.ones(batch_size, 1)`
+    # labels): it is then the original of `single`, and `comparison` is that pair's.
+    batch_bound: str = ""
 
 
 def free_port() -> int:
@@ -521,7 +525,21 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
         again = _run_both(options, progress, float64=False)
         again.pgids[:0] = verification.pgids
         verification = again
-    if _unmatched_batches(verification):
+    if _fails_with_the_global_batch(verification):
+        if progress is not None:
+            progress("the original failed with the ranks' global batch: again with its own")
+        one = replace(options, nproc=1, resume=None)
+        single = _run_both(one, progress, failure is None, resume=False)
+        verification.pgids += single.pgids
+        if single.original is not None and single.original.succeeded and single.converted:
+            stderr = verification.original.processes[0].stderr  # type: ignore[union-attr]
+            verification.batch_bound = (stderr.strip().splitlines() or ["failed"])[-1][:200]
+            replicas = (verification.comparison or {}).get("replicas")  # the N ranks'
+            verification.single, verification.original = single, single.original
+            verification.comparison = single.comparison
+            if verification.comparison is not None and replicas is not None:
+                verification.comparison = {**verification.comparison, "replicas": replicas}
+    if verification.single is None and _unmatched_batches(verification):
         if progress is not None:
             progress("batches drawn without a DataLoader: one process of the conversion too")
         one = replace(options, nproc=1, resume=None)
@@ -535,6 +553,22 @@ def run_verification(options: VerifyOptions, progress: Progress | None = None) -
 # conversion scales (a summed loss) and verify must still compare.
 PER_PROCESS = "DDP averages the processes'"
 PER_PROCESS_WHAT = ("means", "quotients", "losses")
+
+
+def _fails_with_the_global_batch(verification: Verification) -> bool:
+    """The converted run succeeded with several processes, and the original, given their
+    global batch, failed (not hung): whether that batch is the cause is found by running it
+    again with its own."""
+    original, converted = verification.original, verification.converted
+    return (
+        verification.options.nproc > 1
+        and verification.train_batch is not None
+        and original is not None
+        and converted is not None
+        and converted.succeeded
+        and not original.succeeded
+        and not original.timed_out
+    )
 
 
 def _unmatched_batches(verification: Verification) -> bool:

@@ -1397,6 +1397,46 @@ def test_a_depth_drawn_in_a_whole_batch_forward_is_judged_with_one_process(
     assert statuses(outcome)["equivalence"] is Status.PASS, table
 
 
+BATCH_BOUND = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+batch_size = 8
+data = TensorDataset(torch.randn(64, 2, 2), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=batch_size, shuffle=True, drop_last=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.reshape(batch_size, -1)), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"epoch {epoch} loss {loss.item():.4f}")
+"""
+
+
+def test_an_original_shaped_by_its_batch_size_is_judged_with_its_own_batch(
+    tmp_path: Path,
+) -> None:
+    """The corpus's yunjey GAN (`images.reshape(batch_size, -1)`) and fast_neural_style,
+    round-25's simclr: given the ranks' global batch, the original failed, and verify said
+    "could not run". It runs again with its own batch, against one process of the
+    conversion; the N ranks are still judged for sync and disjoint samples."""
+    original = tmp_path / "bound.py"
+    original.write_text(BATCH_BOUND)
+    converted, outcome, table = converted_and_verified(original, steps=3)
+    assert "the original fails when given the 2 ranks' global batch" in table
+    assert statuses(outcome)["replicas-in-sync"] is Status.PASS, table
+    assert "2 ranks x 8 disjoint samples (the original ran with its own batch of 8)" in table
+    # a conversion training every rank on the same samples still fails
+    text = converted.read_text()
+    converted.write_text(text.replace("shuffle=True)", "shuffle=True, num_replicas=1, rank=0)"))
+    _, wrong = verify(original, converted, steps=3)
+    assert wrong.exit_code == 1
+    assert statuses(wrong)["data-sharding"] is Status.FAIL
+
+
 CLASS_WEIGHTED = """import torch
 from torch.utils.data import DataLoader, TensorDataset
 
