@@ -408,23 +408,18 @@ def _helpers_reading_after_training(anatomy: Anatomy) -> list[cst.Call]:
     files or list a folder (fairseq's checkpoint averaging: `last_n_checkpoints(dir, n)`
     globs the folder, `average_checkpoints(paths)` loads each, round-15 audit s35), in a
     script that saves on rank 0: the first of each function waits for those saves."""
-    if not any(anatomy.is_call_to(call, MODEL_SAVES) for call in anatomy.calls):
+    project = anatomy.project
+    if not any(
+        anatomy.is_call_to(call, MODEL_SAVES)
+        or ((helper := project.helper(call)) is not None and project.effects(helper).writes)
+        for call in anatomy.calls
+    ):  # (a student project's `utils.save_checkpoint(state, is_best)`, round-26 audit B)
         return []
     found: dict[int, cst.Call] = {}
     for call in anatomy.calls:
-        callees = anatomy.graph.callees(call)
         if (
-            not callees
-            or anatomy.ranks.guard(call) is not None
-            or not any(
-                anatomy.graph.reaches(
-                    function.body,
-                    lambda node: (
-                        isinstance(node, cst.Call) and anatomy.is_call_to(node, LOADS | LISTINGS)
-                    ),
-                )
-                for function in callees
-            )
+            anatomy.ranks.guard(call) is not None
+            or not _reads_checkpoints(anatomy, call)
             or not _after_training(anatomy, call)
         ):
             continue
@@ -432,6 +427,24 @@ def _helpers_reading_after_training(anatomy: Anatomy) -> list[cst.Call]:
         if scope not in found or anatomy.precedes(call, found[scope]):
             found[scope] = call
     return list(found.values())
+
+
+def _reads_checkpoints(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`call` runs a function of the script, or of another file of its project (`ckpt =
+    load_checkpoint(path, model)` from `utils.py`), that loads files or lists a folder."""
+    if any(
+        anatomy.graph.reaches(
+            function.body,
+            lambda node: isinstance(node, cst.Call) and anatomy.is_call_to(node, LOADS | LISTINGS),
+        )
+        for function in anatomy.graph.callees(call)
+    ):
+        return True
+    helper = anatomy.project.helper(call)
+    return helper is not None and helper.graph.reaches(
+        helper.function.body,
+        lambda node: isinstance(node, cst.Call) and helper.index.is_call_to(node, LOADS | LISTINGS),
+    )
 
 
 # Readers of a file by its path, besides `open(path)` for reading (torch.load is `_loads`').

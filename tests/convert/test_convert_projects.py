@@ -883,3 +883,42 @@ def test_a_method_of_an_object_of_another_file_that_saves_the_model_goes_on_rank
     )
     notes = [note.message for note in result.notes]
     assert "`save()` (ckpt_utils.py) reads `.state_dict`: it gets the bare model" in notes
+
+
+def test_a_helper_of_the_project_that_loads_what_another_saved_waits_for_rank_0(
+    tmp_path: Path,
+) -> None:
+    """Round-26 audit B student_package_multifile: `utils.save_checkpoint(state, is_best)`
+    writes best.pth.tar on rank 0 every epoch, and after training `load_checkpoint(path,
+    model)` of the same file reads it back: with no barrier, a slow disk let rank 1 load an
+    older epoch's weights than rank 0. Every rank now waits for rank 0's saves."""
+    (tmp_path / "utils.py").write_text(
+        "import torch\n\n\n"
+        "def save_checkpoint(state, path):\n"
+        "    torch.save(state, path)\n\n\n"
+        "def load_checkpoint(path, model):\n"
+        '    model.load_state_dict(torch.load(path, map_location="cpu")["state_dict"])\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "from utils import load_checkpoint, save_checkpoint\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = Net()\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(3):\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            model(x).sum().backward()\n"
+        "            optimizer.step()\n"
+        '        save_checkpoint({"state_dict": model.state_dict()}, "best.pt")\n'
+        '    load_checkpoint("best.pt", model)\n\n\n'
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert not result.refused, result.problems
+    assert (
+        '    dist.barrier()\n    load_checkpoint("best.pt", model.module)\n'
+        in result.output.decode()
+    )
