@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.script import grads_by_hand, unknown_step
+from ddpify.analysis.script import grads_by_hand, grads_set_after_backward, unknown_step
 from ddpify.analysis.tree import is_name, source_text, walk
 from ddpify.dist_alias import ALIAS, hide, restore
 from ddpify.edits import add_imports
@@ -101,6 +101,20 @@ def convert_source(
             "the optimizer steps on gradients the script sets itself (`.grad = ...`, no "
             "backward pass: per-sample gradients, DP-SGD): DDP averages only what a backward "
             "pass computes; average them over the processes (dist.all_reduce) by hand",
+            NoteKind.CANNOT,
+            blocking=True,
+        )
+        return ConvertResult(source, source, notes=[problem], refused=True)
+    set_after = grads_set_after_backward(anatomy.script) if skipped is None else None
+    if set_after is not None:
+        problem = Note(
+            "DDP003",
+            anatomy.line(set_after),
+            f"`{source_text(set_after.target)}` is set by the script after its backward pass "
+            "(per-sample clipping, noise, a projection: DP-SGD or gradient surgery by hand): "
+            "DDP averages what each backward pass computes, and what the script then makes of "
+            "it, or draws, is each process's own; convert by hand (backward under no_sync, "
+            "then average the result with dist.all_reduce, noise drawn alike on every rank)",
             NoteKind.CANNOT,
             blocking=True,
         )

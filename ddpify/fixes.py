@@ -117,6 +117,14 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
             "the training DataLoader reads an IterableDataset, which takes no sampler: "
             "shard it by rank in its `__iter__`"
         )
+    single = anatomy.loaders.one_sample(dataset.value, anatomy.function_of(call))
+    if single is not None:
+        return (
+            f"the training dataset holds one sample (`{single}.__len__` returns 1): a "
+            "DistributedSampler gives every process that same sample, and every process "
+            "would train on the same data; split the sample itself by rank by hand (its "
+            "rows, an image's pixels)"
+        )
     shuffle = anatomy.loaders.argument(call, "shuffle") or []
     if any(not passed.direct for passed in shuffle) and (
         loader.key_var is not None or _shuffle_dict(anatomy, call) is None

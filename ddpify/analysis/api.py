@@ -108,6 +108,10 @@ SEEDS = {
 EXPORTS = {
     "torch.jit.script", "torch.jit.trace", "torch.jit.save", "torch.onnx.export",
     "torch.export.export",
+    # a quantized copy (quantization-aware training's last step, round-26 audit A qat)
+    "torch.ao.quantization.convert", "torch.quantization.convert",
+    "torch.ao.quantization.quantize_dynamic", "torch.quantization.quantize_dynamic",
+    "torch.ao.quantization.quantize_fx.convert_fx", "torch.quantization.quantize_fx.convert_fx",
 }  # fmt: skip
 # Calls given the model that save it, and run no forward pass.
 MODEL_SAVES = {"torch.save", "torch.jit.save"}

@@ -399,6 +399,24 @@ class Loaders:
                 return True
         return False
 
+    def one_sample(self, dataset: cst.BaseExpression, scope: Scope) -> str | None:
+        """The script's class of `dataset` when its `__len__` returns 1: one sample (SIREN's
+        `ImageFitting`, all of an image's pixels), which a DistributedSampler gives every
+        process alike."""
+        for end in self.values.origins(dataset, scope):
+            name = dotted(end.func) if isinstance(end, cst.Call) else None
+            owner = self.index.classes.get(name) if name else None
+            for method in owner.body.body if owner is not None else ():
+                if not isinstance(method, cst.FunctionDef) or method.name.value != "__len__":
+                    continue
+                returns = [n for n in walk(method.body) if isinstance(n, cst.Return)]
+                if returns and all(
+                    isinstance(r.value, cst.Integer) and r.value.evaluated_value == 1
+                    for r in returns
+                ):
+                    return name
+        return None
+
     def _derives_from_iterable(self, owner: cst.ClassDef, seen: set[str]) -> bool:
         seen.add(owner.name.value)
         for base in owner.bases:

@@ -1090,6 +1090,27 @@ def grads_by_hand(script: TrainingScript) -> cst.CSTNode | None:
     )
 
 
+def grads_set_after_backward(script: TrainingScript) -> cst.AssignTarget | None:
+    """`p.grad = (clipped_sum + noise) / batch` in a script that runs backward passes
+    (DP-SGD by hand, round-26 audit A dp_sgd_microbatch; gradient surgery): a gradient
+    the script sets itself, from more than the gradient DDP averaged (`p.grad = p.grad /
+    n` is only that one, and `p.grad = None` sets none). Where it is set."""
+    if not script.backward_calls or not script.optimizer_calls:
+        return None
+    for node in script.index.assigns:
+        for target in node.targets:
+            if not is_attribute(target.target, "grad") or is_name(node.value, "None"):
+                continue
+            own = dotted(target.target)
+            reads_own = any(dotted(n) == own for n in walk(node.value))
+            zeros = isinstance(node.value, cst.Call) and (dotted(node.value.func) or "").rsplit(
+                ".", 1
+            )[-1] in {"zeros_like", "zeros", "empty_like"}
+            if not reads_own and not zeros:
+                return target
+    return None
+
+
 def unknown_step(script: TrainingScript) -> cst.Call | None:
     """`optimizer.step()` in a function that runs a backward pass, when no optimizer the
     script makes is found (built by a helper of another file, a factory given as an

@@ -136,6 +136,9 @@ class Samples:
 
     name: str
     reads: list[cst.Name]
+    # Counts of its samples that become `len(<its part>)`: `n` in `for i in range(0, n, bs)`
+    # when it is made by `np.random.permutation(n)`.
+    lengths: list[cst.Name] = field(default_factory=list)
     # An unseeded draw it is made by (`x = torch.randn(N, D)`): rank 0's is shared.
     drawn: cst.Call | None = None
 
@@ -232,6 +235,11 @@ class WholeBatches:
             and _constant(stop.right)
         ):  # `len(x) - 1`: the last row is only read as the one after (`x[i + 1]`)
             stop = stop.left
+        counted = _permutation_counted(self.values, found, stop)
+        if counted is not None:  # `n = X.shape[0]`, `np.random.permutation(n)`, `range(0, n,
+            assert isinstance(stop, cst.Name)  # bs)` (round-26 audit B)
+            names[counted].lengths.append(stop)
+            return
         measured = _measured(stop)
         permutation = _permutation_measured(self.values, found, measured)
         if permutation is not None:
@@ -388,7 +396,7 @@ class WholeBatches:
             and not _is_keyword(self.index, read)
             and self.index.function_of(read) is scope
         ]
-        found.samples.append(Samples(name, reads, drawn))
+        found.samples.append(Samples(name, reads, drawn=drawn))
 
     def _kind(
         self, value: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int
@@ -848,6 +856,28 @@ def _permutation_measured(
     [sliced] = names
     made = [value for value, _ in values.values_of(sliced, values.index.function_of(found.loop))]
     return sliced if made and all(_permutes(value, measured) for value in made) else None
+
+
+def _permutation_counted(values: Values, found: WholeBatch, stop: cst.BaseExpression) -> str | None:
+    """The one sample name the loop slices, when it is a permutation of `stop`, a name:
+    `idx = np.random.permutation(n)` and `for i in range(0, n, bs)`."""
+    names = {samples.name for samples in found.samples}
+    if not isinstance(stop, cst.Name) or stop.value in names or len(names) != 1:
+        return None
+    [sliced] = names
+    made = [value for value, _ in values.values_of(sliced, values.index.function_of(found.loop))]
+    return (
+        sliced
+        if made
+        and all(
+            isinstance(value, cst.Call)
+            and dotted(value.func) in PERMUTATIONS
+            and len(value.args) == 1
+            and is_name(value.args[0].value, stop.value)
+            for value in made
+        )
+        else None
+    )
 
 
 def _permutes(value: cst.BaseExpression, measured: cst.Name) -> bool:

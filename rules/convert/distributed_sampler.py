@@ -9,7 +9,13 @@ from dataclasses import replace
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import BATCH_NORMS, LOADER_POSITIONS, REINITIALISE
+from ddpify.analysis.api import (
+    BATCH_NORMS,
+    DATALOADER,
+    LOADER_POSITIONS,
+    REINITIALISE,
+    SAMPLER_ARGUMENTS,
+)
 from ddpify.analysis.calls import passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, string_value, strip_iteration
 from ddpify.analysis.script import ForeignTraining, TrainLoop
@@ -25,7 +31,14 @@ from ddpify.analysis.tree import (
     source_text,
     walk,
 )
-from ddpify.emit import DRAWS_OF_ITS_OWN, FOR_EVALUATION, MADE_AGAIN, statement, statements
+from ddpify.emit import (
+    DRAWS_OF_ITS_OWN,
+    FOR_EVALUATION,
+    MADE_AGAIN,
+    expression,
+    statement,
+    statements,
+)
 from ddpify.fixes import (
     draw_per_process,
     drawing_sampler,
@@ -581,6 +594,13 @@ class DistributedSampler(ConvertRule):
             if id(loader) in sharded and id(loader) not in looped:
                 if _passes_by_hand(ctx, loader):
                     continue
+                if _never_shuffles(anatomy, loader):  # (round-26 audit A x-transformers)
+                    ctx.info(
+                        loader.call,
+                        "no set_epoch: the loader does not shuffle, and a DistributedSampler "
+                        "without shuffling reads its epoch for nothing else",
+                    )
+                    continue
                 where = _why_unlooped(anatomy, loader)
                 ctx.cannot(
                     loader.call,
@@ -901,6 +921,17 @@ def _set_epoch_in_other_loops(ctx: ConvertContext, loop: TrainLoop) -> None:
         )
         again = replace(loop, epoch_loop=other, epoch_var=f"{sampler}.epoch + 1")
         problem = set_epoch_problem(again)
+        made = _another_loader_given(anatomy, function, site, loop)
+        if made is not None:  # (round-26 audit B kaggle_pseudo_labeling: a second round)
+            ctx.cannot(
+                site,
+                f"`{function.name.value}()` trains here too, over a DataLoader made again "
+                f"(line {anatomy.line(made)}) that ddpify does not shard: give it a "
+                "DistributedSampler and call `sampler.set_epoch(...)` before each of its "
+                "passes by hand",
+                blocking=True,
+            )
+            continue
         if not same_name or problem:
             ctx.cannot(
                 site,
@@ -915,6 +946,49 @@ def _set_epoch_in_other_loops(ctx: ConvertContext, loop: TrainLoop) -> None:
             f"set_epoch at the start of every pass of this loop too, counting on from the "
             f"sampler's epoch (`{function.name.value}()` trains here as well)",
         )
+
+
+def _counted_in(part: str) -> Callable[[cst.CSTNode], cst.BaseExpression]:
+    return lambda _: expression(f"len({part})")
+
+
+def _never_shuffles(anatomy: Anatomy, loader: Loader) -> bool:
+    """The loader has no sampler of its own and `shuffle` is not given, or is False."""
+    call = loader.call
+    if any(anatomy.loaders.argument(call, name) != [] for name in SAMPLER_ARGUMENTS):
+        return False  # a sampler, or `**kwargs` that cannot be followed
+    shuffle = anatomy.loaders.argument(call, "shuffle")
+    return shuffle is not None and all(is_name(passed.value, "False") for passed in shuffle)
+
+
+def _another_loader_given(
+    anatomy: Anatomy, function: cst.FunctionDef, site: cst.Call, loop: TrainLoop
+) -> cst.Call | None:
+    """A DataLoader other than the sharded one that the training function may read at
+    `site`: through the parameter its batch loop iterates, or the global it reads."""
+    assert loop.loader is not None
+    iterated = loop.batch_loop.iter
+    while isinstance(iterated, cst.Call) and iterated.args:  # `enumerate(loader)`, `tqdm(...)`
+        iterated = iterated.args[0].value
+    root = re.split(r"[.\[]", dotted(iterated) or "")[0]
+    if not root:
+        return None
+    given: cst.BaseExpression | None = cst.Name(root)
+    scope = anatomy.function_of(site)
+    if root in anatomy.graph.parameters_of(function):
+        given = anatomy.graph.bound_argument(site, function, root)
+    elif anatomy.values.binds(function, root):
+        return None  # the function's own
+    if given is None:
+        return None
+    for end in anatomy.values.origins(given, scope):
+        if (
+            isinstance(end, cst.Call)
+            and anatomy.is_call_to(end, DATALOADER)
+            and end is not loop.loader.call
+        ):
+            return end
+    return None
 
 
 def _share_draws(ctx: ConvertContext) -> None:
@@ -1236,6 +1310,8 @@ def _split(ctx: ConvertContext) -> bool:
             lines.append(f"{part} = {samples.name}[dist.get_rank()::dist.get_world_size()]\n")
         for read in samples.reads:
             ctx.plan.replace(read, _renamed(part))
+        for count in samples.lengths:
+            ctx.plan.replace(count, _counted_in(part))
     for read, counted in batch.counts:
         ctx.plan.replace(read, _renamed(parts[counted]))
     first_part = 1 if batch.ordered else 0

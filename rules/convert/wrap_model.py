@@ -493,8 +493,8 @@ class WrapModel(ConvertRule):
                 ctx.plan.replace(exported, _through_module)
                 ctx.changed(
                     exported,
-                    "the bare model is scripted, traced or exported: the DDP wrapper cannot "
-                    "be, and the export is the single-GPU model's",
+                    "the bare model is scripted, traced, exported or quantized: the DDP wrapper "
+                    "cannot be, and the result is the single-GPU model's",
                 )
             for copied in _whole_model_saves(anatomy, model, MODEL_COPIES):
                 ctx.plan.replace(copied, _through_module)
@@ -668,6 +668,25 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
     return None
 
 
+def _built_again_to_train(anatomy: Anatomy, model: Model) -> cst.Call | None:
+    """An optimizer made after the wrap, in its function, over the model's name once
+    another statement built the model anew (round-26 audit B kaggle_pseudo_labeling: `model
+    = get_model()` for a second round of training, left bare)."""
+    assert model.placement is not None
+    names = set(model.names) - model.bare
+    here = anatomy.function_of(model.placement)
+    for call in anatomy.script.optimizer_calls:
+        if call is model.optimizer_call or anatomy.function_of(call) is not here:
+            continue
+        if not anatomy.precedes(model.placement, call):
+            continue
+        used = {dotted(n) or "" for n in walk(call) if isinstance(n, cst.Name | cst.Attribute)}
+        for name in sorted(used & names):
+            if not anatomy.values.runs_after(model.placement, call, name):
+                return call
+    return None
+
+
 def _all_train_at_the_wrap(anatomy: Anatomy, model: Model) -> bool:
     """Every parameter of the model trains when DDP wraps it: nothing is frozen before the
     wrap, nor by the model's own class. DDP then registered them all, and freezing some
@@ -817,6 +836,14 @@ def _trained_past_the_wrapper(anatomy: Anatomy, model: Model) -> tuple[cst.CSTNo
             "DDP averages only the ones that needed a gradient when it wrapped, so the others "
             "would train apart in every process, and one that stops getting a gradient makes "
             "it raise; wrap the model again after the change by hand"
+        )
+    again = _built_again_to_train(anatomy, model)
+    if again is not None:
+        return again, (
+            f"`{name}` is built again after the wrap and trained again with a new optimizer "
+            "(a second round: pseudo-labels, a retraining): only its first build is wrapped, "
+            "and the second would train without gradient averaging; wrap the new build in "
+            "DDP too, by hand"
         )
     functional = _run_functionally(anatomy, model)
     if functional is not None:
@@ -1396,13 +1423,31 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
             f"{anatomy.line(skipped_at_random)}: stochastic depth), and each process draws its "
             "own"
         ), most
-    for forward in _forwards(anatomy, model):
-        params = [p.name.value for p in forward.params.params][2:]  # after self and the input
+    top = _forwards(anatomy, model)
+    for forward in _forwards(anatomy, model, nested=True):
+        # after self and the input; a nested layer's arguments are its caller's to choose
+        params = [p.name.value for p in forward.params.params][2:] if forward in top else []
+        layers = _layer_names(forward)
+        computed = _computed_names(forward) - layers
         for node in walk(forward.body):
+            # `if idx.numel() > 0: self.experts[e](...)` (round-26 audit A MoE, LayerDrop)
+            if (
+                isinstance(node, cst.If | cst.IfExp)
+                and any(is_name(n, *computed) for n in walk(node.test))
+                and any(
+                    _calls_submodule(inner, layers)
+                    for inner in walk(node)
+                    if inner is not node.test
+                )
+            ):
+                return (
+                    f"the forward of `{model.placed_name}` runs a layer under a condition on "
+                    f"what it computes (line {anatomy.line(node)})"
+                ), most
             if (
                 isinstance(node, cst.For | cst.If | cst.IfExp)
                 and _draws_at_random(anatomy, node.iter if isinstance(node, cst.For) else node.test)
-                and any(_calls_submodule(inner) for inner in walk(node.body))
+                and any(_calls_submodule(inner, layers) for inner in walk(node.body))
             ):
                 line = anatomy.line(node)
                 return (
@@ -1686,13 +1731,46 @@ def _draws_at_random(anatomy: Anatomy, expr: cst.BaseExpression) -> bool:
     return False
 
 
-def _calls_submodule(node: cst.CSTNode) -> bool:
-    """`self.head(x)`: a call of one of the module's own attributes."""
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and is_name(node.func.value, "self")
+def _calls_submodule(node: cst.CSTNode, layers: frozenset[str] = frozenset()) -> bool:
+    """`self.head(x)`: a call of one of the module's own attributes; `self.experts[e](x)`,
+    or `layer(x)` for one of `layers` (`for layer in self.layers:`), one of its items."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if isinstance(func, cst.Subscript):
+        func = func.value
+    return (isinstance(func, cst.Attribute) and is_name(func.value, "self")) or is_name(
+        func, *layers
     )
+
+
+def _layer_names(forward: cst.FunctionDef) -> frozenset[str]:
+    """Names a forward's loops give the module's own layers: `layer` in `for layer in
+    self.layers:` or `for i, layer in enumerate(self.layers):`."""
+    names: set[str] = set()
+    for loop in walk(forward.body):
+        if not isinstance(loop, cst.For):
+            continue
+        iterated = loop.iter
+        if isinstance(iterated, cst.Call) and is_name(iterated.func, "enumerate", "zip"):
+            iterated = iterated.args[0].value if iterated.args else iterated
+        if (dotted(iterated) or "").startswith("self."):
+            names |= {n.value for n in walk(loop.target) if isinstance(n, cst.Name)}
+    return frozenset(names)
+
+
+def _computed_names(forward: cst.FunctionDef) -> set[str]:
+    """The names a forward gives values of its own (assignments, loop targets): what it
+    computes, unlike its module's settings (`self.training`, `self.downsample`)."""
+    names: set[str] = set()
+    for node in walk(forward.body):
+        targets: list[cst.CSTNode] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, cst.AnnAssign | cst.AugAssign | cst.For | cst.NamedExpr):
+            targets = [node.target]
+        names |= {n.value for t in targets for n in walk(t) if isinstance(n, cst.Name)}
+    return names - {"self"}
 
 
 def _runs_without_grad(anatomy: Anatomy, model: Model) -> str | None:
@@ -1886,14 +1964,24 @@ def _reentrant_checkpoint(anatomy: Anatomy) -> cst.Call | None:
     return None
 
 
-def _forwards(anatomy: Anatomy, model: Model) -> list[cst.FunctionDef]:
-    """The `forward` of the script's own class the model is built from."""
-    found = []
-    for value in _constructions(anatomy, model):
-        owner = anatomy.classes.get(dotted(value.func) or "")
-        if owner is not None:
-            found += [method for method in methods(owner) if method.name.value == "forward"]
-    return found
+def _forwards(anatomy: Anatomy, model: Model, nested: bool = False) -> list[cst.FunctionDef]:
+    """The `forward` of the script's own class the model is built from; `nested`: and of
+    the script's classes it builds its layers from, and theirs."""
+    owners = [
+        owner
+        for value in _constructions(anatomy, model)
+        if (owner := anatomy.classes.get(dotted(value.func) or "")) is not None
+    ]
+    for owner in owners if nested else []:
+        for call in walk(owner):
+            made = (
+                anatomy.classes.get(dotted(call.func) or "") if isinstance(call, cst.Call) else None
+            )
+            if made is not None and made not in owners:
+                owners.append(made)
+    return [
+        method for owner in owners for method in methods(owner) if method.name.value == "forward"
+    ]
 
 
 def _constructions(anatomy: Anatomy, model: Model) -> list[cst.Call]:
@@ -2310,6 +2398,9 @@ def _whole_model_saves(
                 if isinstance(element, cst.DictElement)
             ]
         for candidate in candidates:
+            # `tq.convert(model.eval(), inplace=False)`: what returns the module itself
+            while is_method_call(candidate, *RETURN_SELF):
+                candidate = candidate.func.value  # type: ignore[attr-defined]
             name = dotted(candidate)
             if name is None:
                 continue
@@ -2321,6 +2412,10 @@ def _whole_model_saves(
             ):
                 saves.append(candidate)
     return saves
+
+
+# nn.Module methods that return the module itself.
+RETURN_SELF = ("eval", "train", "cpu", "cuda", "to", "float", "half", "double", "requires_grad_")
 
 
 def _subclasses_of(anatomy: Anatomy, names: set[str]) -> set[str]:

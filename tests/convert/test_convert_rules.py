@@ -6626,3 +6626,253 @@ def test_what_a_trainer_s_train_returns_is_computed_on_every_rank_then_printed()
         "        if dist.get_rank() == 0:\n"
         "            print(train_result)\n"
     ) in text
+
+
+def test_gradients_the_script_sets_after_its_backward_pass_are_refused() -> None:
+    """Round-26 audit A dp_sgd_microbatch: per-sample backward passes clipped and summed by
+    hand, then `p.grad = (clipped + noise) / n`: DDP averaged each per-sample gradient
+    before the clipping, and each process drew its own noise (the replicas drifted apart).
+    A gradient scaled from itself (`p.grad = p.grad / n`) or reset is no such thing."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n"
+        "    summed = [torch.zeros_like(p) for p in model.parameters()]\n"
+        "    for i in range(len(x)):\n"
+        "        optimizer.zero_grad()\n"
+        "        model(x[i : i + 1]).sum().backward()\n"
+        "        for s, p in zip(summed, model.parameters()):\n"
+        "            s.add_(p.grad * min(1.0, 1.0 / p.grad.norm().item()))\n"
+        "    for s, p in zip(summed, model.parameters()):\n"
+        "        SET\n"
+        "    optimizer.step()\n"
+    )
+    noisy = source.replace("SET", "p.grad = (s + torch.randn_like(s)) / len(x)")
+    result = convert_source(noisy.encode(), "dp.py", ConvertOptions())
+    assert result.refused and result.output == noisy.encode()
+    [problem] = result.problems
+    assert (problem.code, problem.line) == ("DDP003", 15)
+    assert "`p.grad` is set by the script after its backward pass" in problem.message
+    for harmless in ("p.grad = p.grad / len(x)", "p.grad = None", "p.grad = torch.zeros_like(p)"):
+        kept = convert_source(source.replace("SET", harmless).encode(), "dp.py", ConvertOptions())
+        assert not any("is set by the script" in n.message for n in kept.problems), harmless
+
+
+def test_a_layer_run_under_a_condition_on_what_the_forward_computes_is_tolerated() -> None:
+    """Round-26 audit A: a top-1 mixture of experts (`if idx.numel() > 0:
+    self.experts[e](...)`, in a layer class the model is built from) and fairseq's
+    LayerDrop (`p = random.random()` then `if p > self.layerdrop: x = layer(x)` over
+    `self.layers`) crashed at the first step a layer got no input: DDP is made with
+    find_unused_parameters=True. A condition on the module's settings is not one."""
+    source = (
+        "import random\nimport torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "class Block(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.experts = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))\n\n"
+        "    def forward(self, x):\n"
+        "        out = torch.zeros_like(x)\n"
+        "        for e in range(2):\n"
+        "            idx = torch.nonzero(x[:, 0].gt(0) == bool(e)).squeeze(-1)\n"
+        "            CONDITION\n"
+        "                out[idx] = self.experts[e](x[idx])\n"
+        "        return out\n\n\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.block = Block()\n\n"
+        "    def forward(self, x):\n"
+        "        return self.block(x)\n\n\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n"
+        "    optimizer.zero_grad()\n"
+        "    model(x).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    routed = convert_source(
+        source.replace("CONDITION", "if idx.numel() > 0:").encode(), "moe.py", ConvertOptions()
+    )
+    assert not routed.refused, routed.problems
+    assert ", find_unused_parameters=True)" in routed.output.decode()
+    assert any("under a condition on what it computes (line 15)" in n.message for n in routed.notes)
+    setting = convert_source(
+        source.replace("CONDITION", "if self.training:").encode(), "moe.py", ConvertOptions()
+    )
+    assert "find_unused_parameters" not in setting.output.decode()
+
+
+def test_a_dataset_of_one_sample_is_not_split() -> None:
+    """Round-26 audit A siren_implicit_fit: SIREN's `ImageFitting` holds a whole image as
+    one sample (`__len__` returns 1), taken once by `next(iter(loader))`: the
+    DistributedSampler gave both processes that sample (data-sharding failed). Refused."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, Dataset\n\n\n"
+        "class ImageFitting(Dataset):\n"
+        "    def __init__(self):\n"
+        "        self.coords, self.pixels = torch.rand(256, 2), torch.rand(256, 1)\n\n"
+        "    def __len__(self):\n        return LENGTH\n\n"
+        "    def __getitem__(self, idx):\n        return self.coords, self.pixels\n\n\n"
+        "loader = DataLoader(ImageFitting(), batch_size=1)\n"
+        "model = torch.nn.Linear(2, 1)\noptimizer = torch.optim.Adam(model.parameters())\n"
+        "model_input, ground_truth = next(iter(loader))\n"
+        "for step in range(100):\n"
+        "    loss = ((model(model_input) - ground_truth) ** 2).mean()\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    one = convert_source(source.replace("LENGTH", "1").encode(), "siren.py", ConvertOptions())
+    assert one.refused
+    [problem] = [p for p in one.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP004", 16)
+    assert "holds one sample (`ImageFitting.__len__` returns 1)" in problem.message
+    many = convert_source(source.replace("LENGTH", "8").encode(), "siren.py", ConvertOptions())
+    assert not any("holds one sample" in p.message for p in many.problems)
+
+
+SECOND_ROUND = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+
+
+def get_model():
+    return torch.nn.Linear(4, 2)
+
+
+def train_fn(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+model = get_model()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+for epoch in range(2):
+    train_fn(model, loader, optimizer)
+    print(f"round 1 epoch {epoch}")
+model = get_model()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+for epoch in range(2):
+    train_fn(model, loader, optimizer)
+    print(f"round 2 epoch {epoch}")
+torch.save(model.state_dict(), "m.pt")
+"""
+
+
+def test_a_second_round_of_training_on_a_new_build_or_a_new_loader_is_refused() -> None:
+    """Round-26 audit B kaggle_pseudo_labeling: after round 1, `model = get_model()` and a
+    new optimizer (or a new DataLoader) for round 2. Only the first build was wrapped and
+    only the first loader sharded: round 2 trained a bare model (no gradient averaging),
+    or crashed at `set_epoch` on the new loader's RandomSampler. Both are refused."""
+    rebuilt = convert_source(SECOND_ROUND.encode(), "rounds.py", ConvertOptions())
+    assert rebuilt.refused
+    [problem] = [p for p in rebuilt.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP003", 25)
+    assert "`model` is built again after the wrap and trained again" in problem.message
+    reloaded = SECOND_ROUND.replace(
+        "model = get_model()\noptimizer = torch.optim.Adam(model.parameters(), lr=1e-2)\n"
+        'for epoch in range(2):\n    train_fn(model, loader, optimizer)\n    print(f"round 2',
+        "loader = DataLoader(data, batch_size=16, shuffle=True)\n"
+        'for epoch in range(2):\n    train_fn(model, loader, optimizer)\n    print(f"round 2',
+    )
+    assert reloaded != SECOND_ROUND
+    result = convert_source(reloaded.encode(), "rounds.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP004", 26)
+    assert "over a DataLoader made again (line 24)" in problem.message
+    # one model and one loader trained in two rounds: converted, set_epoch counting on
+    kept = convert_source(
+        SECOND_ROUND.replace(
+            "model = get_model()\noptimizer = torch.optim.Adam(model.parameters(), lr=1e-2)\n"
+            'for epoch in range(2):\n    train_fn(model, loader, optimizer)\n    print(f"round 2',
+            'for epoch in range(2):\n    train_fn(model, loader, optimizer)\n    print(f"round 2',
+        ).encode(),
+        "rounds.py",
+        ConvertOptions(),
+    )
+    assert not kept.refused, kept.problems
+    assert "    loader.sampler.set_epoch(loader.sampler.epoch + 1)\n" in kept.output.decode()
+
+
+def test_the_quantized_copy_is_made_from_the_bare_model() -> None:
+    """Round-26 audit A qat_eager_like: quantization-aware training's last step,
+    `tq.convert(model.eval(), inplace=False)`, was given the wrapper (`eval()` returns it),
+    and the int8 checkpoint's keys carried `module.`. It is given the bare model."""
+    source = (
+        "import torch\nimport torch.ao.quantization as tq\n"
+        "from torch.utils.data import DataLoader\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        '    model = Net().to("cpu")\n'
+        "    tq.prepare_qat(model, inplace=True)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        model(x).sum().backward()\n"
+        "        optimizer.step()\n"
+        "    quantized = tq.convert(model.eval(), inplace=False)\n"
+        '    torch.save(quantized.state_dict(), "int8.pt")\n\n\n'
+        "main()\n"
+    )
+    result = convert_source(source.encode(), "qat.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "quantized = tq.convert(model.module.eval(), inplace=False)" in result.output.decode()
+
+
+def test_a_loader_that_never_shuffles_needs_no_set_epoch_where_none_can_go() -> None:
+    """Round-26 audit A xtransformers_enwik8: lucidrains' `cycle(DataLoader(...))` with no
+    shuffling (its dataset draws a random start per item) was refused for want of a place
+    for `set_epoch`. A DistributedSampler that does not shuffle reads its epoch for nothing
+    else: converted, with a note. A shuffling loader there is still refused."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "def cycle(loader):\n    while True:\n        for data in loader:\n            yield data\n\n\n"
+        "def main():\n"
+        "    train_loader = cycle(DataLoader(train_set, batch_size=4SHUFFLE))\n"
+        "    val_loader = cycle(DataLoader(val_set, batch_size=4))\n"
+        "    model = Net()\n"
+        "    optimizer = torch.optim.Adam(model.parameters())\n"
+        "    for i in range(100):\n"
+        "        loss = model(next(train_loader)).sum()\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+        "        if i % 10 == 0:\n"
+        "            with torch.no_grad():\n"
+        "                print(model(next(val_loader)).sum().item())\n\n\n"
+        "main()\n"
+    )
+    plain = convert_source(source.replace("SHUFFLE", "").encode(), "x.py", ConvertOptions())
+    assert not plain.refused, plain.problems
+    assert "sampler=DistributedSampler(train_set, shuffle=False)" in plain.output.decode()
+    assert any("no set_epoch: the loader does not shuffle" in n.message for n in plain.notes)
+    shuffled = source.replace("SHUFFLE", ", shuffle=True")
+    assert convert_source(shuffled.encode(), "x.py", ConvertOptions()).refused
+
+
+def test_a_permutation_of_a_count_walks_this_process_s_part_of_it() -> None:
+    """Round-26 audit B so_numpy_permutation_batches: `n_train = X.shape[0]`, then every
+    epoch `idx = np.random.permutation(n_train)` and `for i in range(0, n_train, bs)` was
+    refused ("counts to `n_train`"); with `len(X)` it converted. The loop counts to the
+    length of this process's part of the permutation."""
+    source = (
+        "import numpy as np\nimport torch\n\n"
+        "X, y = torch.randn(64, 4), torch.randint(0, 2, (64,))\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "n_train = X.shape[0]\n"
+        "for epoch in range(3):\n"
+        "    idx = np.random.permutation(n_train)\n"
+        "    for i in range(0, n_train, 8):\n"
+        "        batch = idx[i:i + 8]\n"
+        "        loss = torch.nn.functional.cross_entropy(model(X[batch]), y[batch])\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "perm.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    for i in range(0, len(idx_part), 8):\n        batch = idx_part[i:i + 8]\n" in text
+    assert "    idx = np.random.permutation(n_train)\n" in text
