@@ -106,6 +106,8 @@ class SideEffects:
         func = call.func
         # What the call's spelling shows first: names are resolved only when it shows nothing.
         if isinstance(func, cst.Attribute):
+            if isinstance(func.value, cst.Call) and opens_for_writing(func.value):
+                return "file write"  # `open("losses.txt", "w").close()` (round-26 audit B)
             base = (dotted(func.value) or "").lower()
             attr = func.attr.value
             if attr in LOG_LEVELS and ("log" in base or base == "self.logger"):

@@ -6831,7 +6831,8 @@ def test_a_loader_that_never_shuffles_needs_no_set_epoch_where_none_can_go() -> 
     else: converted, with a note. A shuffling loader there is still refused."""
     source = (
         "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
-        "def cycle(loader):\n    while True:\n        for data in loader:\n            yield data\n\n\n"
+        "def cycle(loader):\n    while True:\n"
+        "        for data in loader:\n            yield data\n\n\n"
         "def main():\n"
         "    train_loader = cycle(DataLoader(train_set, batch_size=4SHUFFLE))\n"
         "    val_loader = cycle(DataLoader(val_set, batch_size=4))\n"
@@ -6876,3 +6877,23 @@ def test_a_permutation_of_a_count_walks_this_process_s_part_of_it() -> None:
     text = result.output.decode()
     assert "    for i in range(0, len(idx_part), 8):\n        batch = idx_part[i:i + 8]\n" in text
     assert "    idx = np.random.permutation(n_train)\n" in text
+
+
+def test_a_file_emptied_by_open_then_close_is_emptied_on_rank_0_only() -> None:
+    """Round-26 audit B student_losses_txt: `open("losses.txt", "w").close()` before the
+    epochs (then appended to on rank 0) ran on every rank, a write of two processes."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        'open("losses.txt", "w").close()\n'
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n        model(x).sum().backward()\n"
+        "        optimizer.step()\n"
+        '    with open("losses.txt", "a") as f:\n        f.write(f"{epoch}\\n")\n'
+    )
+    result = convert_source(source.encode(), "losses.py", ConvertOptions())
+    assert not result.refused, result.problems
+    guarded = 'if dist.get_rank() == 0:\n    open("losses.txt", "w").close()\n'
+    assert guarded in result.output.decode()
