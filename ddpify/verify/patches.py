@@ -64,7 +64,9 @@ DROPOUTS: dict[Callable[..., Any], str] = {
 RANDOM = frozenset(
     {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
      "normal", "bernoulli", "multinomial", "poisson", "random_", "uniform_", "normal_",
-     "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_"}
+     "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_",
+     # functions whose draws run inside them, past this mode (round-26 audit A dalle_vae)
+     "gumbel_softmax", "rrelu"}
 )  # fmt: skip
 
 

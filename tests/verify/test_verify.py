@@ -1666,3 +1666,27 @@ def test_checkpoints_named_by_the_time_are_paired_in_the_order_they_were_saved(
     _, outcome, table = converted_and_verified(original, project=True)
     assert statuses(outcome)["side-effects-once"] is Status.PASS, table
     assert "same tensors as the original's" in table
+
+
+@pytest.mark.parametrize("draw", ["gumbel_softmax", "rrelu"])
+def test_draws_made_inside_a_function_the_check_sees_whole_are_noticed(
+    tmp_path: Path, draw: str
+) -> None:
+    """Round-26 audit A dalle_vae_gumbel_anneal: `F.gumbel_softmax` draws its noise inside
+    itself, past the check's mode (which sees the call whole), so nothing noticed it and a
+    right conversion failed equivalence. It is noticed as drawn while training, and
+    equivalence is then judged with one process."""
+    import torch
+    import torch.nn.functional as F
+
+    from ddpify.verify.patches import CheckMode
+    from ddpify.verify.recorder import Recorder
+
+    recorder = Recorder(tmp_path, tmp_path, steps=1, real_open=open, real_save=torch.save)
+    recorder.training = True
+    with CheckMode(recorder, map_cuda=False, float64=False):
+        if draw == "rrelu":
+            F.rrelu(torch.randn(4, 3), training=True)
+        else:
+            F.gumbel_softmax(torch.randn(4, 3), tau=1.0)
+    assert ("random", f"{draw} drawn while training") in recorder._changes
