@@ -146,6 +146,7 @@ class BatchAndLearningRate(ConvertRule):
         _refuse_local_gradient_scales(ctx)
         _weighted_means(ctx)
         _divided_by_a_count(ctx)
+        _root_of_a_mean(ctx)
         _batch_statistics(ctx)
         split = anatomy.split_samples
         if options.batch is BatchMode.GLOBAL and split is not None and split.ordered:
@@ -258,6 +259,55 @@ def _weighted_means(ctx: ConvertContext) -> None:
                 "(reduction='sum' divided by the all-reduced count is exact)",
             )
             return
+
+
+MEAN_SQUARES = {"torch.nn.functional.mse_loss", "torch.nn.MSELoss"}
+
+
+def _root_of_a_mean(ctx: ConvertContext) -> None:
+    """An RMSE loss, `torch.sqrt(mse(yhat, y) + eps)` (round-26 audit B kaggle_rmse): the
+    root of this process's mean. DDP averages the processes' losses' gradients, and a root
+    is not linear. Reported, at the first one found in a training loop or a `forward`."""
+    anatomy = ctx.anatomy
+    found: list[cst.Call] = []
+
+    def mean_square(node: cst.CSTNode) -> bool:
+        if not isinstance(node, cst.Call):
+            return False
+        if anatomy.is_call_to(node, MEAN_SQUARES) or (
+            is_method_call(node, "mean") and not node.args
+        ):
+            return True
+        scope = anatomy.function_of(node)
+        return any(  # `self.mse(yhat, y)`, `self.mse = nn.MSELoss()`
+            isinstance(end, cst.Call) and anatomy.is_call_to(end, MEAN_SQUARES)
+            for end in anatomy.values.origins(node.func, scope)
+        )
+
+    def collect(node: cst.CSTNode) -> bool:
+        if (
+            not found
+            and isinstance(node, cst.Call)
+            and (anatomy.is_call_to(node, {"torch.sqrt"}) or is_method_call(node, "sqrt"))
+            and any(mean_square(inner) for inner in walk(node))
+        ):
+            found.append(node)
+        return False
+
+    for loop in anatomy.script.train_loops:
+        anatomy.graph.reaches(loop.batch_loop.body, collect)
+    made = {dotted(call.func) for call in anatomy.calls}
+    for name, owner in anatomy.classes.items():  # a criterion's forward
+        for method in methods(owner) if name in made else ():
+            if method.name.value == "forward":
+                anatomy.graph.reaches(method.body, collect)
+    if found:
+        ctx.info(
+            found[0],
+            f"`{source_text(found[0])}` is the root of this process's mean (an RMSE loss): "
+            "DDP averages the processes' losses' gradients, which differ a little from the "
+            "root of the mean over all their samples (a root is not linear)",
+        )
 
 
 def _divided_by_a_count(ctx: ConvertContext) -> None:

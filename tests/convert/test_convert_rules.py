@@ -6897,3 +6897,34 @@ def test_a_file_emptied_by_open_then_close_is_emptied_on_rank_0_only() -> None:
     assert not result.refused, result.problems
     guarded = 'if dist.get_rank() == 0:\n    open("losses.txt", "w").close()\n'
     assert guarded in result.output.decode()
+
+
+def test_the_root_of_a_process_s_mean_is_reported() -> None:
+    """Round-26 audit B kaggle_rmse_plateau_earlystop: an RMSE loss class, `torch.sqrt(
+    self.mse(yhat, y) + self.eps)`, is the root of each process's mean, which DDP's average
+    does not make the root of the global mean: verify failed equivalence with no note to
+    explain it. Reported (DDP007); a model's RMS norm over a dimension is not."""
+    source = (
+        "import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n\n\n"
+        "class RMSELoss(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.mse = nn.MSELoss()\n\n"
+        "    def forward(self, yhat, y):\n        return torch.sqrt(self.mse(yhat, y) + 1e-8)\n\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x / torch.sqrt(x.pow(2).mean(-1, keepdim=True)))\n\n\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "criterion = CRITERION\n"
+        "for x, y in loader:\n"
+        "    optimizer.zero_grad()\n    criterion(model(x), y).backward()\n    optimizer.step()\n"
+    )
+    rmse = convert_source(
+        source.replace("CRITERION", "RMSELoss()").encode(), "r.py", ConvertOptions()
+    )
+    notes = [n for n in rmse.notes if "the root of this process's mean" in n.message]
+    assert [(n.code, n.line) for n in notes] == [("DDP007", 12)]
+    mse = convert_source(
+        source.replace("CRITERION", "nn.MSELoss()").encode(), "r.py", ConvertOptions()
+    )
+    assert not any("the root of this process's mean" in n.message for n in mse.notes)
