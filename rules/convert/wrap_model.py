@@ -678,8 +678,8 @@ def _built_again_to_train(anatomy: Anatomy, model: Model) -> cst.Call | None:
     for call in anatomy.script.optimizer_calls:
         if call is model.optimizer_call or anatomy.function_of(call) is not here:
             continue
-        if not anatomy.precedes(model.placement, call):
-            continue
+        if not anatomy.precedes(model.placement, call) or anatomy.inside(call, model.placement):
+            continue  # (one of the optimizers an `if` picks from, PyTorch-YOLOv3's)
         used = {dotted(n) or "" for n in walk(call) if isinstance(n, cst.Name | cst.Attribute)}
         for name in sorted(used & names):
             if not anatomy.values.runs_after(model.placement, call, name):

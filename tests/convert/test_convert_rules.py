@@ -6928,3 +6928,25 @@ def test_the_root_of_a_process_s_mean_is_reported() -> None:
         source.replace("CRITERION", "nn.MSELoss()").encode(), "r.py", ConvertOptions()
     )
     assert not any("the root of this process's mean" in n.message for n in mse.notes)
+
+
+def test_optimizers_an_if_picks_from_are_not_a_second_round() -> None:
+    """PyTorch-YOLOv3 in the corpus: `if cfg == "adam": optimizer = Adam(...)` / `elif ...:
+    optimizer = SGD(...)` over one model is one training, not a model built again."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "def main(kind):\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = Net()\n"
+        "    params = [p for p in model.parameters() if p.requires_grad]\n"
+        '    if kind == "adam":\n'
+        "        optimizer = torch.optim.Adam(params, lr=model.hyperparams['lr'])\n"
+        '    elif kind == "sgd":\n'
+        "        optimizer = torch.optim.SGD(params, lr=model.hyperparams['lr'])\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n        model(x).sum().backward()\n"
+        "        optimizer.step()\n\n\n"
+        'main("adam")\n'
+    )
+    result = convert_source(source.encode(), "yolo.py", ConvertOptions())
+    assert not result.refused, result.problems
