@@ -235,15 +235,11 @@ class WholeBatches:
             and _constant(stop.right)
         ):  # `len(x) - 1`: the last row is only read as the one after (`x[i + 1]`)
             stop = stop.left
-        counted = _permutation_counted(self.values, found, stop)
-        if counted is not None:  # `n = X.shape[0]`, `np.random.permutation(n)`, `range(0, n,
-            assert isinstance(stop, cst.Name)  # bs)` (round-26 audit B)
-            names[counted].lengths.append(stop)
+        if _permutation_counted(self.values, found, stop):
             return
         measured = _measured(stop)
         permutation = _permutation_measured(self.values, found, measured)
-        if permutation is not None:
-            # `X.size()[0]` is the permutation's length: `permutation_part.size()[0]`
+        if permutation is not None:  # `X.size()[0]`: its length, `permutation_part.size()[0]`
             assert measured is not None
             names[permutation].reads.append(measured)
             return
@@ -858,26 +854,27 @@ def _permutation_measured(
     return sliced if made and all(_permutes(value, measured) for value in made) else None
 
 
-def _permutation_counted(values: Values, found: WholeBatch, stop: cst.BaseExpression) -> str | None:
-    """The one sample name the loop slices, when it is a permutation of `stop`, a name:
-    `idx = np.random.permutation(n)` and `for i in range(0, n, bs)`."""
-    names = {samples.name for samples in found.samples}
-    if not isinstance(stop, cst.Name) or stop.value in names or len(names) != 1:
-        return None
-    [sliced] = names
-    made = [value for value, _ in values.values_of(sliced, values.index.function_of(found.loop))]
-    return (
-        sliced
-        if made
-        and all(
-            isinstance(value, cst.Call)
-            and dotted(value.func) in PERMUTATIONS
-            and len(value.args) == 1
-            and is_name(value.args[0].value, stop.value)
-            for value in made
-        )
-        else None
-    )
+def _permutation_counted(values: Values, found: WholeBatch, stop: cst.BaseExpression) -> bool:
+    """The loop counts to `stop`, a name, and slices one sample name made as a permutation
+    of it (`idx = np.random.permutation(n)`, `for i in range(0, n, bs)`, round-26 audit B):
+    `stop` then counts this process's part, `len(idx_part)`."""
+    if not isinstance(stop, cst.Name) or len(found.samples) != 1:
+        return False
+    [sliced] = found.samples
+    scope = values.index.function_of(found.loop)
+    made = [value for value, _ in values.values_of(sliced.name, scope)]
+    if stop.value == sliced.name or not made:
+        return False
+    if all(
+        isinstance(value, cst.Call)
+        and dotted(value.func) in PERMUTATIONS
+        and len(value.args) == 1
+        and is_name(value.args[0].value, stop.value)
+        for value in made
+    ):
+        sliced.lengths.append(stop)
+        return True
+    return False
 
 
 def _permutes(value: cst.BaseExpression, measured: cst.Name) -> bool:

@@ -592,14 +592,7 @@ class DistributedSampler(ConvertRule):
                 _foreign_set_epoch(ctx, training)
         for loader in loaders:
             if id(loader) in sharded and id(loader) not in looped:
-                if _passes_by_hand(ctx, loader):
-                    continue
-                if _never_shuffles(anatomy, loader):  # (round-26 audit A x-transformers)
-                    ctx.info(
-                        loader.call,
-                        "no set_epoch: the loader does not shuffle, and a DistributedSampler "
-                        "without shuffling reads its epoch for nothing else",
-                    )
+                if _passes_by_hand(ctx, loader) or _never_shuffles(ctx, loader):
                     continue
                 where = _why_unlooped(anatomy, loader)
                 ctx.cannot(
@@ -952,13 +945,21 @@ def _counted_in(part: str) -> Callable[[cst.CSTNode], cst.BaseExpression]:
     return lambda _: expression(f"len({part})")
 
 
-def _never_shuffles(anatomy: Anatomy, loader: Loader) -> bool:
-    """The loader has no sampler of its own and `shuffle` is not given, or is False."""
-    call = loader.call
+def _never_shuffles(ctx: ConvertContext, loader: Loader) -> bool:
+    """The loader has no sampler of its own and `shuffle` is not given, or is False: no
+    set_epoch is needed where none can go (round-26 audit A x-transformers' `cycle`)."""
+    anatomy, call = ctx.anatomy, loader.call
     if any(anatomy.loaders.argument(call, name) != [] for name in SAMPLER_ARGUMENTS):
         return False  # a sampler, or `**kwargs` that cannot be followed
     shuffle = anatomy.loaders.argument(call, "shuffle")
-    return shuffle is not None and all(is_name(passed.value, "False") for passed in shuffle)
+    if shuffle is None or not all(is_name(passed.value, "False") for passed in shuffle):
+        return False
+    ctx.info(
+        call,
+        "no set_epoch: the loader does not shuffle, and a DistributedSampler without "
+        "shuffling reads its epoch for nothing else",
+    )
+    return True
 
 
 def _another_loader_given(
