@@ -95,43 +95,34 @@ def convert_source(
     step = unknown_step(anatomy.script)
     by_hand = grads_by_hand(anatomy.script) if skipped == NOT_TRAINING else None
     if by_hand is not None:
-        problem = Note(
-            "DDP003",
+        return _refused(
+            source,
             anatomy.line(by_hand),
             "the optimizer steps on gradients the script sets itself (`.grad = ...`, no "
             "backward pass: per-sample gradients, DP-SGD): DDP averages only what a backward "
             "pass computes; average them over the processes (dist.all_reduce) by hand",
-            NoteKind.CANNOT,
-            blocking=True,
         )
-        return ConvertResult(source, source, notes=[problem], refused=True)
     set_after = grads_set_after_backward(anatomy.script) if skipped is None else None
     if set_after is not None:
-        problem = Note(
-            "DDP003",
+        return _refused(
+            source,
             anatomy.line(set_after),
             f"`{source_text(set_after.target)}` is set by the script after its backward pass "
             "(per-sample clipping, noise, a projection: DP-SGD or gradient surgery by hand): "
             "DDP averages what each backward pass computes, and what the script then makes of "
             "it, or draws, is each process's own; convert by hand (backward under no_sync, "
             "then average the result with dist.all_reduce, noise drawn alike on every rank)",
-            NoteKind.CANNOT,
-            blocking=True,
         )
-        return ConvertResult(source, source, notes=[problem], refused=True)
     if skipped == NOT_TRAINING and step is not None:
         optimizer = source_text(step.func.value)  # type: ignore[attr-defined]
-        problem = Note(
-            "DDP003",
+        return _refused(
+            source,
             anatomy.line(step),
             f"`{optimizer}.step()` follows a backward pass, but where `{optimizer}` is "
             "made is not found (a helper of another file, a factory passed in, "
             "`getattr(torch.optim, name)`): which model it trains decides the DDP wrap; "
             "make it in this file from `model.parameters()`, or convert by hand",
-            NoteKind.CANNOT,
-            blocking=True,
         )
-        return ConvertResult(source, source, notes=[problem], refused=True)
     if skipped is not None:
         return ConvertResult(source, source, skipped=skipped)
     ctx = ConvertContext(anatomy=anatomy, options=options)
@@ -176,6 +167,12 @@ def convert_source(
     notes = sorted(ctx.notes, key=lambda note: (note.line, note.code))
     whole = anatomy.whole_batch is not None
     return ConvertResult(source, new.bytes, notes=notes, whole_batch=whole)
+
+
+def _refused(source: bytes, line: int, message: str) -> ConvertResult:
+    """The script as it is, refused for one blocking reason found before any rule ran."""
+    problem = Note("DDP003", line, message, NoteKind.CANNOT, blocking=True)
+    return ConvertResult(source, source, notes=[problem], refused=True)
 
 
 def _line_map(before: str, after: str) -> list[int]:

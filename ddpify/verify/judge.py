@@ -820,19 +820,16 @@ class _DataSharding(_NamedCheck):
         field = "rows" if whole else "indices"
         sizes = [len(getattr(r.primary_steps[0], field) or ()) for r in facts.ranks]
         total = len(getattr(facts.orig_record.primary_steps[0], field) or ())
-        if bound:
-            return Check(
-                name,
-                Status.PASS,
-                f"steps 1-{steps}: {facts.n} ranks x {sizes[0] if len(set(sizes)) == 1 else sizes} "
-                f"disjoint samples (the original ran with its own batch of {total})",
-                data={"steps": steps, "per_rank": sizes, "original": total},
-            )
+        whole_of = (
+            f"(the original ran with its own batch of {total})"
+            if bound
+            else f"= the original's batch of {total}"
+        )
         return Check(
             name,
             Status.PASS,
             f"steps 1-{steps}: {facts.n} ranks x {sizes[0] if len(set(sizes)) == 1 else sizes} "
-            f"disjoint samples = the original's batch of {total}",
+            f"disjoint samples {whole_of}",
             data={"steps": steps, "per_rank": sizes, "original": total},
         )
 

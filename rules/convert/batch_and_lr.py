@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import partial
 
 import libcst as cst
@@ -261,6 +262,20 @@ def _weighted_means(ctx: ConvertContext) -> None:
             return
 
 
+def _in_steps_and_forwards(
+    anatomy: Anatomy, collect: Callable[[cst.CSTNode], bool], made_only: bool = False
+) -> None:
+    """Run `collect` over the training steps (and what they call) and the script's classes'
+    `forward`s (only of the classes it makes, with `made_only`)."""
+    for loop in anatomy.script.train_loops:
+        anatomy.graph.reaches(loop.batch_loop.body, collect)
+    made = {dotted(call.func) for call in anatomy.calls}
+    for name, owner in anatomy.classes.items():
+        for method in methods(owner) if name in made or not made_only else ():
+            if method.name.value == "forward":
+                anatomy.graph.reaches(method.body, collect)
+
+
 MEAN_SQUARES = {"torch.nn.functional.mse_loss", "torch.nn.MSELoss"}
 
 
@@ -294,13 +309,7 @@ def _root_of_a_mean(ctx: ConvertContext) -> None:
             found.append(node)
         return False
 
-    for loop in anatomy.script.train_loops:
-        anatomy.graph.reaches(loop.batch_loop.body, collect)
-    made = {dotted(call.func) for call in anatomy.calls}
-    for name, owner in anatomy.classes.items():  # a criterion's forward
-        for method in methods(owner) if name in made else ():
-            if method.name.value == "forward":
-                anatomy.graph.reaches(method.body, collect)
+    _in_steps_and_forwards(anatomy, collect, made_only=True)  # a criterion's forward
     if found:
         ctx.info(
             found[0],
@@ -328,12 +337,7 @@ def _divided_by_a_count(ctx: ConvertContext) -> None:
             found.append((node, source_text(node.right)))
         return False  # look at every node
 
-    for loop in anatomy.script.train_loops:
-        anatomy.graph.reaches(loop.batch_loop.body, collect)
-    for owner in anatomy.classes.values():  # a criterion's forward, where DETR has it
-        for method in methods(owner):
-            if method.name.value == "forward":
-                anatomy.graph.reaches(method.body, collect)
+    _in_steps_and_forwards(anatomy, collect)  # a criterion's forward, where DETR has it
     if found and not any(
         note.code == ctx.rule.code and f"by `{found[0][1]}`" in note.message
         for note in ctx.notes
@@ -422,12 +426,7 @@ def _batch_statistics(ctx: ConvertContext) -> None:
             found.append(node)
         return False  # look at every node
 
-    for loop in anatomy.script.train_loops:
-        anatomy.graph.reaches(loop.batch_loop.body, collect)
-    for owner in anatomy.classes.values():  # the models' forward, where Barlow Twins has it
-        for method in methods(owner):
-            if method.name.value == "forward":
-                anatomy.graph.reaches(method.body, collect)
+    _in_steps_and_forwards(anatomy, collect)  # the models' forward, where Barlow Twins has it
     if found:
         ctx.info(
             found[0],
