@@ -1433,7 +1433,7 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
             # `if idx.numel() > 0: self.experts[e](...)` (round-26 audit A MoE, LayerDrop)
             if (
                 isinstance(node, cst.If | cst.IfExp)
-                and any(is_name(n, *computed) for n in walk(node.test))
+                and any(is_name(n, *computed) for n in _read_names(node.test))
                 and any(
                     _calls_submodule(inner, layers)
                     for inner in walk(node)
@@ -1769,8 +1769,14 @@ def _computed_names(forward: cst.FunctionDef) -> set[str]:
             targets = [t.target for t in node.targets]
         elif isinstance(node, cst.AnnAssign | cst.AugAssign | cst.For | cst.NamedExpr):
             targets = [node.target]
-        names |= {n.value for t in targets for n in walk(t) if isinstance(n, cst.Name)}
+        names |= {n.value for t in targets for n in _read_names(t)}
     return names - {"self"}
+
+
+def _read_names(node: cst.CSTNode) -> list[cst.Name]:
+    """The names `node` reads or binds: not an attribute's (`aux` of `self.aux`)."""
+    attributes = {id(n.attr) for n in walk(node) if isinstance(n, cst.Attribute)}
+    return [n for n in walk(node) if isinstance(n, cst.Name) and id(n) not in attributes]
 
 
 def _runs_without_grad(anatomy: Anatomy, model: Model) -> str | None:
