@@ -265,6 +265,12 @@ class _Facts:
         )
 
     @property
+    def ghost(self) -> bool:
+        """BatchNorm over parts of each batch (Ghost BatchNorm's virtual batches): a rank's
+        k-th part holds other samples than the original's k-th."""
+        return self.n > 1 and any(c.kind == "ghost" for r in self.ranks for c in r.changes)
+
+    @property
     def expected_steps(self) -> int:
         """The steps both runs should have recorded (fewer than --steps if a script ends)."""
         counts = [len(r.primary_steps) for r in [self.orig_record, *self.ranks]]
@@ -593,6 +599,15 @@ class _Equivalence(_NamedCheck):
                 "same numbers for the same sample (data-sharding says whether the ranks' own "
                 "draws differ)"
             )
+        if facts.ghost and single is not None:
+            why = "BatchNorm over parts of each batch (virtual, or ghost, batches)"
+            return _with_one_process(
+                facts,
+                _Facts.of(single),
+                why,
+                intro=f"{why}: a rank's k-th part holds other samples than the original's k-th; "
+                "one process of the conversion was run against the original",
+            )
         drawn = facts.drawn
         if drawn and single is not None and facts.n > 1:
             # (round-24 audits: word2vec's negatives, a collate's neighbour sampling, teacher
@@ -716,6 +731,7 @@ def _one_process(facts: _Facts) -> _Facts | None:
         facts.batch_semantics()[0] is None
         or facts.drawn
         or facts.per_process
+        or facts.ghost
         or facts.verification.batch_bound
     ):
         return _Facts.of(single)

@@ -182,6 +182,17 @@ class CheckMode(TorchFunctionMode):
                 if not keyed:
                     self.recorder.changed("random", f"{name} drawn while training")
         if func is F.batch_norm and kwargs.get("training", args[5] if len(args) > 5 else False):
+            indices = self.recorder.batch_indices
+            given = args[0] if args else kwargs.get("input")
+            if (
+                self.recorder.training
+                and indices is not None
+                and isinstance(given, torch.Tensor)
+                and 0 < given.shape[0] < len(indices)
+            ):  # Ghost BatchNorm's virtual batches (round-26 audit A tabnet_ghost_bn)
+                self.recorder.changed(
+                    "ghost", "BatchNorm over parts of each batch (virtual, or ghost, batches)"
+                )
             self.recorder.changed(
                 "batchnorm",
                 "BatchNorm in training mode: statistics over the whole global batch (every "

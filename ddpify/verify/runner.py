@@ -588,8 +588,8 @@ def _unmatched_batches(verification: Verification) -> bool:
     record = converted.processes[0].record
     if verification.per_process:  # the N processes' steps may differ by a reported cause
         return True
-    if any(change.kind == "random" for change in record.changes):
-        return True  # drawn while training: the original for its batch, each rank for its part
+    if any(change.kind in ("random", "ghost") for change in record.changes):
+        return True  # drawn while training, or normalised over parts of the batch
     if verification.train_loader is None:
         return not verification.whole_batch
     loader = record.loader(verification.train_loader)
