@@ -2847,7 +2847,8 @@ def test_a_backbone_frozen_after_the_wrap_then_unfrozen_trains_both_stages(
         "    flat = torch.cat([p.detach().flatten() for p in model.parameters()])\n"
         "    every = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]\n"
         "    dist.all_gather(every, flat)\n"
-        '    print("in sync", all(torch.equal(every[0], other) for other in every))\n'
+        "    if dist.get_rank() == 0:  # one writer: two would interleave their lines\n"
+        '        print("in sync", all(torch.equal(every[0], other) for other in every))\n'
     )
     assert "\nfinally:\n" in text
     text = text.replace("\nfinally:\n", "\n" + probe + "finally:\n")
@@ -2855,7 +2856,7 @@ def test_a_backbone_frozen_after_the_wrap_then_unfrozen_trains_both_stages(
     ran = torchrun(["two_stages.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert len(progress_lines(ran.stdout)) == 4
-    assert ran.stdout.decode().count("in sync True") == 2
+    assert ran.stdout.decode().count("in sync True") == 1
     assert_checkpoint_is_plain(tmp_path / "two_stages.pt")
     plain = text.replace(", find_unused_parameters=True)", ")")
     (tmp_path / "plain.py").write_text(plain)
