@@ -218,6 +218,14 @@ class SampleCounts(ConvertRule):
                     for n in _lengths(anatomy, scope, source)
                     if _divides_a_sum(anatomy, n, loop.batch_loop)
                 ]
+            for source in _index_sources(anatomy, loop.loader, scope):
+                # `tot / len(tr_idx)` with `DataLoader(TabDS(train[tr_idx]), ...)` (round-26
+                # audit B kaggle_tabular_embeddings): the index array picks the samples.
+                lengths += [
+                    (n, True)
+                    for n in _lengths(anatomy, scope, source)
+                    if _divides_a_sum(anatomy, n, loop.batch_loop)
+                ]
             sampler = f"{name}.{loop.loader.sampler_path}"
             for length, divisor_only in lengths:
                 if id(length) in done or not _averaged_or_shown(anatomy, length, divisor_only):
@@ -303,16 +311,57 @@ def _tensor_sources(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | N
             inner = inner.func.value  # `.float()`
         if not isinstance(inner, cst.Name):
             continue
-        name = inner.value
-        if made_in is not scope and (
-            made_in is not None
-            or scope is None
-            or anatomy.values.binds(scope, name)
-            or name in anatomy.graph.parameters_of(scope)
+        if _same_object(anatomy, inner.value, made_in, scope):
+            found.append(inner.value)
+    return found
+
+
+def _same_object(
+    anatomy: Anatomy, name: str, made_in: cst.FunctionDef | None, scope: cst.FunctionDef | None
+) -> bool:
+    """`name`, read where the loader is made (`made_in`), names the same object in `scope`,
+    where its length is taken, and is bound once."""
+    if made_in is not scope and (
+        made_in is not None
+        or scope is None
+        or anatomy.values.binds(scope, name)
+        or name in anatomy.graph.parameters_of(scope)
+    ):
+        return False
+    return len(anatomy.values.assignments(name, made_in)) <= 1
+
+
+def _index_sources(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | None) -> list[str]:
+    """The index arrays that pick the samples of the dataset the loader reads, by the names
+    they have in `scope`: `tr_idx` of `TabDS(train[tr_idx])` or of `Subset(full, tr_idx)`.
+    Each has as many entries as the dataset has samples."""
+    dataset = call_arg(loader.call, 0, "dataset")
+    if dataset is None:
+        return []
+    made_in = anatomy.function_of(loader.call)
+    value = dataset.value
+    if isinstance(value, cst.Name):
+        values = anatomy.values.assignments(value.value, made_in)
+        value = values[0] if len(values) == 1 else value
+    if not isinstance(value, cst.Call):
+        return []
+    names = []
+    indices = call_arg(value, 1, "indices")
+    if (dotted(value.func) or "").rsplit(".", 1)[-1] == "Subset" and indices is not None:
+        names.append(indices.value)
+    for node in walk(value):
+        if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+            index = node.slice[0].slice
+            if isinstance(index, cst.Index):
+                names.append(index.value)
+    found = []
+    for node in names:
+        if (
+            isinstance(node, cst.Name)
+            and node.value not in found
+            and _same_object(anatomy, node.value, made_in, scope)
         ):
-            continue  # not the same object where the length is taken
-        if len(anatomy.values.assignments(name, made_in)) <= 1:
-            found.append(name)
+            found.append(node.value)
     return found
 
 

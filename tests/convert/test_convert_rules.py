@@ -6952,3 +6952,39 @@ def test_optimizers_an_if_picks_from_are_not_a_second_round() -> None:
     )
     result = convert_source(source.encode(), "yolo.py", ConvertOptions())
     assert not result.refused, result.problems
+
+
+@pytest.mark.parametrize("dataset", ["TabDS(train[tr_idx])", "Subset(full, tr_idx)"])
+def test_an_average_over_the_index_array_that_picks_the_samples_counts_this_processs_part(
+    dataset: str,
+) -> None:
+    """Round-26 audit B kaggle_tabular_embeddings: `tot / len(tr_idx)` with
+    `DataLoader(TabDS(train[tr_idx]), ...)` kept the whole training set's length, and the
+    train RMSE rank 0 printed was too small by the square root of the process count. A
+    length of the index array that divides nothing the loop sums stays."""
+    source = """import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset
+
+idx = np.random.permutation(len(train))
+val_idx, tr_idx = idx[:100], idx[100:]
+train_dl = DataLoader(DATASET, batch_size=32, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+print(f"{len(tr_idx)} training rows")
+for epoch in range(3):
+    tot = 0
+    for xb, yb in train_dl:
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        tot += loss.item() * len(yb)
+    print(f"epoch {epoch}: train rmse {np.sqrt(tot / len(tr_idx)):.4f}")
+"""
+    source = source.replace("DATASET", dataset)
+    result = convert_source(source.encode(), "tabular.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "np.sqrt(tot / len(train_dl.sampler))" in text
+    assert 'print(f"{len(tr_idx)} training rows")' in text
