@@ -16,7 +16,7 @@ from ddpify.analysis.api import (
     REINITIALISE,
     SAMPLER_ARGUMENTS,
 )
-from ddpify.analysis.calls import passing_loop
+from ddpify.analysis.calls import MAX_DEPTH, passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, string_value, strip_iteration
 from ddpify.analysis.script import ForeignTraining, TrainLoop
 from ddpify.analysis.splits import drawn_seeds, per_process_draw
@@ -665,6 +665,28 @@ def _rounds_around(anatomy: Anatomy, loop: TrainLoop) -> cst.CSTNode | None:
     return None
 
 
+def _called_again(
+    anatomy: Anatomy, loop: TrainLoop
+) -> tuple[cst.FunctionDef, list[cst.Call]] | None:
+    """The function the epoch loop is in (or one that calls it) and its call sites, when it
+    is called more than once over a loader made outside it: stages of training (a frozen
+    backbone, then all of it) through one `train_model()`, whose epoch counter starts
+    again in every call."""
+    assert loop.epoch_loop is not None and loop.loader is not None
+    node: cst.CSTNode = loop.epoch_loop
+    for _ in range(MAX_DEPTH):
+        function = anatomy.function_of(node)
+        if function is None or anatomy.inside(loop.loader.call, function):
+            return None
+        sites = anatomy.graph.call_sites(function)
+        if len(sites) > 1:
+            return function, sites
+        if not sites:
+            return None
+        node = sites[0]
+    return None
+
+
 def _counted_over_rounds(anatomy: Anatomy, loop: TrainLoop) -> tuple[str, cst.For] | None:
     """`rnd * E + epoch`, the epochs counted over every round, when the loader is made anew
     in each pass of a loop around `for epoch in range(E)` (self-training's rounds, round-15
@@ -799,6 +821,19 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
                 loop.epoch_loop,
                 f"set_epoch at the start of every epoch, counting the passes (the epoch "
                 f"counter starts again in every pass of the loop at line {anatomy.line(rounds)})",
+            )
+        elif (again := _called_again(anatomy, loop)) is not None:
+            # round-26 audit B colab_freeze_then_finetune: `train_model(...)` for the head,
+            # then again for the whole model; its `for epoch in range(num_epochs)` starts
+            # at 0 in each call and the second stage replayed the first one's orders
+            sampler = f"{loop.loader_at_epoch}.{loop.loader.sampler_path}"
+            insert_set_epoch(ctx.plan, replace(loop, epoch_var=f"{sampler}.epoch + 1"))
+            lines = ", ".join(str(anatomy.line(site)) for site in again[1])
+            ctx.changed(
+                loop.epoch_loop,
+                f"set_epoch at the start of every epoch, counting the passes (the epoch "
+                f"counter starts again in every call of `{again[0].name.value}()`, lines "
+                f"{lines})",
             )
         elif (counted := _counted_over_rounds(anatomy, loop)) is not None:
             epochs, round_loop = counted

@@ -1929,6 +1929,28 @@ def test_a_loader_made_anew_every_round_shuffles_anew_every_round(tmp_path: Path
         assert not set(mine) & set(theirs) and len(mine + theirs) == 16
 
 
+def test_stages_through_one_training_function_shuffle_anew_every_pass(tmp_path: Path) -> None:
+    """Round-26 audit B colab_freeze_then_finetune: `train_model(...)` called for the head,
+    then again for the whole model, with `for epoch in range(num_epochs)` inside:
+    `set_epoch(epoch)` gave the second stage the first stage's orders. The sampler's own
+    count of passes gives four."""
+    source = ROUNDS_OF_EPOCHS.replace(
+        "for rnd in range(3):\n    for _ in range(2):\n",
+        "def train(epochs):\n    for _ in range(epochs):\n",
+    ).replace("PROBE", "train(2)\ntrain(2)\nPROBE")
+    result = convert_source(source.encode(), "stages.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"loader.sampler.set_epoch(loader.sampler.epoch + 1)" in result.output
+    probe = "json.dump(orders, open(f'orders{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "stages.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["stages.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    orders = json.loads((tmp_path / "orders0.json").read_text())
+    assert len(orders) == 4 and len({tuple(o) for o in orders}) == 4
+    once = source.replace("train(2)\ntrain(2)", "train(2)")
+    assert b"set_epoch(_)" in convert_source(once.encode(), "s.py", ConvertOptions()).output
+
+
 NANOGPT_PREPARE = """\
 import os
 import numpy as np
