@@ -93,6 +93,14 @@ class Loaders:
             return None
         if keyed is not None:
             key = string_value(keyed[1])
+            owner = self.index.class_of(scope) if scope is not None else None
+            if keyed[0].startswith("self.") and owner is not None:
+                # `self.loaders[task]` made in `__init__` (round-26 audit A multitask)
+                for method in methods(owner):
+                    for value in self.values.assignments(keyed[0], method):
+                        found = self._keyed_in(value, key, method, depth)
+                        if found is not None:
+                            return found
             for where in (scope, None) if scope is not None else (None,):
                 values = self.values.assignments(keyed[0], where)
                 if values and not isinstance(values[0], cst.Call | cst.DictComp):

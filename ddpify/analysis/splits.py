@@ -51,6 +51,28 @@ PER_PROCESS = {
     )
 }  # fmt: skip
 
+# Draws that may choose what a step does (which task's loader it reads next), by family.
+CHOICES = {
+    **{f"random.{name}": "random" for name in (
+        "choice", "choices", "random", "randint", "randrange", "sample", "uniform")},
+    **{f"numpy.random.{name}": "numpy" for name in ("choice", "rand", "randint", "random")},
+    **{f"torch.{name}": "torch" for name in ("randint", "rand", "multinomial")},
+}  # fmt: skip
+
+
+def unseeded_choice(index: SourceIndex, graph: CallGraph) -> cst.Call | None:
+    """A draw (see CHOICES) from a generator the script never seeds before it: every
+    process draws its own value."""
+    for call in index.calls:
+        family = _family(index, call, CHOICES)
+        if (
+            family is not None
+            and not _seeded_by_generator(call)
+            and not _seeded_before(index, family, call, graph)
+        ):
+            return call
+    return None
+
 
 @dataclass(frozen=True)
 class DrawnSplit:

@@ -19,7 +19,7 @@ from ddpify.analysis.api import (
 from ddpify.analysis.calls import MAX_DEPTH, passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, string_value, strip_iteration
 from ddpify.analysis.script import ForeignTraining, TrainLoop
-from ddpify.analysis.splits import drawn_seeds, per_process_draw
+from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import (
     call_arg,
@@ -1283,18 +1283,38 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
         for node, source in starts
         if any(kind == "loop" for _, kind in anatomy.graph.loops_around(node))
     ]
-    if not starts or any(dotted(source) is None for _, source in again):
+    if not starts or any(_read_as(source) is None for _, source in again):
         return False
     if any(_given_other_loaders(anatomy, loader, node, source) for node, source in again):
         return False
+    keyed = [source for _, source in again if keyed_read(source) is not None]
+    if keyed and (draw := unseeded_choice(anatomy, anatomy.graph)) is not None:
+        # which key's loader a step reads may be drawn: each process would count its own
+        # passes over each loader, and the samplers' epochs (their shards) part ways
+        ctx.cannot(
+            draw,
+            f"`{dotted(draw.func)}(...)` is drawn unseeded and the loaders made per key "
+            f"(`{source_text(keyed[0])}`) start their passes as the steps go: if it chooses "
+            "the key, each process counts its own passes and their shards overlap; seed "
+            "the generator alike in every process (`random.seed(0)`) first",
+            blocking=True,
+        )
+        return True
     for node, source in again:
-        sampler = f"{dotted(source)}.{loader.sampler_path}"
+        sampler = f"{_read_as(source)}.{loader.sampler_path}"
         where = node if isinstance(node, cst.For) else anatomy.statement_of(node)
         ctx.plan.insert_before(where, [statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")])
         ctx.changed(where, "set_epoch before every new pass over the loader")
     if not again:
         ctx.info(loader.call, "one pass over the data: no set_epoch needed")
     return True
+
+
+def _read_as(source: cst.BaseExpression) -> str | None:
+    """The code that reads the loader again where a pass starts: a dotted name, or one read
+    by key (`self.loaders[task]`, loaders made per task in a comprehension)."""
+    keyed = keyed_read(source)
+    return f"{keyed[0]}[{keyed[1]}]" if keyed is not None else dotted(source)
 
 
 def _split(ctx: ConvertContext) -> bool:
