@@ -94,6 +94,7 @@ class Loaders:
         if keyed is not None:
             key = string_value(keyed[1])
             owner = self.index.class_of(scope) if scope is not None else None
+            wheres: list[Scope] = [scope, None] if scope is not None else [None]
             if keyed[0].startswith("self.") and owner is not None:
                 # `self.loaders[task]` made in `__init__` (round-26 audit A multitask)
                 for method in methods(owner):
@@ -101,6 +102,14 @@ class Loaders:
                         found = self._keyed_in(value, key, method, depth)
                         if found is not None:
                             return found
+                wheres = [*methods(owner), *wheres]
+            if key is None:
+                # read at a variable key: the one loader given under every key in a loop
+                # (`for t, ds in sets.items(): loaders[t] = DataLoader(ds, ...)`)
+                for where in wheres:
+                    in_loop = _keyed_by_loop(self.index, keyed[0], where)
+                    if in_loop is not None:
+                        return self.resolve(in_loop, where, depth + 1)
             for where in (scope, None) if scope is not None else (None,):
                 values = self.values.assignments(keyed[0], where)
                 if values and not isinstance(values[0], cst.Call | cst.DictComp):
@@ -505,6 +514,33 @@ def literal_strings(node: cst.BaseExpression) -> tuple[str, ...]:
             return ()
         found.append(text)
     return tuple(found)
+
+
+def _keyed_by_loop(index: SourceIndex, name: str, scope: Scope) -> cst.BaseExpression | None:
+    """The value of the one `name[<variable>] = value` in a `for` loop in `scope`, when
+    nothing else gives `name` a key."""
+    given = [
+        assign
+        for assign in index.assigns
+        if len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Subscript)
+        and dotted(assign.targets[0].target.value) == name
+        and index.function_of(assign) is scope
+    ]
+    if len(given) != 1:
+        return None
+    target = given[0].targets[0].target
+    assert isinstance(target, cst.Subscript)
+    key = target.slice[0].slice if len(target.slice) == 1 else None
+    if not (isinstance(key, cst.Index) and isinstance(key.value, cst.Name)):
+        return None
+    variable = key.value.value
+    for ancestor in index.ancestors(given[0]):
+        if isinstance(ancestor, cst.For) and variable in {
+            n.value for n in walk(ancestor.target) if isinstance(n, cst.Name)
+        }:
+            return given[0].value
+    return None
 
 
 def _subscript_key(subscript: cst.Subscript) -> str | None:

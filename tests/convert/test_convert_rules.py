@@ -6988,3 +6988,50 @@ for epoch in range(3):
     text = result.output.decode()
     assert "np.sqrt(tot / len(train_dl.sampler))" in text
     assert 'print(f"{len(tr_idx)} training rows")' in text
+
+
+def test_loaders_given_per_key_in_a_loop_and_made_again_by_key_get_set_epoch() -> None:
+    """Round-26 audit A multitask_task_sampling_b: `self.loaders[t] = DataLoader(...)` in
+    a `for t, ds in sets.items()` loop, read as `iter(self.loaders[task])` again on
+    StopIteration: the key is a variable, and no loader was found to call set_epoch on."""
+    source = """import random
+import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, model, sets):
+        self.model = model
+        self.loaders = {}
+        for t, ds in sets.items():
+            self.loaders[t] = DataLoader(ds, batch_size=2, shuffle=True)
+        self.iters = {t: iter(dl) for t, dl in self.loaders.items()}
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def next_batch(self, task):
+        try:
+            return next(self.iters[task])
+        except StopIteration:
+            self.iters[task] = iter(self.loaders[task])
+            return next(self.iters[task])
+
+    def train(self, steps):
+        for step in range(steps):
+            (x,) = self.next_batch(random.choice(["a", "b"]))
+            self.optimizer.zero_grad()
+            self.model(x).sum().backward()
+            self.optimizer.step()
+
+
+random.seed(0)
+Trainer(torch.nn.Linear(1, 1), sets).train(40)
+"""
+    result = convert_source(source.encode(), "multitask.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "        except StopIteration:\n"
+        "            self.loaders[task].sampler.set_epoch(self.loaders[task].sampler.epoch + 1)\n"
+        "            self.iters[task] = iter(self.loaders[task])\n" in text
+    )
+    assert "sampler=DistributedSampler(ds, shuffle=True)" in text
