@@ -233,12 +233,19 @@ class SampleCounts(ConvertRule):
                 done.add(id(length))
                 ctx.plan.replace(length, _measure_sampler(sampler))
                 ctx.changed(length, f"counts this process's samples: len({sampler})")
-            if dataset is None:
-                continue
-            for count in _counts_of(anatomy, scope, dataset, loop.batch_loop):
+            measured = [f"{name}.dataset", *([dataset] if dataset is not None else [])]
+            for count in _counts_of(anatomy, scope, measured, loop.batch_loop):
                 if id(count) in done:
                     continue
                 done.add(id(count))
+                made = _measured_only_to_divide(anatomy, scope, count)
+                if made is not None:
+                    # `n = len(loader.dataset)` read only to divide the loop's sums: the
+                    # count itself changes, and `n` keeps its name
+                    done.add(id(made))
+                    ctx.plan.replace(made, _measure_sampler(sampler))
+                    ctx.changed(made, f"counts this process's samples: len({sampler})")
+                    continue
                 ctx.plan.replace(count, _replaced_by(cst.parse_expression(f"len({sampler})")))
                 ctx.changed(count, f"counts this process's samples: len({sampler})")
 
@@ -346,6 +353,17 @@ def _index_sources(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | No
     if not isinstance(value, cst.Call):
         return []
     names = []
+    sampler = call_arg(loader.call, None, "sampler")
+    if sampler is not None and isinstance(sampler.value, cst.Name):
+        # `sampler=train_sampler`, `train_sampler = SubsetRandomSampler(train_indices)`
+        given = anatomy.values.assignments(sampler.value.value, made_in)
+        picked = given[0] if len(given) == 1 else None
+        if (
+            isinstance(picked, cst.Call)
+            and picked.args
+            and (dotted(picked.func) or "").endswith("SubsetRandomSampler")
+        ):
+            names.append(picked.args[0].value)
     indices = call_arg(value, 1, "indices")
     if (dotted(value.func) or "").rsplit(".", 1)[-1] == "Subset" and indices is not None:
         names.append(indices.value)
@@ -366,13 +384,15 @@ def _index_sources(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | No
 
 
 def _counts_of(
-    anatomy: Anatomy, scope: cst.FunctionDef | None, dataset: str, batch_loop: cst.CSTNode
+    anatomy: Anatomy, scope: cst.FunctionDef | None, measured: list[str], batch_loop: cst.CSTNode
 ) -> list[cst.Name]:
-    """A name holding the dataset's length (`n_train = len(train_ds)`; `n` of `train_ds =
+    """A name holding the dataset's length (`n_train = len(train_ds)`, `n =
+    len(loader.dataset)` (round-27 audit B blog_history_npz); `n` of `train_ds =
     Subset(full, order[:n])`, a curriculum's growing subset, round-22 audit B) where it
-    divides what the batch loop sums (`running / n`)."""
+    divides what the batch loop sums (`running / n`). `measured`: the loader's dataset as
+    the loop reads it, and the dataset's own name, when it has one."""
     counts: set[str] = set()
-    made = anatomy.values.assignments(dataset, scope)
+    made = anatomy.values.assignments(measured[-1], scope)
     if len(made) == 1 and isinstance(made[0], cst.Call):
         subset = made[0]
         indices = call_arg(subset, 1, "indices")
@@ -399,7 +419,7 @@ def _counts_of(
                 and isinstance(value, cst.Call)
                 and is_name(value.func, "len")
                 and len(value.args) == 1
-                and is_name(value.args[0].value, dataset)
+                and dotted(value.args[0].value) in measured
             ):
                 counts.add(target.value)
     return [
@@ -411,6 +431,39 @@ def _counts_of(
         and anatomy.function_of(node) is scope
         and _divides_a_sum(anatomy, node, batch_loop)
     ]
+
+
+def _measured_only_to_divide(
+    anatomy: Anatomy, scope: cst.FunctionDef | None, count: cst.Name
+) -> cst.Call | None:
+    """The `len(...)` that `count`'s one binding holds, when every read of the name in
+    `scope` divides (`loss_sum / n, correct / n`)."""
+    made = anatomy.values.assignments(count.value, scope)
+    if len(made) != 1 or not isinstance(made[0], cst.Call) or not is_name(made[0].func, "len"):
+        return None
+    for node in walk(scope if scope is not None else anatomy.module):
+        if (
+            isinstance(node, cst.Name)
+            and node.value == count.value
+            and anatomy.function_of(node) is scope
+            and not any(node is target for target in _targets(anatomy, node))
+        ):
+            parent = anatomy.parent(node)
+            if not (
+                isinstance(parent, cst.BinaryOperation)
+                and isinstance(parent.operator, cst.Divide)
+                and parent.right is node
+            ):
+                return None
+    return made[0]
+
+
+def _targets(anatomy: Anatomy, name: cst.Name) -> list[cst.BaseExpression]:
+    """The assignment targets of the statement `name` is in."""
+    parent = anatomy.parent(name)
+    if isinstance(parent, cst.AssignTarget):
+        return [parent.target]
+    return []
 
 
 def _divides_a_sum(anatomy: Anatomy, length: cst.BaseExpression, batch_loop: cst.CSTNode) -> bool:

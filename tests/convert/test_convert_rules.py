@@ -7035,3 +7035,53 @@ Trainer(torch.nn.Linear(1, 1), sets).train(40)
         "            self.iters[task] = iter(self.loaders[task])\n" in text
     )
     assert "sampler=DistributedSampler(ds, shuffle=True)" in text
+
+
+def test_a_count_of_the_loader_s_dataset_and_subset_sampler_indices_count_this_processs_part() -> (
+    None
+):
+    """Round-27 audit B: `n = len(loader.dataset)` then `return loss_sum / n, correct / n`
+    in the training function (blog_history_npz), and `train_loss / len(train_indices)` with
+    `sampler=SubsetRandomSampler(train_indices)` (so_subset_random_sampler_split): both
+    kept the whole training set's count, and rank 0 printed and saved half its loss."""
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.sampler import SubsetRandomSampler
+
+
+def train_one_epoch(model, loader, optimizer):
+    loss_sum, correct = 0.0, 0
+    for x, y in loader:
+        optimizer.zero_grad()
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.item() * len(y)
+        correct += (out.argmax(1) == y).sum().item()
+    n = len(loader.dataset)
+    return loss_sum / n, correct / n
+
+
+data = TensorDataset(torch.randn(1000, 4), torch.randint(0, 2, (1000,)))
+train_indices = list(range(100, 1000))
+train_sampler = SubsetRandomSampler(train_indices)
+train_loader = DataLoader(data, batch_size=32, sampler=train_sampler)
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    train_one_epoch(model, train_loader, optimizer)
+    total = 0.0
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    print(total / len(train_indices), len(train_indices))
+"""
+    result = convert_source(source.encode(), "counts.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    n = len(loader.sampler)\n    return loss_sum / n, correct / n\n" in text
+    assert "print(total / len(train_loader.sampler), len(train_indices))" in text
