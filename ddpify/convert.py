@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.script import grads_by_hand, grads_set_after_backward, unknown_step
+from ddpify.analysis.script import (
+    grads_by_hand,
+    grads_set_after_backward,
+    steps_in_backward,
+    unknown_step,
+)
 from ddpify.analysis.tree import is_name, source_text, walk
 from ddpify.dist_alias import ALIAS, hide, restore
 from ddpify.edits import add_imports
@@ -112,6 +117,17 @@ def convert_source(
             "DDP averages what each backward pass computes, and what the script then makes of "
             "it, or draws, is each process's own; convert by hand (backward under no_sync, "
             "then average the result with dist.all_reduce, noise drawn alike on every rank)",
+        )
+    in_backward = steps_in_backward(anatomy.script) if skipped is None else None
+    if in_backward is not None:
+        return _refused(
+            source,
+            anatomy.line(in_backward),
+            "the optimizer steps inside the backward pass (a hook on each parameter's "
+            "gradient, `register_post_accumulate_grad_hook`): under DDP each process would "
+            "step on its own gradient before it is averaged, and the replicas drift apart; "
+            "average each gradient in the hook (dist.all_reduce) instead of wrapping in DDP, "
+            "by hand",
         )
     if skipped == NOT_TRAINING and step is not None:
         optimizer = source_text(step.func.value)  # type: ignore[attr-defined]

@@ -1111,6 +1111,31 @@ def grads_set_after_backward(script: TrainingScript) -> cst.AssignTarget | None:
     return None
 
 
+def steps_in_backward(script: TrainingScript) -> cst.Call | None:
+    """`p.register_post_accumulate_grad_hook(hook)` (or `register_hook`) with a hook of the
+    script's that steps an optimizer (PyTorch's "fuse the optimizer step into the backward
+    pass" tutorial, round-27 audit A): the step runs inside the backward pass, on each
+    gradient as it is made, before DDP has averaged it. Where the hook is registered."""
+    for call in script.index.calls:
+        if not (
+            is_method_call(call, "register_post_accumulate_grad_hook")
+            or is_method_call(call, "register_hook")
+        ):
+            continue
+        if is_method_call(call, "register_post_accumulate_grad_hook"):
+            return call
+        hook = call.args[0].value if call.args else None
+        for function in walk(script.index.module):
+            if (
+                isinstance(function, cst.FunctionDef)
+                and isinstance(hook, cst.Name)
+                and function.name.value == hook.value
+                and any(is_method_call(n, "step") for n in walk(function))
+            ):
+                return call
+    return None
+
+
 def unknown_step(script: TrainingScript) -> cst.Call | None:
     """`optimizer.step()` in a function that runs a backward pass, when no optimizer the
     script makes is found (built by a helper of another file, a factory given as an

@@ -2961,3 +2961,63 @@ def test_loaders_per_task_made_again_on_stop_iteration_shuffle_anew_every_pass(
     unseeded = MULTITASK.replace("random.seed(0)\n", "")
     refused = convert_source(unseeded.encode(), "multitask.py", ConvertOptions())
     assert refused.refused and "random.choice(...)` is drawn unseeded" in str(refused.problems)
+
+
+TWO_LOSSES = """\
+import json
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 8)
+        self.cls = torch.nn.Linear(8, 2)
+        self.reg = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return self.cls(h), self.reg(h)
+
+
+torch.manual_seed(0)
+x = torch.randn(64, 4)
+data = TensorDataset(x, (x[:, 0] > 0).long(), x.sum(1, keepdim=True))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for xb, cb, rb in loader:
+        optimizer.zero_grad()
+        logits, pred = model(xb)
+        loss1 = F.cross_entropy(logits, cb)
+        loss2 = F.mse_loss(pred, rb)
+        # both heads share the body
+        loss1.backward(retain_graph=True)
+        loss2.backward()
+        optimizer.step()
+PROBE
+"""
+
+
+def test_two_backward_passes_through_one_forward_become_one_of_the_sum(tmp_path: Path) -> None:
+    """Round-27 audit B so_two_backward_retain_graph: `loss1.backward(retain_graph=True)`
+    then `loss2.backward()` stopped DDP at the first step ("marked as ready twice"). One
+    backward pass of the sum computes the same gradients: the run ends, the replicas agree,
+    and the comment above the first pass stays."""
+    result = convert_source(TWO_LOSSES.encode(), "two.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"        # both heads share the body\n        (loss1 + loss2).backward()\n" in (
+        result.output
+    )
+    probe = (
+        "flat = torch.cat([p.detach().flatten() for p in model.parameters()])\n"
+        "json.dump(flat.tolist(), open(f'params{dist.get_rank()}.json', 'w'))"
+    )
+    (tmp_path / "two.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["two.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    params = [json.loads((tmp_path / f"params{rank}.json").read_text()) for rank in (0, 1)]
+    assert params[0] == params[1]

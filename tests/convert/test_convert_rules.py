@@ -7085,3 +7085,41 @@ for epoch in range(3):
     text = result.output.decode()
     assert "    n = len(loader.sampler)\n    return loss_sum / n, correct / n\n" in text
     assert "print(total / len(train_loader.sampler), len(train_indices))" in text
+
+
+@pytest.mark.parametrize(
+    ("hook", "refused"),
+    [
+        ("p.register_post_accumulate_grad_hook(optimizer_hook)", True),
+        ("p.register_hook(optimizer_hook)", True),
+        ("p.register_hook(lambda g: g.clamp(-1, 1))", False),
+    ],
+)
+def test_an_optimizer_stepped_inside_the_backward_pass_is_refused(hook: str, refused: bool) -> None:
+    """Round-27 audit A optimizer_in_backward_hooks (PyTorch's tutorial on fusing the
+    optimizer step into the backward pass): wrapped in DDP, each process stepped on its own
+    gradient before DDP averaged it and the replicas drifted apart (37.45 against 30.49).
+    A hook that only changes the gradient is not a step."""
+    source = f"""import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer_dict = {{p: torch.optim.SGD([p], lr=0.1) for p in model.parameters()}}
+
+
+def optimizer_hook(parameter):
+    optimizer_dict[parameter].step()
+    optimizer_dict[parameter].zero_grad()
+
+
+for p in model.parameters():
+    {hook}
+loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+for epoch in range(2):
+    for x, y in loader:
+        model(x).sum().backward()
+"""
+    result = convert_source(source.encode(), "fused.py", ConvertOptions())
+    assert result.refused is refused, result.problems
+    if refused:
+        [problem] = result.problems
+        assert problem.line == 13 and "steps inside the backward pass" in problem.message
