@@ -805,8 +805,19 @@ def _parts_of(anatomy: Anatomy, model: Model) -> set[str]:
                     ]
             for held, value in pairs:
                 base = value.value if isinstance(value, cst.Subscript | cst.Attribute) else None
+                if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+                    # `groups = model.layer_groups()` (ULMFiT's, round-27 audit A)
+                    base = value.func.value if not is_method_call(value, *PARAMETERS) else None
                 if isinstance(held, cst.Name) and dotted(base) in parts:
                     parts.add(held.value)
+        for loop in walk(anatomy.module):
+            # `for i, g in enumerate(groups): for m in g:` over parts of the model
+            if isinstance(loop, cst.For) and dotted(_iterated(loop.iter)) in parts:
+                bound: cst.BaseExpression = loop.target
+                if isinstance(bound, cst.Tuple) and is_name(_enumerated(loop.iter), "enumerate"):
+                    bound = bound.elements[-1].value
+                if isinstance(bound, cst.Name):
+                    parts.add(bound.value)
         for call in anatomy.calls:
             for function in anatomy.graph.callees(call):
                 for param in anatomy.graph.parameters_of(function):
@@ -814,6 +825,18 @@ def _parts_of(anatomy: Anatomy, model: Model) -> set[str]:
                     if given is not None and dotted(given) in parts:
                         parts.add(param)
     return parts
+
+
+def _enumerated(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The function `iterable` calls, if it is a call."""
+    return iterable.func if isinstance(iterable, cst.Call) else None
+
+
+def _iterated(iterable: cst.BaseExpression) -> cst.BaseExpression:
+    """`groups` of `enumerate(groups)` or of `groups` itself."""
+    if isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and iterable.args:
+        return iterable.args[0].value
+    return iterable
 
 
 def _trained_past_the_wrapper(anatomy: Anatomy, model: Model) -> tuple[cst.CSTNode, str] | None:

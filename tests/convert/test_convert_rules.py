@@ -7123,3 +7123,53 @@ for epoch in range(2):
     if refused:
         [problem] = result.problems
         assert problem.line == 13 and "steps inside the backward pass" in problem.message
+
+
+def test_parameters_frozen_through_the_model_s_layer_groups_get_find_unused_parameters() -> None:
+    """Round-27 audit A ulmfit_discriminative_lr_b (ULMFiT's gradual unfreezing):
+    `freeze_to(model.layer_groups(), n)` sets `requires_grad` on the parameters of parts
+    the model's own method returns, one more group each epoch. They were not taken for
+    the model's, DDP was made without find_unused_parameters, and the second step raised
+    'Expected to have finished reduction'."""
+    source = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 2)
+
+    def layer_groups(self):
+        return [[self.body], [self.head]]
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
+def freeze_to(groups, n):
+    for i, g in enumerate(groups):
+        for m in g:
+            for p in m.parameters():
+                p.requires_grad = i >= len(groups) - n
+
+
+def main():
+    loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+    model = Net()
+    groups = model.layer_groups()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        freeze_to(groups, epoch + 1)
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "ulmfit.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "find_unused_parameters=True)" in result.output.decode()
