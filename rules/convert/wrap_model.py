@@ -1877,7 +1877,54 @@ def _output_discarded(anatomy: Anatomy, model: Model) -> str | None:
                     f"an output of `{dotted(call.func)}` is thrown away (line "
                     f"{anatomy.line(assign)}), and what only it depends on gets no gradient"
                 )
+    return _one_output_taken(anatomy, model)
+
+
+def _one_output_taken(anatomy: Anatomy, model: Model) -> str | None:
+    """`-critic(state, actor(state))[0].mean()`, one output of a forward that returns
+    several (TD3's twin Q heads, round-27 audit A td3_continuous_b), taken for a loss: what
+    only the others depend on gets no gradient in that backward pass."""
+    feeding: set[int] = set()
+    for backward in anatomy.script.backward_calls:
+        feeding |= anatomy.script.loss_nodes_of(backward)
+    for node in walk(anatomy.module):
+        if not (
+            isinstance(node, cst.Subscript)
+            and isinstance(node.value, cst.Call)
+            and dotted(node.value.func) in model.names
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.slice[0].slice.value, cst.Integer)
+            and id(node.value) in feeding
+        ):
+            continue
+        taken = int(node.slice[0].slice.value.value)
+        count = _outputs_returned(anatomy, model)
+        if count is None or not 0 <= taken < count:
+            continue  # one tensor's row, not one output of several
+        if not _made_by_the_kept(anatomy, model, set(range(count)) - {taken}, {taken}):
+            return (
+                f"one output of `{dotted(node.value.func)}` is taken (line "
+                f"{anatomy.line(node)}: `[{taken}]`), and what only the others depend on gets "
+                "no gradient"
+            )
     return None
+
+
+def _outputs_returned(anatomy: Anatomy, model: Model) -> int | None:
+    """How many outputs the model's `forward` returns as one tuple, the same for every
+    class the model is built from; None when it returns anything else."""
+    counts = set()
+    for value in _constructions(anatomy, model):
+        owner = anatomy.classes.get(dotted(value.func) or "")
+        forward = (
+            next((m for m in methods(owner) if m.name.value == "forward"), None) if owner else None
+        )
+        returns = [n for n in walk(forward.body) if isinstance(n, cst.Return)] if forward else []
+        if len(returns) != 1 or not isinstance(returns[0].value, cst.Tuple):
+            return None
+        counts.add(len(returns[0].value.elements))
+    return counts.pop() if len(counts) == 1 else None
 
 
 def _made_by_the_kept(anatomy: Anatomy, model: Model, thrown: set[int], kept: set[int]) -> bool:

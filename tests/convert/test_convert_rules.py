@@ -7173,3 +7173,46 @@ main()
     result = convert_source(source.encode(), "ulmfit.py", ConvertOptions())
     assert not result.refused, result.problems
     assert "find_unused_parameters=True)" in result.output.decode()
+
+
+@pytest.mark.parametrize(
+    ("forward", "unused"),
+    [
+        ("return self.q1(x), self.q2(x)", True),  # TD3's twin heads: [0] leaves q2 out
+        ("h = self.q2(self.q1(x))\n        return h, h.sum()", False),  # both from one layer
+        ("return self.q2(self.q1(x))", False),  # one tensor: [0] is its first row
+    ],
+)
+def test_one_output_of_several_taken_for_a_loss_gets_find_unused_parameters(
+    forward: str, unused: bool
+) -> None:
+    """Round-27 audit A td3_continuous_b: `-critic(state, actor(state))[0].mean()` took the
+    first of the twin critic's outputs; the second head got no gradient in the actor's
+    backward pass and DDP stopped at the next step."""
+    source = f"""import torch
+from torch import nn
+
+
+class Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q1 = nn.Linear(4, 4)
+        self.q2 = nn.Linear(4, 4)
+
+    def forward(self, x):
+        {forward}
+
+
+loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+critic = Critic()
+optimizer = torch.optim.SGD(critic.parameters(), lr=0.1)
+for epoch in range(2):
+    for (x,) in loader:
+        optimizer.zero_grad()
+        loss = -critic(x)[0].mean()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source.encode(), "td3.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert ("find_unused_parameters=True" in result.output.decode()) is unused
