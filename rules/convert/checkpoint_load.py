@@ -9,7 +9,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import MODEL_SAVES
 from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
-from ddpify.analysis.tree import call_arg, dotted, is_method_call, walk
+from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, walk
 from ddpify.emit import expression, statement, with_keyword
 from ddpify.fixes import take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -230,7 +230,9 @@ class CheckpointLoad(ConvertRule):
         for call in anatomy.distributed.torch_load_calls:
             added = []
             if call_arg(call, 1, "map_location") is None:
-                added.append(("map_location", ctx.device(call)))
+                # RNG states must stay CPU byte tensors (`torch.set_rng_state` rejects others)
+                cpu = _holds_rng_states(anatomy, call)
+                added.append(("map_location", expression('"cpu"') if cpu else ctx.device(call)))
             if call_arg(call, None, "weights_only") is None:
                 added.append(("weights_only", expression("True")))
             if not added:
@@ -595,3 +597,33 @@ def _after_training(anatomy: Anatomy, load: cst.Call) -> bool:
             ):
                 return True
     return False
+
+
+# Calls that restore a generator's state from a CPU byte tensor.
+RNG_SETTERS = {
+    "torch.set_rng_state",
+    "torch.random.set_rng_state",
+    "torch.cuda.set_rng_state",
+    "torch.cuda.set_rng_state_all",
+    "torch.cuda.random.set_rng_state",
+    "torch.cuda.random.set_rng_state_all",
+}
+
+
+def _holds_rng_states(anatomy: Anatomy, call: cst.Call) -> bool:
+    """What `call` loads restores a random generator's state (`r = torch.load(...)`, then
+    `torch.set_rng_state(r["torch"])`, round-27 audit A): moved to a GPU by
+    `map_location=device`, the state is refused ("RNG state must be a torch.ByteTensor")."""
+    parent = anatomy.parent(call)
+    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1):
+        return False
+    target = parent.targets[0].target
+    if not isinstance(target, cst.Name):
+        return False
+    scope = anatomy.function_of(call)
+    return any(
+        anatomy.is_call_to(setter, RNG_SETTERS)
+        and anatomy.function_of(setter) is scope
+        and any(is_name(n, target.value) for arg in setter.args for n in walk(arg.value))
+        for setter in anatomy.calls
+    )

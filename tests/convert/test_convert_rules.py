@@ -7216,3 +7216,37 @@ for epoch in range(2):
     result = convert_source(source.encode(), "td3.py", ConvertOptions())
     assert not result.refused, result.problems
     assert ("find_unused_parameters=True" in result.output.decode()) is unused
+
+
+def test_a_load_of_random_generator_states_maps_them_to_the_cpu() -> None:
+    """Round-27 audit A deepspeed_free_zero_like_sharded_state: `r = torch.load(
+    "rng_state.pt")`, then `torch.set_rng_state(r["torch"])`, got `map_location=device`: on
+    a GPU the states move there and set_rng_state refuses them ("RNG state must be a
+    torch.ByteTensor"). They stay on the CPU; the model's state goes to the device."""
+    source = """import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resume(model):
+    model.load_state_dict(torch.load("model.pt"))
+    r = torch.load("rng_state.pt", weights_only=False)
+    torch.set_rng_state(r["torch"])
+    torch.cuda.set_rng_state_all(r["cuda"])
+
+
+loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1).to(device)
+resume(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+"""
+    result = convert_source(source.encode(), "resume.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'r = torch.load("rng_state.pt", weights_only=False, map_location="cpu")' in text
+    assert 'torch.load("model.pt", map_location=device, weights_only=True)' in text
