@@ -2313,13 +2313,19 @@ def _loop_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool
     wrapped = {name for m in anatomy.models.all for name in m.names - m.bare}
     found = []
     for loop in walk(anatomy.module):
-        if not isinstance(loop, cst.For) or not anatomy.precedes(model.placement, loop):
+        if not isinstance(loop, cst.For | cst.CompFor):
             continue
-        for target, values in _loop_bindings(loop.target, loop.iter).items():
+        if not anatomy.precedes(model.placement, loop):
+            continue
+        iterable = _listed(anatomy, model, loop.iter)
+        # `[m.state_dict() for m in models]`: the comprehension's value and conditions
+        body = anatomy.parent(loop) if isinstance(loop, cst.CompFor) else loop.body
+        assert body is not None
+        for target, values in _loop_bindings(loop.target, iterable).items():
             if not values & model.names:
                 continue
             every = values <= wrapped
-            for node in walk(loop.body):
+            for node in walk(body):
                 if (
                     isinstance(node, cst.Attribute)
                     and node.attr.value in STATE_METHODS
@@ -2327,6 +2333,23 @@ def _loop_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool
                 ):
                     found.append((node, every))
     return found
+
+
+def _listed(anatomy: Anatomy, model: Model, iterable: cst.BaseExpression) -> cst.BaseExpression:
+    """The list or tuple a loop's name holds (`models = [model_a, model_b]`, bound once in
+    the loop's function after the wrap, round-27 audit B student_models_list_b), or the
+    loop's iterable itself."""
+    if not isinstance(iterable, cst.Name):
+        return iterable
+    assert model.placement is not None
+    scope = anatomy.function_of(iterable)
+    values = anatomy.values.assignments(iterable.value, scope)
+    if len(values) != 1 or not isinstance(values[0], cst.List | cst.Tuple):
+        return iterable
+    assign = anatomy.parent(values[0])
+    if assign is None or not anatomy.precedes(model.placement, assign):
+        return iterable  # made before the wrap: it holds the bare models
+    return values[0]
 
 
 def _loop_bindings(target: cst.BaseExpression, iterable: cst.BaseExpression) -> dict[str, set[str]]:

@@ -7250,3 +7250,33 @@ for epoch in range(2):
     text = result.output.decode()
     assert 'r = torch.load("rng_state.pt", weights_only=False, map_location="cpu")' in text
     assert 'torch.load("model.pt", map_location=device, weights_only=True)' in text
+
+
+def test_a_list_of_wrapped_models_saves_the_bare_ones() -> None:
+    """Round-27 audit B student_models_list_one_optimizer_b: `models = [model_a, model_b]`
+    after both are wrapped, then `torch.save([m.state_dict() for m in models], ...)`: the
+    ensemble's checkpoint had `module.` in every key and did not load into a bare model."""
+    source = """import torch
+
+
+def main():
+    loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+    model_a = torch.nn.Linear(4, 2)
+    model_b = torch.nn.Linear(4, 2)
+    models = [model_a, model_b]
+    params = list(model_a.parameters()) + list(model_b.parameters())
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            sum(m(x).sum() for m in models).backward()
+            optimizer.step()
+    torch.save([m.state_dict() for m in models], "ensemble.pt")
+
+
+main()
+"""
+    result = convert_source(source.encode(), "ensemble.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'torch.save([m.module.state_dict() for m in models], "ensemble.pt")' in text
