@@ -370,6 +370,13 @@ def sample_seed(index: int, occurrence: int, ordinal: int) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "big")
 
 
+def _is_module(obj: object) -> bool:
+    try:
+        return isinstance(obj, nn.Module)
+    except ReferenceError:  # a weak proxy whose object is gone (torch.compile keeps some)
+        return False
+
+
 def named_parameters_of(optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
     """The optimizer's parameters named as in the model that holds them (its wrapper's
     `module.` prefix removed); by group and position when no model holds them."""
@@ -378,7 +385,7 @@ def named_parameters_of(optimizer: torch.optim.Optimizer) -> list[tuple[str, tor
     best_key = (0, 0, 0)
     with warnings.catch_warnings():  # isinstance on torch's deprecated aliases warns
         warnings.simplefilter("ignore")
-        modules = [obj for obj in gc.get_objects() if isinstance(obj, nn.Module)]
+        modules = [obj for obj in gc.get_objects() if _is_module(obj)]
     for obj in modules:
         owned = [id(p) for p in obj.parameters()]
         covered = sum(1 for ident in owned if ident in wanted)

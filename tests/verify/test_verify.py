@@ -1734,3 +1734,24 @@ def test_draws_made_inside_a_function_the_check_sees_whole_are_noticed(
         else:
             F.gumbel_softmax(torch.randn(4, 3), tau=1.0)
     assert ("random", f"{draw} drawn while training") in recorder._changes
+
+
+def test_the_optimizer_s_parameters_are_named_with_a_dead_weak_proxy_alive() -> None:
+    """Round-27 audit A compile_tutorial_training: torch.compile leaves weak proxies whose
+    objects are gone; `isinstance` on one raised ReferenceError while the recorder looked
+    for the model among all objects, and verify said "could not run" on a right
+    conversion."""
+    import weakref
+
+    import torch
+
+    from ddpify.verify.recorder import named_parameters_of
+
+    class Gone:
+        pass
+
+    proxies = [weakref.proxy(Gone())]
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert [name for name, _ in named_parameters_of(optimizer)] == ["weight", "bias"]
+    assert proxies
