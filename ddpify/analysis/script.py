@@ -370,6 +370,9 @@ class TrainingScript:
         if head in self.graph.parameters_of(function) and head != "self":
             argument = self.graph.bound_argument(site, function, head)
             base = dotted(argument) if argument is not None else None
+            keyed = keyed_read(argument) if argument is not None and base is None else None
+            if keyed is not None:  # `run_epoch(model, loaders["train"], ...)`
+                base = f"{keyed[0]}[{keyed[1]}]"
             return base + name[len(head) :] if base else None
         if head == "self":
             caller = self.index.function_of(site)

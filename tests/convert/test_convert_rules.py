@@ -7280,3 +7280,40 @@ main()
     assert not result.refused, result.problems
     text = result.output.decode()
     assert 'torch.save([m.module.state_dict() for m in models], "ensemble.pt")' in text
+
+
+def test_a_loader_read_by_key_for_a_training_function_gets_set_epoch_in_the_epoch_loop() -> None:
+    """Round-27 audit B blog_run_epoch_train_flag: `run_epoch(model, loaders["train"],
+    optimizer)` in the epoch loop was refused ("no epoch counter or loader name"): the
+    loader's name at the call was only followed when it was a plain name."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def run_epoch(model, loader, optimizer=None):
+    for x, y in loader:
+        loss = model(x).sum()
+        if optimizer is not None:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+def main():
+    loaders = {
+        "train": DataLoader(train_set, batch_size=50, shuffle=True),
+        "val": DataLoader(val_set, batch_size=100),
+    }
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        run_epoch(model, loaders["train"], optimizer)
+        run_epoch(model, loaders["val"])
+
+
+main()
+"""
+    result = convert_source(source.encode(), "flag.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert '    for epoch in range(3):\n        loaders["train"].sampler.set_epoch(epoch)\n' in text
