@@ -36,7 +36,7 @@ from ddpify.analysis.models import Models
 from ddpify.analysis.project import Project
 from ddpify.analysis.ranks import Ranks
 from ddpify.analysis.script import TrainingScript
-from ddpify.analysis.streams import Streams
+from ddpify.analysis.streams import RandomBatches, Streams
 from ddpify.analysis.values import Values
 from ddpify.analysis.whole import WholeBatch, WholeBatches
 from ddpify.analysis.wrapped import DdpBindings
@@ -119,6 +119,17 @@ class Anatomy(SourceIndex):
         if batch.ordered != (self.streams.without_loader == "ordered"):
             return None
         return batch
+
+    @cached_property
+    def drawn_batches(self) -> RandomBatches | None:
+        """The training loop without a DataLoader that draws its batches at random, or
+        makes its samples afresh every step when there are none to split."""
+        if self.script.train_loaders:
+            return None
+        drawn = self.streams.random_batches
+        if drawn is None and self.split_samples is None:
+            drawn = self.streams.sampled_batches
+        return drawn
 
     @cached_property
     def whole_batch(self) -> WholeBatch | None:

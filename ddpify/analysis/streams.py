@@ -16,6 +16,7 @@ not such a stream: it makes passes, and those must be sharded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -47,6 +48,11 @@ DRAWS = {
     "random.sample": "random",
     "numpy.random.randint": "numpy",
     "numpy.random.choice": "numpy",
+}
+# Calls that draw samples themselves (a toy distribution's points), by family.
+SAMPLE_MAKERS = {
+    **{f"torch.{name}": "torch" for name in ("rand", "randn", "normal", "randint")},
+    **{f"numpy.random.{name}": "numpy" for name in ("rand", "randn", "normal", "uniform")},
 }
 # torch's draws while training (noise, timesteps, masks), functions and in-place methods.
 TORCH_DRAWS = set(
@@ -101,6 +107,19 @@ class Streams:
     def random_batches(self) -> RandomBatches | None:
         """The training loop that draws its batches at random, when every backward pass
         runs in one such loop."""
+        return self._stream(self._draws)
+
+    @cached_property
+    def sampled_batches(self) -> RandomBatches | None:
+        """The training loop that makes its samples afresh every step with a function of
+        the script's own that reads no data (`x = sample_moons(batch_size)`, a toy
+        distribution, round-27 audit A realnvp_two_moons), when every backward pass runs
+        in one such loop. Asked only when there are no samples to split."""
+        return self._stream(self._sampled)
+
+    def _stream(
+        self, draws_of: Callable[[cst.For | cst.While], list[cst.Call]]
+    ) -> RandomBatches | None:
         found: RandomBatches | None = None
         for backward in self.script.backward_calls:
             chain = self.graph.loops_around(backward)
@@ -113,11 +132,11 @@ class Streams:
                 continue
             if found is not None or self._walks_the_data(loop):
                 return None
-            draws = self._draws(loop)
+            draws = draws_of(loop)
             if not draws:
                 return None
-            families = {self._family(draw) for draw in draws} - {None}
-            found = RandomBatches(loop, draws, {f for f in families if f})
+            families = {self._family(draw) or self._family(draw, SAMPLE_MAKERS) for draw in draws}
+            found = RandomBatches(loop, draws, {family for family in families if family})
             found.anchor = self._anchor(loop)
         if found is not None:
             for call in self.index.calls:
@@ -375,12 +394,55 @@ class Streams:
         self.graph.reaches(loop.body, collect)
         return draws
 
-    def _family(self, call: cst.Call) -> str | None:
-        if not self.index.may_name(call, {name.rsplit(".", 1)[-1] for name in DRAWS}):
+    def _sampled(self, loop: cst.For | cst.While) -> list[cst.Call]:
+        """The draws of the script's own functions `loop` calls that make samples from
+        nothing but random numbers."""
+        draws: list[cst.Call] = []
+        for node in walk(loop.body):
+            callee = self.graph.callee(node) if isinstance(node, cst.Call) else None
+            if callee is not None and self._makes_samples(callee):
+                draws += [
+                    call
+                    for call in walk(callee)
+                    if isinstance(call, cst.Call) and self._family(call, SAMPLE_MAKERS)
+                ]
+        return draws
+
+    def _makes_samples(self, function: cst.FunctionDef) -> bool:
+        """`function` returns what it draws (SAMPLE_MAKERS), and reads no data of the
+        script's: only its parameters, its locals and what the script imports or defines."""
+        if self.index.class_of(function) is not None:
+            return False
+        if not any(
+            isinstance(call, cst.Call) and self._family(call, SAMPLE_MAKERS)
+            for call in walk(function)
+        ) or not any(isinstance(node, cst.Return) for node in walk(function.body)):
+            return False
+        own = set(self.graph.parameters_of(function))
+        for node in walk(function.body):
+            if isinstance(node, cst.AssignTarget | cst.For | cst.CompFor):
+                bound = node.target
+                own |= {n.value for n in walk(bound) if isinstance(n, cst.Name)}
+        data = {
+            dotted(target.target)
+            for assign in self.index.assigns
+            if self.index.function_of(assign) is None
+            for target in assign.targets
+        }
+        return not any(
+            isinstance(node, cst.Name)
+            and node.value not in own
+            and node.value in data
+            and not self.index.is_attribute_name(node)
+            for node in walk(function.body)
+        )
+
+    def _family(self, call: cst.Call, draws: dict[str, str] = DRAWS) -> str | None:
+        if not self.index.may_name(call, {name.rsplit(".", 1)[-1] for name in draws}):
             return None
         for name in self.index.qualified_names(call.func):
-            if name in DRAWS:
-                return DRAWS[name]
+            if name in draws:
+                return draws[name]
         return None
 
     def seed_family(self, call: cst.Call) -> str | None:

@@ -157,9 +157,9 @@ class BatchAndLearningRate(ConvertRule):
                 "every process; divide it by the world size by hand",
                 blocking=True,
             )
-        if options.batch is BatchMode.GLOBAL and anatomy.streams.random_batches is not None:
+        if options.batch is BatchMode.GLOBAL and anatomy.drawn_batches is not None:
             ctx.cannot(
-                anatomy.streams.random_batches.loop,
+                anatomy.drawn_batches.loop,
                 "--batch global: batches drawn at random keep their size in every process; "
                 "divide it by the world size by hand",
             )

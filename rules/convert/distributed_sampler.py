@@ -558,7 +558,7 @@ class DistributedSampler(ConvertRule):
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         loaders = anatomy.script.train_loaders
-        stream = anatomy.streams.random_batches if not loaders else None
+        stream = anatomy.drawn_batches
         if stream is not None:
             if not _ends_on_drawn_values(ctx, stream):
                 _seed_per_process(ctx, stream)

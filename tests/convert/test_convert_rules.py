@@ -7317,3 +7317,52 @@ main()
     assert not result.refused, result.problems
     text = result.output.decode()
     assert '    for epoch in range(3):\n        loaders["train"].sampler.set_epoch(epoch)\n' in text
+
+
+SAMPLED_AFRESH = """import math
+
+import torch
+
+
+def sample_moons(n, noise=0.05):
+    t = torch.rand(n) * math.pi
+    return torch.stack([torch.cos(t), torch.sin(t)], 1) + noise * torch.randn(n, 2)
+
+
+def main():
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    flow = torch.nn.Linear(2, 2).to(device)
+    optimizer = torch.optim.Adam(flow.parameters(), lr=1e-3)
+    for it in range(100):
+        x = sample_moons(128).to(device)
+        loss = flow(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+main()
+"""
+
+
+def test_samples_made_afresh_every_step_are_drawn_per_process() -> None:
+    """Round-27 audit A realnvp_two_moons: `x = sample_moons(batch_size).to(device)` every
+    step, a toy distribution sampled with torch.rand/randn by a function that reads no data,
+    was refused as "the same whole tensors (full batch)". Each process now draws its own,
+    seeded with the seed plus its rank. A function that adds noise to the script's data is
+    not such a source: the data stays what is split or refused."""
+    result = convert_source(SAMPLED_AFRESH.encode(), "moons.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "torch.manual_seed(0 + dist.get_rank())  # every process draws batches of its own" in (
+        text
+    )
+    noisy = SAMPLED_AFRESH.replace(
+        "def main():\n", "DATA = torch.randn(256, 2)\n\n\ndef main():\n"
+    ).replace(
+        "    t = torch.rand(n) * math.pi\n    return torch.stack([torch.cos(t), torch.sin(t)], 1)",
+        "    return DATA",
+    )
+    other = convert_source(noisy.encode(), "noisy.py", ConvertOptions())
+    assert "every process draws batches of its own" not in other.output.decode()
