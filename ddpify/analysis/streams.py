@@ -115,7 +115,7 @@ class Streams:
         the script's own that reads no data (`x = sample_moons(batch_size)`, a toy
         distribution, round-27 audit A realnvp_two_moons), when every backward pass runs
         in one such loop. Asked only when there are no samples to split."""
-        return self._stream(self._sampled)
+        return self._stream(lambda loop: _sampled(self, loop))
 
     def _stream(
         self, draws_of: Callable[[cst.For | cst.While], list[cst.Call]]
@@ -130,14 +130,22 @@ class Streams:
             assert isinstance(loop, cst.For | cst.While)
             if found is not None and found.loop is loop:
                 continue
-            if found is not None or self._walks_the_data(loop):
+            anchor: cst.BaseStatement | None = None
+            if found is not None:
                 return None
-            draws = draws_of(loop)
+            if self._walks_the_data(loop):
+                drawn = _drawn_before(self, loop) if draws_of == self._draws else None
+                if drawn is None:
+                    return None
+                draws, anchor = drawn
+            else:
+                draws = draws_of(loop)
+                anchor = self._anchor(loop)
             if not draws:
                 return None
             families = {self._family(draw) or self._family(draw, SAMPLE_MAKERS) for draw in draws}
             found = RandomBatches(loop, draws, {family for family in families if family})
-            found.anchor = self._anchor(loop)
+            found.anchor = anchor
         if found is not None:
             for call in self.index.calls:
                 family = self.seed_family(call)
@@ -394,49 +402,6 @@ class Streams:
         self.graph.reaches(loop.body, collect)
         return draws
 
-    def _sampled(self, loop: cst.For | cst.While) -> list[cst.Call]:
-        """The draws of the script's own functions `loop` calls that make samples from
-        nothing but random numbers."""
-        draws: list[cst.Call] = []
-        for node in walk(loop.body):
-            callee = self.graph.callee(node) if isinstance(node, cst.Call) else None
-            if callee is not None and self._makes_samples(callee):
-                draws += [
-                    call
-                    for call in walk(callee)
-                    if isinstance(call, cst.Call) and self._family(call, SAMPLE_MAKERS)
-                ]
-        return draws
-
-    def _makes_samples(self, function: cst.FunctionDef) -> bool:
-        """`function` returns what it draws (SAMPLE_MAKERS), and reads no data of the
-        script's: only its parameters, its locals and what the script imports or defines."""
-        if self.index.class_of(function) is not None:
-            return False
-        if not any(
-            isinstance(call, cst.Call) and self._family(call, SAMPLE_MAKERS)
-            for call in walk(function)
-        ) or not any(isinstance(node, cst.Return) for node in walk(function.body)):
-            return False
-        own = set(self.graph.parameters_of(function))
-        for node in walk(function.body):
-            if isinstance(node, cst.AssignTarget | cst.For | cst.CompFor):
-                bound = node.target
-                own |= {n.value for n in walk(bound) if isinstance(n, cst.Name)}
-        data = {
-            dotted(target.target)
-            for assign in self.index.assigns
-            if self.index.function_of(assign) is None
-            for target in assign.targets
-        }
-        return not any(
-            isinstance(node, cst.Name)
-            and node.value not in own
-            and node.value in data
-            and not self.index.is_attribute_name(node)
-            for node in walk(function.body)
-        )
-
     def _family(self, call: cst.Call, draws: dict[str, str] = DRAWS) -> str | None:
         if not self.index.may_name(call, {name.rsplit(".", 1)[-1] for name in draws}):
             return None
@@ -485,3 +450,94 @@ class Streams:
         if isinstance(outermost, cst.BaseStatement):
             return outermost
         return None
+
+
+def _drawn_before(
+    streams: Streams, loop: cst.For | cst.While
+) -> tuple[list[cst.Call], cst.BaseStatement] | None:
+    """Batches drawn at random before the loop, one per step, and read by its counter:
+    PyTorch's chatbot tutorial's `training_batches = [batch2TrainData(voc,
+    [random.choice(pairs) for _ in range(batch_size)]) for _ in range(n_iteration)]`,
+    then `training_batches[iteration - 1]` (round-27 audit A). The draws, and the
+    statement that makes them (a per-process seed goes before it)."""
+    if not isinstance(loop, cst.For) or counted_range(loop) is None:
+        return None
+    counters = {dotted(node) for node in walk(loop.target)} - {None}
+    scope = streams.index.function_of(loop)
+    draws: list[cst.Call] = []
+    statement: cst.BaseStatement | None = None
+    for node in walk(loop.body):
+        if not isinstance(node, cst.Subscript) or not any(
+            dotted(inner) in counters for element in node.slice for inner in walk(element)
+        ):
+            continue
+        made = [
+            assign
+            for assign in streams.index.assigns
+            if streams.index.function_of(assign) is scope
+            and len(assign.targets) == 1
+            and dotted(assign.targets[0].target) == dotted(node.value)
+        ]
+        comp = made[0].value if len(made) == 1 else None
+        if not (
+            isinstance(comp, cst.ListComp)
+            and isinstance(comp.for_in.iter, cst.Call)
+            and is_name(comp.for_in.iter.func, "range")  # one draw per step, not per sample
+            and streams.index.precedes(made[0], loop)
+        ):
+            return None
+        found = [
+            call
+            for call in walk(comp.elt)
+            if isinstance(call, cst.Call) and streams._family(call) is not None
+        ]
+        if not found:
+            return None
+        draws += found
+        statement = streams.index.statement_of(made[0])
+    return (draws, statement) if draws and statement is not None else None
+
+
+def _sampled(streams: Streams, loop: cst.For | cst.While) -> list[cst.Call]:
+    """The draws of the script's own functions `loop` calls that make samples from
+    nothing but random numbers."""
+    draws: list[cst.Call] = []
+    for node in walk(loop.body):
+        callee = streams.graph.callee(node) if isinstance(node, cst.Call) else None
+        if callee is not None and _makes_samples(streams, callee):
+            draws += [
+                call
+                for call in walk(callee)
+                if isinstance(call, cst.Call) and streams._family(call, SAMPLE_MAKERS)
+            ]
+    return draws
+
+
+def _makes_samples(streams: Streams, function: cst.FunctionDef) -> bool:
+    """`function` returns what it draws (SAMPLE_MAKERS), and reads no data of the
+    script's: only its parameters, its locals and what the script imports or defines."""
+    if streams.index.class_of(function) is not None:
+        return False
+    if not any(
+        isinstance(call, cst.Call) and streams._family(call, SAMPLE_MAKERS)
+        for call in walk(function)
+    ) or not any(isinstance(node, cst.Return) for node in walk(function.body)):
+        return False
+    own = set(streams.graph.parameters_of(function))
+    for node in walk(function.body):
+        if isinstance(node, cst.AssignTarget | cst.For | cst.CompFor):
+            bound = node.target
+            own |= {n.value for n in walk(bound) if isinstance(n, cst.Name)}
+    data = {
+        dotted(target.target)
+        for assign in streams.index.assigns
+        if streams.index.function_of(assign) is None
+        for target in assign.targets
+    }
+    return not any(
+        isinstance(node, cst.Name)
+        and node.value not in own
+        and node.value in data
+        and not streams.index.is_attribute_name(node)
+        for node in walk(function.body)
+    )

@@ -7366,3 +7366,43 @@ def test_samples_made_afresh_every_step_are_drawn_per_process() -> None:
     )
     other = convert_source(noisy.encode(), "noisy.py", ConvertOptions())
     assert "every process draws batches of its own" not in other.output.decode()
+
+
+def test_batches_drawn_before_the_loop_one_per_step_are_drawn_per_process() -> None:
+    """Round-27 audit A chatbot_tutorial_random_pairs (PyTorch's chatbot tutorial):
+    `training_batches = [batch2TrainData(voc, [random.choice(pairs) for _ in
+    range(batch_size)]) for _ in range(n_iteration)]`, then `training_batches[iteration -
+    1]` in the loop, was refused as batches sliced in order. Each process draws its own,
+    seeded just before the draws; a list of the data read by the counter stays refused."""
+    source = """import random
+
+import torch
+
+
+def train(model, optimizer, pairs, n_iteration):
+    training_batches = [make_batch([random.choice(pairs) for _ in range(4)]) for _ in range(n_iteration)]
+    for iteration in range(1, n_iteration + 1):
+        x, y = training_batches[iteration - 1]
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def main():
+    random.seed(1)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, optimizer, PAIRS, 100)
+
+
+main()
+"""  # noqa: E501
+    result = convert_source(source.encode(), "chatbot.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "    random.seed(1 + dist.get_rank())  # every process draws batches of its own\n"
+        "    training_batches = [" in text
+    )
+    in_order = source.replace("[random.choice(pairs) for _ in range(4)]", "pairs[:4]")
+    assert convert_source(in_order.encode(), "chatbot.py", ConvertOptions()).refused
