@@ -14,7 +14,7 @@ from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.effects import SideEffects
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript
-from ddpify.analysis.tree import assigned, call_arg, dotted, is_method_call, walk
+from ddpify.analysis.tree import assigned, call_arg, dotted, is_method_call, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 
 
@@ -61,12 +61,14 @@ class Models:
     def all(self) -> list[Model]:
         models: list[Model] = []
         for optimizer in self.script.optimizer_calls:
-            for node in (n for s in self.script.parameter_sources(optimizer) for n in walk(s)):
+            sources = self.script.parameter_sources(optimizer)
+            for given, node in ((source, n) for source in sources for n in walk(source)):
                 if is_method_call(node, *PARAMETERS, *SUBMODULES):
                     assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
                     owner = node.func.value
                     while isinstance(owner, cst.Subscript):  # `model.body[:4].parameters()`
                         owner = owner.value
+                    owner = _comprehended(self.script, owner, given, optimizer)
                     name = self._model_root(dotted(owner))
                     if name is None or any(name in model.names for model in models):
                         continue
@@ -639,3 +641,58 @@ def _hands_over(statement: cst.CSTNode, names: set[str]) -> bool:
                 ):
                     return True
     return False
+
+
+def _comprehended(
+    script: TrainingScript, owner: cst.BaseExpression, source: cst.CSTNode, optimizer: cst.Call
+) -> cst.BaseExpression:
+    """What a comprehension's variable runs over, when it holds parts of one object:
+    `[p for m in grp for p in m.parameters()] for grp, lr in zip(groups, lrs)` with
+    `groups = model.layer_groups()` (ULMFiT's discriminative learning rates, round-27 audit
+    A) is `model`. `owner` itself otherwise."""
+    name = owner
+    for _ in range(4):
+        if not isinstance(name, cst.Name):
+            return owner
+        looped = next(
+            (
+                (comp, element)
+                for comp in walk(source)
+                if isinstance(comp, cst.CompFor)
+                for element in _bound_at(comp.target, name.value)
+            ),
+            None,
+        )
+        if looped is None:
+            break
+        comp, position = looped
+        iterable = comp.iter
+        if position is not None:  # `for grp, lr in zip(groups, lrs)`
+            if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "zip")):
+                return owner
+            if position >= len(iterable.args):
+                return owner
+            iterable = iterable.args[position].value
+        name = iterable
+    if name is owner or not isinstance(name, cst.Name):
+        return owner
+    values = script.values.assignments(name.value, script.index.function_of(optimizer))
+    made = values[0] if len(values) == 1 else None
+    if (
+        isinstance(made, cst.Call)
+        and isinstance(made.func, cst.Attribute)
+        and not is_method_call(made, *PARAMETERS, *SUBMODULES)
+        and dotted(made.func.value) is not None
+    ):
+        return made.func.value  # `model.layer_groups()`: parts of `model`
+    return owner
+
+
+def _bound_at(target: cst.BaseExpression, name: str) -> list[int | None]:
+    """Where a comprehension's target binds `name`: [None] for the whole target, [i] for
+    the i-th of a tuple, [] when it does not."""
+    if is_name(target, name):
+        return [None]
+    if isinstance(target, cst.Tuple):
+        return [i for i, element in enumerate(target.elements) if is_name(element.value, name)]
+    return []

@@ -7125,7 +7125,19 @@ for epoch in range(2):
         assert problem.line == 13 and "steps inside the backward pass" in problem.message
 
 
-def test_parameters_frozen_through_the_model_s_layer_groups_get_find_unused_parameters() -> None:
+@pytest.mark.parametrize(
+    "params",
+    [
+        "model.parameters()",
+        # ULMFiT's discriminative learning rates: one group per layer group (round-27 audit
+        # A ulmfit_discriminative_lr, refused before: "cannot tell where `m` is built")
+        '[{"params": [p for m in grp for p in m.parameters()], "lr": lr}'
+        " for grp, lr in zip(groups, [0.01, 0.1])]",
+    ],
+)
+def test_parameters_frozen_through_the_model_s_layer_groups_get_find_unused_parameters(
+    params: str,
+) -> None:
     """Round-27 audit A ulmfit_discriminative_lr_b (ULMFiT's gradual unfreezing):
     `freeze_to(model.layer_groups(), n)` sets `requires_grad` on the parameters of parts
     the model's own method returns, one more group each epoch. They were not taken for
@@ -7159,7 +7171,7 @@ def main():
     loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
     model = Net()
     groups = model.layer_groups()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(PARAMS, lr=0.1)
     for epoch in range(2):
         freeze_to(groups, epoch + 1)
         for x, y in loader:
@@ -7170,8 +7182,10 @@ def main():
 
 main()
 """
+    source = source.replace("PARAMS", params)
     result = convert_source(source.encode(), "ulmfit.py", ConvertOptions())
     assert not result.refused, result.problems
+    assert "    model = DDP(model, " in result.output.decode()
     assert "find_unused_parameters=True)" in result.output.decode()
 
 
