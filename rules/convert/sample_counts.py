@@ -285,18 +285,26 @@ AS_TENSOR = {
 }
 
 
+def _dataset_made(anatomy: Anatomy, loader: Loader) -> cst.BaseExpression | None:
+    """The dataset the loader is given, or what the one binding of its name holds."""
+    dataset = call_arg(loader.call, 0, "dataset")
+    if dataset is None:
+        return None
+    value = dataset.value
+    if isinstance(value, cst.Name):
+        values = anatomy.values.assignments(value.value, anatomy.function_of(loader.call))
+        value = values[0] if len(values) == 1 else value
+    return value
+
+
 def _tensor_sources(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | None) -> list[str]:
     """The arrays a `TensorDataset` the loader reads was made of, by the names they have in
     `scope` (`TensorDataset(torch.from_numpy(X_train), torch.from_numpy(y_train))`): each has
     as many rows as the dataset has samples."""
-    dataset = call_arg(loader.call, 0, "dataset")
-    if dataset is None:
-        return []
     made_in = anatomy.function_of(loader.call)
-    value = dataset.value
-    if isinstance(value, cst.Name):
-        values = anatomy.values.assignments(value.value, made_in)
-        value = values[0] if len(values) == 1 else value
+    value = _dataset_made(anatomy, loader)
+    if value is None:
+        return []
     if not (
         isinstance(value, cst.Call)
         and (dotted(value.func) or "").rsplit(".", 1)[-1] == "TensorDataset"
@@ -342,14 +350,10 @@ def _index_sources(anatomy: Anatomy, loader: Loader, scope: cst.FunctionDef | No
     """The index arrays that pick the samples of the dataset the loader reads, by the names
     they have in `scope`: `tr_idx` of `TabDS(train[tr_idx])` or of `Subset(full, tr_idx)`.
     Each has as many entries as the dataset has samples."""
-    dataset = call_arg(loader.call, 0, "dataset")
-    if dataset is None:
-        return []
     made_in = anatomy.function_of(loader.call)
-    value = dataset.value
-    if isinstance(value, cst.Name):
-        values = anatomy.values.assignments(value.value, made_in)
-        value = values[0] if len(values) == 1 else value
+    value = _dataset_made(anatomy, loader)
+    if value is None:
+        return []
     if not isinstance(value, cst.Call):
         return []
     names = []
