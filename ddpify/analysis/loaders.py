@@ -462,6 +462,13 @@ def _keyed_read(expr: cst.BaseExpression) -> tuple[str, cst.BaseExpression] | No
     return None
 
 
+def read_as(expr: cst.BaseExpression) -> str | None:
+    """The code that reads a loader: a dotted name, or one read by key (`loaders["train"]`,
+    `self.loaders[task]`, loaders made per key)."""
+    keyed = keyed_read(expr)
+    return f"{keyed[0]}[{keyed[1]}]" if keyed is not None else dotted(expr)
+
+
 def keyed_read(expr: cst.BaseExpression) -> tuple[str, str] | None:
     """`("loaders", "phase")` for `loaders[phase]`, `("loaders", '"train"')` for
     `loaders["train"]`: the name and the key as written (a name or a string)."""

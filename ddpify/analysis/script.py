@@ -22,6 +22,7 @@ from ddpify.analysis.loaders import (
     Loaders,
     keyed_read,
     literal_strings,
+    read_as,
     string_value,
     strip_iteration,
 )
@@ -369,10 +370,8 @@ class TrainingScript:
             return self._name_at_call_site(text + name[len(head) :], function, site)
         if head in self.graph.parameters_of(function) and head != "self":
             argument = self.graph.bound_argument(site, function, head)
-            base = dotted(argument) if argument is not None else None
-            keyed = keyed_read(argument) if argument is not None and base is None else None
-            if keyed is not None:  # `run_epoch(model, loaders["train"], ...)`
-                base = f"{keyed[0]}[{keyed[1]}]"
+            # a name, or one read by key: `run_epoch(model, loaders["train"], ...)`
+            base = read_as(argument) if argument is not None else None
             return base + name[len(head) :] if base else None
         if head == "self":
             caller = self.index.function_of(site)
@@ -1120,22 +1119,15 @@ def steps_in_backward(script: TrainingScript) -> cst.Call | None:
     pass" tutorial, round-27 audit A): the step runs inside the backward pass, on each
     gradient as it is made, before DDP has averaged it. Where the hook is registered."""
     for call in script.index.calls:
-        if not (
-            is_method_call(call, "register_post_accumulate_grad_hook")
-            or is_method_call(call, "register_hook")
-        ):
-            continue
         if is_method_call(call, "register_post_accumulate_grad_hook"):
             return call
-        hook = call.args[0].value if call.args else None
-        for function in walk(script.index.module):
-            if (
-                isinstance(function, cst.FunctionDef)
-                and isinstance(hook, cst.Name)
-                and function.name.value == hook.value
-                and any(is_method_call(n, "step") for n in walk(function))
-            ):
-                return call
+        hook = call.args[0].value if is_method_call(call, "register_hook") and call.args else None
+        if isinstance(hook, cst.Name) and any(
+            is_method_call(node, "step")
+            for function in script.graph.defined(hook.value)
+            for node in walk(function)
+        ):
+            return call
     return None
 
 

@@ -130,17 +130,16 @@ class Streams:
             assert isinstance(loop, cst.For | cst.While)
             if found is not None and found.loop is loop:
                 continue
-            anchor: cst.BaseStatement | None = None
             if found is not None:
                 return None
+            anchor: cst.BaseStatement | None
             if self._walks_the_data(loop):
-                drawn = _drawn_before(self, loop) if draws_of == self._draws else None
+                drawn = _drawn_before(self, loop)
                 if drawn is None:
                     return None
                 draws, anchor = drawn
             else:
-                draws = draws_of(loop)
-                anchor = self._anchor(loop)
+                draws, anchor = draws_of(loop), self._anchor(loop)
             if not draws:
                 return None
             families = {self._family(draw) or self._family(draw, SAMPLE_MAKERS) for draw in draws}

@@ -17,7 +17,7 @@ from ddpify.analysis.api import (
     SAMPLER_ARGUMENTS,
 )
 from ddpify.analysis.calls import MAX_DEPTH, passing_loop
-from ddpify.analysis.loaders import Loader, keyed_read, string_value, strip_iteration
+from ddpify.analysis.loaders import Loader, keyed_read, read_as, string_value, strip_iteration
 from ddpify.analysis.script import ForeignTraining, TrainLoop
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
@@ -665,6 +665,20 @@ def _rounds_around(anatomy: Anatomy, loop: TrainLoop) -> cst.CSTNode | None:
     return None
 
 
+def _restarts(anatomy: Anatomy, loop: TrainLoop) -> str | None:
+    """Where the epoch loop's counter starts again over the same loader, as a clause: in
+    every pass of a loop around it, or in every call of the function it is in."""
+    rounds = _rounds_around(anatomy, loop)
+    if rounds is not None:
+        return f"in every pass of the loop at line {anatomy.line(rounds)}"
+    again = _called_again(anatomy, loop)
+    if again is not None:
+        function, sites = again
+        lines = ", ".join(str(anatomy.line(site)) for site in sites)
+        return f"in every call of `{function.name.value}()`, lines {lines}"
+    return None
+
+
 def _called_again(
     anatomy: Anatomy, loop: TrainLoop
 ) -> tuple[cst.FunctionDef, list[cst.Call]] | None:
@@ -811,29 +825,17 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
         if problem:
             ctx.cannot(loop.epoch_loop, problem, blocking=True)
             continue
-        rounds = _rounds_around(anatomy, loop)
-        if rounds is not None:
-            # `for rnd in range(3): for _ in range(2):` (round-15 audit s19): the epoch
-            # counter starts again every round; the sampler's own count of passes does not.
+        restarts = _restarts(anatomy, loop)
+        if restarts is not None:
+            # `for rnd in range(3): for _ in range(2):` (round-15 audit s19), stages through
+            # one `train_model()` (round-26 audit B colab_freeze_then_finetune): the epoch
+            # counter starts again; the sampler's own count of passes does not
             sampler = f"{loop.loader_at_epoch}.{loop.loader.sampler_path}"
             insert_set_epoch(ctx.plan, replace(loop, epoch_var=f"{sampler}.epoch + 1"))
             ctx.changed(
                 loop.epoch_loop,
                 f"set_epoch at the start of every epoch, counting the passes (the epoch "
-                f"counter starts again in every pass of the loop at line {anatomy.line(rounds)})",
-            )
-        elif (again := _called_again(anatomy, loop)) is not None:
-            # round-26 audit B colab_freeze_then_finetune: `train_model(...)` for the head,
-            # then again for the whole model; its `for epoch in range(num_epochs)` starts
-            # at 0 in each call and the second stage replayed the first one's orders
-            sampler = f"{loop.loader_at_epoch}.{loop.loader.sampler_path}"
-            insert_set_epoch(ctx.plan, replace(loop, epoch_var=f"{sampler}.epoch + 1"))
-            lines = ", ".join(str(anatomy.line(site)) for site in again[1])
-            ctx.changed(
-                loop.epoch_loop,
-                f"set_epoch at the start of every epoch, counting the passes (the epoch "
-                f"counter starts again in every call of `{again[0].name.value}()`, lines "
-                f"{lines})",
+                f"counter starts again {restarts})",
             )
         elif (counted := _counted_over_rounds(anatomy, loop)) is not None:
             epochs, round_loop = counted
@@ -1283,7 +1285,7 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
         for node, source in starts
         if any(kind == "loop" for _, kind in anatomy.graph.loops_around(node))
     ]
-    if not starts or any(_read_as(source) is None for _, source in again):
+    if not starts or any(read_as(source) is None for _, source in again):
         return False
     if any(_given_other_loaders(anatomy, loader, node, source) for node, source in again):
         return False
@@ -1301,20 +1303,13 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
         )
         return True
     for node, source in again:
-        sampler = f"{_read_as(source)}.{loader.sampler_path}"
+        sampler = f"{read_as(source)}.{loader.sampler_path}"
         where = node if isinstance(node, cst.For) else anatomy.statement_of(node)
         ctx.plan.insert_before(where, [statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")])
         ctx.changed(where, "set_epoch before every new pass over the loader")
     if not again:
         ctx.info(loader.call, "one pass over the data: no set_epoch needed")
     return True
-
-
-def _read_as(source: cst.BaseExpression) -> str | None:
-    """The code that reads the loader again where a pass starts: a dotted name, or one read
-    by key (`self.loaders[task]`, loaders made per task in a comprehension)."""
-    keyed = keyed_read(source)
-    return f"{keyed[0]}[{keyed[1]}]" if keyed is not None else dotted(source)
 
 
 def _split(ctx: ConvertContext) -> bool:

@@ -812,9 +812,12 @@ def _parts_of(anatomy: Anatomy, model: Model) -> set[str]:
                     parts.add(held.value)
         for loop in walk(anatomy.module):
             # `for i, g in enumerate(groups): for m in g:` over parts of the model
-            if isinstance(loop, cst.For) and dotted(_iterated(loop.iter)) in parts:
+            if not isinstance(loop, cst.For):
+                continue
+            iterated, numbered = _iterated(loop.iter)
+            if dotted(iterated) in parts:
                 bound: cst.BaseExpression = loop.target
-                if isinstance(bound, cst.Tuple) and is_name(_enumerated(loop.iter), "enumerate"):
+                if isinstance(bound, cst.Tuple) and numbered:
                     bound = bound.elements[-1].value
                 if isinstance(bound, cst.Name):
                     parts.add(bound.value)
@@ -827,16 +830,12 @@ def _parts_of(anatomy: Anatomy, model: Model) -> set[str]:
     return parts
 
 
-def _enumerated(iterable: cst.BaseExpression) -> cst.BaseExpression | None:
-    """The function `iterable` calls, if it is a call."""
-    return iterable.func if isinstance(iterable, cst.Call) else None
-
-
-def _iterated(iterable: cst.BaseExpression) -> cst.BaseExpression:
-    """`groups` of `enumerate(groups)` or of `groups` itself."""
+def _iterated(iterable: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
+    """What a loop runs over, and whether it is numbered: `(groups, True)` for
+    `enumerate(groups)`, `(groups, False)` for `groups`."""
     if isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and iterable.args:
-        return iterable.args[0].value
-    return iterable
+        return iterable.args[0].value, True
+    return iterable, False
 
 
 def _trained_past_the_wrapper(anatomy: Anatomy, model: Model) -> tuple[cst.CSTNode, str] | None:
@@ -1887,6 +1886,7 @@ def _one_output_taken(anatomy: Anatomy, model: Model) -> str | None:
     feeding: set[int] = set()
     for backward in anatomy.script.backward_calls:
         feeding |= anatomy.script.loss_nodes_of(backward)
+    count: int | None = None
     for node in walk(anatomy.module):
         if not (
             isinstance(node, cst.Subscript)
@@ -1899,7 +1899,7 @@ def _one_output_taken(anatomy: Anatomy, model: Model) -> str | None:
         ):
             continue
         taken = int(node.slice[0].slice.value.value)
-        count = _outputs_returned(anatomy, model)
+        count = count if count is not None else _outputs_returned(anatomy, model)
         if count is None or not 0 <= taken < count:
             continue  # one tensor's row, not one output of several
         if not _made_by_the_kept(anatomy, model, set(range(count)) - {taken}, {taken}):
