@@ -209,6 +209,7 @@ def main(argv: list[str]) -> int:
             "precision", "float64: the default dtype, and float32 tensors meeting float64 ones"
         )
     mode = patches.CheckMode(recorder, map_cuda=not cuda, float64=not options.float32)
+    patches.patch_recompute(mode)
 
     import runpy
 

@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
@@ -719,6 +719,29 @@ def patch_rnn_dropout(recorder: Recorder) -> None:
             self.dropout = 0.0
 
     torch.nn.RNNBase.__init__ = init  # type: ignore[method-assign]
+
+
+def patch_recompute(mode: CheckMode) -> None:
+    """torch.utils.checkpoint runs the forward again inside the backward pass, where the
+    check's function mode is not active: the recomputation would keep the dropout the mode
+    took out of the forward and fail with CheckpointError (round-27 audit A
+    grad_checkpointing_transformer). The checkpointed function runs under the mode both
+    times."""
+    import torch.utils.checkpoint as checkpointing
+
+    real = checkpointing.checkpoint
+
+    def checkpoint(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def under_mode(*inner: Any, **named: Any) -> Any:
+            active = _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
+            if any(entered is mode for entered in active):
+                return function(*inner, **named)
+            with mode:
+                return function(*inner, **named)
+
+        return real(under_mode, *args, **kwargs)
+
+    checkpointing.checkpoint = checkpoint
 
 
 def patch_rnn_inputs() -> None:

@@ -989,6 +989,44 @@ def test_the_dropout_between_recurrent_layers_is_neutralised(tmp_path: Path) -> 
     assert "GRU(dropout=0.5) between layers set to 0" in table
 
 
+def test_a_checkpointed_block_recomputes_under_the_check_too(tmp_path: Path) -> None:
+    """Round-27 audit A grad_checkpointing_transformer: torch.utils.checkpoint runs the block
+    again in the backward pass, past the check's function mode, so the recomputation kept the
+    attention dropout the forward had lost: CheckpointError in both runs, "could not run" on
+    a correct conversion."""
+    original = tmp_path / "ckpt.py"
+    original.write_text(
+        "import torch\n"
+        "from torch.utils.checkpoint import checkpoint\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.attn = torch.nn.MultiheadAttention(8, 2, dropout=0.3, batch_first=True)\n"
+        "        self.drop = torch.nn.Dropout(0.3)\n"
+        "        self.head = torch.nn.Linear(8, 1)\n\n"
+        "    def block(self, x):\n"
+        "        mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)\n"
+        "        out = self.attn(x, x, x, attn_mask=mask, need_weights=False)[0]\n"
+        "        return self.drop(x + out)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.head(checkpoint(self.block, x, use_reentrant=False)[:, -1])\n\n\n"
+        "torch.manual_seed(0)\n"
+        "data = TensorDataset(torch.randn(32, 5, 8), torch.randn(32, 1))\n"
+        "loader = DataLoader(data, batch_size=4, shuffle=True)\n"
+        "model = Net()\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+    )
+    _converted, outcome, table = converted_and_verified(original, steps=3)
+    assert outcome.exit_code == 0, table
+    assert statuses(outcome)["equivalence"] is Status.PASS, table
+
+
 def test_a_file_read_before_rank_0_made_it_fails_the_runs(tmp_path: Path) -> None:
     """Round-17 audit s33: a vocabulary rank 0 writes and every rank reads right after, with
     no barrier between, passed verify (its slow write covered torch.save only). Rank 0 now
