@@ -169,6 +169,7 @@ def main(argv: list[str]) -> int:
     patches.patch_python_random(recorder)
     patches.patch_torch_seed(recorder)
     patches.patch_rnn_dropout(recorder)
+    patches.patch_backward(recorder)
     if not options.float32:
         patches.patch_rnn_inputs()
     patches.patch_writes(recorder)
@@ -218,6 +219,7 @@ def main(argv: list[str]) -> int:
     mode.__enter__()  # type: ignore[no-untyped-call]
     try:
         runpy.run_path(script, run_name="__main__")
+        recorder.step_by_hand()  # the last update by hand
     except StopTraining:
         reason = "steps"
     except SystemExit as stop:

@@ -43,7 +43,7 @@ from torch.utils.data import (
 from torch.utils.data import dataloader as dataloader_module
 from torch.utils.data._utils import fetch as fetch_module
 
-from ddpify.verify.recorder import Recorder, sample_seed
+from ddpify.verify.recorder import Recorder, UpdatedByHand, sample_seed
 from ddpify.verify.records import DRAWING
 
 DROPOUTS: dict[Callable[..., Any], str] = {
@@ -125,6 +125,17 @@ def global_batch_norm(
             unbiased = var.detach() * n / (n - 1) if float(n) > 1 else var.detach()
             running_var.mul_(1 - factor).add_(unbiased, alpha=factor)
     return out
+
+
+def _positions_in(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """The upper bound of a `torch.randint` draw: `randint(high, size)` or
+    `randint(low, high, size)`."""
+    if name != "randint":
+        return None
+    if "high" in kwargs:
+        return kwargs["high"] if isinstance(kwargs["high"], int) else None
+    bounds = list(itertools.takewhile(lambda arg: isinstance(arg, int), args))
+    return bounds[-1] if bounds else None
 
 
 def is_cuda(device: object) -> bool:
@@ -216,6 +227,10 @@ class CheckMode(TorchFunctionMode):
         once drawn) whose numbers depend on nothing per sample (`torch.randn(b, nz)`,
         `randn_like(x)`, `t.normal_()`; not `bernoulli(p)` with a tensor `p`)."""
         if name not in PER_SAMPLE or self.recorder.batch_indices is None:
+            return False
+        if _positions_in(name, args, kwargs) == len(self.recorder.batch_indices):
+            # `torch.randint(0, B, ...)`: positions in the batch (negatives from other
+            # samples), which each rank draws over its own part (round-27 audit A cpc)
             return False
         given = [*args[1:], *kwargs.values()]
         return not any(isinstance(value, torch.Tensor) and value.dim() for value in given)
@@ -742,6 +757,28 @@ def patch_recompute(mode: CheckMode) -> None:
         return real(under_mode, *args, **kwargs)
 
     checkpointing.checkpoint = checkpoint
+
+
+def patch_backward(recorder: Recorder) -> None:
+    """Backward passes seen, for a script that updates its parameters by hand, and the
+    optimizers it makes, for one that does not."""
+    real_backward = torch.autograd.backward
+    real_init = torch.optim.Optimizer.__init__
+
+    def backward(*args: Any, **kwargs: Any) -> None:
+        recorder.backward_starts()
+        try:
+            real_backward(*args, **kwargs)
+        finally:
+            recorder.backward_ends()
+
+    def init(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(self, UpdatedByHand):
+            recorder.optimizers_made += 1
+        real_init(self, *args, **kwargs)
+
+    torch.autograd.backward = backward
+    torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign]
 
 
 def patch_rnn_inputs() -> None:

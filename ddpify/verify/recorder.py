@@ -112,6 +112,12 @@ class Recorder:
         # on its param groups for each step (its own are put back after the step).
         self.replay: dict[tuple[int, int], tuple[Rates, ...]] = {}
         self._own_rates: dict[int, list[Rates]] = {}
+        # A script with no torch.optim optimizer updates its parameters by hand between
+        # backward passes (round-27 audit B course_manual_sgd_no_optimizer).
+        self.optimizers_made = 0
+        self._by_hand: UpdatedByHand | None = None
+        self._backwards = 0  # backward passes running (a checkpoint's nested one)
+        self._backward_ended: tuple[int, int] | None = None  # fetched batches, rows then
 
     def event(self, name: str, **fields: Any) -> None:
         if os.getpid() != self.pid:  # a forked DataLoader worker: not this process's doing
@@ -322,7 +328,7 @@ class Recorder:
         with torch.no_grad():
             snapshot = {name: p.detach().cpu().clone() for name, p in self._names[key]}
         self.keep(snapshot, snapshot_name(ordinal, count))
-        rates = [rates_of(group) for group in optimizer.param_groups]
+        rates = [rates_of(group) for group in optimizer.param_groups if "lr" in group]
         own = self._own_rates.pop(key, None)
         if own is not None:  # the schedule goes on from the original's own rates
             for group, mine in zip(optimizer.param_groups, own, strict=True):
@@ -343,6 +349,36 @@ class Recorder:
         if primary and count >= self.steps_wanted * self.epochs_wanted:
             self.stopping = True  # every pass took its steps, or passes never end
             raise StopTraining
+
+    def backward_starts(self) -> None:
+        """With no optimizer, the backward pass after another ends the step of the one
+        before it: the update by hand came in between."""
+        self._backwards += 1
+        if self._backwards == 1 and self._by_hand is not None:
+            self.step_by_hand()
+
+    def backward_ends(self) -> None:
+        self._backwards -= 1
+        if self._backwards or self.optimizers_made:
+            return
+        if self._by_hand is None:
+            self._by_hand = updated_by_hand()
+        self._backward_ended = (len(self._fetched), len(self._rows))
+
+    def step_by_hand(self) -> None:
+        """A step of the update by hand: the batches and rows that came before the last
+        backward pass ended are its own; those fetched since belong to the next."""
+        if self._backward_ended is None or self._by_hand is None or self.optimizers_made:
+            return
+        fetched, rows = self._backward_ended
+        self._backward_ended = None
+        later, later_rows = self._fetched[fetched:], self._rows[rows:]
+        del self._fetched[fetched:], self._rows[rows:]
+        try:
+            self.after_step(self._by_hand)
+        finally:
+            self._fetched.extend(later)
+            self._rows.extend(later_rows)
 
     def _take_batches(self) -> tuple[int | None, list[int] | None]:
         """The batches this step trained on: those fetched since the last step from the
@@ -368,6 +404,31 @@ def sample_seed(index: int, occurrence: int, ordinal: int) -> int:
     """A seed for one sample's random numbers, alike in every run of the check."""
     key = f"{index}:{occurrence}:{ordinal}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "big")
+
+
+class UpdatedByHand(torch.optim.Optimizer):
+    """The parameters a script updates by hand (`p -= lr * p.grad`, no torch.optim): its
+    steps are recorded as an optimizer's would be."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        super().__init__(params, {})
+
+
+def updated_by_hand() -> UpdatedByHand | None:
+    """The parameters the first backward pass gave gradients, of the model that holds the
+    most of them (the bare one rather than its DDP wrapper), in the model's order."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        modules = [obj for obj in gc.get_objects() if _is_module(obj)]
+    best: list[torch.Tensor] = []
+    best_key = (0, 0, 0)
+    for module in modules:
+        owned = list(module.parameters())
+        reached = [p for p in owned if p.grad is not None]
+        key = (len(reached), 0 if is_wrapper(module) else 1, -len(owned))
+        if reached and key > best_key:
+            best, best_key = reached, key
+    return UpdatedByHand(best) if best else None
 
 
 def _is_module(obj: object) -> bool:
