@@ -11,7 +11,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.script import TrainLoop
-from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, methods, source_text, walk
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
 
@@ -407,6 +407,49 @@ def _plain(value: cst.BaseExpression) -> bool:
     if isinstance(value, cst.BinaryOperation):
         return _plain(value.left) and _plain(value.right)
     return False
+
+
+def own_sampler(anatomy: Anatomy, loader: Loader) -> tuple[str, cst.Arg, str] | None:
+    """The loader's `sampler=` or `batch_sampler=`, given directly and made in one place by a
+    class of the script's own whose `__iter__` ends (a bucketing batch sampler, a balanced
+    sampler): the keyword, the argument, and the class's name."""
+    given = [
+        (keyword, passed)
+        for keyword in SAMPLER_ARGUMENTS
+        for passed in anatomy.loaders.argument(loader.call, keyword) or []
+    ]
+    if len(given) != 1 or not given[0][1].direct or not isinstance(given[0][1].where, cst.Arg):
+        return None
+    keyword, passed = given[0]
+    origins = anatomy.values.origins(passed.value, anatomy.function_of(loader.call))
+    if len(origins) != 1 or not isinstance(origins[0], cst.Call):
+        return None
+    name = dotted(origins[0].func)
+    made = anatomy.classes.get(name) if name is not None else None
+    if made is None or not _ends(made):
+        return None
+    assert isinstance(passed.where, cst.Arg)
+    return keyword, passed.where, made.name.value
+
+
+def _ends(made: cst.ClassDef) -> bool:
+    """A class with `__len__` whose `__iter__` runs out: no `while True`, no `cycle` or
+    `count` of itertools (Detectron2's TrainingSampler yields forever)."""
+    found = {function.name.value: function for function in methods(made)}
+    passes = found.get("__iter__")
+    if passes is None or "__len__" not in found:
+        return False
+    for node in walk(passes):
+        if isinstance(node, cst.While) and (
+            is_name(node.test, "True") or isinstance(node.test, cst.Integer)
+        ):
+            return False
+        if isinstance(node, cst.Call) and dotted(node.func) in ENDLESS:
+            return False
+    return True
+
+
+ENDLESS = {"cycle", "count", "itertools.cycle", "itertools.count", "repeat", "itertools.repeat"}
 
 
 def _given_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:

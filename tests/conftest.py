@@ -111,3 +111,69 @@ def writers(cwd: Path) -> dict[str, set[str]]:
             if where.is_relative_to(root):
                 found.setdefault(where.relative_to(root).as_posix(), set()).add(rank)
     return found
+
+
+# A training script whose loader takes a batch sampler of its own class (length buckets);
+# PROBE is where a test records what each rank read.
+
+OWN_SAMPLERS = """\
+import json
+import random
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Seqs(Dataset):
+    def __init__(self, n):
+        self.lengths = [3 + i % 5 for i in range(n)]
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        return torch.full((self.lengths[i], 2), float(i)), i
+
+
+class BucketBatchSampler:
+    def __init__(self, lengths, batch_size):
+        self.order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        self.batch_size = batch_size
+
+    def __iter__(self):
+        bs = self.batch_size
+        batches = [self.order[i:i + bs] for i in range(0, len(self.order), bs)]
+        random.shuffle(batches)
+        return iter(batches)
+
+    def __len__(self):
+        return -(-len(self.order) // self.batch_size)
+
+
+def pad(batch):
+    xs, ids = zip(*batch)
+    return torch.nn.utils.rnn.pad_sequence(xs, batch_first=True), torch.tensor(ids)
+
+
+def main():
+    random.seed(0)
+    torch.manual_seed(0)
+    ds = Seqs(42)
+    loader = DataLoader(ds, batch_sampler=BucketBatchSampler(ds.lengths, 4), collate_fn=pad)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    passes = []
+    for epoch in range(3):
+        seen = []
+        for x, ids in loader:
+            optimizer.zero_grad()
+            model(x).mean().backward()
+            optimizer.step()
+            seen.append(ids.tolist())
+        passes.append(seen)
+    PROBE
+
+
+if __name__ == "__main__":
+    main()
+"""

@@ -301,8 +301,13 @@ class _Facts:
                 "one process, batches from no DataLoader: it draws them as the original does "
                 "(rank 0's seed is the script's own)"
             )
-        if ordinal is None or batch is None:
+        if ordinal is None:
             return None, "the converted script's training batches do not come from a DataLoader"
+        if batch is None:
+            return None, (
+                "the training DataLoader's batches come from a batch sampler with no batch size "
+                "(the script's own): the original's cannot be made the ranks' global batch"
+            )
         drawing = self.ranks[0].loader(ordinal) if self.ranks and self.n > 1 else None
         if drawing is not None and drawing.draws:
             return None, (
@@ -784,8 +789,20 @@ class _DataSharding(_NamedCheck):
         if drawing is not None and drawing.draws:
             return _drawn_apart(facts, steps, drawing.sampler.removesuffix(DRAWING))
         bound = bool(facts.verification.batch_bound)  # the original took a batch of its own
+        # A batch sampler of the script's own, dealt out by rank (no batch size to resize
+        # the original's by): step k of the N ranks is the original's batches kN+1..kN+N.
+        grouped = facts.verification.train_batch is None and not whole and facts.n > 1
+        compared = 0
         for k in range(steps):
             original = facts.orig_record.primary_steps[k].indices
+            if grouped:  # in the first pass, where both runs' steps start together
+                group = facts.orig_record.primary_steps[k * facts.n : (k + 1) * facts.n]
+                given = [step.indices for step in group]
+                original = (
+                    tuple(i for indices in given for i in indices or ())
+                    if (k + 1) * facts.n <= facts.options.steps and None not in given
+                    else ()
+                )
             per_rank = [r.primary_steps[k].indices for r in facts.ranks]
             if whole:  # no sampler: the rows the model took, fingerprinted
                 original = facts.orig_record.primary_steps[k].rows
@@ -813,6 +830,9 @@ class _DataSharding(_NamedCheck):
                             {"step": k + 1, "ranks": [a, b], "shared": len(shared)},
                         )  # fmt: skip
             together = sorted(i for shard in shards for i in shard)
+            if grouped and not original:
+                continue  # past the original's capped pass: disjointness checked only
+            compared += 1
             if not bound and together != sorted(original):
                 missing = set(original) - set(together)
                 extra = set(together) - set(original)
@@ -835,6 +855,17 @@ class _DataSharding(_NamedCheck):
             return same
         field = "rows" if whole else "indices"
         sizes = [len(getattr(r.primary_steps[0], field) or ()) for r in facts.ranks]
+        if grouped:
+            return Check(
+                name,
+                Status.PASS if compared else Status.UNCHECKED,
+                f"steps 1-{steps}: {facts.n} ranks on disjoint batches of the script's own "
+                f"batch sampler; steps 1-{compared} are the original's batches, {facts.n} to a "
+                "step, in its order" if compared else
+                f"steps 1-{steps}: {facts.n} ranks on disjoint batches of the script's own batch "
+                "sampler; too few of the original's steps to compare them with (raise --steps)",
+                data={"steps": steps, "per_rank": sizes, "compared": compared},
+            )  # fmt: skip
         total = len(getattr(facts.orig_record.primary_steps[0], field) or ())
         whole_of = (
             f"(the original ran with its own batch of {total})"

@@ -43,6 +43,7 @@ from ddpify.fixes import (
     draw_per_process,
     drawing_sampler,
     insert_set_epoch,
+    own_sampler,
     set_epoch_problem,
     shard_loader,
     shard_problem,
@@ -83,6 +84,90 @@ RANDOM_SAMPLER = Example(
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(10):
         loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+)
+
+# A batch sampler of the script's own (length buckets, round-20 audit B bucket_sampler):
+# rank 0's batches, dealt out by a class written beside it.
+OWN_BATCH_SAMPLER = Example(
+    """
+    import random
+
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    class BucketBatchSampler:
+        def __init__(self, lengths, batch_size):
+            self.order = sorted(range(len(lengths)), key=lengths.__getitem__)
+            self.batch_size = batch_size
+
+        def __iter__(self):
+            bs = self.batch_size
+            batches = [self.order[i:i + bs] for i in range(0, len(self.order), bs)]
+            random.shuffle(batches)
+            return iter(batches)
+
+        def __len__(self):
+            return -(-len(self.order) // self.batch_size)
+
+
+    loader = DataLoader(dataset, batch_sampler=BucketBatchSampler(lengths, 32))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import random
+
+    import torch
+    from torch.utils.data import DataLoader
+    import torch.distributed as dist
+
+
+    class BucketBatchSampler:
+        def __init__(self, lengths, batch_size):
+            self.order = sorted(range(len(lengths)), key=lengths.__getitem__)
+            self.batch_size = batch_size
+
+        def __iter__(self):
+            bs = self.batch_size
+            batches = [self.order[i:i + bs] for i in range(0, len(self.order), bs)]
+            random.shuffle(batches)
+            return iter(batches)
+
+        def __len__(self):
+            return -(-len(self.order) // self.batch_size)
+
+
+    class ShardByRank:
+        \"\"\"What `sampler` gives each pass (its batches), in rank 0's order, dealt out: every
+        world_size-th to this process, as many to each.\"\"\"
+
+        def __init__(self, sampler):
+            self.sampler = sampler
+
+        def __iter__(self):
+            drawn = [list(self.sampler)]  # every process draws, so random streams stay in step
+            dist.broadcast_object_list(drawn, src=0)
+            world_size = dist.get_world_size()
+            kept = len(drawn[0]) // world_size * world_size
+            return iter(drawn[0][dist.get_rank():kept:world_size])
+
+        def __len__(self):
+            return len(self.sampler) // dist.get_world_size()
+
+
+    loader = DataLoader(dataset, batch_sampler=ShardByRank(BucketBatchSampler(lengths, 32)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
         for x, y in loader:
             loss = model(x).sum()
             loss.backward()
@@ -322,7 +407,10 @@ class DistributedSampler(ConvertRule):
     name = "distributed-sampler"
     message = "shard the training DataLoader with DistributedSampler and call set_epoch"
     fix_safety = """
-        Safe. A loader with its own sampler, over an IterableDataset (which takes no
+        Safe. A sampler of the script's own class whose passes end is dealt out by rank
+        (`ShardByRank`, written beside it: rank 0's order, every world_size-th index or
+        batch to each process). A loader with another sampler of its own, over an
+        IterableDataset (which takes no
         sampler), given `**kwargs` that cannot be followed, or built in a comprehension from
         a computed dataset, or an epoch loop where `set_epoch` cannot be placed, is reported
         and nothing is converted: sharding it needs a human. A `shuffle` the loader gets from
@@ -332,6 +420,7 @@ class DistributedSampler(ConvertRule):
     """
     examples = (
         FULL_BATCH,
+        OWN_BATCH_SAMPLER,
         # Batches drawn at random every step (nanoGPT): a stream of its own per process.
         Example(
             """
@@ -605,36 +694,121 @@ class DistributedSampler(ConvertRule):
 
     def _shard(self, ctx: ConvertContext, loader: Loader) -> bool:
         """Give the loader a DistributedSampler; False (and why, reported) when it cannot."""
+        own = own_sampler(ctx.anatomy, loader) if loader.key_var is None else None
+        if own is not None:
+            _deal_out(ctx, loader, *own)
+            return False  # rank 0's sampler draws afresh every pass: no set_epoch
         problem = shard_problem(ctx.anatomy, loader) or _not_only_training(ctx.anatomy, loader)
         if problem:
             ctx.cannot(loader.call, problem, blocking=True)
             return False
         drawing = drawing_sampler(ctx.anatomy, loader)
-        if drawing is not None and not ctx.anatomy.script.after_setup(drawing):
-            ctx.cannot(
-                drawing,
-                "the sampler draws with replacement and is made before the process group "
-                "exists: give it `generator=torch.Generator().manual_seed(seed + rank)` by "
-                "hand, so that every process draws its own stream",
-                blocking=True,
-            )
-            return False
         if drawing is not None:
-            ctx.add_import("torch")
-            ctx.add_import("torch.distributed", asname="dist")
-            draw_per_process(ctx.plan, drawing)
-            ctx.changed(
-                drawing,
-                "the sampler draws with replacement: each process draws a stream of its own "
-                "(its generator seeded with the torch seed plus the rank); every process "
-                "draws num_samples per epoch, so an epoch sees world_size times as many",
-            )
+            _draw_apart(ctx, drawing)
             return False  # nothing split, no set_epoch: every pass draws afresh
         shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
         ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
         _evaluate_whole(ctx, loader)
         _last_batch_of_one(ctx, loader)
         return True
+
+
+def _draw_apart(ctx: ConvertContext, drawing: cst.Call) -> None:
+    """A sampler that draws with replacement draws a stream of its own in every process."""
+    if not ctx.anatomy.script.after_setup(drawing):
+        ctx.cannot(
+            drawing,
+            "the sampler draws with replacement and is made before the process group "
+            "exists: give it `generator=torch.Generator().manual_seed(seed + rank)` by "
+            "hand, so that every process draws its own stream",
+            blocking=True,
+        )
+        return
+    ctx.add_import("torch")
+    ctx.add_import("torch.distributed", asname="dist")
+    draw_per_process(ctx.plan, drawing)
+    ctx.changed(
+        drawing,
+        "the sampler draws with replacement: each process draws a stream of its own "
+        "(its generator seeded with the torch seed plus the rank); every process "
+        "draws num_samples per epoch, so an epoch sees world_size times as many",
+    )
+
+
+SHARD_BY_RANK = """
+class {name}:
+    \"\"\"What `sampler` gives each pass ({what}), in rank 0's order, dealt out: every
+    world_size-th to this process, as many to each.\"\"\"
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def __iter__(self):
+        drawn = [list(self.sampler)]  # every process draws, so random streams stay in step
+        dist.broadcast_object_list(drawn, src=0)
+        world_size = dist.get_world_size()
+        kept = len(drawn[0]) // world_size * world_size
+        return iter(drawn[0][dist.get_rank():kept:world_size])
+
+    def __len__(self):
+        return len(self.sampler) // dist.get_world_size()
+"""
+
+
+def _deal_out(ctx: ConvertContext, loader: Loader, keyword: str, given: cst.Arg, made: str) -> None:
+    """A sampler of the script's own class (`batch_sampler=BucketBatchSampler(lengths, bs)`,
+    round-20 audit B bucket_sampler): wrapped in a class written beside it that deals out
+    rank 0's indices, or batches, every pass. Refused when another loop reads the loader,
+    or, for batches, when the script counts the samples (no count per process is known
+    before the pass)."""
+    anatomy = ctx.anatomy
+    problem = _not_only_training(anatomy, loader)
+    if problem is None and _other_loops(anatomy, loader):
+        problem = (
+            "the training DataLoader, with a sampler of the script's own, is also read by "
+            "another loop"
+        )
+    if problem is None and keyword == "batch_sampler" and _counts_samples(anatomy, loader):
+        problem = (
+            f"the training DataLoader's batches come from `{made}`, and the script counts the "
+            "samples: how many of them each process reads is not known before its pass"
+        )
+    if problem is not None:
+        ctx.cannot(loader.call, f"{problem}: shard it by hand", blocking=True)
+        return
+    wrapper = anatomy.free_name(("ShardByRank", "RankShards"))
+    what = "its batches" if keyword == "batch_sampler" else "its indices"
+    ctx.add_import("torch.distributed", asname="dist")
+    code = SHARD_BY_RANK.format(name=wrapper, what=what)
+    ctx.plan.insert_after(anatomy.classes[made], [_two_blank_lines(s) for s in statements(code)])
+    ctx.plan.replace(
+        given.value,
+        lambda updated: cst.Call(cst.Name(wrapper), [cst.Arg(updated)]),
+    )
+    ctx.changed(
+        loader.call,
+        f"training DataLoader sharded: its own `{keyword}` (`{made}`) is drawn on every "
+        f"process, rank 0's order broadcast, and `{wrapper}` deals out {what}, every "
+        "world_size-th to each process, as many to each; it draws afresh every pass (no "
+        "set_epoch)",
+    )
+
+
+def _two_blank_lines(made: cst.BaseStatement) -> cst.BaseStatement:
+    assert isinstance(made, cst.ClassDef)
+    return made.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+
+
+def _counts_samples(anatomy: Anatomy, loader: Loader) -> bool:
+    """`len(...)` of the loader's dataset anywhere: `len(train_ds)`, `len(loader.dataset)`."""
+    dataset = call_arg(loader.call, 0, "dataset")
+    names = {f"{loader.name}.dataset"} if loader.name else set()
+    if dataset is not None and dotted(dataset.value) is not None:
+        names.add(dotted(dataset.value) or "")
+    return any(
+        is_name(call.func, "len") and call.args and dotted(call.args[0].value) in names
+        for call in anatomy.calls
+    )
 
 
 def _last_batch_of_one(ctx: ConvertContext, loader: Loader) -> None:

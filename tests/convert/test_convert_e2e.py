@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, TORCHRUN, recording, run, torchrun, writers
+from conftest import FIXTURES, OWN_SAMPLERS, TORCHRUN, recording, run, torchrun, writers
 
 from ddpify.convert import convert_source
 from ddpify.options import ConvertOptions
@@ -3021,3 +3021,62 @@ def test_two_backward_passes_through_one_forward_become_one_of_the_sum(tmp_path:
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     params = [json.loads((tmp_path / f"params{rank}.json").read_text()) for rank in (0, 1)]
     assert params[0] == params[1]
+
+
+def test_a_batch_sampler_of_the_script_s_own_is_dealt_out_by_rank(tmp_path: Path) -> None:
+    """Round-20 audit B bucket_sampler (and ctc_bucket, seq2seq_bucket, balanced batch
+    samplers): `batch_sampler=` of a class of the script's own was refused. Its batches are
+    drawn on every process, rank 0's broadcast and dealt out: every rank gets its own
+    batches of rank 0's order, as many as the others, and a new order every pass."""
+    result = convert_source(OWN_SAMPLERS.encode(), "buckets.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"batch_sampler=ShardByRank(BucketBatchSampler(ds.lengths, 4))" in result.output
+    assert b"set_epoch" not in result.output
+    probe = "json.dump(passes, open(f'passes{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "buckets.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["buckets.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    ranks = [json.loads((tmp_path / f"passes{r}.json").read_text()) for r in (0, 1)]
+    lengths = [3 + i % 5 for i in range(42)]
+    for epoch in range(3):
+        mine, theirs = ranks[0][epoch], ranks[1][epoch]
+        assert len(mine) == len(theirs) == 5  # 11 batches: 5 each, the last one left out
+        flat = [i for batch in mine + theirs for i in batch]
+        assert len(flat) == len(set(flat))  # no sample on both ranks
+        for batch in mine + theirs:  # still the sampler's buckets: one length per batch
+            assert len({lengths[i] for i in batch}) <= 2
+    assert ranks[0][0] != ranks[0][1] != ranks[0][2]  # a new order every pass
+    alone = run([sys.executable, "buckets.py"], cwd=tmp_path, timeout=120)
+    assert alone.returncode == 0, alone.stderr.decode()[-3000:]
+    one = json.loads((tmp_path / "passes0.json").read_text())
+    assert sorted(i for batch in one[0] for i in batch) == list(range(42))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (  # Detectron2's TrainingSampler: it never ends
+            (
+                "        return iter(batches)\n",
+                "        while True:\n            yield from batches\n",
+            ),
+            "has its own sampler",
+        ),
+        (  # samples counted: how many each rank reads is not known before its pass
+            ("        passes.append(seen)\n", "        passes.append(len(seen) / len(ds))\n"),
+            "counts the samples",
+        ),
+        (  # another loop reads the training loader
+            ("    PROBE\n", "    evaluated = [model(x) for x, _ in loader]\n    PROBE\n"),
+            "another loop",
+        ),
+    ],
+)
+def test_a_sampler_of_the_script_s_own_it_cannot_deal_out_is_refused(
+    change: tuple[str, str], reason: str
+) -> None:
+    source = OWN_SAMPLERS.replace(*change)
+    assert source != OWN_SAMPLERS
+    result = convert_source(source.encode(), "buckets.py", ConvertOptions())
+    assert result.refused
+    assert any(reason in problem.message for problem in result.problems), result.problems

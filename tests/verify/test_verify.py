@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT, run
+from conftest import FIXTURES, OWN_SAMPLERS, ROOT, run
 
 from ddpify.convert import convert_source
 from ddpify.options import ConvertOptions
@@ -1096,6 +1096,26 @@ def test_negatives_drawn_over_the_batch_s_positions_are_judged_with_one_process(
     _converted, outcome, table = converted_and_verified(original, steps=3)
     assert statuses(outcome)["equivalence"] is Status.PASS, table
     assert "with one process of the conversion" in check(outcome, "equivalence"), table
+
+
+def test_batches_of_the_script_s_own_sampler_dealt_out_by_rank_are_not_a_false_alarm(
+    tmp_path: Path,
+) -> None:
+    """A `batch_sampler=` of the script's own class, dealt out by rank by the conversion,
+    cannot be resized for the original's run: data-sharding compared each rank's batch with
+    the original's first and failed a correct conversion. Step k of the N ranks is the
+    original's batches kN+1..kN+N; equivalence stays unchecked (exit 2)."""
+    original = tmp_path / "buckets.py"
+    original.write_text(OWN_SAMPLERS.replace("    PROBE\n", ""))
+    result = convert_source(original.read_bytes(), original.name, ConvertOptions())
+    assert not result.refused, result.problems
+    converted = tmp_path / "buckets_ddp.py"
+    converted.write_bytes(result.output)
+    verification, outcome = verify(original, converted, steps=4)
+    table = render_table(verification, outcome)
+    assert statuses(outcome)["data-sharding"] is Status.PASS, table
+    assert "steps 1-2 are the original's batches" in check(outcome, "data-sharding"), table
+    assert outcome.exit_code == 2, table
 
 
 def test_a_file_read_before_rank_0_made_it_fails_the_runs(tmp_path: Path) -> None:
