@@ -866,6 +866,10 @@ def _shard_value(
             if id(anatomy.loaders.resolve(node.iter, scope)) in training:
                 return dotted(strip_iteration(node.iter)) or "the training loader"
             comprehended |= {n.value for n in walk(node.target) if isinstance(n, cst.Name)}
+        if isinstance(node, cst.Lambda):
+            # `lf = lambda x: (1 - x / epochs) * ...` (YOLOv5's schedule, round-28 audit A):
+            # its parameter is not the batch loop's `x`
+            comprehended |= {param.name.value for param in node.params.params}
     for node in walk(expr):
         if isinstance(node, cst.Call) and anatomy.is_call_to(node, CLOCKS):
             # a time budget (`if time.time() - start > budget: break`, round-16 audit s36):

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, run
 
 from ddpify.convert import convert_source
 from ddpify.options import BatchMode, ConvertOptions, Launcher, ScaleLR
@@ -431,6 +431,40 @@ def test_a_learning_rate_an_object_picks_from_what_its_training_recorded_is_rank
     assert again != LR_FINDER_CLASS
     refused = convert_source(again.encode(), "lr_finder.py", ConvertOptions())
     assert refused.refused
+
+
+def test_a_schedule_lambda_whose_parameter_shares_the_batch_s_name_is_no_decision(
+    tmp_path: Path,
+) -> None:
+    """Round-28 audit A yolov5_nominal_batch_warmup_interp: `lf = lambda x: (1 - x /
+    epochs) ...` read in the warmup's `x_["lr"] = ... * lf(epoch)` beside `for i, (x, t) in
+    enumerate(loader)`: the lambda's `x` was taken for the batch, and `lf` broadcast from
+    rank 0 as a picked learning rate; a local lambda cannot be pickled: the conversion
+    crashed at once."""
+    source = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "def main():\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), "
+        "batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    lf = lambda x: (1 - x / 3) * 0.9 + 0.1\n"
+        "    for epoch in range(3):\n"
+        "        for i, (x, t) in enumerate(loader):\n"
+        "            for g in optimizer.param_groups:\n"
+        "                g['lr'] = 0.1 * lf(epoch)\n"
+        "            optimizer.zero_grad()\n"
+        "            torch.nn.functional.mse_loss(model(x), t).backward()\n"
+        "            optimizer.step()\n\n"
+        "main()\n"
+    )
+    result = convert_source(source.encode(), "yolo.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"broadcast_object_list" not in result.output
+    (tmp_path / "yolo.py").write_bytes(result.output)
+    ran = run([sys.executable, "yolo.py"], cwd=tmp_path, timeout=120)
+    assert ran.returncode == 0, ran.stderr.decode()[-2000:]
 
 
 RUN_DIR_SCRIPT = """\
