@@ -327,12 +327,24 @@ class WrapModel(ConvertRule):
             if model.placement is None or model.placed_name is None:
                 ctx.cannot(model.optimizer_call, _unplaced(anatomy, model), blocking=True)
                 continue
-            if _trained_on_one_branch(anatomy, model.optimizer_call):
+            if _trained_on_one_branch(anatomy, model.optimizer_call) or _given_on_one_branch(
+                anatomy, model
+            ):
                 ctx.cannot(
                     model.optimizer_call,
                     f"`{model.placed_name}` gets an optimizer on one branch only (`... if "
-                    "fine_tune else None`): frozen, it must stay bare (DDP refuses a model "
+                    "fine_tune else ...`): frozen, it must stay bare (DDP refuses a model "
                     "with nothing to train); wrap it on the training branch by hand",
+                    blocking=True,
+                )
+                continue
+            frozen = _frozen_whole_before(anatomy, model)
+            if frozen is not None:
+                ctx.cannot(
+                    frozen,
+                    f"`{model.placed_name}` is frozen whole before the DDP wrap (line "
+                    f"{anatomy.line(frozen)}): DDP refuses a model with nothing to train; wrap "
+                    "it only where it trains, by hand",
                     blocking=True,
                 )
                 continue
@@ -748,6 +760,52 @@ def _toggles_own_parameters(method: cst.FunctionDef) -> bool:
     return False
 
 
+def _frozen_whole_before(anatomy: Anatomy, model: Model) -> cst.CSTNode | None:
+    """`text_encoder.requires_grad_(False)` (or `for p in model.parameters(): p.requires_grad
+    = False`) before the wrap, here or on a branch (round-28 audit A dreambooth), with no
+    part of the model given its gradients back before the wrap (a fine-tuned head)."""
+    assert model.placement is not None
+    names = model.names
+    frozen: list[cst.CSTNode] = []
+    thawed: list[cst.CSTNode] = []
+    for node in walk(anatomy.function_of(model.placement) or anatomy.module):
+        if not (anatomy.precedes(node, model.placement) or anatomy.inside(node, model.placement)):
+            continue  # the wrap goes after its placement (a freeze under `if` included)
+        if is_method_call(node, "requires_grad_"):
+            assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            owner = dotted(node.func.value) or ""
+            flag = node.args[0].value if node.args else None
+            off = flag is not None and is_name(flag, "False")
+            if off and owner in names:
+                frozen.append(node)
+            elif not off and any(owner.startswith(name + ".") for name in names):
+                thawed.append(node)
+        elif isinstance(node, cst.For) and is_method_call(node.iter, *PARAMETERS):
+            assert isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
+            owner = dotted(node.iter.func.value) or ""
+            if owner not in names and not any(owner.startswith(n + ".") for n in names):
+                continue
+            flags = [
+                inner.value
+                for inner in walk(node.body)
+                if isinstance(inner, cst.Assign)
+                and any(is_attribute(target.target, "requires_grad") for target in inner.targets)
+            ]
+            if owner in names and flags and all(is_name(flag, "False") for flag in flags):
+                if not any(isinstance(inner, cst.If | cst.Continue) for inner in walk(node.body)):
+                    frozen.append(node)
+            elif any(not is_name(flag, "False") for flag in flags):
+                thawed.append(node)
+        elif isinstance(node, cst.AssignTarget) and any(
+            (dotted(node.target) or "").startswith(name + ".") for name in names
+        ):
+            thawed.append(node)  # `model.fc = nn.Linear(...)`: a new head trains
+    for node in frozen:
+        if not any(anatomy.precedes(node, later) for later in thawed):
+            return node
+    return None
+
+
 def _before(anatomy: Anatomy, node: cst.CSTNode, placement: cst.CSTNode) -> bool:
     """`node` runs before the wrap: earlier in the wrap's function, or in a helper called
     there earlier."""
@@ -990,6 +1048,30 @@ def _trained_on_one_branch(anatomy: Anatomy, optimizer: cst.Call) -> bool:
                 return True
         if isinstance(ancestor, cst.BaseStatement):
             return False
+    return False
+
+
+def _given_on_one_branch(anatomy: Anatomy, model: Model) -> bool:
+    """`chain(unet.parameters(), text_encoder.parameters()) if args.train_text_encoder else
+    unet.parameters()` (DreamBooth, round-28 audit A): the text encoder trains on one branch
+    of the optimizer's parameters only, the other leaves it out."""
+    for source in anatomy.script.parameter_sources(model.optimizer_call):
+        for node in walk(source):
+            if not (
+                is_method_call(node, *PARAMETERS)
+                and isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and dotted(node.func.value) in model.names
+            ):
+                continue
+            for ancestor in anatomy.ancestors(node):
+                if isinstance(ancestor, cst.IfExp):
+                    body = anatomy.inside(node, ancestor.body)
+                    other = ancestor.orelse if body else ancestor.body
+                    if not any(dotted(inner) in model.names for inner in walk(other)):
+                        return True
+                if ancestor is source or isinstance(ancestor, cst.BaseStatement):
+                    break
     return False
 
 
@@ -1329,14 +1411,51 @@ def _outside_parameters(anatomy: Anatomy, optimizer: cst.Call) -> list[tuple[str
     in the script, and where each is made."""
     scope = anatomy.function_of(optimizer)
     found: dict[str, cst.Call] = {}
+    models = {name for model in anatomy.models.all for name in model.names}
     for source in anatomy.script.parameter_sources(optimizer):
         for node in walk(source):
+            attribute = dotted(node) if isinstance(node, cst.Attribute) else None
+            if attribute is not None and attribute.count(".") == 1 and attribute not in found:
+                owner, _, name = attribute.partition(".")
+                made = None if owner in models else _own_parameter(anatomy, owner, name, scope)
+                if made is not None:  # `criterion.proxies` (round-28 audit A proxy_anchor)
+                    found[attribute] = made
+                continue
             if not isinstance(node, cst.Name) or node.value in found:
                 continue
             for value, _ in anatomy.values.values_of(node.value, scope):
                 if isinstance(value, cst.Call) and anatomy.is_call_to(value, PARAMETER_MAKERS):
                     found[node.value] = value
     return list(found.items())
+
+
+def _own_parameter(
+    anatomy: Anatomy, owner: str, name: str, scope: cst.FunctionDef | None
+) -> cst.Call | None:
+    """The call that makes `owner`, when it is an object of a class of the script's own
+    whose `__init__` makes `self.name = nn.Parameter(...)` (a loss module's learnable
+    proxies): the parameter is made where `owner` is."""
+    for value, _ in anatomy.values.values_of(owner, scope):
+        made = value
+        while (
+            isinstance(made, cst.Call)
+            and isinstance(made.func, cst.Attribute)
+            and made.func.attr.value in RETURN_SELF
+        ):
+            made = made.func.value  # `ProxyAnchorLoss(...).to(device)`
+        if not isinstance(made, cst.Call) or not isinstance(value, cst.Call):
+            continue
+        owned = anatomy.classes.get(dotted(made.func) or "")
+        init = [f for f in methods(owned) if f.name.value == "__init__"] if owned else []
+        if any(
+            isinstance(assign, cst.Assign)
+            and any(dotted(target.target) == f"self.{name}" for target in assign.targets)
+            and isinstance(assign.value, cst.Call)
+            and anatomy.is_call_to(assign.value, PARAMETER_MAKERS)
+            for assign in walk(init[0] if init else cst.Pass())
+        ):
+            return value
+    return None
 
 
 def _unwrap_both_branches(ctx: ConvertContext, model: Model) -> None:

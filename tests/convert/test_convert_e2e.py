@@ -3080,3 +3080,59 @@ def test_a_sampler_of_the_script_s_own_it_cannot_deal_out_is_refused(
     result = convert_source(source.encode(), "buckets.py", ConvertOptions())
     assert result.refused
     assert any(reason in problem.message for problem in result.problems), result.problems
+
+
+LEARNED_PROXIES = """\
+import json
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class ProxyLoss(torch.nn.Module):
+    def __init__(self, classes, dim):
+        super().__init__()
+        self.proxies = torch.nn.Parameter(torch.randn(classes, dim))
+
+    def forward(self, emb, labels):
+        logits = F.normalize(emb) @ F.normalize(self.proxies).t()
+        return F.cross_entropy(logits * 8, labels)
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 6), torch.randint(0, 4, (64,)))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(6, 3)
+    criterion = ProxyLoss(4, 3).to("cpu")
+    optimizer = torch.optim.AdamW(
+        [{"params": model.parameters()}, {"params": criterion.proxies, "lr": 0.1}], lr=0.01
+    )
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+    PROBE
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_parameter_of_the_loss_module_is_averaged_like_the_model_s(tmp_path: Path) -> None:
+    """Round-28 audit A proxy_anchor_learnable_proxies: the optimizer trains
+    `criterion.proxies`, an `nn.Parameter` of a loss module of the script's own, beside the
+    model; DDP averaged the model's gradients only, and each rank stepped its own proxies
+    (sums -9.786 and -9.528 after an epoch). Its gradient is now averaged by hand."""
+    result = convert_source(LEARNED_PROXIES.encode(), "proxies.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"dist.all_reduce(criterion.proxies.grad)" in result.output
+    probe = "json.dump(criterion.proxies.tolist(), open(f'proxies{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "proxies.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["proxies.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    ranks = [json.loads((tmp_path / f"proxies{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1]

@@ -467,6 +467,93 @@ def test_a_schedule_lambda_whose_parameter_shares_the_batch_s_name_is_no_decisio
     assert ran.returncode == 0, ran.stderr.decode()[-2000:]
 
 
+def test_a_model_whose_parameters_one_branch_leaves_out_is_refused() -> None:
+    """Round-28 audit A dreambooth_prior_preservation: `chain(unet.parameters(),
+    text_encoder.parameters()) if args.train_text_encoder else unet.parameters()`, the text
+    encoder frozen otherwise: wrapped in DDP always, the default run (no flag) crashed with
+    "DistributedDataParallel is not needed when a module doesn't have any parameter that
+    requires a gradient". Refused, like `Adam(...) if fine_tune else None`."""
+    source = (
+        "import argparse, itertools\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "def main():\n"
+        "    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--train_text_encoder', action='store_true')\n"
+        "    args = parser.parse_args()\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), "
+        "batch_size=8, shuffle=True)\n"
+        "    unet, text_encoder = torch.nn.Linear(4, 1), torch.nn.Linear(4, 4)\n"
+        "    if not args.train_text_encoder:\n"
+        "        text_encoder.requires_grad_(False)\n"
+        "    params = itertools.chain(unet.parameters(), text_encoder.parameters()) "
+        "if args.train_text_encoder else unet.parameters()\n"
+        "    optimizer = torch.optim.AdamW(params, lr=1e-3)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            torch.nn.functional.mse_loss(unet(text_encoder(x)), y).backward()\n"
+        "            optimizer.step()\n\n"
+        "main()\n"
+    )
+    result = convert_source(source.encode(), "dreambooth.py", ConvertOptions())
+    assert result.refused
+    assert any(
+        "`text_encoder` gets an optimizer on one branch only" in p.message for p in result.problems
+    ), result.problems
+    both = source.replace(" if args.train_text_encoder else unet.parameters()", "").replace(
+        "    if not args.train_text_encoder:\n        text_encoder.requires_grad_(False)\n", ""
+    )
+    assert not convert_source(both.encode(), "dreambooth.py", ConvertOptions()).refused
+
+
+FROZEN_ON_A_BRANCH = (
+    "import argparse\n"
+    "import torch\n"
+    "from torch.utils.data import DataLoader, TensorDataset\n\n"
+    "def main():\n"
+    "    parser = argparse.ArgumentParser()\n"
+    "    parser.add_argument('--train_enc', action='store_true')\n"
+    "    args = parser.parse_args()\n"
+    "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), "
+    "batch_size=8, shuffle=True)\n"
+    "    head, enc = torch.nn.Linear(4, 1), torch.nn.Linear(4, 4)\n"
+    "    if not args.train_enc:\n"
+    "        enc.requires_grad_(False)\n"
+    "    optimizer = torch.optim.AdamW(list(head.parameters()) + list(enc.parameters()))\n"
+    "    for epoch in range(2):\n"
+    "        for x, y in loader:\n"
+    "            optimizer.zero_grad()\n"
+    "            torch.nn.functional.mse_loss(head(enc(x)), y).backward()\n"
+    "            optimizer.step()\n\n"
+    "main()\n"
+)
+
+
+def test_a_model_frozen_whole_before_the_wrap_is_refused() -> None:
+    """Round-28 audit A dreambooth (its twin): `enc.requires_grad_(False)` on one branch,
+    then `DDP(enc)`: "DistributedDataParallel is not needed when a module doesn't have any
+    parameter that requires a gradient" at once, under torchrun and plain python."""
+    result = convert_source(FROZEN_ON_A_BRANCH.encode(), "frozen.py", ConvertOptions())
+    assert result.refused
+    assert any("`enc` is frozen whole" in p.message for p in result.problems), result.problems
+    looped = FROZEN_ON_A_BRANCH.replace(
+        "        enc.requires_grad_(False)\n",
+        "        for p in enc.parameters():\n            p.requires_grad = False\n",
+    )
+    # wrapped before the loop freezes it: DDP registered every parameter, and a model none
+    # of whose parameters needs a gradient sets no hook (it runs under torchrun)
+    wrapped = convert_source(looped.encode(), "frozen.py", ConvertOptions()).output.decode()
+    assert wrapped.index("enc = DDP(enc") < wrapped.index("p.requires_grad = False")
+    # frozen, then given a new head: that head trains, and the wrap is fine
+    new_head = FROZEN_ON_A_BRANCH.replace(
+        "        enc.requires_grad_(False)\n",
+        "        enc.requires_grad_(False)\n"
+        "        enc.bias = torch.nn.Parameter(torch.zeros(4))\n",
+    )
+    assert not convert_source(new_head.encode(), "frozen.py", ConvertOptions()).refused
+
+
 RUN_DIR_SCRIPT = """\
 import os
 import time
