@@ -656,16 +656,9 @@ class DistributedSampler(ConvertRule):
             if anatomy.streams.without_loader not in ("whole", "ordered") or not _split(ctx):
                 _refuse_unsharded(ctx)
             return
-        resized = _resized_while_training(anatomy)
-        if resized is not None:
-            ctx.cannot(
-                resized,
-                f"`{source_text(resized)}` changes what the training dataset's `__len__` "
-                "counts while training: a DistributedSampler takes the dataset's size when "
-                "it is made, and fails at the next pass once the size changed; make the "
-                "sampler (and the loader) again after the change, by hand",
-                blocking=True,
-            )
+        unshardable = _unshardable(anatomy)
+        if unshardable is not None:
+            ctx.cannot(*unshardable, blocking=True)
             return
         sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
         _share_draws(ctx)
@@ -711,6 +704,39 @@ class DistributedSampler(ConvertRule):
         _evaluate_whole(ctx, loader)
         _last_batch_of_one(ctx, loader)
         return True
+
+
+def _unshardable(anatomy: Anatomy) -> tuple[cst.CSTNode, str] | None:
+    """Why the training loaders cannot be sharded as they are, and where: a dataset resized
+    while training, or a loop's loader made by more than one call."""
+    resized = _resized_while_training(anatomy)
+    if resized is not None:
+        return resized, (
+            f"`{source_text(resized)}` changes what the training dataset's `__len__` "
+            "counts while training: a DistributedSampler takes the dataset's size when "
+            "it is made, and fails at the next pass once the size changed; make the "
+            "sampler (and the loader) again after the change, by hand"
+        )
+    for loop in anatomy.script.train_loops:
+        read = strip_iteration(loop.batch_loop.iter)
+        if loop.loader is None or not isinstance(read, cst.Name):
+            continue
+        scope = anatomy.function_of(loop.batch_loop)
+        made = {
+            id(call): call
+            for value, where in anatomy.values.values_of(read.value, scope)
+            for call in [anatomy.loaders.resolve(value, where)]
+            if call is not None
+        }
+        if len(made) > 1:  # SortaGrad (round-28 audit A deepspeech_sortagrad)
+            lines = ", ".join(str(anatomy.line(call)) for call in made.values())
+            return loop.batch_loop, (
+                f"the training loop reads `{read.value}`, made by more than one DataLoader "
+                f"call (lines {lines}: a first epoch in order, then shuffled, say): give each "
+                "a DistributedSampler, and call set_epoch after the one the epoch uses is "
+                "made, by hand"
+            )
+    return None
 
 
 def _draw_apart(ctx: ConvertContext, drawing: cst.Call) -> None:

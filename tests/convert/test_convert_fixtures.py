@@ -554,6 +554,34 @@ def test_a_model_frozen_whole_before_the_wrap_is_refused() -> None:
     assert not convert_source(new_head.encode(), "frozen.py", ConvertOptions()).refused
 
 
+def test_a_training_loader_made_by_two_calls_is_refused() -> None:
+    """Round-28 audit A deepspeech_sortagrad: `train_loader` made in order for epoch 0 and
+    shuffled after, in an if/else inside the epoch loop: set_epoch went before either was
+    made (UnboundLocalError), and only the first got the sampler (every process read the
+    whole shuffled set from epoch 1)."""
+    source = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "def main():\n"
+        "    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(3):\n"
+        "        if epoch == 0:\n"
+        "            train_loader = DataLoader(data, batch_size=8, shuffle=False)\n"
+        "        else:\n"
+        "            train_loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "        for x, y in train_loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "            optimizer.step()\n\n"
+        "main()\n"
+    )
+    result = convert_source(source.encode(), "sortagrad.py", ConvertOptions())
+    assert result.refused
+    assert any("more than one DataLoader call" in p.message for p in result.problems)
+
+
 RUN_DIR_SCRIPT = """\
 import os
 import time
