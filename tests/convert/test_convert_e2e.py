@@ -3136,3 +3136,52 @@ def test_a_parameter_of_the_loss_module_is_averaged_like_the_model_s(tmp_path: P
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     ranks = [json.loads((tmp_path / f"proxies{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]
+
+
+OWN_GENERATOR = """\
+import json
+
+import torch
+
+
+def synth_batch(n, g):
+    x = torch.randn(n, 4, generator=g)
+    return x, x.sum(1, keepdim=True)
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(0)
+    seen = []
+    for step in range(5):
+        x, y = synth_batch(8, gen)
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        seen.append(x.sum().item())
+    PROBE
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_batches_drawn_from_a_generator_of_the_script_s_own_differ_by_rank(
+    tmp_path: Path,
+) -> None:
+    """Round-28 audit A vqgan_adaptive_disc_weight: `synth_batch(bs, gen)` draws with
+    `generator=g`, `gen = torch.Generator().manual_seed(0)`: the conversion seeded the
+    global generators apart, and both ranks trained on the same batches. The generator's
+    own seed gets the rank."""
+    result = convert_source(OWN_GENERATOR.encode(), "own_gen.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"torch.Generator().manual_seed(0 + dist.get_rank())" in result.output
+    probe = "json.dump(seen, open(f'seen{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "own_gen.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["own_gen.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    ranks = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    assert all(a != b for a, b in zip(*ranks, strict=True))
