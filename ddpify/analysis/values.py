@@ -40,7 +40,30 @@ class Values:
             found = self.assignments(name, scope)
             if found or name.partition(".")[0] in self.graph.parameters_of(scope):
                 return [(value, scope) for value in found]
-        return [(value, None) for value in self.assignments(name, None)]
+        found_at_module = [(value, None) for value in self.assignments(name, None)]
+        # `global best_loss, stop_training` in `train()`: its assignments are the module's
+        # names too (round-28 audit B so_global_patience_counter_b)
+        return found_at_module + [
+            (value, function)
+            for function in self.declared_global(name)
+            for value in self.assignments(name, function)
+        ]
+
+    def declared_global(self, name: str) -> list[cst.FunctionDef]:
+        """The functions that assign the module's `name` (`global name`)."""
+        return self._declared_global.get(name, [])
+
+    @cached_property
+    def _declared_global(self) -> dict[str, list[cst.FunctionDef]]:
+        found: dict[str, list[cst.FunctionDef]] = {}
+        for node in walk(self.index.module):
+            if isinstance(node, cst.Global):
+                function = self.index.function_of(node)
+                if function is None:
+                    continue
+                for item in node.names:
+                    found.setdefault(item.name.value, []).append(function)
+        return found
 
     def assignments(self, name: str, scope: cst.CSTNode | None) -> list[cst.BaseExpression]:
         """Values assigned to `name` (a dotted name) in `scope` (a function, or the module)."""

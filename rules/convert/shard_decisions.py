@@ -1033,26 +1033,29 @@ def _decided_on(
     incremented under `if epoch_loss < best_loss:` follows `epoch_loss` (round-7 audit: one
     rank ran out of patience alone, and the other's next all-reduce failed). Branches in
     `settled` are taken alike by every process already (their test is an agreed flag)."""
-    within = scope.body if scope is not None else anatomy.module
-    for node in walk(within):
-        if not isinstance(node, cst.Assign | cst.AugAssign):
-            continue
-        targets = (
-            [target.target for target in node.targets]
-            if isinstance(node, cst.Assign)
-            else [node.target]
-        )
-        if anatomy.function_of(node) is not scope or not any(
-            dotted(target) == name for target in targets
-        ):
-            continue  # (a nested function's)
-        for ancestor in anatomy.ancestors(node):
-            if isinstance(ancestor, cst.FunctionDef | cst.For | cst.While):
-                break
-            if isinstance(ancestor, cst.If) and id(ancestor) not in settled:
-                local = _shard_value(anatomy, ancestor.test, scope, depth + 1, settled)
-                if local is not None:
-                    return local
+    # a module's name is also given in the functions that declare it `global` (round-28
+    # audit B so_global_patience_counter_b: `stop_training = True` set in `train()`)
+    scopes = [scope, *(anatomy.values.declared_global(name) if scope is None else [])]
+    for where in scopes:
+        for node in walk(where.body if where is not None else anatomy.module):
+            if not isinstance(node, cst.Assign | cst.AugAssign):
+                continue
+            targets = (
+                [target.target for target in node.targets]
+                if isinstance(node, cst.Assign)
+                else [node.target]
+            )
+            if anatomy.function_of(node) is not where or not any(
+                dotted(target) == name for target in targets
+            ):
+                continue  # (a nested function's)
+            for ancestor in anatomy.ancestors(node):
+                if isinstance(ancestor, cst.FunctionDef | cst.For | cst.While):
+                    break
+                if isinstance(ancestor, cst.If) and id(ancestor) not in settled:
+                    local = _shard_value(anatomy, ancestor.test, where, depth + 1, settled)
+                    if local is not None:
+                        return local
     return None
 
 

@@ -582,6 +582,46 @@ def test_a_training_loader_made_by_two_calls_is_refused() -> None:
     assert any("more than one DataLoader call" in p.message for p in result.problems)
 
 
+def test_a_stop_flag_a_function_sets_through_global_is_agreed() -> None:
+    """Round-28 audit B so_global_patience_counter_b: `train()` sets the module's
+    `stop_training` (`global`) once its patience on this process's training loss runs out,
+    and the epoch loop breaks on it: one rank left alone, the other hung in its next
+    all-reduce. The flag is all-reduced (MAX) before the test, as when written inline."""
+    source = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), "
+        "batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "best, bad, stop_training = float('inf'), 0, False\n\n"
+        "def train():\n"
+        "    global best, bad, stop_training\n"
+        "    total = 0.0\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.item()\n"
+        "    if total < best:\n"
+        "        best, bad = total, 0\n"
+        "    else:\n"
+        "        bad += 1\n"
+        "        if bad >= 2:\n"
+        "            stop_training = True\n\n"
+        "for epoch in range(20):\n"
+        "    train()\n"
+        "    if stop_training:\n"
+        "        break\n"
+    )
+    result = convert_source(source.encode(), "patience.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "stop = torch.tensor(float(bool(stop_training)))" in text
+    assert "dist.all_reduce(stop, op=dist.ReduceOp.MAX)" in text
+
+
 RUN_DIR_SCRIPT = """\
 import os
 import time
