@@ -44,6 +44,7 @@ from ddpify.fixes import (
     drawing_sampler,
     insert_set_epoch,
     own_sampler,
+    plain_sampler,
     set_epoch_problem,
     shard_loader,
     shard_problem,
@@ -727,6 +728,14 @@ def _unshardable(anatomy: Anatomy) -> tuple[cst.CSTNode, str] | None:
             for value, _ in anatomy.values.values_of(read.value, scope)
             if isinstance(value, cst.Call) and anatomy.is_call_to(value, DATALOADER)
         }
+        carried = _carried_in_order(anatomy, loop)
+        if carried is not None:
+            return loop.batch_loop, (
+                f"the training loop carries `{carried}` from one batch to the next over a "
+                "loader that keeps its order: a DistributedSampler deals the batches out in "
+                "turn, so a process's next batch would not follow its last; give each "
+                "process a contiguous run of the data by hand"
+            )
         if len(made) > 1:  # SortaGrad (round-28 audit A deepspeech_sortagrad)
             lines = ", ".join(str(anatomy.line(call)) for call in made.values())
             return loop.batch_loop, (
@@ -735,6 +744,37 @@ def _unshardable(anatomy: Anatomy) -> tuple[cst.CSTNode, str] | None:
                 "a DistributedSampler, and call set_epoch after the one the epoch uses is "
                 "made, by hand"
             )
+    return None
+
+
+def _carried_in_order(anatomy: Anatomy, loop: TrainLoop) -> str | None:
+    """A state the model's call takes and gives back every batch (`out, hidden = model(x,
+    hidden)`) over a loader that does not shuffle: the batches are consecutive windows
+    (round-28 audit B so_stateful_lstm_detach_hidden)."""
+    if loop.loader is None:
+        return None
+    call = loop.loader.call
+    shuffle = call_arg(call, 2, "shuffle")
+    sampler = plain_sampler(anatomy, loop.loader)
+    ordered = sampler is not None and "Sequential" in (dotted(sampler.func) or "")
+    has_sampler = any(call_arg(call, None, name) is not None for name in SAMPLER_ARGUMENTS)
+    if (has_sampler and not ordered) or (
+        shuffle is not None and not is_name(shuffle.value, "False")
+    ):
+        return None
+    models = {name for model in anatomy.models.all for name in model.names}
+    for node in walk(loop.batch_loop.body):
+        if not (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Call)
+            and dotted(node.value.func) in models
+        ):
+            continue
+        given = {dotted(arg.value) for arg in node.value.args}
+        for target in node.targets:
+            for name in walk(target.target):
+                if isinstance(name, cst.Name) and name.value in given:
+                    return name.value
     return None
 
 
