@@ -783,6 +783,11 @@ def _sums_by_hand(anatomy: Anatomy, call: cst.Call, scope: cst.FunctionDef | Non
     parent = anatomy.parent(call)
     if parent is not None and _over_the_batch(parent):
         return False  # the total a tensor is normalised by (`q / q.sum()`), not a loss
+    holder = anatomy.parent(parent) if isinstance(parent, cst.Arg) else None
+    if isinstance(holder, cst.Call) and anatomy.is_call_to(holder, {"torch.autograd.grad"}):
+        # `torch.autograd.grad(energy.sum(), pos, create_graph=True)`: each sample's own
+        # gradient (forces), taken through the sum; no loss (round-28 audit A nequip)
+        return False
     return _per_sample(anatomy, summed, scope, 0) is True
 
 

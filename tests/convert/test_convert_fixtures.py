@@ -662,6 +662,36 @@ def test_a_state_carried_over_batches_in_order_is_refused() -> None:
     assert not convert_source(shuffled.encode(), "stateful.py", ConvertOptions()).refused
 
 
+def test_a_sum_taken_to_differentiate_per_sample_is_no_summed_loss() -> None:
+    """Round-28 audit A nequip_energy_forces_autograd: `forces = -torch.autograd.grad(
+    energy.sum(), pos, create_graph=True)[0]`, the usual way to each sample's forces, was
+    read as a loss summed over the batch, and the script refused (DDP007)."""
+    source = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "def energy_and_forces(model, pos):\n"
+        "    pos = pos.clone().requires_grad_(True)\n"
+        "    energy = model(pos).sum(1)\n"
+        "    forces = -torch.autograd.grad(energy.sum(), pos, create_graph=True)[0]\n"
+        "    return energy, forces\n\n"
+        "data = TensorDataset(torch.randn(32, 3), torch.randn(32), torch.randn(32, 3))\n"
+        "loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), "
+        "torch.nn.Linear(8, 1))\n"
+        "optimizer = torch.optim.Adam(model.parameters())\n"
+        "mse = torch.nn.MSELoss()\n"
+        "for epoch in range(2):\n"
+        "    for pos, e, f in loader:\n"
+        "        e_pred, f_pred = energy_and_forces(model, pos)\n"
+        "        loss = 0.1 * mse(e_pred, e) + mse(f_pred, f)\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "forces.py", ConvertOptions())
+    assert not result.refused, result.problems
+
+
 RUN_DIR_SCRIPT = """\
 import os
 import time
