@@ -96,6 +96,7 @@ def wait_for_go(options: argparse.Namespace) -> None:
     options.train_loader = settings.get("train_loader")
     options.train_batch = settings.get("train_batch")
     options.also_resized = {int(k): v for k, v in settings.get("also_resized", {}).items()}
+    options.padded = bool(settings.get("padded"))
     options.dump_at = settings.get("dump_at")
 
 
@@ -164,7 +165,9 @@ def main(argv: list[str]) -> int:
     resized = {**getattr(options, "also_resized", {})}
     if options.train_loader is not None and options.train_batch is not None:
         resized[options.train_loader] = options.train_batch
-    patches.patch_data(recorder, resized, added)
+    padded = options.role == "original" and getattr(options, "padded", False)
+    pad_for = options.nproc if padded else 1
+    patches.patch_data(recorder, resized, added, pad_for)
     patches.patch_numpy(recorder)
     patches.patch_python_random(recorder)
     patches.patch_torch_seed(recorder)

@@ -36,6 +36,7 @@ from torch.utils.data import (
     DataLoader,
     DistributedSampler,
     RandomSampler,
+    SequentialSampler,
     Subset,
     SubsetRandomSampler,
     WeightedRandomSampler,
@@ -484,12 +485,16 @@ def _script_frames() -> tuple[tuple[str, int], ...]:
 LIBRARIES = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
 
 
-def patch_data(recorder: Recorder, resized: dict[int, int], added: set[int] | None = None) -> None:
+def patch_data(
+    recorder: Recorder, resized: dict[int, int], added: set[int] | None = None, pad_for: int = 1
+) -> None:
     """Number the DataLoaders, resize the original's training batches (`resized`: the batch
     size each loader, by its number, trains with), make sampling
     sequential, and record the sample indices of every batch. A loader the conversion
     added (made on one of the `added` lines of the script) takes the number of the loader
-    whose dataset it reads again, or none of the original's (a negative one)."""
+    whose dataset it reads again, or none of the original's (a negative one). With
+    `pad_for` processes, the original's resized training sampler repeats its first samples
+    at the end of a pass, as a DistributedSampler pads the dataset to a multiple of them."""
     real_init = DataLoader.__init__
     signature = inspect.signature(real_init)
     made: list[tuple[object, int]] = []  # each loader's dataset, and its number
@@ -534,6 +539,8 @@ def patch_data(recorder: Recorder, resized: dict[int, int], added: set[int] | No
             )
         real_init(*bound.args, **bound.kwargs)
         self._ddpify_ordinal = ordinal
+        if pad_for > 1 and train_batch is not None:
+            _pad_like_the_ranks(recorder, self, pad_for)
         try:
             dataset_len: int | None = len(self.dataset)  # type: ignore[arg-type]
             length: int | None = len(self)
@@ -563,6 +570,15 @@ def patch_data(recorder: Recorder, resized: dict[int, int], added: set[int] | No
         size = len(self.data_source)
         for i in range(self.num_samples):
             yield i % size
+        yield from range(getattr(self, "_ddpify_pad", 0))
+
+    real_sequential_iter = SequentialSampler.__iter__
+
+    def sequential_iter(self: SequentialSampler) -> Iterator[int]:
+        yield from real_sequential_iter(self)
+        yield from range(getattr(self, "_ddpify_pad", 0))
+
+    SequentialSampler.__iter__ = sequential_iter  # type: ignore[method-assign]
 
     RandomSampler.__iter__ = random_iter  # type: ignore[method-assign]
 
@@ -684,6 +700,32 @@ def patch_data(recorder: Recorder, resized: dict[int, int], added: set[int] | No
     base._next_index = next_index  # type: ignore[method-assign]
     base.__next__ = next_batch  # type: ignore[method-assign]
     _seed_each_sample(recorder)
+
+
+def _pad_like_the_ranks(recorder: Recorder, loader: DataLoader[Any], processes: int) -> None:
+    """A DistributedSampler pads its dataset to a multiple of the processes with its first
+    samples (39 to 40 for 2): the original's training sampler, made sequential, repeats as
+    many at the end of a pass, so that its last global batch is the ranks' (round-28 audit A
+    riemannian_sgd_poincare: "not equivalent" of a correct conversion)."""
+    batches = loader.batch_sampler
+    sampler = batches.sampler if isinstance(batches, BatchSampler) else loader.sampler
+    if not isinstance(sampler, RandomSampler | SequentialSampler):
+        return
+    if isinstance(sampler, RandomSampler) and sampler.replacement:
+        return
+    try:
+        size = len(sampler.data_source)
+    except TypeError:
+        return
+    pad = -size % processes
+    if pad:
+        sampler._ddpify_pad = pad  # type: ignore[union-attr]
+        recorder.changed(
+            "padding",
+            f"the original's training sampler repeats its first {pad} sample(s) at the end of "
+            f"each pass, as DistributedSampler pads {size} samples to {size + pad} for "
+            f"{processes} processes",
+        )
 
 
 # NumPy's global draws whose numbers depend on their size alone: made per sample too.

@@ -495,6 +495,16 @@ def training_batch(run: Run, nproc: int) -> tuple[int | None, int | None]:
     return first.loader, loader.batch_size * nproc
 
 
+def padded_by_the_sampler(run: Run, train_loader: int | None) -> bool:
+    """Whether rank 0 trained through a DistributedSampler, which pads its dataset to a
+    multiple of the processes: the original's training sampler is then padded alike."""
+    record = run.processes[0].record if run.processes else None
+    if record is None or train_loader is None:
+        return False
+    loader = record.loader(train_loader)
+    return loader is not None and loader.sampler == "DistributedSampler"
+
+
 def sharded_batches(run: Run, nproc: int, train_loader: int | None) -> dict[str, int]:
     """The other loaders rank 0 read through a DistributedSampler (a second training loader,
     read in `zip(...)` with the first: round-16 audit s02), and N x their batch sizes: the
@@ -681,6 +691,7 @@ def _run_pair(
         "train_loader": loader,
         "train_batch": batch,
         "also_resized": sharded_batches(converted, options.nproc, loader),
+        "padded": padded_by_the_sampler(converted, loader),
         "dump_at": starter.dump_at(),
     }
     go.with_suffix(".tmp").write_text(json.dumps(settings), encoding="utf-8")

@@ -1118,6 +1118,32 @@ def test_batches_of_the_script_s_own_sampler_dealt_out_by_rank_are_not_a_false_a
     assert outcome.exit_code == 2, table
 
 
+def test_a_dataset_the_sampler_pads_is_padded_alike_in_the_original(tmp_path: Path) -> None:
+    """Round-28 audit A riemannian_sgd_poincare: 39 samples, 2 processes: DistributedSampler
+    pads them to 40 with the first, so the ranks' last batch held a sample the original's
+    did not: data-sharding and equivalence failed a correct conversion. The original's
+    sampler repeats as many at the end of its pass."""
+    original = tmp_path / "odd.py"
+    original.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "torch.manual_seed(0)\n"
+        "data = TensorDataset(torch.randn(39, 4), torch.randn(39, 1))\n"
+        "loader = DataLoader(data, batch_size=16, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+    )
+    _converted, outcome, table = converted_and_verified(original, steps=3)
+    assert statuses(outcome)["data-sharding"] is Status.PASS, table
+    assert statuses(outcome)["equivalence"] is Status.PASS, table
+    assert "repeats its first 1 sample(s)" in table, table
+
+
 def test_a_file_read_before_rank_0_made_it_fails_the_runs(tmp_path: Path) -> None:
     """Round-17 audit s33: a vocabulary rank 0 writes and every rank reads right after, with
     no barrier between, passed verify (its slow write covered torch.save only). Rank 0 now
