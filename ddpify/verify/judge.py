@@ -793,6 +793,7 @@ class _DataSharding(_NamedCheck):
         # the original's by): step k of the N ranks is the original's batches kN+1..kN+N.
         grouped = facts.verification.train_batch is None and not whole and facts.n > 1
         compared = 0
+        repeated = False  # steps whose shared samples are the original's own repeats
         for k in range(steps):
             original = facts.orig_record.primary_steps[k].indices
             if grouped:  # in the first pass, where both runs' steps start together
@@ -816,6 +817,9 @@ class _DataSharding(_NamedCheck):
                     "sampler)",
                 )  # fmt: skip
             shards = [list(i) for i in per_rank if i is not None]
+            if _repeats_of_the_original(shards, original) and not bound:
+                compared, repeated = compared + 1, True
+                continue  # a sampler drawing with replacement: the original's own repeats
             for a in range(len(shards)):
                 for b in range(a + 1, len(shards)):
                     shared = set(shards[a]) & set(shards[b])
@@ -872,13 +876,26 @@ class _DataSharding(_NamedCheck):
             if bound
             else f"= the original's batch of {total}"
         )
+        kind = (
+            "samples, shared only as the original repeats them," if repeated else "disjoint samples"
+        )
         return Check(
             name,
             Status.PASS,
             f"steps 1-{steps}: {facts.n} ranks x {sizes[0] if len(set(sizes)) == 1 else sizes} "
-            f"disjoint samples {whole_of}",
+            f"{kind} {whole_of}",
             data={"steps": steps, "per_rank": sizes, "original": total},
         )
+
+
+def _repeats_of_the_original(shards: list[list[int]], original: Sequence[int] | None) -> bool:
+    """The ranks' samples together are the original's batch, repeats and all: samples the
+    ranks share are ones the original's batch holds as often (a sampler of the script's own
+    that draws with replacement, `random.choices(ids, k=n)`), not the same data on every
+    rank."""
+    if not original or len(set(original)) == len(original):
+        return False
+    return Counter(i for shard in shards for i in shard) == Counter(original)
 
 
 def _drawn_apart(facts: _Facts, steps: int, sampler: str | None = None) -> Check:

@@ -1144,6 +1144,50 @@ def test_a_dataset_the_sampler_pads_is_padded_alike_in_the_original(tmp_path: Pa
     assert "repeats its first 1 sample(s)" in table, table
 
 
+def test_samples_a_sampler_of_the_script_s_own_repeats_are_no_shared_data(
+    tmp_path: Path,
+) -> None:
+    """Round-24 audit B custom_balanced_sampler, converted this session (`ShardByRank`): it
+    draws with replacement (`random.choices`), so two ranks may hold the same sample in a
+    step, as the original's batch holds it twice; data-sharding called that "both trained
+    on samples". Shared only as often as the original repeats them, it passes."""
+    original = tmp_path / "balanced.py"
+    original.write_text(
+        "import random\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader, Sampler, TensorDataset\n\n\n"
+        "class BalancedSampler(Sampler):\n"
+        "    def __init__(self, labels):\n"
+        "        self.by_class = {}\n"
+        "        for i, label in enumerate(labels.tolist()):\n"
+        "            self.by_class.setdefault(label, []).append(i)\n"
+        "        self.n = len(labels)\n\n"
+        "    def __iter__(self):\n"
+        "        idx = []\n"
+        "        for ids in self.by_class.values():\n"
+        "            idx += random.choices(ids, k=self.n // len(self.by_class))\n"
+        "        random.shuffle(idx)\n"
+        "        return iter(idx)\n\n"
+        "    def __len__(self):\n"
+        "        return self.n // len(self.by_class) * len(self.by_class)\n\n\n"
+        "random.seed(0)\n"
+        "torch.manual_seed(0)\n"
+        "y = (torch.arange(40) % 5 == 0).long()\n"
+        "data = TensorDataset(torch.randn(40, 4), y)\n"
+        "loader = DataLoader(data, batch_size=8, sampler=BalancedSampler(y))\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, t in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        torch.nn.functional.cross_entropy(model(x), t).backward()\n"
+        "        optimizer.step()\n"
+    )
+    converted, outcome, table = converted_and_verified(original, steps=3)
+    assert b"sampler=ShardByRank(BalancedSampler(y))" in converted.read_bytes()
+    assert statuses(outcome)["data-sharding"] is Status.PASS, table
+
+
 def test_a_file_read_before_rank_0_made_it_fails_the_runs(tmp_path: Path) -> None:
     """Round-17 audit s33: a vocabulary rank 0 writes and every rank reads right after, with
     no barrier between, passed verify (its slow write covered torch.save only). Rank 0 now
