@@ -817,6 +817,9 @@ class _DataSharding(_NamedCheck):
                     "sampler)",
                 )  # fmt: skip
             shards = [list(i) for i in per_rank if i is not None]
+            if grouped and not original:
+                continue  # past the original's capped pass: the script's own sampler may
+                # repeat samples across its batches, which no step of the original shows
             if _repeats_of_the_original(shards, original) and not bound:
                 compared, repeated = compared + 1, True
                 continue  # a sampler drawing with replacement: the original's own repeats
@@ -834,8 +837,6 @@ class _DataSharding(_NamedCheck):
                             {"step": k + 1, "ranks": [a, b], "shared": len(shared)},
                         )  # fmt: skip
             together = sorted(i for shard in shards for i in shard)
-            if grouped and not original:
-                continue  # past the original's capped pass: disjointness checked only
             compared += 1
             if not bound and together != sorted(original):
                 missing = set(original) - set(together)
@@ -863,10 +864,10 @@ class _DataSharding(_NamedCheck):
             return Check(
                 name,
                 Status.PASS if compared else Status.UNCHECKED,
-                f"steps 1-{steps}: {facts.n} ranks on disjoint batches of the script's own "
-                f"batch sampler; steps 1-{compared} are the original's batches, {facts.n} to a "
-                "step, in its order" if compared else
-                f"steps 1-{steps}: {facts.n} ranks on disjoint batches of the script's own batch "
+                f"steps 1-{steps}: {facts.n} ranks on batches of the script's own batch "
+                f"sampler; steps 1-{compared} are the original's batches, {facts.n} to a step, "
+                "in its order" if compared else
+                f"steps 1-{steps}: {facts.n} ranks on batches of the script's own batch "
                 "sampler; too few of the original's steps to compare them with (raise --steps)",
                 data={"steps": steps, "per_rank": sizes, "compared": compared},
             )  # fmt: skip
