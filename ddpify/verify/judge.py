@@ -107,8 +107,16 @@ def judge(verification: Verification) -> Outcome:
         _ReplicasInSync(facts).check(),
         equivalence,
         _DataSharding(facts).check(),
-        _SideEffectsOnce(facts, diverged=equivalence.status is Status.FAIL).check(),
-        _Evaluation(facts, diverged=equivalence.status is Status.FAIL).check(),
+        _SideEffectsOnce(
+            facts,
+            diverged=equivalence.status is Status.FAIL,
+            unchecked=equivalence.status is Status.UNCHECKED,
+        ).check(),
+        _Evaluation(
+            facts,
+            diverged=equivalence.status is Status.FAIL,
+            unchecked=equivalence.status is Status.UNCHECKED,
+        ).check(),
         _Resume(facts).check(),
     ]
     if not facts.original_ran:
@@ -1002,9 +1010,12 @@ class _AfterEquivalence(_NamedCheck, ABC):
     """A check of what the runs wrote or printed, read knowing whether the parameters
     diverged: then checkpoints and evaluations differ for that reason, not their own."""
 
-    def __init__(self, facts: _Facts, diverged: bool) -> None:
+    def __init__(self, facts: _Facts, diverged: bool, unchecked: bool = False) -> None:
         super().__init__(facts)
         self.diverged = diverged
+        # equivalence could not be checked: the runs trained on batches no step of the other
+        # matches (a batch sampler of the script's own), so their tensors may differ
+        self.unchecked = unchecked
 
 
 class _SideEffectsOnce(_AfterEquivalence):
@@ -1192,13 +1203,16 @@ class _SideEffectsOnce(_AfterEquivalence):
                     (f"{save.path}: values differ for {', '.join(row['values_differ'][:5])}"),
                 )
             figures.update(row.get("figures_differ", ()))
-            if not row["within"] and self.diverged:
+            if not row["within"] and (self.diverged or self.unchecked):
                 return (
                     Status.UNCHECKED,
                     label,
                     (
                         f"{save.path}: same keys; its tensors differ as the parameters do (see "
                         "equivalence)"
+                        if self.diverged
+                        else f"{save.path}: same keys; its tensors not compared, as the "
+                        "parameters could not be (see equivalence)"
                     ),
                 )
             if not row["within"]:
@@ -1253,6 +1267,12 @@ class _Evaluation(_AfterEquivalence):
         if self.diverged:
             return Check(
                 name, Status.NOT_EXERCISED, "not compared: the parameters diverged (equivalence)"
+            )
+        if self.unchecked:
+            return Check(
+                name,
+                Status.NOT_EXERCISED,
+                "not compared: the parameters could not be (equivalence), nor what they evaluate",
             )
         if _one_process(facts) is not None:  # (round-24 audit B teacher_forcing_blog)
             return Check(

@@ -1106,7 +1106,14 @@ def test_batches_of_the_script_s_own_sampler_dealt_out_by_rank_are_not_a_false_a
     the original's first and failed a correct conversion. Step k of the N ranks is the
     original's batches kN+1..kN+N; equivalence stays unchecked (exit 2)."""
     original = tmp_path / "buckets.py"
-    original.write_text(OWN_SAMPLERS.replace("    PROBE\n", ""))
+    # a checkpoint every epoch: its tensors differ as the unmatched batches make them, which
+    # is no failure of the conversion's (round-23 audit A ctc_bucket: "not equivalent")
+    original.write_text(
+        OWN_SAMPLERS.replace("    PROBE\n", "").replace(
+            "        passes.append(seen)\n",
+            "        passes.append(seen)\n        torch.save(model.state_dict(), 'last.pt')\n",
+        )
+    )
     result = convert_source(original.read_bytes(), original.name, ConvertOptions())
     assert not result.refused, result.problems
     converted = tmp_path / "buckets_ddp.py"
@@ -1115,6 +1122,7 @@ def test_batches_of_the_script_s_own_sampler_dealt_out_by_rank_are_not_a_false_a
     table = render_table(verification, outcome)
     assert statuses(outcome)["data-sharding"] is Status.PASS, table
     assert "steps 1-2 are the original's batches" in check(outcome, "data-sharding"), table
+    assert "tensors not compared" in check(outcome, "side-effects-once"), table
     assert outcome.exit_code == 2, table
 
 
