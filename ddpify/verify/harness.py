@@ -167,7 +167,7 @@ def main(argv: list[str]) -> int:
         resized[options.train_loader] = options.train_batch
     padded = options.role == "original" and getattr(options, "padded", False)
     pad_for = options.nproc if padded else 1
-    patches.patch_data(recorder, resized, added, pad_for)
+    patches.patch_data(recorder, resized, added, pad_for, options.train_loader)
     patches.patch_numpy(recorder)
     patches.patch_python_random(recorder)
     patches.patch_torch_seed(recorder)

@@ -486,15 +486,20 @@ LIBRARIES = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__
 
 
 def patch_data(
-    recorder: Recorder, resized: dict[int, int], added: set[int] | None = None, pad_for: int = 1
+    recorder: Recorder,
+    resized: dict[int, int],
+    added: set[int] | None = None,
+    pad_for: int = 1,
+    padded: int | None = None,
 ) -> None:
     """Number the DataLoaders, resize the original's training batches (`resized`: the batch
     size each loader, by its number, trains with), make sampling
     sequential, and record the sample indices of every batch. A loader the conversion
     added (made on one of the `added` lines of the script) takes the number of the loader
     whose dataset it reads again, or none of the original's (a negative one). With
-    `pad_for` processes, the original's resized training sampler repeats its first samples
-    at the end of a pass, as a DistributedSampler pads the dataset to a multiple of them."""
+    `pad_for` processes, the sampler of the original's training loader (number `padded`)
+    repeats its first samples at the end of a pass, as a DistributedSampler pads the dataset
+    to a multiple of them."""
     real_init = DataLoader.__init__
     signature = inspect.signature(real_init)
     made: list[tuple[object, int]] = []  # each loader's dataset, and its number
@@ -539,7 +544,7 @@ def patch_data(
             )
         real_init(*bound.args, **bound.kwargs)
         self._ddpify_ordinal = ordinal
-        if pad_for > 1 and train_batch is not None:
+        if pad_for > 1 and ordinal == padded:
             _pad_like_the_ranks(recorder, self, pad_for)
         try:
             dataset_len: int | None = len(self.dataset)  # type: ignore[arg-type]
