@@ -15,7 +15,10 @@ from ddpify.emit import FALLBACK_DEVICE, expression, statements
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
-DEVICE_NAMES = ("device", "gpu")
+# A name that says which device: it ends in one (`device`, `gpu_id`, `cuda_device`,
+# `local_gpu`), not one that only mentions it (`per_device_train_batch_size`, round-29 audit A
+# hf_trainer_compute_loss_override: its 16 became a device).
+DEVICE_NAME = re.compile(r"(device|gpu)(_?(id|ids|index|idx|no|number))?\d*$")
 # `ngpu`, `num_gpus`, `n_devices`, `gpu_count`: how many, not which.
 COUNT_NAME = re.compile(r"^(n|num|n_|num_)(gpu|device)s?$|(gpus|devices|count)$")
 
@@ -30,6 +33,9 @@ class ProcessDevice(ConvertRule):
     An option's default (`parser.add_argument("--device", default="cuda:0")`, also `"cuda:0"
     if available else "cpu"`) drops its index the same way, and a GPU id that is 0 unless
     there is no GPU (`gpu_id = 0 if torch.cuda.is_available() else "cpu"`) becomes `"cuda"`.
+
+    Names are told by how they end (`device`, `gpu_id`, `cuda_device`): a name that only
+    mentions one (`per_device_train_batch_size`) is left alone.
 
     A device that already falls back (`"cuda" if torch.cuda.is_available() else "cpu"`) is
     left alone: after `torch.cuda.set_device(local_rank)`, an index-free `"cuda"` already
@@ -46,6 +52,45 @@ class ProcessDevice(ConvertRule):
     message = "hard-coded CUDA devices become the process's own device"
     fix_safety = "Safe: the device a tensor lands on is the process's GPU, or the CPU."
     examples = (
+        # A name that only mentions a device is no device (a Trainer's arguments).
+        Example(
+            """
+            from dataclasses import dataclass
+
+            import torch
+
+
+            @dataclass
+            class TrainingArguments:
+                per_device_train_batch_size: int = 16
+
+
+            model = Net().to("cuda:0")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            from dataclasses import dataclass
+
+            import torch
+
+
+            @dataclass
+            class TrainingArguments:
+                per_device_train_batch_size: int = 16
+
+
+            model = Net().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Example(
             """
             import torch
@@ -285,7 +330,7 @@ class ProcessDevice(ConvertRule):
             target = node.target if isinstance(node, cst.AnnAssign) else node.targets[0].target
             name = dotted(target) or ""
             last = name.rsplit(".", 1)[-1].lower()
-            if not any(word in last for word in DEVICE_NAMES) or COUNT_NAME.search(last):
+            if not DEVICE_NAME.search(last) or COUNT_NAME.search(last):
                 continue
             value = node.value
             if value is None:
