@@ -185,7 +185,12 @@ class Models:
         """`model` for `model.backbone` (param groups): the part the script assigns; and for
         `backbone`, given only a part of another module (`backbone, head = model[0],
         model[1]`, round-17 audit s16), that module: the one the script runs."""
-        while name and "." in name and name not in self.assigned_names:
+        whole = run_whole(self.index, self.script)
+        while (
+            name
+            and "." in name
+            and (name not in self.assigned_names or name.rsplit(".", 1)[0] in whole)
+        ):
             name = name.rsplit(".", 1)[0]
         for _ in range(MAX_STEPS):
             if not name or "." in name:
@@ -437,6 +442,19 @@ class Models:
             if isinstance(ancestor, cst.If | cst.With | cst.Try):
                 anchor = ancestor
         return anchor
+
+
+def run_whole(index: SourceIndex, script: TrainingScript) -> set[str]:
+    """The names the losses call whole (`outputs = model(inputs)`): a part of one trained
+    alone (a swapped head, `model.fc = nn.Linear(...)` and `SGD(model.fc.parameters())`)
+    is that model, wrapped whole, so its checkpoint keys carry no `module.` inside
+    (round-29 audit B so_freeze_backbone_new_fc wrapped `model.fc`: `fc.module.weight`)."""
+    losses = script.loss_nodes
+    return {
+        name
+        for call in index.calls
+        if id(call) in losses and (name := dotted(call.func)) is not None
+    }
 
 
 def _writes_in_place(body: cst.CSTNode) -> bool:

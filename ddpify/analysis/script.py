@@ -182,7 +182,7 @@ class TrainingScript:
         for loader in self.train_loaders:
             dataset = call_arg(loader.call, 0, "dataset")
             if dataset is not None:
-                found += drawn_splits(self.index, self.values, dataset.value)
+                found += drawn_splits(self.index, self.values, dataset.value, self.effects)
             for made in _sampler_arguments(self, loader):  # `SubsetRandomSampler(train_idx)`
                 found += drawn_splits(self.index, self.values, made)
         return list({id(split.statement): split for split in found}.values())

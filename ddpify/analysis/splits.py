@@ -9,6 +9,7 @@ others, and train on what another process validates on. The fix is to take rank 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from ddpify.analysis.values import MAX_STEPS, Values
 
 if TYPE_CHECKING:
     from ddpify.analysis.calls import CallGraph
+    from ddpify.analysis.effects import SideEffects
 
 # Draws that permute or pick samples, by the generator family they draw from.
 PERMUTATIONS = {
@@ -83,6 +85,8 @@ class DrawnSplit:
     # The names that hold what it drew (`perm`; `X, y` for a tuple of names); none when it
     # is not assigned to plain names.
     names: tuple[str, ...]
+    # For a seeded draw: a draw from its generator before it that rank 0 alone makes.
+    parted_by: cst.Call | None = None
 
 
 @dataclass(frozen=True)
@@ -131,10 +135,14 @@ def per_process_draw(index: SourceIndex, expr: cst.BaseExpression) -> cst.Call |
 
 
 def drawn_splits(
-    index: SourceIndex, values: Values, dataset: cst.BaseExpression
+    index: SourceIndex,
+    values: Values,
+    dataset: cst.BaseExpression,
+    effects: SideEffects | None = None,
 ) -> list[DrawnSplit]:
     """The unseeded draws `dataset` (a training loader's dataset argument) is built from,
-    followed through the names it reads."""
+    followed through the names it reads; and the seeded ones whose generator rank 0 alone
+    draws from before them (see `rank_zero_draw`)."""
     found: list[DrawnSplit] = []
     seen: set[tuple[str, int]] = set()
 
@@ -176,7 +184,14 @@ def drawn_splits(
                     continue
                 family = _family(index, draw, SAMPLE_DRAWS)
                 assert family is not None
-                if _seeded_before(index, family, draw, values.graph) or _seeded_by_generator(draw):
+                parted_by = (
+                    rank_zero_draw(index, values.graph, effects, family, draw)
+                    if effects is not None
+                    else None
+                )
+                if parted_by is None and (
+                    _seeded_before(index, family, draw, values.graph) or _seeded_by_generator(draw)
+                ):
                     continue
                 assign = next(
                     (a for a in index.ancestors(draw) if isinstance(a, cst.Assign)), None
@@ -194,7 +209,7 @@ def drawn_splits(
                 names = tuple(e.value for e in elements if isinstance(e, cst.Name))
                 if len(names) != len(elements):
                     names = ()
-                found.append(DrawnSplit(draw, index.statement_of(draw), names))
+                found.append(DrawnSplit(draw, index.statement_of(draw), names, parted_by))
 
     visit(dataset, index.function_of(dataset), 0)
     unique = {id(split.statement): split for split in found}
@@ -225,6 +240,61 @@ def _seeded_before(
         and per_process_draw(index, call.args[0].value) is None
         and any(index.precedes(call, point) for point in points)
         for call in index.calls
+    )
+
+
+def rank_zero_draw(
+    index: SourceIndex,
+    graph: CallGraph,
+    effects: SideEffects,
+    family: str,
+    draw: cst.Call,
+) -> cst.Call | None:
+    """A draw from `draw`'s generator family, after the seed and before `draw`, in a
+    statement the conversion runs on rank 0 alone (a write: `torch.save(Net().state_dict(),
+    "pretrained.pth")` draws the new model's weights): after it, rank 0's generator is ahead
+    of the others', so a seeded draw is no longer alike in every process (round-29 audit B
+    so_freeze_backbone_new_fc: each process trained on a synthetic dataset of its own)."""
+    scope = index.function_of(draw)
+    seeds = [
+        call
+        for call in index.calls
+        if _family(index, call, SEEDS) == family
+        and index.function_of(call) is scope
+        and index.precedes(call, draw)
+    ]
+    if not seeds:
+        return None
+    for call in index.calls:
+        if (
+            index.function_of(call) is scope
+            and index.precedes(call, draw)
+            and all(index.precedes(seed, call) for seed in seeds)
+            and _draws(index, graph, call, family)
+        ):
+            statement = index.statement_of(call)
+            if effects.of(statement) is not None and effects.private(statement) is None:
+                return call
+    return None
+
+
+def _draws(index: SourceIndex, graph: CallGraph, call: cst.Call, family: str) -> bool:
+    """Whether `call` draws from `family`'s global generator: a draw of SAMPLE_DRAWS or
+    CHOICES, or, for torch's, a module made (its initial weights): one of torch.nn's, or a
+    class of the script's."""
+    if family in (_family(index, call, SAMPLE_DRAWS), _family(index, call, CHOICES)):
+        return True
+    if family != "torch":
+        return False
+    if graph.calls_script(call):
+        return isinstance(call.func, cst.Name) and call.func.value in index.classes
+    return any(
+        name.rsplit(".", 1)[-1][:1].isupper()
+        and (
+            name.startswith("torch.nn.")  # a layer of torch's
+            or name.split(".", 1)[0] not in sys.stdlib_module_names | {"torch", "numpy"}
+        )  # a class imported from another file of the project (`from model import Net`)
+        for name in index.qualified_names(call.func)
     )
 
 

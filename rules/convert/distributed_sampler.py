@@ -92,6 +92,60 @@ RANDOM_SAMPLER = Example(
     """,
 )
 
+# Seeded data drawn after a write rank 0 alone makes that draws from the same generator
+# (a model made to save "pretrained" weights): the processes' generators part there, so
+# every process takes rank 0's data (round-29 audit B so_freeze_backbone_new_fc).
+PARTED_BY_A_WRITE = Example(
+    """
+    import os
+
+    import torch
+    from model import Net
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    if not os.path.exists("pretrained.pth"):
+        torch.save(Net().state_dict(), "pretrained.pth")
+    X = torch.randn(320, 8)
+    y = (X[:, 0] > 0).long()
+    loader = DataLoader(TensorDataset(X, y), batch_size=32, shuffle=True)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for x, t in loader:
+            loss = criterion(model(x), t)
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import os
+
+    import torch
+    from model import Net
+    from torch.utils.data import DataLoader, TensorDataset, DistributedSampler
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    if not os.path.exists("pretrained.pth"):
+        torch.save(Net().state_dict(), "pretrained.pth")
+    X = torch.randn(320, 8)
+    X = [X]
+    dist.broadcast_object_list(X)  # every process takes rank 0's
+    X = X[0]
+    y = (X[:, 0] > 0).long()
+    dataset = TensorDataset(X, y)
+    loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset, shuffle=True))
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        loader.sampler.set_epoch(epoch)
+        for x, t in loader:
+            loss = criterion(model(x), t)
+            loss.backward()
+            optimizer.step()
+    """,
+)
+
 # A batch sampler of the script's own (length buckets, round-20 audit B bucket_sampler):
 # rank 0's batches, dealt out by a class written beside it.
 OWN_BATCH_SAMPLER = Example(
@@ -422,6 +476,7 @@ class DistributedSampler(ConvertRule):
     examples = (
         FULL_BATCH,
         OWN_BATCH_SAMPLER,
+        PARTED_BY_A_WRITE,
         # Batches drawn at random every step (nanoGPT): a stream of its own per process.
         Example(
             """
@@ -1418,11 +1473,17 @@ def _share_split_draws(ctx: ConvertContext) -> None:
         for name in split.names:
             take_rank_zeros(ctx.plan, split.statement, name)
         shown = ", ".join(f"`{name}`" for name in split.names)
+        parted = (
+            f" (seeded, but after line {anatomy.line(split.parted_by)}, a write rank 0 alone "
+            f"makes, draws from the same generator: `{dotted(split.parted_by.func)}(...)`)"
+            if split.parted_by is not None
+            else ""
+        )
         ctx.changed(
             split.draw,
-            f"{shown} {'is' if len(split.names) == 1 else 'are'} drawn at random (`{what}`) "
-            "and the training data is built from it: every process takes rank 0's, so all of "
-            "them shard one training set",
+            f"{shown} {'is' if len(split.names) == 1 else 'are'} drawn at random (`{what}`)"
+            f"{parted} and the training data is built from it: every process takes rank 0's, "
+            "so all of them shard one training set",
         )
 
 

@@ -67,6 +67,47 @@ PARAMETER_INIT = Example(
 )
 
 
+# A swapped head trained alone (transfer learning: the backbone frozen, `model.fc` new and
+# the only thing the optimizer gets): the model the loss runs is wrapped whole, so the saved
+# keys are the bare model's (round-29 audit B so_freeze_backbone_new_fc: `fc.module.weight`).
+SWAPPED_HEAD = Example(
+    """
+    import torch
+
+    model = Net()
+    model.load_state_dict(torch.load("pretrained.pth"))
+    for param in model.parameters():
+        param.requires_grad = False
+    model.fc = torch.nn.Linear(model.fc.in_features, 2)
+    model = model.to(device)
+    optimizer = torch.optim.SGD(model.fc.parameters(), lr=0.01)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "finetuned.pth")
+    """,
+    """
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = Net()
+    model.load_state_dict(torch.load("pretrained.pth"))
+    for param in model.parameters():
+        param.requires_grad = False
+    model.fc = torch.nn.Linear(model.fc.in_features, 2)
+    model = model.to(device)
+    optimizer = torch.optim.SGD(model.fc.parameters(), lr=0.01)
+    model = DDP(model, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    torch.save(model.module.state_dict(), "finetuned.pth")
+    """,
+)
+
+
 # Weights drawn afresh after the wrap (one model reset per fold): rank 0's in every process.
 RESET_AFTER_THE_WRAP = Example(
     """
@@ -147,6 +188,7 @@ class WrapModel(ConvertRule):
         follow is reported, and then nothing is converted.
     """
     examples = (
+        SWAPPED_HEAD,
         # A loop over the models saves each: each one's bare module (CycleGAN's checkpoints).
         Example(
             """
@@ -310,17 +352,7 @@ class WrapModel(ConvertRule):
                 blocking=True,
             )
             return
-        updated = _updates_buffers(anatomy)
-        if updated is not None:
-            node, owner, buffer = updated
-            ctx.cannot(
-                node,
-                f"`{owner}`'s forward writes its buffer `self.{buffer}` from this process's "
-                "batch (a queue of keys, a memory bank): DDP broadcasts rank 0's buffers "
-                "before every forward, so the other processes' writes are lost; gather "
-                "what is written from every process (dist.all_gather) first, by hand",
-                blocking=True,
-            )
+        if _unwrappable(ctx):
             return
         routed: set[int] = set()  # loop variables' uses, routed once for all the models
         for model in anatomy.models.all:
@@ -533,6 +565,57 @@ def _held_from_before(anatomy: Anatomy, model: Model) -> tuple[str, int] | None:
             target = node.targets[0].target.value
             if target not in model.names and _used_after(anatomy, model, target):
                 return target, anatomy.line(node)
+    return None
+
+
+def _unwrappable(ctx: ConvertContext) -> bool:
+    """Models DDP cannot train as written: a forward that writes its buffers from the
+    process's batch, sparse gradients. Reported; True when so."""
+    anatomy = ctx.anatomy
+    updated = _updates_buffers(anatomy)
+    if updated is not None:
+        node, owner, buffer = updated
+        ctx.cannot(
+            node,
+            f"`{owner}`'s forward writes its buffer `self.{buffer}` from this process's "
+            "batch (a queue of keys, a memory bank): DDP broadcasts rank 0's buffers "
+            "before every forward, so the other processes' writes are lost; gather "
+            "what is written from every process (dist.all_gather) first, by hand",
+            blocking=True,
+        )
+        return True
+    sparse = _sparse_gradients(anatomy)
+    if sparse is not None:
+        ctx.cannot(
+            sparse,
+            "sparse gradients (`sparse=True` embeddings, SparseAdam): DDP's all-reduce "
+            "of several sparse gradients was seen to average them wrongly (torch 2.13, "
+            "gloo: a recommender's four sparse embeddings, off by up to 0.016 after one "
+            "step); make the embeddings dense (`sparse=False`, Adam) to convert, or "
+            "convert by hand and check with `ddpify verify`",
+            blocking=True,
+        )
+        return True
+    return False
+
+
+SPARSE_LAYERS = {"torch.nn.Embedding", "torch.nn.EmbeddingBag"}
+
+
+def _sparse_gradients(anatomy: Anatomy) -> cst.Call | None:
+    """A layer that makes sparse gradients (`nn.Embedding(n, d, sparse=True)`), or the
+    optimizer for them (`SparseAdam`). Round-29 audit A sparse_embedding_sparseadam: DDP's
+    gradients of a matrix factorisation's four sparse embeddings, under torchrun with 2
+    processes (gloo), were not the average of the processes' own (which matched the
+    single-process step to 1e-17); verify failed it. Reproduced with two sparse embeddings
+    given a contiguous index tensor; one alone, or given a strided view, averaged right."""
+    for call in anatomy.calls:
+        if anatomy.is_call_to(call, {"torch.optim.SparseAdam"}):
+            return call
+        if anatomy.is_call_to(call, SPARSE_LAYERS):
+            sparse = call_arg(call, None, "sparse")
+            if sparse is not None and not is_name(sparse.value, "False"):
+                return call
     return None
 
 

@@ -7420,3 +7420,40 @@ main()
     )
     in_order = source.replace("[random.choice(pairs) for _ in range(4)]", "pairs[:4]")
     assert convert_source(in_order.encode(), "chatbot.py", ConvertOptions()).refused
+
+
+def test_sparse_embeddings_are_refused_with_the_reason() -> None:
+    """Round-29 audit A sparse_embedding_sparseadam: DDP averaged a recommender's sparse
+    embedding gradients wrongly (tests/convert/test_convert_e2e.py shows it on torch's own
+    DDP); the conversion stops at the first sparse layer and names a dense alternative."""
+    source = b"""import torch
+from torch import nn
+
+
+class MF(nn.Module):
+    def __init__(self, n_users, n_items):
+        super().__init__()
+        self.users = nn.Embedding(n_users, 16, sparse=True)
+        self.items = nn.Embedding(n_items, 16, sparse=True)
+
+    def forward(self, u, i):
+        return (self.users(u) * self.items(i)).sum(1)
+
+
+model = MF(200, 150)
+optimizer = torch.optim.SparseAdam(model.parameters(), lr=0.01)
+for epoch in range(2):
+    for u, i, r in loader:
+        loss = nn.functional.mse_loss(model(u, i), r)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "mf.py", ConvertOptions())
+    assert result.refused and result.output == source
+    held = [note for note in result.notes if note.blocking and note.code == "DDP003"]
+    assert [note.line for note in held] == [8], result.notes
+    assert "sparse=False" in held[0].message
+    dense = source.replace(b", sparse=True", b"").replace(b"SparseAdam", b"Adam")
+    notes = convert_source(dense, "mf.py", ConvertOptions()).notes
+    assert not any("sparse" in note.message for note in notes), notes
