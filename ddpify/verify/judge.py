@@ -256,10 +256,14 @@ class _Facts:
 
     @property
     def drawn(self) -> list[str]:
-        """Random numbers the ranks drew while training that the check could not draw per
-        sample (`random.random`, `multinomial`): the original's and the ranks' differ."""
+        """Random numbers the ranks, or the original, drew while training that the check
+        could not draw per sample (`random.random`, `multinomial`; noise of a fixed count,
+        `torch.randn(args.batch, nz)`, a batch's shape in each rank but not in the original,
+        given the global batch: round-29 audit A stylegan_lazy_regularization): the
+        original's and the ranks' differ."""
+        records = (*self.ranks, self.orig_record)
         return sorted(
-            {c.detail.split()[0] for r in self.ranks for c in r.changes if c.kind == "random"}
+            {c.detail.split()[0] for r in records for c in r.changes if c.kind == "random"}
         )
 
     @property

@@ -16,6 +16,7 @@ import builtins
 import inspect
 import io
 import itertools
+import logging
 import os
 import pathlib
 import random
@@ -1119,6 +1120,34 @@ def patch_writes(recorder: Recorder) -> None:
     io.open = open_for_check
     torch.save = save
     torch.serialization.save = save
+    patch_log_files(recorder)
+
+
+def patch_log_files(recorder: Recorder) -> None:
+    """A log file a `logging.FileHandler` opens to append to (`basicConfig(filename=...)`
+    at import, on every rank, before the process group exists) is written by the processes
+    that log records into it, not by every one that opened it (round-29 audit A
+    simclr_ntxent_two_views: "training.log written by ranks 0, 1", rank 1 wrote nothing)."""
+    real_open = logging.FileHandler._open
+    real_emit = logging.FileHandler.emit
+
+    def open_quietly(self: logging.FileHandler) -> Any:
+        if "a" not in self.mode:
+            return real_open(self)
+        recorder.suppress_writes += 1
+        try:
+            return real_open(self)
+        finally:
+            recorder.suppress_writes -= 1
+
+    def emit(self: logging.FileHandler, record: logging.LogRecord) -> None:
+        if "a" in self.mode and not getattr(self, "_ddpify_wrote", False):
+            setattr(self, "_ddpify_wrote", True)  # noqa: B010
+            recorder.wrote(self.baseFilename, self.mode, via="logging")
+        real_emit(self, record)
+
+    logging.FileHandler._open = open_quietly  # type: ignore[method-assign]
+    logging.FileHandler.emit = emit  # type: ignore[method-assign,assignment]
 
 
 def draws_samples(sampler: object) -> bool:

@@ -600,6 +600,8 @@ def _unmatched_batches(verification: Verification) -> bool:
         return True
     if any(change.kind in ("random", "ghost") for change in record.changes):
         return True  # drawn while training, or normalised over parts of the batch
+    if any(change.kind == "random" for change in original.processes[0].record.changes):
+        return True  # (the original's, of a fixed count: not per sample at its global batch)
     if verification.train_loader is None:
         return not verification.whole_batch
     loader = record.loader(verification.train_loader)

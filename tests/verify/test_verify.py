@@ -1962,3 +1962,74 @@ def test_the_optimizer_s_parameters_are_named_with_a_dead_weak_proxy_alive() -> 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     assert [name for name, _ in named_parameters_of(optimizer)] == ["weight", "bias"]
     assert proxies
+
+
+LOGGED_AT_IMPORT = """import logging
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+logging.basicConfig(filename="train.log", level=logging.INFO)
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        logging.info("epoch %d loss %.4f", epoch, loss.item())
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_log_file_every_rank_opens_at_import_is_written_by_the_rank_that_logs(
+    tmp_path: Path,
+) -> None:
+    """Round-29 audit A simclr_ntxent_two_views: `basicConfig(filename=...)` runs at import,
+    before the process group exists, on every rank; only rank 0 logs into it, but rank 1's
+    handler opening it to append counted as a write ("train.log written by ranks 0, 1")."""
+    original = tmp_path / "logged.py"
+    original.write_text(LOGGED_AT_IMPORT)
+    _, outcome, table = converted_and_verified(original)
+    assert statuses(outcome)["side-effects-once"] is Status.PASS, table
+    assert "train.log: written by rank 0 only" in table
+
+
+FIXED_NOISE = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4))
+loader = DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+generator = torch.nn.Linear(4, 4)
+critic = torch.nn.Linear(4, 1)
+optimizer = torch.optim.Adam(critic.parameters(), lr=0.01)
+for epoch in range(2):
+    for (real,) in loader:
+        fake = generator(torch.randn(8, 4)).detach()
+        loss = critic(fake).mean() - critic(real).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_noise_of_a_fixed_count_is_judged_with_one_process(tmp_path: Path) -> None:
+    """Round-29 audit A stylegan_lazy_regularization: `torch.randn(args.batch, nz)` is a
+    rank's batch in shape, drawn per sample there, but not the original's at the ranks'
+    global batch, where it was drawn whole: "not equivalent" of a correct conversion."""
+    original = tmp_path / "fixed_noise.py"
+    original.write_text(FIXED_NOISE)
+    _, outcome, table = converted_and_verified(original)
+    assert statuses(outcome)["equivalence"] is Status.PASS, table
+    assert "one process of the conversion was run against the original" in table
