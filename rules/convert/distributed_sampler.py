@@ -92,6 +92,56 @@ RANDOM_SAMPLER = Example(
     """,
 )
 
+# An iterator made anew in a loop of its own before the epochs (an LR range test), beside the
+# epoch loop over the same loader: each new pass there counts on (round-29 audit B
+# so_lr_range_test_then_reset).
+RANGE_TEST_PASSES = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    it = iter(loader)
+    for i in range(30):
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it = iter(loader)
+            x, y = next(it)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    model.load_state_dict(initial_state)
+    for epoch in range(3):
+        for x, y in loader:
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset, shuffle=True))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    it = iter(loader)
+    for i in range(30):
+        try:
+            x, y = next(it)
+        except StopIteration:
+            loader.sampler.set_epoch(loader.sampler.epoch + 1)
+            it = iter(loader)
+            x, y = next(it)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    model.load_state_dict(initial_state)
+    for epoch in range(3):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+    """,
+)
+
 # Seeded data drawn after a write rank 0 alone makes that draws from the same generator
 # (a model made to save "pretrained" weights): the processes' generators part there, so
 # every process takes rank 0's data (round-29 audit B so_freeze_backbone_new_fc).
@@ -477,6 +527,7 @@ class DistributedSampler(ConvertRule):
         FULL_BATCH,
         OWN_BATCH_SAMPLER,
         PARTED_BY_A_WRITE,
+        RANGE_TEST_PASSES,
         # Batches drawn at random every step (nanoGPT): a stream of its own per process.
         Example(
             """
@@ -1165,6 +1216,32 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
             insert_set_epoch(ctx.plan, replace(loop, loader_at_epoch=name))
             ctx.changed(loop.epoch_loop, f"set_epoch of `{name}` too (read in `zip(...)`)")
         _set_epoch_in_other_loops(ctx, loop)
+        _iterated_again_elsewhere(ctx, loop)
+
+
+def _iterated_again_elsewhere(ctx: ConvertContext, loop: TrainLoop) -> None:
+    """`it = iter(loader)` made again in a loop of its own beside the epoch loop (an LR
+    range test's `next(it)`, the iterator made anew on StopIteration, before the real
+    training: round-29 audit B so_lr_range_test_then_reset): each new pass there gets
+    `set_epoch(sampler.epoch + 1)` first, or every one repeats the first pass's order."""
+    anatomy = ctx.anatomy
+    assert loop.loader is not None and loop.epoch_loop is not None
+    for call in anatomy.calls:
+        if not (is_name(call.func, "iter") and len(call.args) == 1):
+            continue
+        source = call.args[0].value
+        scope = anatomy.function_of(call)
+        if (
+            anatomy.inside(call, loop.epoch_loop)
+            or anatomy.loaders.resolve(source, scope) is not loop.loader.call
+            or read_as(source) is None
+            or not any(kind == "loop" for _, kind in anatomy.graph.loops_around(call))
+        ):
+            continue
+        sampler = f"{read_as(source)}.{loop.loader.sampler_path}"
+        where = anatomy.statement_of(call)
+        ctx.plan.insert_before(where, [statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")])
+        ctx.changed(where, "set_epoch before every new pass over the loader")
 
 
 def _made_per_call(ctx: ConvertContext, loop: TrainLoop) -> bool:
