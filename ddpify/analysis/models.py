@@ -211,7 +211,7 @@ class Models:
         for node in self.index.assigns:
             if len(node.targets) == 1 and dotted(node.targets[0].target) == name:
                 found.append((node.value, node))
-            for target, value in _pairs(node):
+            for target, value in pairs_of(node):
                 if dotted(target) == name:
                     found.append((value, node))
         return found
@@ -221,12 +221,16 @@ class Models:
         moves: list[tuple[cst.BaseStatement, str]] = []
         for _ in range(3):  # names flow `model` -> `self.model` -> ...: a few rounds suffice
             for node in walk(self.index.module):
-                for target_node, value in _pairs(node):
+                for target_node, value in pairs_of(node):
                     # `self.model, self.save_dir = model, save_dir` (a checkpointer's
                     # `__init__`, round-9 audit b04): each pair as its own assignment
                     target = dotted(target_node)
                     if target is not None and dotted(value) in model.names:
                         model.names.add(target)
+                    elif target in model.names and isinstance(value, cst.Name):
+                        # `self.dls, self.model = dls, model` (a fastai-like Learner, round-30
+                        # audit A): one object, as for `self.model = model`
+                        model.names.add(value.value)
                     moved = _moved_value(value)
                     if target in model.names and moved is not value and moved is not None:
                         # `netG, netD = G().to(device), D().to(device)` (WGAN-GP): each is
@@ -363,7 +367,7 @@ class Models:
             if name in model.names:
                 found.append((node, name))
                 continue
-            for target, value in _pairs(node):
+            for target, value in pairs_of(node):
                 name = dotted(target)
                 built = isinstance(value, cst.Call)  # not a part of another module
                 if name in model.names and isinstance(target, cst.Name) and built:
@@ -471,7 +475,7 @@ def _writes_in_place(body: cst.CSTNode) -> bool:
     return False
 
 
-def _pairs(node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+def pairs_of(node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
     """The (target, value) pairs of a tuple assignment `a, b = x, y`."""
     if not (isinstance(node, cst.Assign) and len(node.targets) == 1):
         return []

@@ -1231,13 +1231,14 @@ def _iterated_again_elsewhere(ctx: ConvertContext, loop: TrainLoop) -> None:
             continue
         source = call.args[0].value
         scope = anatomy.function_of(call)
+        around = anatomy.graph.loops_around(call)  # through the calls too
         if (
-            anatomy.inside(call, loop.epoch_loop)
+            any(outer is loop.epoch_loop for outer, _ in around)
             or anatomy.loaders.resolve(source, scope) is not loop.loader.call
             or read_as(source) is None
-            or not any(kind == "loop" for _, kind in anatomy.graph.loops_around(call))
+            or not any(kind == "loop" for _, kind in around)
         ):
-            continue
+            continue  # (`next(iter(loader))` for a batch's size in the epoch's function)
         sampler = f"{read_as(source)}.{loop.loader.sampler_path}"
         where = anatomy.statement_of(call)
         ctx.plan.insert_before(where, [statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")])

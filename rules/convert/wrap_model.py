@@ -14,7 +14,7 @@ from ddpify.analysis.api import (
     PARAMETERS,
     REINITIALISE,
 )
-from ddpify.analysis.models import Model, holds_model
+from ddpify.analysis.models import Model, holds_model, pairs_of
 from ddpify.analysis.project import NO_GRAD
 from ddpify.analysis.script import raw_optimizers
 from ddpify.analysis.streams import TORCH_DRAWS
@@ -2659,12 +2659,21 @@ def _attributes_given(
                 and isinstance(n.slice[0].slice, cst.Index)
                 and isinstance(n.slice[0].slice.value, cst.SimpleString)
             }
-            if reads or keys & names:
-                for target in assign.targets:
-                    if isinstance(target.target, cst.Attribute) and is_name(
-                        target.target.value, "self"
-                    ):
-                        attributes.add(target.target.attr.value)
+            if not (reads or keys & names):
+                continue
+            for target in assign.targets:
+                if isinstance(target.target, cst.Attribute) and is_name(
+                    target.target.value, "self"
+                ):
+                    attributes.add(target.target.attr.value)
+            for held, value in pairs_of(assign):  # `self.dls, self.model = dls, model`
+                if (
+                    isinstance(held, cst.Attribute)
+                    and is_name(held.value, "self")
+                    and isinstance(value, cst.Name)
+                    and value.value in names
+                ):
+                    attributes.add(held.attr.value)
     return attributes
 
 

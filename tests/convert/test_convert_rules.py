@@ -7457,3 +7457,46 @@ for epoch in range(2):
     dense = source.replace(b", sparse=True", b"").replace(b"SparseAdam", b"Adam")
     notes = convert_source(dense, "mf.py", ConvertOptions()).notes
     assert not any("sparse" in note.message for note in notes), notes
+
+
+def test_a_model_a_class_keeps_by_a_tuple_assignment_is_followed_to_where_it_is_made() -> None:
+    """Round-29 audit A fastai_learner_callbacks: `self.dls, self.model, ... = dls, model,
+    ...` in a Learner's `__init__` was refused ("built together with other objects in one
+    assignment"); it is one object, as `self.model = model` is: wrapped where it is made,
+    its `state_dict()` in the class through `.module`, and a holder outside refused."""
+    source = b"""import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Learner:
+    def __init__(self, loader, model, lr):
+        self.loader, self.model, self.lr = loader, model, lr
+
+    def fit(self, epochs):
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=self.lr)
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                loss = torch.nn.functional.mse_loss(self.model(x), y)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+        torch.save(self.model.state_dict(), "model.pt")
+
+
+if __name__ == "__main__":
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = torch.nn.Linear(4, 1).to(device)
+    learn = Learner(loader, model, 0.1)
+    learn.fit(2)
+    HOLDER
+"""
+    result = convert_source(source.replace(b"HOLDER", b"pass"), "learner.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"    model = DDP(model, device_ids" in result.output
+    assert b"torch.save(self.model.module.state_dict()" in result.output
+    reload = b'learn.model.load_state_dict(torch.load("model.pt"))'
+    held = convert_source(source.replace(b"HOLDER", reload), "learner.py", ConvertOptions())
+    assert held.refused
+    assert any("`learn.model` may hold the DDP-wrapped" in n.message for n in held.notes)
