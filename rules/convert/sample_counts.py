@@ -126,6 +126,52 @@ class SampleCounts(ConvertRule):
                     print(phase, total / len(loaders[phase].sampler))
             """,
         ),
+        # The same with a literal dict of loaders, each given the dataset at its key
+        # (round-30 audit B so_best_model_deepcopy_return: printed averages halved).
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loaders = {
+                "train": DataLoader(sets["train"], batch_size=4),
+                "val": DataLoader(sets["val"], batch_size=4),
+            }
+            sizes = {x: len(sets[x]) for x in ["train", "val"]}
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for phase in ["train", "val"]:
+                    total = 0.0
+                    for x, y in loaders[phase]:
+                        loss = model(x).sum()
+                        if phase == "train":
+                            loss.backward()
+                            optimizer.step()
+                        total += loss.item()
+                    print(phase, total / sizes[phase])
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loaders = {
+                "train": DataLoader(sets["train"], batch_size=4),
+                "val": DataLoader(sets["val"], batch_size=4),
+            }
+            sizes = {x: len(sets[x]) for x in ["train", "val"]}
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for phase in ["train", "val"]:
+                    total = 0.0
+                    for x, y in loaders[phase]:
+                        loss = model(x).sum()
+                        if phase == "train":
+                            loss.backward()
+                            optimizer.step()
+                        total += loss.item()
+                    print(phase, total / len(loaders[phase].sampler))
+            """,
+        ),
         # A curriculum's growing subset: its length is the count the average divides by.
         Example(
             """
@@ -189,14 +235,20 @@ class SampleCounts(ConvertRule):
             scope = anatomy.function_of(loop.batch_loop)
             name = anatomy.script.loader_name(loop.batch_loop.iter, scope)
             read = keyed_read(loop.batch_loop.iter) if loop.loader.key_var else None
+            expected = None
             if loop.phase_loop is not None and read is None:
                 # `dataloaders[phase]` of a literal dict (round-23 audit B transfer_stages_b):
                 # the evaluation phase's sampler counts its whole dataset
                 keyed = keyed_read(loop.batch_loop.iter)
                 name = f"{keyed[0]}[{keyed[1]}]" if keyed is not None else name
+                if keyed is not None:  # (round-30 audit B so_best_model_deepcopy_return)
+                    read, expected = keyed, _literal_datasets(anatomy, scope, keyed[0])
+            elif read is not None and (given := call_arg(loop.loader.call, 0, "dataset")):
+                assert loop.loader.key_var is not None
+                expected = _with_variable(given.value, loop.loader.key_var)
             if read is not None:
                 name = f"{read[0]}[{read[1]}]"
-                for size in _sizes_by_key(anatomy, scope, loop.loader, read):
+                for size in _sizes_by_key(anatomy, scope, expected, read):
                     if id(size) in done or not _averaged_or_shown(anatomy, size):
                         continue
                     done.add(id(size))
@@ -496,17 +548,44 @@ def _sampler_length(name: str) -> cst.BaseExpression:
     return cst.parse_expression(f"len({name}.sampler)")
 
 
+def _literal_datasets(anatomy: Anatomy, scope: cst.FunctionDef | None, loaders: str) -> str | None:
+    """`datasets[_]` when `loaders = {"train": DataLoader(datasets["train"], ...), "val":
+    DataLoader(datasets["val"], ...)}` gives each key's loader the dataset at that key."""
+    values = [
+        value
+        for where in ((scope, None) if scope is not None else (None,))
+        for value in anatomy.values.assignments(loaders, where)
+    ]
+    if len(values) != 1 or not isinstance(values[0], cst.Dict) or not values[0].elements:
+        return None
+    shapes = set()
+    for element in values[0].elements:
+        if not (
+            isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString)
+            and isinstance(element.value, cst.Call)
+            and (dataset := call_arg(element.value, 0, "dataset")) is not None
+            and isinstance(dataset.value, cst.Subscript)
+        ):
+            return None
+        key = element.key.value
+        code = cst.Module([]).code_for_node(dataset.value)
+        if not code.endswith(f"[{key}]"):
+            return None
+        shapes.add(code.removesuffix(f"[{key}]") + "[_]")
+    return shapes.pop() if len(shapes) == 1 else None
+
+
 def _sizes_by_key(
-    anatomy: Anatomy, scope: cst.FunctionDef | None, loader: Loader, read: tuple[str, str]
+    anatomy: Anatomy, scope: cst.FunctionDef | None, expected: str | None, read: tuple[str, str]
 ) -> list[cst.Subscript]:
     """`sizes[phase]` in `scope`, where `sizes = {x: len(datasets[x]) for x in ...}` measures
-    the datasets the loaders of `loaders = {x: DataLoader(datasets[x], ...) for x in ...}`
-    read (the transfer-learning tutorial's `dataset_sizes`), and `phase` is the key the
-    batch loop reads the loader at."""
-    dataset = call_arg(loader.call, 0, "dataset")
-    if dataset is None or loader.key_var is None:
+    the datasets (`expected`, the key written `_`) the loaders of `loaders = {x:
+    DataLoader(datasets[x], ...) for x in ...}`, or of a literal dict of them, read (the
+    transfer-learning tutorial's `dataset_sizes`), and `phase` is the key the batch loop
+    reads the loader at."""
+    if expected is None:
         return []
-    expected = _with_variable(dataset.value, loader.key_var)
     found = []
     for node in walk(scope if scope is not None else anatomy.module):
         if not isinstance(node, cst.Subscript) or anatomy.function_of(node) is not scope:
