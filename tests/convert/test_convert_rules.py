@@ -7500,3 +7500,49 @@ if __name__ == "__main__":
     held = convert_source(source.replace(b"HOLDER", reload), "learner.py", ConvertOptions())
     assert held.refused
     assert any("`learn.model` may hold the DDP-wrapped" in n.message for n in held.notes)
+
+
+def test_a_probe_for_a_method_of_the_model_asks_the_bare_model() -> None:
+    """Round-30 audit A swin_window_attention_ape: Swin's `build_optimizer` asks
+    `hasattr(model, 'no_weight_decay')` of the wrapped model; the call under it went through
+    `.module`, but the probe asked the wrapper, found nothing, and the position embedding
+    went into the decayed group. The probe asks the bare model too."""
+    source = b"""import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.zeros(4))
+        self.fc = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x + self.pos)
+
+    def no_weight_decay(self):
+        return {"pos"}
+
+
+def build_optimizer(model):
+    skip = {}
+    if hasattr(model, "no_weight_decay"):
+        skip = model.no_weight_decay()
+    decay = [p for n, p in model.named_parameters() if n not in skip]
+    rest = [p for n, p in model.named_parameters() if n in skip]
+    return torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}])
+
+
+loader = torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True)
+model = Net().to("cuda" if torch.cuda.is_available() else "cpu")
+optimizer = build_optimizer(model)
+for epoch in range(2):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "swin.py", ConvertOptions())
+    output = result.output.decode()
+    assert 'if hasattr(model.module, "no_weight_decay"):' in output, output
+    assert "skip = model.module.no_weight_decay()" in output
