@@ -7546,3 +7546,17 @@ for epoch in range(2):
     output = result.output.decode()
     assert 'if hasattr(model.module, "no_weight_decay"):' in output, output
     assert "skip = model.module.no_weight_decay()" in output
+
+
+def test_a_tensor_divided_by_its_total_named_first_is_a_statistic_over_the_batch() -> None:
+    """Round-30 audit A swav_prototypes_sinkhorn: SwAV's own Sinkhorn names the total
+    first, `sum_Q = torch.sum(Q)`, then `Q /= sum_Q`; the one-line `Q /= torch.sum(Q)` was
+    reported, this went unreported, and each process balanced its own part."""
+    source = CROSS_CORRELATION.replace(
+        "    c = {statistic}\n",
+        "    q = torch.exp(z).t()\n    total = torch.sum(q)\n    q /= total\n    c = q.t()\n",
+    )
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    notes = [note.message for note in result.notes if note.code == "DDP007"]
+    assert any("(`q /= total`)" in m for m in notes), notes
