@@ -7560,3 +7560,40 @@ def test_a_tensor_divided_by_its_total_named_first_is_a_statistic_over_the_batch
     assert not result.refused, result.problems
     notes = [note.message for note in result.notes if note.code == "DDP007"]
     assert any("(`q /= total`)" in m for m in notes), notes
+
+
+def test_a_writer_made_in_a_try_and_tested_before_each_use_is_rank_0s() -> None:
+    """Round-30 audit B so_global_step_tensorboard_fallback: `writer = SummaryWriter()` in a
+    `try:` (None when TensorBoard is missing) and `if writer: writer.add_scalar(...)`: its
+    uses were guarded, but every rank still made a writer and an event file."""
+    source = b"""import torch
+
+try:
+    from torch.utils.tensorboard import SummaryWriter
+    writer = SummaryWriter()
+except ImportError:
+    writer = None
+
+loader = torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+step = 0
+for epoch in range(2):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if writer:
+            writer.add_scalar("loss", loss.item(), step)
+if writer is not None:
+    writer.close()
+"""
+    result = convert_source(source, "tb.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    assert "writer = SummaryWriter() if dist.get_rank() == 0 else None" in output, output
+    counted = source.replace(b"        if writer:\n", b"        if writer:\n            step += 0\n")
+    still = convert_source(counted, "tb.py", ConvertOptions()).output.decode()
+    assert "writer = SummaryWriter()\n" in still  # the block does other work: made everywhere
