@@ -1157,7 +1157,7 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
             f"`{dotted(value.func)}` writes TensorBoard logs: made, and used, on rank 0 only"
             if wrapping
             else "TensorBoard writer made (and closed) on rank 0 only"
-            + (" (None on the others, where it is tested or handed to a function)" if handed else ""),
+            + (" (None on the others, where it is tested or handed on)" if handed else ""),
         )
 
 
@@ -1227,7 +1227,8 @@ def _writer_uses(
             handed = True  # `if writer:` (a writer made only when TensorBoard imports)
             continue
         if isinstance(parent, cst.AssignTarget) and is_name(
-            anatomy.parent(parent).value, "None"  # type: ignore[union-attr]
+            anatomy.parent(parent).value,
+            "None",  # type: ignore[union-attr]
         ):
             continue  # `except ImportError: writer = None`
         return None

@@ -7594,6 +7594,7 @@ if writer is not None:
     assert not result.refused, result.problems
     output = result.output.decode()
     assert "writer = SummaryWriter() if dist.get_rank() == 0 else None" in output, output
-    counted = source.replace(b"        if writer:\n", b"        if writer:\n            step += 0\n")
+    tested = b"        if writer:\n"
+    counted = source.replace(tested, tested + b"            step += 0\n")
     still = convert_source(counted, "tb.py", ConvertOptions()).output.decode()
     assert "writer = SummaryWriter()\n" in still  # the block does other work: made everywhere
