@@ -1226,10 +1226,8 @@ def _writer_uses(
         if _tests_the_writer(anatomy, node, name):
             handed = True  # `if writer:` (a writer made only when TensorBoard imports)
             continue
-        if isinstance(parent, cst.AssignTarget) and is_name(
-            anatomy.parent(parent).value,
-            "None",  # type: ignore[union-attr]
-        ):
+        assigned = anatomy.parent(parent) if isinstance(parent, cst.AssignTarget) else None
+        if isinstance(assigned, cst.Assign) and is_name(assigned.value, "None"):
             continue  # `except ImportError: writer = None`
         return None
     return closing, handed

@@ -2444,6 +2444,14 @@ def _bypasses_forward(ctx: ConvertContext, attribute: cst.Attribute, model: Mode
         return False  # `model.encoder_q.eval()`: a mode set or a move, not a forward (c08)
     if _forward_in_the_same_loss(anatomy, attribute, model):
         return False
+    if outer is attribute and attribute.attr.value in _forwarded_methods(anatomy):
+        ctx.plan.replace(parent.func, lambda _: attribute.value)
+        ctx.changed(
+            attribute,
+            f"`{dotted(attribute)}(...)` is what the model's forward returns: called as "
+            f"`{dotted(attribute.value)}(...)`, through DDP's forward",
+        )
+        return True
     ctx.cannot(
         attribute,
         f"`{dotted(attribute)}` computes the loss outside the model's forward: through "
@@ -2453,6 +2461,33 @@ def _bypasses_forward(ctx: ConvertContext, attribute: cst.Attribute, model: Mode
         blocking=True,
     )
     return True
+
+
+def _forwarded_methods(anatomy: Anatomy) -> set[str]:
+    """The methods a forward of the script's only returns, given its own arguments (a flow's
+    `def forward(self, x): return self.log_prob(x)`, round-30 audit A
+    normalizing_flow_realnvp): `model.log_prob(x)` is `model(x)`."""
+    found: set[str] = set()
+    for cls in anatomy.classes.values():
+        for method in methods(cls):
+            if method.name.value != "forward" or not isinstance(method.body, cst.IndentedBlock):
+                continue
+            params = [p.name.value for p in method.params.params[1:]]
+            body = method.body.body
+            line = body[0] if len(body) == 1 else None
+            small = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
+            call = small.value if isinstance(small, cst.Return) else None
+            if (
+                isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and is_name(call.func.value, "self")
+                and not isinstance(method.params.star_arg, cst.Param | cst.ParamStar)
+                and not method.params.kwonly_params
+                and [dotted(a.value) for a in call.args if not a.keyword and not a.star] == params
+                and len(call.args) == len(params)
+            ):
+                found.add(call.func.attr.value)
+    return found
 
 
 def _forward_in_the_same_loss(anatomy: Anatomy, attribute: cst.Attribute, model: Model) -> bool:

@@ -7598,3 +7598,45 @@ if writer is not None:
     counted = source.replace(tested, tested + b"            step += 0\n")
     still = convert_source(counted, "tb.py", ConvertOptions()).output.decode()
     assert "writer = SummaryWriter()\n" in still  # the block does other work: made everywhere
+
+
+FLOW = """import torch
+
+
+class Flow(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Linear(2, 2)
+
+    def log_prob(self, x):
+        return -(self.scale(x) ** 2).sum(1)
+
+    def forward(self, x):
+        return {forward}
+
+
+loader = torch.utils.data.DataLoader(torch.randn(64, 2), batch_size=8, shuffle=True)
+flow = Flow().to("cuda" if torch.cuda.is_available() else "cpu")
+optimizer = torch.optim.Adam(flow.parameters(), lr=1e-3)
+for epoch in range(2):
+    for x in loader:
+        loss = -flow.log_prob(x).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_method_the_forward_returns_is_called_as_the_model() -> None:
+    """Round-30 audit A normalizing_flow_realnvp: `loss = -flow.log_prob(x).mean()` with
+    `def forward(self, x): return self.log_prob(x)` was refused as a loss outside the
+    forward; it is the forward: `flow(x)`, through DDP. A forward that does something else
+    keeps the refusal."""
+    result = convert_source(
+        FLOW.format(forward="self.log_prob(x)").encode(), "f.py", ConvertOptions()
+    )
+    assert not result.refused, result.problems
+    assert b"loss = -flow(x).mean()" in result.output
+    other = convert_source(FLOW.format(forward="self.scale(x)").encode(), "f.py", ConvertOptions())
+    assert other.refused
+    assert any("`flow.log_prob` computes the loss outside" in n.message for n in other.problems)
