@@ -593,6 +593,14 @@ def _given_parameters(script: TrainingScript, optimizer: cst.Call) -> list[cst.B
     return found + _handed_parameters(script.graph, found + made)
 
 
+def _chosen(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The lists `(no_decay if cond else decay)` may be (Swin's `set_weight_decay` in one
+    line, round-30 audit A swin_window_attention_ape_b): each branch, or `expr` itself."""
+    if isinstance(expr, cst.IfExp):
+        return _chosen(expr.body) + _chosen(expr.orelse)
+    return [expr]
+
+
 def _filled_by_hand(
     index: SourceIndex, names: set[str], scope: cst.FunctionDef | None
 ) -> list[cst.BaseExpression]:
@@ -605,7 +613,7 @@ def _filled_by_hand(
         if (
             is_method_call(call, "append", "extend")
             and isinstance(call.func, cst.Attribute)
-            and dotted(call.func.value) in names
+            and any(dotted(held) in names for held in _chosen(call.func.value))
             and index.function_of(call) is scope
         ):
             found += [arg.value for arg in call.args]

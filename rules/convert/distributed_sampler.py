@@ -1707,6 +1707,18 @@ def _split(ctx: ConvertContext) -> bool:
         if batch.ordered
         else "every step trains on the same whole tensors (full batch)"
     )
+    if batch.problem is not None and not batch.samples and not batch.ordered:
+        # Refused before its data was traced (REINFORCE's episodes from an environment, in
+        # `finish_episode()`: round-30 audit A): what it trains on is not known to be tensors.
+        ctx.cannot(
+            batch.where,
+            "found no DataLoader to shard: the training loop reads none, and what it trains "
+            f"on could not be traced ({batch.problem}), so it cannot be split by rank; "
+            "split the data by hand (a DataLoader with a DistributedSampler, or a seed per "
+            "process for data the script generates)",
+            blocking=True,
+        )
+        return True
     if batch.problem is not None:
         ctx.cannot(
             batch.where,

@@ -576,12 +576,22 @@ def _unwrappable(ctx: ConvertContext) -> bool:
     updated = _updates_buffers(anatomy)
     if updated is not None:
         node, owner, buffer = updated
+        if owner in _trained_classes(anatomy):
+            reason = (
+                "(a queue of keys, a memory bank): DDP broadcasts rank 0's buffers before "
+                "every forward, so the other processes' writes are lost; gather what is "
+                "written from every process (dist.all_gather) first, by hand"
+            )
+        else:  # DINO's loss and its `center` (round-30 audit A): no DDP wraps it
+            reason = (
+                "and no DDP wraps it: every process would keep a value of its own, and the "
+                "processes' losses would drift apart; average what it is updated with over "
+                "the processes (dist.all_reduce, then divide by the world size) first, by hand"
+            )
         ctx.cannot(
             node,
             f"`{owner}`'s forward writes its buffer `self.{buffer}` from this process's "
-            "batch (a queue of keys, a memory bank): DDP broadcasts rank 0's buffers "
-            "before every forward, so the other processes' writes are lost; gather "
-            "what is written from every process (dist.all_gather) first, by hand",
+            f"batch {reason}",
             blocking=True,
         )
         return True
@@ -620,6 +630,22 @@ def _sparse_gradients(anatomy: Anatomy) -> cst.Call | None:
     return None
 
 
+def _returned_inside(anatomy: Anatomy, method: cst.FunctionDef, optimizer: cst.Call) -> bool:
+    """Whether `method` returns the optimizer `optimizer` makes inside a container."""
+    names = {
+        dotted(node.targets[0].target)
+        for node in walk(method.body)
+        if isinstance(node, cst.Assign) and node.value is optimizer and len(node.targets) == 1
+    }
+    for value in anatomy.graph.returned_values(method):
+        if isinstance(value, cst.List | cst.Tuple | cst.Dict) and any(
+            inner is optimizer or (isinstance(inner, cst.Name) and inner.value in names)
+            for inner in walk(value)
+        ):
+            return True
+    return False
+
+
 def _unplaced(anatomy: Anatomy, model: Model) -> str:
     """Why no statement was found to wrap the model after, as precisely as can be told."""
     optimizer = model.optimizer_call
@@ -629,6 +655,14 @@ def _unplaced(anatomy: Anatomy, model: Model) -> str:
         scope = anatomy.function_of(optimizer)
         owner = anatomy.class_of(scope) if scope is not None else None
         where = f"`{owner.name.value}`" if owner is not None else "its own class"
+        if owner is not None and scope is not None and _returned_inside(anatomy, scope, optimizer):
+            return (  # Lightning's `return [opt], [sched]` (round-29 audit A)
+                f"the optimizer is made inside the model's own class, in `{owner.name.value}."
+                f"{scope.name.value}` over `self.parameters()`, and returned inside a "
+                "container, which ddpify does not follow to the model it trains (a method "
+                "that returns the optimizer itself is followed, as nanoGPT's "
+                "`configure_optimizers`); convert it by hand"
+            )
         return (
             f"the optimizer is made inside the model's own class ({where}, over "
             "`self.parameters()`): a module that trains itself cannot be wrapped in DDP from "
@@ -1364,6 +1398,10 @@ def _given_the_wrapper_by_calls(
         or depth > MAX_STEPS
     ):
         return True
+    if model.placed_name == name and _wrapped_in(anatomy, model, function):
+        # the wrap rebinds the parameter in this very function (`def fit(module, ...):
+        # module.to(device)`, wrapped there): what the calls give it is the bare model
+        return True
     sites = anatomy.graph.call_sites(function)
     if not sites:
         return True
@@ -1376,6 +1414,12 @@ def _given_the_wrapper_by_calls(
             and _holds_wrapper(anatomy, model, site, spelled, some=some, depth=depth + 1)
         )
     return any(given) if some else all(given)
+
+
+def _wrapped_in(anatomy: Anatomy, model: Model, function: cst.FunctionDef) -> bool:
+    """Whether the wrap goes in `function`'s own body (not in a function nested in it)."""
+    assert model.placement is not None
+    return anatomy.function_of(model.placement) is function
 
 
 def _raw_uses(anatomy: Anatomy, model: Model, *, some: bool = False) -> list[cst.Attribute]:
@@ -1790,6 +1834,37 @@ def _updates_buffers(anatomy: Anatomy) -> tuple[cst.CSTNode, str, str] | None:
                     ):
                         return node, owner.name.value, target.attr.value
     return None
+
+
+def _trained_classes(anatomy: Anatomy) -> set[str]:
+    """The script's module classes a trained model is made of: the classes its names are
+    made by, and the classes those build in `__init__`, transitively."""
+    found: set[str] = set()
+    for model in anatomy.models.all:
+        for name in model.names:
+            for value, _ in anatomy.models.values_of_name(name):
+                if value is None:
+                    continue
+                found |= {
+                    called
+                    for node in walk(value)
+                    if isinstance(node, cst.Call)
+                    and (called := dotted(node.func)) in anatomy.classes
+                }
+    todo = list(found)
+    while todo:
+        init = {method.name.value: method for method in methods(anatomy.classes[todo.pop()])}
+        if "__init__" not in init:
+            continue
+        for node in walk(init["__init__"].body):
+            if (
+                isinstance(node, cst.Call)
+                and (called := dotted(node.func)) in anatomy.classes
+                and called not in found
+            ):
+                found.add(called)
+                todo.append(called)
+    return found
 
 
 def _skips_parameters(anatomy: Anatomy) -> str | None:

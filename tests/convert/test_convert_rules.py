@@ -1791,10 +1791,105 @@ def test_a_forward_that_writes_its_own_buffers_is_refused() -> None:
     [problem] = [p for p in result.problems if p.blocking]
     assert (problem.code, problem.line) == ("DDP003", 15)
     assert "writes its buffer `self.queue`" in problem.message
+    assert "DDP broadcasts rank 0's buffers" in problem.message
     plain = MOCO.replace("        self._enqueue(q.detach())\n", "")
     result = convert_source(plain.encode(), "moco.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"    backbone = model.module.encoder_q.eval()\n" in result.output
+
+
+MODEL_HANDED_TO_FIT = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 2)
+        self.classes = 2
+
+    def forward(self, x):
+        return self.body(x)
+
+    def predict(self, x):
+        return self(x).argmax(1)
+
+
+def fit(net, loader, epochs, device):
+    net.to(device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(net(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(epoch, net.classes, (net.predict(x) == y).float().mean().item())
+    torch.save(net.state_dict(), "net.pt")
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net()
+    fit(model, loader, 2, device)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_model_wrapped_in_the_function_it_is_handed_to_is_the_wrapper_there() -> None:
+    """Found re-reading round-29 audit A lightning_style_module_manual_fit: `def fit(net,
+    ...)` wraps the `net` it is given, so every later `net.x` in `fit` reads the wrapper.
+    The call site (`fit(model, ...)`, the bare model) was taken for what `net` holds: its
+    custom method, attribute and checkpoint were left on the wrapper (an AttributeError and
+    `module.` keys). A loss computed through a method of it is refused."""
+    result = convert_source(MODEL_HANDED_TO_FIT.encode(), "fit.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "print(epoch, net.module.classes, (net.module.predict(x) == y)" in text
+    assert 'torch.save(net.module.state_dict(), "net.pt")' in text
+    stepped = MODEL_HANDED_TO_FIT.replace(
+        "loss = nn.functional.cross_entropy(net(x.to(device)), y.to(device))",
+        "loss = net.training_step(x.to(device), y.to(device))",
+    ).replace(
+        "    def predict(self, x):",
+        "    def training_step(self, x, y):\n"
+        "        return nn.functional.cross_entropy(self(x), y)\n\n    def predict(self, x):",
+    )
+    result = convert_source(stepped.encode(), "fit.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert "`net.training_step` computes the loss outside the model's forward" in problem.message
+
+
+def test_a_loss_module_that_writes_its_buffer_is_refused_for_what_happens_to_it() -> None:
+    """Round-30 audit A dino_teacher_centering: DINOLoss's forward updates its `center`
+    buffer from the batch. No DDP wraps the loss, so nothing is broadcast: each process
+    would keep a center of its own. The refusal said rank 0's buffers are broadcast and the
+    others' writes lost; it now says what does happen and DINO's own fix (all_reduce)."""
+    source = (
+        MOCO.replace("class MoCo(nn.Module):", "class Centered(nn.Module):")
+        .replace(
+            "    model = MoCo().to(device)\n",
+            "    model = nn.Linear(8, 64).to(device)\n    centered = Centered()\n",
+        )
+        .replace("loss = model(x)", "loss = centered(model(x))")
+    )
+    result = convert_source(source.encode(), "dino.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP003", 15)
+    assert "writes its buffer `self.queue` from this process's batch and no DDP wraps it" in (
+        problem.message
+    )
+    assert "dist.all_reduce" in problem.message
+    assert "broadcasts" not in problem.message
 
 
 CENTERED = """\
@@ -6044,13 +6139,29 @@ for epoch in range(3):
 """
 
 
-@pytest.mark.parametrize("idiom", ["yolov5", "barlow_twins"])
+@pytest.mark.parametrize("idiom", ["yolov5", "barlow_twins", "swin_one_line"])
 def test_parameter_groups_sorted_by_hand_come_from_the_model(idiom: str) -> None:
     """Round-24 audit A yolo_multiscale and barlow_twins: YOLOv5's `g0, g1, g2` filled from
     `model.named_modules()`, Barlow Twins' `param_weights, param_biases` from
     `model.parameters()`, were refused as "tensors of the script's own, not a module's
-    parameters". The lists are filled from the model's own: it is wrapped."""
+    parameters". The lists are filled from the model's own: it is wrapped. So are Swin's,
+    filled by `(no_decay if cond else has_decay).append(param)` (round-30 audit A
+    swin_window_attention_ape_b)."""
     source = GROUPS_BY_HAND.replace("nn.LazyLinear(2)", "nn.Linear(288, 2)")
+    if idiom == "swin_one_line":
+        start = source.index("g0, g1, g2")
+        end = source.index("for epoch")
+        source = (
+            source[:start]
+            + (
+                "has_decay, no_decay = [], []\n"
+                "for name, param in model.named_parameters():\n"
+                "    (no_decay if param.ndim == 1 else has_decay).append(param)\n"
+                "optimizer = torch.optim.AdamW([{'params': has_decay}, {'params': no_decay, "
+                "'weight_decay': 0.0}], lr=0.01)\n"
+            )
+            + source[end:]
+        )
     if idiom == "barlow_twins":
         start = source.index("g0, g1, g2")
         end = source.index("for epoch")
@@ -7358,6 +7469,48 @@ def main():
 
 main()
 """
+
+
+def test_a_loop_whose_data_was_not_traced_is_not_called_full_batch() -> None:
+    """Round-30 audit A reinforce_policy_gradient_episodes: episodes rolled out of an
+    environment, the backward pass in `finish_episode()`, were refused as "every step trains
+    on the same whole tensors (full batch)", which they are not. The refusal stays (nothing
+    was traced), and says so."""
+    source = """import torch
+from torch import nn
+
+
+def finish_episode(policy, optimizer, log_probs, rewards):
+    returns = torch.tensor(rewards)
+    loss = -(torch.stack(log_probs) * returns).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def main():
+    policy = nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    for episode in range(100):
+        state, log_probs, rewards = env.reset(), [], []
+        for t in range(30):
+            m = torch.distributions.Categorical(logits=policy(state))
+            action = m.sample()
+            log_probs.append(m.log_prob(action))
+            state, reward, done = env.step(action.item())
+            rewards.append(reward)
+            if done:
+                break
+        finish_episode(policy, optimizer, log_probs, rewards)
+
+
+main()
+"""
+    result = convert_source(source.encode(), "reinforce.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking and p.code == "DDP004"]
+    assert "what it trains on could not be traced" in problem.message
+    assert "full batch" not in problem.message
 
 
 def test_samples_made_afresh_every_step_are_drawn_per_process() -> None:
