@@ -355,6 +355,54 @@ def _scan(
                     exits.add(type(branch).__name__.lower())
 
 
+def repasses(helper: Helper) -> tuple[Helper, cst.CSTNode] | None:
+    """Where `helper` (or a project function it calls) may start another pass over data it
+    is given: a `for` loop that trains inside another loop (`def fit(model, loader,
+    epochs): for epoch in range(epochs): for x, y in loader: ...`), or `iter(...)` made in
+    a loop or when an iterator runs out (`except StopIteration: it = iter(loader)`, round-31
+    audit C step_loop_in_train_lib). With the helper it is in; None when it makes one pass.
+    """
+    return _repasses(helper, depth=0, seen=set())
+
+
+def _repasses(helper: Helper, depth: int, seen: set[int]) -> tuple[Helper, cst.CSTNode] | None:
+    if id(helper.function) in seen:
+        return None
+    seen.add(id(helper.function))
+    for node in walk(helper.function.body):
+        if isinstance(node, cst.For) and _in_loop(helper, node) and _trains_in(node):
+            return helper, node
+        if (
+            isinstance(node, cst.Call)
+            and is_name(node.func, "iter")
+            and node.args
+            and (_in_loop(helper, node) or _on_stop_iteration(helper, node))
+        ):
+            return helper, node
+        if isinstance(node, cst.Call) and depth + 1 < MAX_DEPTH:
+            callee = _callee(helper, node)
+            found = _repasses(callee, depth + 1, seen) if callee is not None else None
+            if found is not None:
+                return found
+    return None
+
+
+def _trains_in(loop: cst.For) -> bool:
+    return any(is_method_call(node, "backward", "step") for node in walk(loop.body))
+
+
+def _on_stop_iteration(helper: Helper, node: cst.CSTNode) -> bool:
+    """Whether `node` runs in an `except` clause that catches StopIteration (or anything)."""
+    for ancestor in helper.index.ancestors(node):
+        if ancestor is helper.function:
+            return False
+        if isinstance(ancestor, cst.ExceptHandler):
+            caught = {dotted(n) for n in walk(ancestor.type)} if ancestor.type else {None}
+            if caught & {None, "StopIteration", "Exception", "BaseException"}:
+                return True
+    return False
+
+
 # What draws from a global generator: `np.random.<x>(...)`, `random.<x>(...)`, `torch.rand*`,
 # and tensors' in-place draws (`w.normal_()`).
 _DRAW_PREFIXES = ("np.random.", "numpy.random.", "random.", "torch.rand", "torch.normal")

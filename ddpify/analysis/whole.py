@@ -152,6 +152,8 @@ class WholeBatch:
     samples: list[Samples] = field(default_factory=list)
     problem: str | None = None
     where: cst.CSTNode | None = None
+    # Refused before what the loop trains on was followed: it need not be whole tensors.
+    untraced: bool = False
     # The loop slices its batches out of the samples by its counter (`for i in range(0,
     # len(x), bs): xb = x[i:i + bs]`): every process must take as many samples.
     ordered: bool = False
@@ -194,7 +196,7 @@ class WholeBatches:
             return None
         loop = loops[0]
         assert isinstance(loop, cst.For | cst.While)
-        found = WholeBatch(loop)
+        found = WholeBatch(loop, untraced=True)
         if len(backwards) > 1:
             return _refused(found, backwards[1], "it has several backward passes")
         backward = backwards[0]
@@ -202,6 +204,7 @@ class WholeBatches:
         if self.index.function_of(loop) is not scope:
             return _refused(found, backward, "the backward pass is in a function the loop calls")
         assert isinstance(backward.func, cst.Attribute)
+        found.untraced = False
         found.ordered = _steps_through(loop) is not None
         self._follow(found, backward.func.value, backward, set())
         if found.ordered and found.problem is None:

@@ -18,6 +18,7 @@ from ddpify.analysis.api import (
 )
 from ddpify.analysis.calls import MAX_DEPTH, passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, read_as, string_value, strip_iteration
+from ddpify.analysis.project import repasses
 from ddpify.analysis.script import ForeignTraining, TrainLoop
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
@@ -138,6 +139,103 @@ RANGE_TEST_PASSES = Example(
         loader.sampler.set_epoch(epoch)
         for x, y in loader:
             loss_fn(model(x), y).backward()
+            optimizer.step()
+    """,
+)
+
+# An iterator made again when it runs out, in a class's `__next__` (mmseg's IterLoader):
+# a new pass, though `next(obj)` is not followed to `__next__` (round-31 audit A
+# mmseg_iterloader_epoch_counter_b never reshuffled).
+ITER_LOADER_CLASS = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    class IterLoader:
+        def __init__(self, dataloader):
+            self._dataloader = dataloader
+            self.iter_loader = iter(self._dataloader)
+
+        def __next__(self):
+            try:
+                return next(self.iter_loader)
+            except StopIteration:
+                self.iter_loader = iter(self._dataloader)
+                return next(self.iter_loader)
+
+
+    data = DataLoader(dataset, batch_size=32, shuffle=True)
+    loader = IterLoader(data)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for it in range(1000):
+        x, y = next(loader)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class IterLoader:
+        def __init__(self, dataloader):
+            self._dataloader = dataloader
+            self.iter_loader = iter(self._dataloader)
+
+        def __next__(self):
+            try:
+                return next(self.iter_loader)
+            except StopIteration:
+                self._dataloader.sampler.set_epoch(self._dataloader.sampler.epoch + 1)
+                self.iter_loader = iter(self._dataloader)
+                return next(self.iter_loader)
+
+
+    data = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset, shuffle=True))
+    loader = IterLoader(data)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for it in range(1000):
+        x, y = next(loader)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    """,
+)
+
+# Two phases of epochs over one loader (SRGAN: pre-training, then adversarial training):
+# the second one's `epoch` starts again, the sampler's count of passes goes on (round-31
+# audit A srgan_pretrain_then_adversarial replayed the first phase's orders).
+PHASES_OVER_ONE_LOADER = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            mse(model(x), y).backward()
+            optimizer.step()
+    for epoch in range(3):
+        for x, y in loader:
+            adversarial(model(x), y).backward()
+            optimizer.step()
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset, shuffle=True))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            mse(model(x), y).backward()
+            optimizer.step()
+    for epoch in range(3):
+        loader.sampler.set_epoch(loader.sampler.epoch + 1)
+        for x, y in loader:
+            adversarial(model(x), y).backward()
             optimizer.step()
     """,
 )
@@ -528,6 +626,8 @@ class DistributedSampler(ConvertRule):
         OWN_BATCH_SAMPLER,
         PARTED_BY_A_WRITE,
         RANGE_TEST_PASSES,
+        ITER_LOADER_CLASS,
+        PHASES_OVER_ONE_LOADER,
         # Batches drawn at random every step (nanoGPT): a stream of its own per process.
         Example(
             """
@@ -1021,6 +1121,20 @@ def _restarts(anatomy: Anatomy, loop: TrainLoop) -> str | None:
         function, sites = again
         lines = ", ".join(str(anatomy.line(site)) for site in sites)
         return f"in every call of `{function.name.value}()`, lines {lines}"
+    epochs = loop.epoch_loop
+    assert epochs is not None
+    for other in anatomy.script.train_loops:
+        # SRGAN's pre-training epochs, then its adversarial ones, over one loader (round-31
+        # audit A): `set_epoch(epoch)` in both would replay the first phase's orders
+        if (
+            other.loader is loop.loader
+            and other.epoch_loop is not None
+            and other.epoch_loop is not epochs
+            and anatomy.function_of(other.epoch_loop) is anatomy.function_of(epochs)
+            and anatomy.precedes(other.epoch_loop, epochs)
+            and not anatomy.inside(epochs, other.epoch_loop)
+        ):
+            return f"after the epochs of the loop at line {anatomy.line(other.epoch_loop)}"
     return None
 
 
@@ -1599,6 +1713,20 @@ def _foreign_set_epoch(ctx: ConvertContext, training: ForeignTraining) -> None:
     from `engine.py`): `set_epoch` goes first in the epoch loop around its call, here."""
     name = training.helper.name
     if training.epoch_loop is None:
+        again = repasses(training.helper)
+        if again is not None:  # (round-31 audit C step_loop_in_train_lib never reshuffled)
+            helper, node = again
+            where = f"{ctx.anatomy.project.shown(helper.path)}:{helper.index.line(node)}"
+            ctx.cannot(
+                training.call,
+                f"`{name}()` may make several passes over the data it is given (`"
+                f"{helper.name}()` starts one again at {where}), and ddpify writes only this "
+                "script: the sampler would give every pass the first one's order; call "
+                "`sampler.set_epoch(...)` with a count of the passes before each one there, "
+                "by hand, or loop over the epochs here",
+                blocking=True,
+            )
+            return
         ctx.info(training.call, f"`{name}()` makes one pass over the data: no set_epoch needed")
         return
     body = training.epoch_loop.body
@@ -1662,6 +1790,7 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
         (node, source)
         for node, source in starts
         if any(kind == "loop" for _, kind in anatomy.graph.loops_around(node))
+        or _when_run_out(anatomy, node)
     ]
     if not starts or any(read_as(source) is None for _, source in again):
         return False
@@ -1681,6 +1810,9 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
         )
         return True
     for node, source in again:
+        if _sets_the_epoch(anatomy, node):  # mmseg's `if hasattr(sampler, "set_epoch"): ...`
+            ctx.info(node, "the script calls set_epoch itself before this new pass")
+            continue
         sampler = f"{read_as(source)}.{loader.sampler_path}"
         where = node if isinstance(node, cst.For) else anatomy.statement_of(node)
         ctx.plan.insert_before(where, [statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")])
@@ -1688,6 +1820,34 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
     if not again:
         ctx.info(loader.call, "one pass over the data: no set_epoch needed")
     return True
+
+
+def _sets_the_epoch(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    """Whether the block `node` is in calls `set_epoch` itself before it."""
+    statement_ = anatomy.statement_of(node)
+    block = anatomy.parent(statement_)
+    if not isinstance(block, cst.IndentedBlock):
+        return False
+    for before in block.body:
+        if before is statement_:
+            return False
+        if any(is_method_call(inner, "set_epoch") for inner in walk(before)):
+            return True
+    return False
+
+
+def _when_run_out(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    """Whether `node` runs when an iterator runs out (`except StopIteration: self.it =
+    iter(self._dataloader)` in mmseg's IterLoader.__next__, round-31 audit A): a new pass,
+    although no loop the call graph follows (`next(obj)` to `__next__`) is around it."""
+    for ancestor in anatomy.ancestors(node):
+        if (
+            isinstance(ancestor, cst.ExceptHandler)
+            and ancestor.type is not None
+            and "StopIteration" in {dotted(n) for n in walk(ancestor.type)}
+        ):
+            return True
+    return False
 
 
 def _split(ctx: ConvertContext) -> bool:
@@ -1707,7 +1867,7 @@ def _split(ctx: ConvertContext) -> bool:
         if batch.ordered
         else "every step trains on the same whole tensors (full batch)"
     )
-    if batch.problem is not None and not batch.samples and not batch.ordered:
+    if batch.problem is not None and batch.untraced:
         # Refused before its data was traced (REINFORCE's episodes from an environment, in
         # `finish_episode()`: round-30 audit A): what it trains on is not known to be tensors.
         ctx.cannot(

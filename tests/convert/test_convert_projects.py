@@ -922,3 +922,93 @@ def test_a_helper_of_the_project_that_loads_what_another_saved_waits_for_rank_0(
         '    dist.barrier()\n    load_checkpoint("best.pt", model.module)\n'
         in result.output.decode()
     )
+
+
+FIT_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import engine
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    engine.fit(model, loader, optimizer, 3)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+ONE_PASS = """\
+import torch.nn.functional as F
+
+
+def fit(model, loader, optimizer, epochs):
+    for x, y in loader:
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "helper",
+    [
+        "epoch_loop",  # `for epoch in range(epochs): for x, y in loader:`
+        "remade_iterator",  # round-31 audit C step_loop_in_train_lib
+    ],
+)
+def test_a_helper_of_another_file_that_makes_several_passes_is_refused(
+    tmp_path: Path, helper: str
+) -> None:
+    """Round-31 audit C step_loop_in_train_lib: `train(model, data_iter, steps, ...,
+    loader=loader)` in train_lib.py makes `iter(loader)` again on StopIteration. ddpify said
+    "`train()` makes one pass over the data: no set_epoch needed" and the conversion gave
+    every pass the first one's order; so did a `fit()` with its own epoch loop. ddpify
+    writes only the script: refused, naming the helper's line. One pass still converts."""
+    if helper == "epoch_loop":
+        text = (
+            "import torch.nn.functional as F\n\n\n"
+            "def fit(model, loader, optimizer, epochs):\n"
+            "    for epoch in range(epochs):\n"
+            "        for x, y in loader:\n"
+            "            loss = F.cross_entropy(model(x), y)\n"
+            "            optimizer.zero_grad()\n"
+            "            loss.backward()\n"
+            "            optimizer.step()\n"
+        )
+        line = 6
+    else:
+        text = (
+            "import torch.nn.functional as F\n\n\n"
+            "def fit(model, loader, optimizer, steps):\n"
+            "    data_iter = iter(loader)\n"
+            "    for step in range(steps):\n"
+            "        try:\n"
+            "            x, y = next(data_iter)\n"
+            "        except StopIteration:\n"
+            "            data_iter = iter(loader)\n"
+            "            x, y = next(data_iter)\n"
+            "        loss = F.cross_entropy(model(x), y)\n"
+            "        optimizer.zero_grad()\n"
+            "        loss.backward()\n"
+            "        optimizer.step()\n"
+        )
+        line = 10
+    (tmp_path / "engine.py").write_text(text)
+    script = tmp_path / "train.py"
+    script.write_text(FIT_SCRIPT)
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP004", 13)
+    assert f"(`fit()` starts one again at engine.py:{line})" in problem.message
+    (tmp_path / "engine.py").write_text(ONE_PASS)
+    _, notes = convert(script)
+    assert "`fit()` makes one pass over the data: no set_epoch needed" in notes
