@@ -156,7 +156,14 @@ class Values:
         returned = self._returned_after(anchor, node, name, scope, depth, some)
         if returned is not None:
             return returned
-        if scope is None or self.binds(scope, name):
+        if scope is not None and self.binds(scope, name):
+            # `self.model = model` in a Trainer's `__init__`, then `copy.deepcopy(
+            # self.model)` (lucidrains' EMA, round-31 audit A): it holds what `model` does
+            alias = self._alias_before(scope, name, node, same)
+            if alias is None or depth >= MAX_STEPS:
+                return False
+            return self.runs_after(anchor, node, alias, depth + 1, some=some, same=same)
+        if scope is None:
             return False
         sites = self.graph.call_sites(scope) if name in self.graph.parameters_of(scope) else []
         if not sites and index.function_of(anchor) is None:
@@ -241,6 +248,22 @@ class Values:
             if _gives_new_object(assign, name, same):
                 return True
         return False
+
+    def _alias_before(
+        self, scope: cst.FunctionDef, name: str, node: cst.CSTNode, same: frozenset[str]
+    ) -> str | None:
+        """The other name of the object (one of `same`) that `name` is last given before
+        `node` in `scope` by a plain `name = other`, when that is its last binding there."""
+        index = self.index
+        last: cst.Assign | cst.AnnAssign | None = None
+        for assign in self._assignments_by_scope.get(scope, ()):
+            targets = assign.targets if isinstance(assign, cst.Assign) else [assign]
+            if any(dotted(t.target) == name for t in targets) and index.precedes(assign, node):
+                last = assign
+        if last is None or not isinstance(last.value, cst.Name):
+            return None
+        other = last.value.value
+        return other if other in same and other != name else None
 
     def _called_back(self, anchor: cst.CSTNode, node: cst.CSTNode) -> bool:
         """`node` in a lambda made before `anchor` and handed to a call (`LambdaLR(opt,

@@ -1868,6 +1868,51 @@ def test_a_model_wrapped_in_the_function_it_is_handed_to_is_the_wrapper_there() 
     assert "`net.training_step` computes the loss outside the model's forward" in problem.message
 
 
+def test_a_copy_of_the_model_a_trainer_keeps_is_made_from_the_bare_model() -> None:
+    """Round-31 audit A lucidrains_cycle_trainer_milestones: `Trainer(model, ...)` made
+    after the wrap keeps `self.model = model` and its `__init__` makes the EMA with
+    `copy.deepcopy(self.model)`: a copy of the wrapper, whose `load_state_dict` of the bare
+    model's keys crashed every rank before the first step. `self.model` there holds what
+    `model` does: the copy is of `self.model.module`."""
+    source = """import copy
+
+import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model = model
+        self.ema_model = copy.deepcopy(self.model)
+        self.loader = loader
+        self.opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        self.ema_model.load_state_dict(self.model.state_dict())
+
+    def train(self):
+        for epoch in range(3):
+            for x, y in self.loader:
+                loss = torch.nn.functional.mse_loss(self.model(x), y)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+
+def main():
+    model = torch.nn.Linear(4, 1).to(device)
+    trainer = Trainer(model, DataLoader(dataset, batch_size=8, shuffle=True))
+    trainer.train()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "ema.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    model = DDP(model, device_ids=" in text
+    assert "        self.ema_model = copy.deepcopy(self.model.module)\n" in text
+    assert "        self.ema_model.load_state_dict(self.model.module.state_dict())\n" in text
+
+
 def test_a_loss_module_that_writes_its_buffer_is_refused_for_what_happens_to_it() -> None:
     """Round-30 audit A dino_teacher_centering: DINOLoss's forward updates its `center`
     buffer from the batch. No DDP wraps the loss, so nothing is broadcast: each process
