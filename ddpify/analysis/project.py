@@ -279,7 +279,7 @@ class Project:
                     isinstance(node, cst.Call)
                     and (
                         (dotted(node.func) or "").rsplit(".", 1)[-1] == "SummaryWriter"
-                        or (dotted(node.func) == "open" and _opens_for_writing(node))
+                        or (dotted(node.func) == "open" and _opens_for_writing(node, init))
                     )
                     for node in walk(init.body)
                 )
@@ -341,7 +341,7 @@ def _scan(
             last = name.rsplit(".", 1)[-1]
             if is_method_call(node, "backward"):
                 found["trains"].add(name)
-            elif last in WRITES or (last == "open" and _opens_for_writing(node)):
+            elif last in WRITES or (last == "open" and _opens_for_writing(node, helper.function)):
                 found["writes"].add(name)
             elif last in PRINTS:
                 found["prints"].add(name)
@@ -427,16 +427,28 @@ def _in_loop(helper: Helper, node: cst.CSTNode) -> bool:
     return False
 
 
-def _opens_for_writing(call: cst.Call) -> bool:
-    for arg in call.args[1:2]:
-        if isinstance(arg.value, cst.SimpleString) and any(c in arg.value.value for c in "wax+"):
+def _opens_for_writing(call: cst.Call, function: cst.FunctionDef | None = None) -> bool:
+    """Whether `open(path, mode)` opens to write: `mode` a literal, or (in `function`) a
+    name given one (`mode = "a" if resume else "w"`, round-31 audit C's CSVLogger)."""
+    modes = [arg.value for arg in call.args[1:2] if arg.keyword is None] + [
+        arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "mode"
+    ]
+    for mode in modes:
+        given: list[cst.CSTNode] = [mode]
+        if isinstance(mode, cst.Name) and function is not None:
+            given = [
+                node.value
+                for node in walk(function.body)
+                if isinstance(node, cst.Assign)
+                and any(is_name(target.target, mode.value) for target in node.targets)
+            ]
+        if any(
+            isinstance(node, cst.SimpleString) and any(c in node.value for c in "wax+")
+            for value in given
+            for node in walk(value)
+        ):
             return True
-    return any(
-        arg.keyword is not None and arg.keyword.value == "mode"
-        and isinstance(arg.value, cst.SimpleString)
-        and any(c in arg.value.value for c in "wax+")
-        for arg in call.args
-    )  # fmt: skip
+    return False
 
 
 def _follow(helper: Helper, parameter: str, attributes: set[str], depth: int) -> bool:

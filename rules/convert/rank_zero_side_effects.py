@@ -1154,7 +1154,8 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
                 guarded.append(closed)
         ctx.changed(
             assign,
-            f"`{dotted(value.func)}` writes TensorBoard logs: made, and used, on rank 0 only"
+            f"`{dotted(value.func)}` writes files once it is made (a TensorBoard writer, a file "
+            "it opens to write): made, and used, on rank 0 only"
             if wrapping
             else "TensorBoard writer made (and closed) on rank 0 only"
             + (" (None on the others, where it is tested or handed on)" if handed else ""),

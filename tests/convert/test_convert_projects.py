@@ -309,19 +309,33 @@ def test_a_helper_that_downloads_the_data_runs_on_rank_0_first(tmp_path: Path) -
     assert (tmp_path / "dataset" / "x.pt").exists()
 
 
+@pytest.mark.parametrize("writes", ["tensorboard", "csv_mode_by_name"])
 def test_a_class_of_another_file_that_makes_a_tensorboard_writer_is_rank_0s(
-    tmp_path: Path,
+    tmp_path: Path, writes: str
 ) -> None:
     """PyTorch-YOLOv3's `Logger` (utils/logger.py) makes a SummaryWriter when it is made and
     writes through it in every method: every rank wrote its own event files (corpus
-    review). It is made, and used, on rank 0 only."""
+    review). It is made, and used, on rank 0 only. So is a logger that opens its CSV file
+    with a mode it chose (`mode = "a" if resume else "w"`, round-31 audit C's CSVLogger:
+    rank 1 truncated log.csv and wrote its header)."""
+    if writes == "tensorboard":
+        made = "from torch.utils.tensorboard import SummaryWriter\n\n\n"
+        opened = "        self.writer = SummaryWriter(log_dir)\n\n"
+        written = "        self.writer.add_scalar(tag, value, step)\n"
+    else:
+        made = "import os\n\n\n"
+        opened = (
+            "        mode = 'a' if os.path.exists(log_dir + '/log.csv') else 'w'\n"
+            "        self.file = open(log_dir + '/log.csv', mode)\n\n"
+        )
+        written = "        self.file.write(f'{tag},{value},{step}\\n')\n"
     (tmp_path / "logger.py").write_text(
-        "from torch.utils.tensorboard import SummaryWriter\n\n\n"
-        "class Logger:\n"
-        "    def __init__(self, log_dir):\n"
-        "        self.writer = SummaryWriter(log_dir)\n\n"
-        "    def scalar_summary(self, tag, value, step):\n"
-        "        self.writer.add_scalar(tag, value, step)\n"
+        made
+        + "class Logger:\n"
+        + "    def __init__(self, log_dir):\n"
+        + opened
+        + "    def scalar_summary(self, tag, value, step):\n"
+        + written
     )
     script = tmp_path / "train.py"
     script.write_text(
@@ -348,7 +362,10 @@ def test_a_class_of_another_file_that_makes_a_tensorboard_writer_is_rank_0s(
         "        if dist.get_rank() == 0:\n"
         "            logger.scalar_summary('loss', loss.item(), epoch)\n"
     ) in text
-    assert "`Logger` writes TensorBoard logs: made, and used, on rank 0 only" in notes
+    assert (
+        "`Logger` writes files once it is made (a TensorBoard writer, a file it opens to "
+        "write): made, and used, on rank 0 only"
+    ) in notes
 
 
 CAPTIONER = FIXTURES / "convert" / "projects" / "captioner"
