@@ -196,15 +196,14 @@ class WholeBatches:
             return None
         loop = loops[0]
         assert isinstance(loop, cst.For | cst.While)
-        found = WholeBatch(loop, untraced=True)
+        found = WholeBatch(loop)
         if len(backwards) > 1:
-            return _refused(found, backwards[1], "it has several backward passes")
+            return _untraced(found, backwards[1], "it has several backward passes")
         backward = backwards[0]
         scope = self.index.function_of(backward)
         if self.index.function_of(loop) is not scope:
-            return _refused(found, backward, "the backward pass is in a function the loop calls")
+            return _untraced(found, backward, "the backward pass is in a function the loop calls")
         assert isinstance(backward.func, cst.Attribute)
-        found.untraced = False
         found.ordered = _steps_through(loop) is not None
         self._follow(found, backward.func.value, backward, set())
         if found.ordered and found.problem is None:
@@ -932,6 +931,12 @@ def _keeps_samples(call: cst.Call) -> bool:
         # `.view(-1, 1)`; not `.view(-1)`, which flattens the samples' values into one row
         return isinstance(first, cst.UnaryOperation) and _constant(first)
     return False
+
+
+def _untraced(found: WholeBatch, where: cst.CSTNode, problem: str) -> WholeBatch:
+    """`_refused` before what the loop trains on was followed."""
+    found.untraced = True
+    return _refused(found, where, problem)
 
 
 def _refused(found: WholeBatch, where: cst.CSTNode, problem: str) -> WholeBatch:

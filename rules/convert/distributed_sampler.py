@@ -51,6 +51,7 @@ from ddpify.fixes import (
     shard_problem,
     take_rank_zeros,
 )
+from ddpify.options import BatchMode
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 # torchvision's references: a RandomSampler made in load_data() and passed as
@@ -1818,8 +1819,57 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
         ctx.plan.insert_before(where, [statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")])
         ctx.changed(where, "set_epoch before every new pass over the loader")
     if not again:
+        outrun = _steps_may_outrun(ctx, starts)
+        if outrun is not None:
+            ctx.cannot(
+                outrun,
+                "the steps read one pass of the loader through `next()`, as many as the "
+                "script counts: each process holds 1/world_size of its batches at the "
+                "script's batch size, so the steps may outrun them (StopIteration); convert "
+                "with `--batch global` (each process takes batch_size / world_size, as many "
+                "batches as the script), or make the iterator again when it runs out",
+                blocking=True,
+            )
+            return True
         ctx.info(loader.call, "one pass over the data: no set_epoch needed")
     return True
+
+
+def _steps_may_outrun(
+    ctx: ConvertContext, starts: list[tuple[cst.CSTNode, cst.BaseExpression]]
+) -> cst.CSTNode | None:
+    """The `iter(loader)` made once and read by `next()` in a loop that counts its own
+    steps, when the script keeps its batch size per process and nothing catches the
+    iterator running out (Megatron's `while iteration < args.train_iters: next(it)`,
+    round-31 audit A megatron_consumed_samples_lr_decay_b crashed after 125 of 150)."""
+    anatomy = ctx.anatomy
+    if ctx.options.batch is not BatchMode.PER_GPU:
+        return None
+    if any(isinstance(node, cst.For) for node, _ in starts):
+        return None  # `for batch in loader`: its steps end with the loader
+    for node in walk(anatomy.module):
+        if isinstance(node, cst.ExceptHandler) and (
+            node.type is None or "StopIteration" in {dotted(n) for n in walk(node.type)}
+        ):
+            return None
+        if isinstance(node, cst.Call) and is_name(node.func, "next") and len(node.args) > 1:
+            return None  # `next(it, None)`
+    made = [node for node, _ in starts if isinstance(node, cst.Call) and is_name(node.func, "iter")]
+    for loop in walk(anatomy.module):
+        if isinstance(loop, cst.For | cst.While) and any(
+            isinstance(node, cst.Call) and is_name(node.func, "next") for node in walk(loop.body)
+        ):
+            header = loop.iter if isinstance(loop, cst.For) else loop.test
+            scope = anatomy.function_of(loop)
+            if any(
+                isinstance(node, cst.Call)
+                and is_name(node.func, "len")
+                and node.args
+                and anatomy.loaders.resolve(node.args[0].value, scope) is not None
+                for node in walk(header)
+            ):
+                return None  # `for step in range(len(loader))`: the processes' counts
+    return made[0] if made else None
 
 
 def _sets_the_epoch(anatomy: Anatomy, node: cst.CSTNode) -> bool:

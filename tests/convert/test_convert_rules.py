@@ -1913,6 +1913,54 @@ main()
     assert "        self.ema_model.load_state_dict(self.model.module.state_dict())\n" in text
 
 
+ONE_PASS_OF_STEPS = """import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(dataset, batch_size=8, shuffle=True, drop_last=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data_iterator = iter(loader)
+    iteration = 0
+    while iteration < args.train_iters:
+        x, y = next(data_iterator)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        iteration += 1
+
+
+main()
+"""
+
+
+def test_steps_that_read_one_pass_by_next_are_refused_at_the_scripts_batch_per_process() -> None:
+    """Round-31 audit A megatron_consumed_samples_lr_decay_b: `while iteration <
+    args.train_iters: next(data_iterator)` over one `iter(loader)`. At the script's batch
+    size per process each process holds half the batches, and 150 steps crashed with
+    StopIteration after 125. Refused with the way out (`--batch global`, where each
+    process has as many batches as the script); converted under it, and when the script
+    handles the iterator running out."""
+    result = convert_source(ONE_PASS_OF_STEPS.encode(), "megatron.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP004", 9)
+    assert "the steps may outrun them (StopIteration)" in problem.message
+    whole = convert_source(
+        ONE_PASS_OF_STEPS.encode(), "megatron.py", ConvertOptions(batch=BatchMode.GLOBAL)
+    )
+    assert not whole.refused, whole.problems
+    handled = ONE_PASS_OF_STEPS.replace(
+        "        x, y = next(data_iterator)\n",
+        "        try:\n            x, y = next(data_iterator)\n"
+        "        except StopIteration:\n            break\n",
+    )
+    result = convert_source(handled.encode(), "megatron.py", ConvertOptions())
+    assert not result.refused, result.problems
+
+
 def test_a_loss_module_that_writes_its_buffer_is_refused_for_what_happens_to_it() -> None:
     """Round-30 audit A dino_teacher_centering: DINOLoss's forward updates its `center`
     buffer from the batch. No DDP wraps the loss, so nothing is broadcast: each process
@@ -5739,7 +5787,7 @@ def main():
     a = DataLoader(Drawn(), batch_size=8, shuffle=True)
     b = DataLoader(Drawn(), batch_size=8, shuffle=True)
     a_iter, b_iter = iter(a), iter(b)
-    for step in range(20):
+    for step in range(len(a)):
         x, y = next(a_iter)
         u, v = next(b_iter)
         loss = torch.nn.functional.cross_entropy(model(x + u), y)
