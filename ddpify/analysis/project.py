@@ -85,6 +85,13 @@ class HelperEffects:
     exits: tuple[str, ...]  # `break`/`continue`/`return` taken on a test inside a loop
 
 
+# torch's learning-rate schedulers, by their class name (and the base of its own ones).
+LR_SCHEDULERS = {
+    "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR",
+    "ExponentialLR", "SequentialLR", "PolynomialLR", "CosineAnnealingLR", "ChainedScheduler",
+    "CyclicLR", "OneCycleLR", "CosineAnnealingWarmRestarts", "LRScheduler", "_LRScheduler",
+}  # fmt: skip
+
 # Calls that write files, by their last name, and calls that print or log.
 WRITES = {"save", "savefig", "save_image", "savetxt", "to_csv", "copyfile", "rename", "unlink"}
 PRINTS = {"print", "info", "warning", "debug", "log", "write_line"}
@@ -264,6 +271,25 @@ class Project:
                 if isinstance(owner, cst.ClassDef):
                     return path if _class_trains(owner, graph, path) else None
         return None
+
+    def makes_scheduler(self, call: cst.Call) -> bool:
+        """Whether `call` runs a function of another project file that makes a torch
+        learning-rate scheduler (scheduler.py's `WarmupCosine(optimizer, steps_per_epoch,
+        epochs)` returning a LambdaLR), or makes an object of a class of one built on one."""
+        if not self._may_be_helper(call):
+            return False
+        made = self.class_made(call)
+        if made is not None:
+            return any(
+                (dotted(base.value) or "").rsplit(".", 1)[-1] in LR_SCHEDULERS
+                for base in made[0].bases
+            )
+        helper = self.helper(call)
+        return helper is not None and helper.index.class_of(helper.function) is None and any(
+            isinstance(node, cst.Call)
+            and (dotted(node.func) or "").rsplit(".", 1)[-1] in LR_SCHEDULERS
+            for node in walk(helper.function.body)
+        )
 
     def writer_class(self, call: cst.Call) -> bool:
         """Whether `call` makes an object of a project class (in another file) that makes a

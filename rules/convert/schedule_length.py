@@ -336,6 +336,19 @@ class ScheduleLength(ConvertRule):
                 # cosine_with_warmup(optimizer, warmup, total): ... LambdaLR(optimizer, f)`,
                 # round-21 audit B seed_everything)
                 self._given(ctx, anatomy.function_of(call), names, loaders)
+        for call in anatomy.calls:
+            # `WarmupCosine(optimizer, steps_per_epoch=..., epochs=...)` from scheduler.py,
+            # which makes a LambdaLR of them (round-31 audit C: cut short, not refused)
+            if anatomy.project.makes_scheduler(call):
+                seen = set()
+                for arg in call.args:
+                    for length in _lengths(arg.value):
+                        loader = _loader_of(length, loaders)
+                        if loader is not None:
+                            self._resize(ctx, call, length, loader)
+                    for node in walk(arg.value):
+                        if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
+                            self._refuse_computed(ctx, call, node.value, loaders, seen)
         for assign in _hand_schedules(anatomy):
             seen = set()
             read = _read_by_schedule(anatomy, assign)
@@ -357,7 +370,9 @@ class ScheduleLength(ConvertRule):
         anatomy = ctx.anatomy
         if function is None:
             return
-        given = anatomy.graph.parameters_of(function) & set(read)
+        given = anatomy.graph.parameters_of(function) & _computed_from(
+            function, {name for name in read if name is not None}
+        )
         for site in anatomy.graph.call_sites(function):
             followed: set[str] = set()
             for parameter in sorted(given):
@@ -532,6 +547,24 @@ def _read_by_schedule(anatomy: Anatomy, assign: cst.Assign) -> set[str]:
                 for function in anatomy.graph.callees(node):
                     names |= _read_by_function(anatomy, node.func, anatomy.function_of(function))
     return names
+
+
+def _computed_from(function: cst.FunctionDef, names: set[str]) -> set[str]:
+    """`names` and the names their values in `function` are computed from, transitively
+    (`warmup_steps = int(warmup_epochs * steps_per_epoch)` read by an `lr_lambda`)."""
+    found = set(names)
+    grew = True
+    while grew:
+        grew = False
+        for node in walk(function.body):
+            if isinstance(node, cst.Assign) and any(
+                dotted(target.target) in found for target in node.targets
+            ):
+                for inner in walk(node.value):
+                    if isinstance(inner, cst.Name) and inner.value not in found:
+                        found.add(inner.value)
+                        grew = True
+    return found
 
 
 def _schedules(anatomy: Anatomy, call: cst.Call) -> bool:

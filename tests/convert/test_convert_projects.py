@@ -1029,3 +1029,79 @@ def test_a_helper_of_another_file_that_makes_several_passes_is_refused(
     (tmp_path / "engine.py").write_text(ONE_PASS)
     _, notes = convert(script)
     assert "`fit()` makes one pass over the data: no set_epoch needed" in notes
+
+
+WARMUP_COSINE = """\
+import math
+
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def WarmupCosine(optimizer, steps_per_epoch, epochs, warmup_epochs=1):
+    warmup_steps = int(warmup_epochs * steps_per_epoch)
+    total_steps = int(epochs * steps_per_epoch)
+
+    def lr_lambda(step):
+        if step < warmup_steps:
+            return float(step + 1) / float(max(1, warmup_steps))
+        progress = min(float(step - warmup_steps) / max(1, total_steps - warmup_steps), 1.0)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, lr_lambda)
+"""
+
+SIZED_BEFORE_THE_LOADER = """\
+import torch
+from torch.utils.data import DataLoader
+
+from scheduler import WarmupCosine
+
+
+def main():
+    steps_per_epoch = len(train_ds) // 32
+    loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = WarmupCosine(optimizer, steps_per_epoch=steps_per_epoch, epochs=3)
+    for epoch in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+
+
+main()
+"""
+
+
+@pytest.mark.parametrize("where", ["scheduler.py", "the script"])
+def test_a_schedule_sized_from_the_dataset_through_a_factory_is_refused(
+    tmp_path: Path, where: str
+) -> None:
+    """Round-31 audit C scheduler_module_warmup_cosine_b: `steps_per_epoch = len(train_ds)
+    // bs`, computed before the loader, handed to `WarmupCosine(...)` of scheduler.py that
+    makes a LambdaLR from it: converted as it was, its cosine ran half its course. It was
+    missed in one file too, read only through the names the `lr_lambda` reads. Refused
+    (the loader is made after the count); sized by `len(loader)`, it converts."""
+    script = tmp_path / "train.py"
+    if where == "scheduler.py":
+        (tmp_path / "scheduler.py").write_text(WARMUP_COSINE)
+        text = SIZED_BEFORE_THE_LOADER
+    else:
+        text = SIZED_BEFORE_THE_LOADER.replace(
+            "from scheduler import WarmupCosine\n", WARMUP_COSINE.split("\n", 1)[1]
+        )
+    script.write_text(text)
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert problem.code == "DDP009"
+    assert "`steps_per_epoch`, a learning-rate schedule's length" in problem.message
+    made = "    loader = DataLoader(train_ds, batch_size=32, shuffle=True)\n"
+    counted = "    steps_per_epoch = len(train_ds) // 32\n"
+    script.write_text(
+        text.replace(counted + made, made + counted.replace("len(train_ds) // 32", "len(loader)"))
+    )
+    convert(script)
