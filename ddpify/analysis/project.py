@@ -285,10 +285,14 @@ class Project:
                 for base in made[0].bases
             )
         helper = self.helper(call)
-        return helper is not None and helper.index.class_of(helper.function) is None and any(
-            isinstance(node, cst.Call)
-            and (dotted(node.func) or "").rsplit(".", 1)[-1] in LR_SCHEDULERS
-            for node in walk(helper.function.body)
+        return (
+            helper is not None
+            and helper.index.class_of(helper.function) is None
+            and any(
+                isinstance(node, cst.Call)
+                and (dotted(node.func) or "").rsplit(".", 1)[-1] in LR_SCHEDULERS
+                for node in walk(helper.function.body)
+            )
         )
 
     def writer_class(self, call: cst.Call) -> bool:
@@ -442,6 +446,20 @@ def draws_at_random(node: cst.CSTNode) -> bool:
     if (dotted(node.func) or "").startswith(_DRAW_PREFIXES):
         return True
     return isinstance(node.func, cst.Attribute) and node.func.attr.value in IN_PLACE_DRAWS
+
+
+def draw_family(node: cst.CSTNode) -> str | None:
+    """The generator a call read from a project file's text draws from ("torch", "numpy",
+    "random"), if it draws from a global one."""
+    if not draws_at_random(node):
+        return None
+    assert isinstance(node, cst.Call)
+    name = dotted(node.func) or ""
+    if name.startswith(("np.random.", "numpy.random.")):
+        return "numpy"
+    if name.startswith("random."):
+        return "random"
+    return "torch"
 
 
 def _in_loop(helper: Helper, node: cst.CSTNode) -> bool:

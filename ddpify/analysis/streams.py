@@ -26,6 +26,7 @@ from ddpify.analysis.api import IN_PLACE_DRAWS, SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import Loader
+from ddpify.analysis.project import draw_family
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.tree import (
     call_arg,
@@ -225,12 +226,14 @@ class Streams:
             # and out of the loop's sight, whatever it draws itself (round-18 audit s13:
             # CutMix's `np.random.beta` in the loop, RandomErasing's `random.uniform` in a
             # transform's `__call__`)
+            foreign: set[str] = set()
             for each in readers.get(id(batch_loop), [loader]):
                 for method in self._drawing_methods(each):
                     self.graph.reaches(method.body, collect)
-            families |= {f for f in draws if self._seeds(f)}
+                foreign |= self._foreign_families(each)
+            families |= {f for f in [*draws, *foreign] if self._seeds(f)}
             hidden = bool(families) and not in_sight
-            if draws and self._in_workers(loader) and self._seeds("torch"):
+            if (draws or foreign) and self._in_workers(loader) and self._seeds("torch"):
                 # Loader workers seed NumPy and Python from a base seed drawn from
                 # torch's generator: alike on every rank unless torch's is seeded apart
                 # too (round-10 audit c12, `num_workers=2`).
@@ -315,6 +318,33 @@ class Streams:
         if collate is not None and isinstance(collate.value, cst.Name):
             found += self.graph.defined(collate.value.value)
         return found
+
+    def _foreign_families(self, loader: Loader) -> set[str]:
+        """The generators drawn from by classes of another project file the training
+        dataset is made of: the dataset's and its transforms' (dataset.py's `PatchDataset`,
+        `random.random()` in its `__getitem__`, with transforms.py's `RandomCrop`: round-31
+        audit C, both ranks cropped alike). Read from the text of its methods but `__init__`."""
+        project = self.script.project
+        if project is None or project.path is None or not loader.call.args:
+            return set()
+        scope = self.index.function_of(loader.call)
+        made = self._made_by(loader.call.args[0].value, scope)
+        if made is None:
+            return set()
+        calls = [node for node in walk(made) if isinstance(node, cst.Call)]
+        for node in walk(made):  # `PatchDataset(root, transform=train_tf)`: what made it
+            if isinstance(node, cst.Name) and node is not made.func:
+                for value, _ in self.script.values.values_of(node.value, scope):
+                    calls += [inner for inner in walk(value) if isinstance(inner, cst.Call)]
+        families: set[str] = set()
+        for call in calls:
+            found = project.class_made(call)
+            for method in methods(found[0]) if found is not None else []:
+                if method.name.value not in ("__init__", "__len__"):  # what it draws per item
+                    families |= {
+                        family for node in walk(method) if (family := draw_family(node)) is not None
+                    }
+        return families
 
     def dataset_class(self, loader: Loader) -> cst.ClassDef | None:
         """The script's own class the loader's dataset is made from (through the functions

@@ -1105,3 +1105,60 @@ def test_a_schedule_sized_from_the_dataset_through_a_factory_is_refused(
         text.replace(counted + made, made + counted.replace("len(train_ds) // 32", "len(loader)"))
     )
     convert(script)
+
+
+AUGMENTING_DATASET = """\
+import random
+
+import torch
+from torch.utils.data import Dataset
+
+
+class Patches(Dataset):
+    def __init__(self, n, transform=None):
+        self.x = torch.randn(n, 3, 8, 8)
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        img = self.x[i]
+        if self.transform is not None and random.random() < 0.5:
+            img = img.flip(-1)
+        return img, i % 2
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataset_of_another_file_that_augments_at_random_draws_apart(
+    tmp_path: Path, workers: int
+) -> None:
+    """Round-31 audit C dataset_module_augment_in_getitem: dataset.py's `__getitem__` flips
+    with `random.random()`, the script seeds every generator with 42 (and its loader has
+    2 workers, seeded from torch's). Every rank drew the same flips for its k-th sample.
+    Each process now seeds with the seed plus its rank, as for a dataset of the script's."""
+    (tmp_path / "dataset.py").write_text(AUGMENTING_DATASET)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import random\n\nimport torch\nfrom torch.utils.data import DataLoader\n\n"
+        "from dataset import Patches\n\n\n"
+        "def main():\n"
+        "    random.seed(42)\n"
+        "    torch.manual_seed(42)\n"
+        "    train_ds = Patches(64, transform=True)\n"
+        f"    loader = DataLoader(train_ds, batch_size=8, shuffle=True, num_workers={workers})\n"
+        "    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 2))\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n\n\n"
+        "main()\n"
+    )
+    output, _ = convert(script)
+    text = output.decode()
+    assert "    random.seed(42 + dist.get_rank())" in text
+    assert ("    torch.manual_seed(42 + dist.get_rank())" in text) == bool(workers)
