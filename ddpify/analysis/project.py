@@ -462,6 +462,24 @@ def draw_family(node: cst.CSTNode) -> str | None:
     return "torch"
 
 
+def helper_draws(helper: Helper, depth: int = 0, seen: set[int] | None = None) -> set[str]:
+    """The generators `helper` (and the project functions it calls) draws from."""
+    seen = set() if seen is None else seen
+    if id(helper.function) in seen or depth >= MAX_DEPTH:
+        return set()
+    seen.add(id(helper.function))
+    found: set[str] = set()
+    for node in walk(helper.function.body):
+        family = draw_family(node)
+        if family is not None:
+            found.add(family)
+        elif isinstance(node, cst.Call):
+            callee = _callee(helper, node)
+            if callee is not None:
+                found |= helper_draws(callee, depth + 1, seen)
+    return found
+
+
 def _in_loop(helper: Helper, node: cst.CSTNode) -> bool:
     for ancestor in helper.index.ancestors(node):
         if ancestor is helper.function:

@@ -278,7 +278,7 @@ class TrainingScript:
         """One entry per distinct batch loop that runs a backward pass."""
         loops: list[TrainLoop] = []
         seen: set[cst.CSTNode] = set()
-        for backward in self.backward_calls:
+        for backward in [*self.backward_calls, *_stepping_helpers(self)]:
             chain = self.graph.loops_around(backward)
             batch_index = _batch_loop_index(self, chain)
             if batch_index is None:
@@ -822,6 +822,13 @@ def _without_gradients(index: SourceIndex, node: cst.CSTNode) -> bool:
         )
         for ancestor in index.ancestors(node)
     )
+
+
+def _stepping_helpers(script: TrainingScript) -> list[cst.Call]:
+    """Calls of helpers of other files that train on the batch they are given (steps.py's
+    `d_step(netD, netG, optimizerD, real, ...)` in the script's batch loop, round-31 audit
+    C gan_models_and_train_step_module): where a batch loop's backward pass is."""
+    return [training.call for training in script.foreign_training if training.loader is None]
 
 
 def _batch_loop_index(

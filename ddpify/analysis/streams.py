@@ -26,7 +26,7 @@ from ddpify.analysis.api import IN_PLACE_DRAWS, SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import Loader
-from ddpify.analysis.project import draw_family
+from ddpify.analysis.project import draw_family, helper_draws
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.tree import (
     call_arg,
@@ -226,7 +226,7 @@ class Streams:
             # and out of the loop's sight, whatever it draws itself (round-18 audit s13:
             # CutMix's `np.random.beta` in the loop, RandomErasing's `random.uniform` in a
             # transform's `__call__`)
-            foreign: set[str] = set()
+            foreign = self._drawn_by_helpers(batch_loop)
             for each in readers.get(id(batch_loop), [loader]):
                 for method in self._drawing_methods(each):
                     self.graph.reaches(method.body, collect)
@@ -317,6 +317,20 @@ class Streams:
         collate = call_arg(loader.call, 7, "collate_fn")
         if collate is not None and isinstance(collate.value, cst.Name):
             found += self.graph.defined(collate.value.value)
+        return found
+
+    def _drawn_by_helpers(self, loop: cst.For | cst.While) -> set[str]:
+        """The generators the step's helpers of other project files draw from (a GAN's
+        noise in steps.py's `d_step(...)`, round-31 audit C)."""
+        project = self.script.project
+        if project is None or project.path is None:
+            return set()
+        found: set[str] = set()
+        for node in walk(loop.body):
+            if isinstance(node, cst.Call) and not self.graph.calls_script(node):
+                helper = project.helper(node)
+                if helper is not None:
+                    found |= helper_draws(helper)
         return found
 
     def _foreign_families(self, loader: Loader) -> set[str]:

@@ -1683,6 +1683,16 @@ def _share_split_draws(ctx: ConvertContext) -> None:
 def _why_unlooped(anatomy: Anatomy, loader: Loader) -> str:
     """Where the loader goes instead of a `for` loop ddpify follows, as a clause."""
     parent = anatomy.parent(loader.call)
+    if isinstance(parent, cst.For) and parent.iter is loader.call:
+        outer = next(
+            (a for a in anatomy.ancestors(parent) if isinstance(a, cst.For | cst.While)), None
+        )
+        if outer is not None:  # detectron2-style `while True: for batch in DataLoader(...)`
+            return (
+                f" (it is made anew in every pass of the loop at line {anatomy.line(outer)}, "
+                "each one's sampler at epoch 0: make the sampler once, before that loop, and "
+                "count the passes with it)"
+            )
     holder = anatomy.parent(parent) if isinstance(parent, cst.Arg) else None
     if isinstance(holder, cst.Call):
         return f" (it is handed to `{dotted(holder.func) or 'a call'}(...)`)"
