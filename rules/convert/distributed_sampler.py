@@ -1206,7 +1206,7 @@ def _refuse_per_sample_state(ctx: ConvertContext) -> None:
     sample across epochs, which each process would update for its own samples only."""
     anatomy = ctx.anatomy
     for loop in anatomy.script.train_loops:
-        batch = {n.value for n in walk(loop.batch_loop.target) if isinstance(n, cst.Name)}
+        batch = _sample_names(loop.batch_loop)
         made_here = {
             n.value
             for node in walk(loop.batch_loop.body)
@@ -1243,6 +1243,23 @@ def _refuse_per_sample_state(ctx: ConvertContext) -> None:
                         blocking=True,
                     )
                     return
+
+
+def _sample_names(loop: cst.For) -> set[str]:
+    """The names the batch loop binds to its batch: not a counter (`for idx in
+    range(n_objectives)`, sentence-transformers' round-robin over its loaders, round-31
+    audit A, nor the `i` of `enumerate`)."""
+    target, iterable = loop.target, loop.iter
+    if isinstance(iterable, cst.Call) and is_name(iterable.func, "range"):
+        return set()
+    if (
+        isinstance(iterable, cst.Call)
+        and is_name(iterable.func, "enumerate")
+        and isinstance(target, cst.Tuple)
+        and target.elements
+    ):
+        target = cst.Tuple(elements=target.elements[1:])
+    return {n.value for n in walk(target) if isinstance(n, cst.Name)}
 
 
 def _refuse_salted_hashes(ctx: ConvertContext) -> None:

@@ -3621,6 +3621,20 @@ def test_values_kept_per_sample_across_the_run_are_refused(update: str, refused:
         assert "keeps a value per sample" in result.problems[0].message
 
 
+def test_a_value_stored_by_the_step_counter_is_not_kept_per_sample() -> None:
+    """Round-31 audit A sentence_transformers_multi_objective_fit: `data_iterators[idx] =
+    data_iterator` in `for idx in range(len(loss_models))`, a round-robin over loaders, was
+    refused as "keeps a value per sample across the run": `idx` counts the objectives. Nor
+    is `enumerate`'s counter a sample; the batch's own indices still are."""
+    counted = PER_SAMPLE_STATE.replace(
+        "for x, y, idx in loader:", "for i, (x, y, idx) in enumerate(loader):"
+    )
+    source = counted.replace("UPDATE", "history[i] = per_sample.mean().item()")
+    assert not convert_source(source.encode(), "train.py", ConvertOptions()).refused
+    source = counted.replace("UPDATE", "ema_loss[idx] = per_sample.detach()")
+    assert convert_source(source.encode(), "train.py", ConvertOptions()).refused
+
+
 def test_in_batch_negatives_are_refused_with_a_global_batch() -> None:
     """Round-15 audit s11g (CLIP): with --batch global each process's batch is halved, and
     so was every contrastive term's set of negatives, while the report said the effective
