@@ -8,6 +8,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import BATCH_NORMS
 from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
+from ddpify.analysis.project import draws_at_random
 from ddpify.analysis.tree import (
     assigned,
     call_arg,
@@ -17,6 +18,7 @@ from ddpify.analysis.tree import (
     is_attribute,
     is_method_call,
     is_name,
+    methods,
     source_text,
     walk,
 )
@@ -43,7 +45,10 @@ class ShardDecisions(ConvertRule):
     and a `ReduceLROnPlateau` stepped on a sum (`scheduler.step(running_loss)` where
     `running_loss += loss.item()` in the batch loop), are refused, naming the value; so is
     a tensor carried from step to step that moves with a statistic over the batch and feeds
-    the next loss (DINO's center, `center = center * m + out.mean(dim=0) * (1 - m)`).
+    the next loss (DINO's center, `center = center * m + out.mean(dim=0) * (1 - m)`), and
+    an object of the script's class that keeps what the model computed, taken out of the
+    graph, and draws at random from it (improved-diffusion's loss-aware timestep sampler,
+    `sampler.update_with_local_losses(t, losses.detach())`).
     Decided on a value computed from a loader every process reads whole (the validation
     loss), on a step counter or on the index `enumerate` gives, they are left as they are;
     but a `break` on an evaluation of a model with BatchNorm (whose running statistics are
@@ -265,6 +270,18 @@ class ShardDecisions(ConvertRule):
 
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
+        steered = _draws_steered_by_losses(anatomy)
+        if steered is not None:
+            call, owner = steered
+            ctx.cannot(  # round-31 audit A improved_diffusion_loss_aware_sampler
+                call,
+                f"`{dotted(call.func)}(...)` keeps what this process's model computed (its "
+                f"losses) in a `{owner}`, which draws at random from it: each process would "
+                "draw from a history of its own share of the data; gather what it is given "
+                "from every process (dist.all_gather) before the update, as improved-"
+                "diffusion's LossAwareSampler does, by hand",
+                blocking=True,
+            )
         for update, carried, reduced in _carried_statistics(anatomy):
             ctx.cannot(  # round-22 audit A dino_teacher_b: DINO's center as a plain tensor
                 update,
@@ -1143,6 +1160,109 @@ REDUCTIONS = frozenset(
     {"mean", "sum", "std", "var", "amax", "amin", "logsumexp", "norm", "median", "max", "min"}
 )
 IN_PLACE = frozenset({"mul_", "add_", "sub_", "div_", "copy_", "lerp_", "addcmul_"})
+
+
+# What takes a value out of the autograd graph, to keep it (a loss as a statistic).
+OUT_OF_THE_GRAPH = ("detach", "item", "tolist", "cpu", "numpy")
+
+
+def _draws_steered_by_losses(anatomy: Anatomy) -> tuple[cst.Call, str] | None:
+    """`schedule_sampler.update_with_local_losses(t, mse.detach())` in the batch loop: a
+    method of an object of the script's class, given what the model computed, that keeps it
+    (writes `self.*`), where another method of the class draws at random (improved-
+    diffusion's LossSecondMomentResampler; a prioritized replay buffer): the call, and the
+    class."""
+    models = {name for model in anatomy.models.all for name in model.names}
+    for loop in anatomy.script.train_loops:
+        outputs = set(models)
+        grew = True
+        while grew:  # names computed from a model's call, in the batch loop
+            grew = False
+            for node in walk(loop.batch_loop.body):
+                if not isinstance(node, cst.Assign):
+                    continue
+                reads = {dotted(n) for n in walk(node.value) if isinstance(n, cst.Name)}
+                if reads & outputs:
+                    for target in node.targets:
+                        for n in walk(target.target):
+                            if isinstance(n, cst.Name) and n.value not in outputs:
+                                outputs.add(n.value)
+                                grew = True
+        outputs -= models
+        for call in walk(loop.batch_loop.body):
+            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+                continue
+            if not any(
+                isinstance(n, cst.Name) and n.value in outputs
+                for arg in call.args
+                for n in walk(arg.value)
+            ) or not any(  # values kept out of the graph: statistics, not images to reuse
+                is_method_call(n, *OUT_OF_THE_GRAPH) for arg in call.args for n in walk(arg.value)
+            ):
+                continue
+            owner = _script_class_of(anatomy, call.func.value, anatomy.function_of(call))
+            if owner is None:
+                continue
+            by_name = _class_methods(anatomy, owner)
+            method = by_name.get(call.func.attr.value)
+            if method is None or not _keeps(method, by_name):
+                continue
+            if any(draws_at_random(node) for m in by_name.values() for node in walk(m.body)):
+                return call, owner.name.value
+    return None
+
+
+def _script_class_of(
+    anatomy: Anatomy, value: cst.BaseExpression, scope: cst.FunctionDef | None
+) -> cst.ClassDef | None:
+    """The script's class the object `value` names was made from, if one."""
+    name = dotted(value)
+    if name is None:
+        return None
+    for made, _ in anatomy.values.values_of(name, scope):
+        if isinstance(made, cst.Call) and (called := dotted(made.func)) in anatomy.classes:
+            return anatomy.classes[called]
+    return None
+
+
+def _class_methods(anatomy: Anatomy, owner: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    """The methods of `owner` and of the script's classes it is built on."""
+    found: dict[str, cst.FunctionDef] = {}
+    todo = [owner]
+    while todo:
+        cls = todo.pop()
+        for method in methods(cls):
+            found.setdefault(method.name.value, method)
+        todo += [
+            anatomy.classes[base]
+            for b in cls.bases
+            if (base := dotted(b.value)) in anatomy.classes and anatomy.classes[base] is not cls
+        ]
+    return found
+
+
+def _keeps(method: cst.FunctionDef, by_name: dict[str, cst.FunctionDef]) -> bool:
+    """Whether `method`, or a method of its class it calls on `self`, writes `self.*`."""
+    seen, todo = {method.name.value}, [method]
+    while todo:
+        for node in walk(todo.pop().body):
+            if isinstance(node, cst.Assign | cst.AugAssign):
+                targets = node.targets if isinstance(node, cst.Assign) else [node]
+                for target in targets:
+                    root: cst.BaseExpression = target.target
+                    while isinstance(root, cst.Subscript | cst.Attribute):
+                        if isinstance(root, cst.Attribute) and is_name(root.value, "self"):
+                            return True
+                        root = root.value
+            if (
+                isinstance(node, cst.Attribute)
+                and is_name(node.value, "self")
+                and node.attr.value in by_name
+                and node.attr.value not in seen
+            ):
+                seen.add(node.attr.value)
+                todo.append(by_name[node.attr.value])
+    return False
 
 
 def _carried_statistics(anatomy: Anatomy) -> list[tuple[cst.CSTNode, str, str]]:

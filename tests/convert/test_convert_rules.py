@@ -3635,6 +3635,62 @@ def test_a_value_stored_by_the_step_counter_is_not_kept_per_sample() -> None:
     assert convert_source(source.encode(), "train.py", ConvertOptions()).refused
 
 
+LOSS_AWARE = """\
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+
+class LossAwareSampler:
+    def __init__(self, n):
+        self.history = np.ones(n)
+
+    def sample(self, size):
+        p = self.history / self.history.sum()
+        return torch.from_numpy(np.random.choice(len(p), size=(size,), p=p))
+
+    def update(self, ts, losses):
+        for t, loss in zip(ts.tolist(), losses.tolist()):
+            self.history[t] = loss
+
+
+def main():
+    np.random.seed(0)
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sampler = LossAwareSampler(10)
+    for epoch in range(3):
+        for (x,) in loader:
+            t = sampler.sample(x.size(0))
+            mse = ((model(x) - t[:, None]) ** 2).mean(dim=1)
+            sampler.update(t, KEPT)
+            optimizer.zero_grad()
+            mse.mean().backward()
+            optimizer.step()
+
+
+main()
+"""
+
+
+@pytest.mark.parametrize(("kept", "refused"), [("mse.detach()", True), ("mse", False)])
+def test_draws_steered_by_this_processs_losses_are_refused(kept: str, refused: bool) -> None:
+    """Round-31 audit A improved_diffusion_loss_aware_sampler: timesteps drawn by
+    importance from a history of the losses, kept by an object of the script's class
+    (`update_with_local_losses(t, mse.detach())`): each rank drew from a history of its own
+    share (weights 0.243 vs 0.173 at t=1 after training). Refused with improved-
+    diffusion's own remedy. What is handed on live in the graph (an image pool's fakes)
+    is not such a statistic."""
+    source = LOSS_AWARE.replace("KEPT", kept)
+    result = convert_source(source.encode(), "diffusion.py", ConvertOptions())
+    assert result.refused is refused, result.problems
+    if refused:
+        [problem] = [p for p in result.problems if p.blocking]
+        assert (problem.code, problem.line) == ("DDP010", 29)
+        assert "in a `LossAwareSampler`, which draws at random from it" in problem.message
+
+
 def test_in_batch_negatives_are_refused_with_a_global_batch() -> None:
     """Round-15 audit s11g (CLIP): with --batch global each process's batch is halved, and
     so was every contrastive term's set of negatives, while the report said the effective
