@@ -141,6 +141,25 @@ def methods(owner: cst.ClassDef) -> list[cst.FunctionDef]:
     return [node for node in owner.body.body if isinstance(node, cst.FunctionDef)]
 
 
+def methods_reached(
+    start: cst.FunctionDef, by_name: dict[str, cst.FunctionDef]
+) -> list[cst.FunctionDef]:
+    """`start` and the methods of its class (`by_name`) it calls on `self`, transitively,
+    in the order they are found."""
+    found, seen = [start], {start.name.value}
+    for method in found:  # (grows as it goes)
+        for node in walk(method.body):
+            if (
+                isinstance(node, cst.Attribute)
+                and is_name(node.value, "self")
+                and node.attr.value in by_name
+                and node.attr.value not in seen
+            ):
+                seen.add(node.attr.value)
+                found.append(by_name[node.attr.value])
+    return found
+
+
 def assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
     """What `a = b = ...` or `a += ...` gives a value (nothing for other nodes)."""
     if isinstance(node, cst.AugAssign):

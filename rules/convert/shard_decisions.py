@@ -19,6 +19,7 @@ from ddpify.analysis.tree import (
     is_method_call,
     is_name,
     methods,
+    methods_reached,
     source_text,
     walk,
 )
@@ -1243,25 +1244,14 @@ def _class_methods(anatomy: Anatomy, owner: cst.ClassDef) -> dict[str, cst.Funct
 
 def _keeps(method: cst.FunctionDef, by_name: dict[str, cst.FunctionDef]) -> bool:
     """Whether `method`, or a method of its class it calls on `self`, writes `self.*`."""
-    seen, todo = {method.name.value}, [method]
-    while todo:
-        for node in walk(todo.pop().body):
-            if isinstance(node, cst.Assign | cst.AugAssign):
-                targets = node.targets if isinstance(node, cst.Assign) else [node]
-                for target in targets:
-                    root: cst.BaseExpression = target.target
-                    while isinstance(root, cst.Subscript | cst.Attribute):
-                        if isinstance(root, cst.Attribute) and is_name(root.value, "self"):
-                            return True
-                        root = root.value
-            if (
-                isinstance(node, cst.Attribute)
-                and is_name(node.value, "self")
-                and node.attr.value in by_name
-                and node.attr.value not in seen
-            ):
-                seen.add(node.attr.value)
-                todo.append(by_name[node.attr.value])
+    for reached in methods_reached(method, by_name):
+        for node in walk(reached.body):
+            for target in assigned(node):
+                root: cst.BaseExpression = target
+                while isinstance(root, cst.Subscript | cst.Attribute):
+                    if isinstance(root, cst.Attribute) and is_name(root.value, "self"):
+                        return True
+                    root = root.value
     return False
 
 

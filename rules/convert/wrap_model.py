@@ -26,6 +26,7 @@ from ddpify.analysis.tree import (
     is_method_call,
     is_name,
     methods,
+    methods_reached,
     source_text,
     walk,
 )
@@ -1800,18 +1801,8 @@ def _updates_buffers(anatomy: Anatomy) -> tuple[cst.CSTNode, str, str] | None:
         }
         if not buffers:
             continue
-        reached, todo = {"forward"}, [forward]
-        while todo:
-            method = todo.pop()
+        for method in methods_reached(forward, by_name):
             for node in walk(method.body):
-                if (
-                    isinstance(node, cst.Attribute)
-                    and is_name(node.value, "self")
-                    and node.attr.value in by_name
-                    and node.attr.value not in reached
-                ):
-                    reached.add(node.attr.value)
-                    todo.append(by_name[node.attr.value])
                 targets: list[cst.BaseExpression] = []
                 if isinstance(node, cst.Assign):
                     targets = [t.target for t in node.targets]
