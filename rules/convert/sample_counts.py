@@ -548,18 +548,26 @@ def _sampler_length(name: str) -> cst.BaseExpression:
     return cst.parse_expression(f"len({name}.sampler)")
 
 
-def _literal_datasets(anatomy: Anatomy, scope: cst.FunctionDef | None, loaders: str) -> str | None:
-    """`datasets[_]` when `loaders = {"train": DataLoader(datasets["train"], ...), "val":
-    DataLoader(datasets["val"], ...)}` gives each key's loader the dataset at that key."""
+def _assigned_once(
+    anatomy: Anatomy, name: str, scope: cst.FunctionDef | None
+) -> cst.BaseExpression | None:
+    """The one value `name` is given in `scope` or at module level, if it is given one."""
     values = [
         value
         for where in ((scope, None) if scope is not None else (None,))
-        for value in anatomy.values.assignments(loaders, where)
+        for value in anatomy.values.assignments(name, where)
     ]
-    if len(values) != 1 or not isinstance(values[0], cst.Dict) or not values[0].elements:
+    return values[0] if len(values) == 1 else None
+
+
+def _literal_datasets(anatomy: Anatomy, scope: cst.FunctionDef | None, loaders: str) -> str | None:
+    """`datasets[_]` when `loaders = {"train": DataLoader(datasets["train"], ...), "val":
+    DataLoader(datasets["val"], ...)}` gives each key's loader the dataset at that key."""
+    value = _assigned_once(anatomy, loaders, scope)
+    if not isinstance(value, cst.Dict) or not value.elements:
         return None
     shapes = set()
-    for element in values[0].elements:
+    for element in value.elements:
         if not (
             isinstance(element, cst.DictElement)
             and isinstance(element.key, cst.SimpleString)
@@ -593,14 +601,9 @@ def _sizes_by_key(
         measured = keyed_read(node)
         if measured is None or measured[1] != read[1]:
             continue
-        values = [
-            value
-            for where in ((scope, None) if scope is not None else (None,))
-            for value in anatomy.values.assignments(measured[0], where)
-        ]
-        if len(values) != 1 or not isinstance(values[0], cst.DictComp):
+        comp = _assigned_once(anatomy, measured[0], scope)
+        if not isinstance(comp, cst.DictComp):
             continue
-        comp = values[0]
         size = comp.value
         if (
             isinstance(comp.for_in.target, cst.Name)
