@@ -392,26 +392,31 @@ def repasses(helper: Helper) -> tuple[Helper, cst.CSTNode] | None:
     a loop or when an iterator runs out (`except StopIteration: it = iter(loader)`, round-31
     audit C step_loop_in_train_lib). With the helper it is in; None when it makes one pass.
     """
-    return _repasses(helper, depth=0, seen=set())
+    return _repasses(helper, depth=0, seen=set(), looped=False)
 
 
-def _repasses(helper: Helper, depth: int, seen: set[int]) -> tuple[Helper, cst.CSTNode] | None:
+def _repasses(
+    helper: Helper, depth: int, seen: set[int], looped: bool
+) -> tuple[Helper, cst.CSTNode] | None:
+    """`repasses`; `looped`: `helper` is called in a loop (trainer.py's `fit()` calling
+    `_run_epoch(model, train_loader, ...)` every epoch, round-32 audit C)."""
     if id(helper.function) in seen:
         return None
     seen.add(id(helper.function))
     for node in walk(helper.function.body):
-        if isinstance(node, cst.For) and _in_loop(helper, node) and _trains_in(node):
+        again = looped or _in_loop(helper, node)
+        if isinstance(node, cst.For) and again and _trains_in(node):
             return helper, node
         if (
             isinstance(node, cst.Call)
             and is_name(node.func, "iter")
             and node.args
-            and (_in_loop(helper, node) or _on_stop_iteration(helper, node))
+            and (again or _on_stop_iteration(helper, node))
         ):
             return helper, node
         if isinstance(node, cst.Call) and depth + 1 < MAX_DEPTH:
             callee = _callee(helper, node)
-            found = _repasses(callee, depth + 1, seen) if callee is not None else None
+            found = _repasses(callee, depth + 1, seen, again) if callee is not None else None
             if found is not None:
                 return found
     return None

@@ -979,6 +979,7 @@ def fit(model, loader, optimizer, epochs):
     [
         "epoch_loop",  # `for epoch in range(epochs): for x, y in loader:`
         "remade_iterator",  # round-31 audit C step_loop_in_train_lib
+        "epoch_helper",  # round-32 audit C trainer_function_returns_history
     ],
 )
 def test_a_helper_of_another_file_that_makes_several_passes_is_refused(
@@ -1001,6 +1002,14 @@ def test_a_helper_of_another_file_that_makes_several_passes_is_refused(
             "            optimizer.step()\n"
         )
         line = 6
+    elif helper == "epoch_helper":
+        text = (
+            ONE_PASS.replace("def fit(", "def _run_epoch(")
+            + "\n\ndef fit(model, loader, optimizer, epochs):\n"
+            + "    for epoch in range(epochs):\n"
+            + "        _run_epoch(model, loader, optimizer, epochs)\n"
+        )
+        line = 5
     else:
         text = (
             "import torch.nn.functional as F\n\n\n"
@@ -1025,7 +1034,8 @@ def test_a_helper_of_another_file_that_makes_several_passes_is_refused(
     assert result.refused
     [problem] = [p for p in result.problems if p.blocking]
     assert (problem.code, problem.line) == ("DDP004", 13)
-    assert f"(`fit()` starts one again at engine.py:{line})" in problem.message
+    starter = "_run_epoch" if helper == "epoch_helper" else "fit"
+    assert f"(`{starter}()` starts one again at engine.py:{line})" in problem.message
     (tmp_path / "engine.py").write_text(ONE_PASS)
     _, notes = convert(script)
     assert "`fit()` makes one pass over the data: no set_epoch needed" in notes
