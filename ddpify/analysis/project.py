@@ -272,6 +272,24 @@ class Project:
                     return path if _class_trains(owner, graph, path) else None
         return None
 
+    def closure(self, made: cst.Call) -> Helper | None:
+        """The function a helper of another file makes and returns, when `made` calls one
+        ("Deep Learning with PyTorch Step-by-Step"'s `train_step_fn =
+        make_train_step(model, loss_fn, optimizer)`, its `perform_train_step` nested in it):
+        what a call of the name it is given runs."""
+        maker = self.helper(made) if self._may_be_helper(made) else None
+        if maker is None:
+            return None
+        nested = {
+            node.name.value: node
+            for node in maker.function.body.body
+            if isinstance(node, cst.FunctionDef)
+        }
+        for value in maker.graph.returned_values(maker.function):
+            if isinstance(value, cst.Name) and value.value in nested:
+                return Helper(nested[value.value], maker.graph, maker.path)
+        return None
+
     def makes_scheduler(self, call: cst.Call) -> bool:
         """Whether `call` runs a function of another project file that makes a torch
         learning-rate scheduler (scheduler.py's `WarmupCosine(optimizer, steps_per_epoch,

@@ -113,7 +113,7 @@ class TrainingScript:
         for call in self.index.calls:
             if self.graph.calls_script(call) or not call.args:
                 continue
-            helper = self.project.helper(call)
+            helper = self.project.helper(call) or _closure_called(self, call)
             if helper is None:
                 continue
             effects = self.project.effects(helper)
@@ -822,6 +822,22 @@ def _without_gradients(index: SourceIndex, node: cst.CSTNode) -> bool:
         )
         for ancestor in index.ancestors(node)
     )
+
+
+def _closure_called(script: TrainingScript, call: cst.Call) -> Helper | None:
+    """The function of another file a call of a name runs, when the name is given what a
+    helper of that file makes and returns (`train_step_fn = make_train_step(model, ...)`,
+    then `train_step_fn(x, y)` in the batch loop: round-32 audit C's closure trained on
+    every sample of an unsharded copy of the loader, taken for an evaluation)."""
+    if script.project is None or not isinstance(call.func, cst.Name):
+        return None
+    scope = script.index.function_of(call)
+    for value, _ in script.values.values_of(call.func.value, scope):
+        if isinstance(value, cst.Call):
+            found = script.project.closure(value)
+            if found is not None:
+                return found
+    return None
 
 
 def _stepping_helpers(script: TrainingScript) -> list[cst.Call]:

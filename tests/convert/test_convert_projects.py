@@ -1230,3 +1230,48 @@ def test_step_helpers_of_another_file_called_in_the_batch_loop_train_it(tmp_path
     assert "    dataloader.sampler.set_epoch(epoch)\n" in text
     assert "torch.manual_seed(0 + dist.get_rank())" in text
     assert "torch.save(netG.module.state_dict(), 'netG.pth')" in text
+
+
+STEP_MAKERS = """\
+def make_train_step(model, loss_fn, optimizer):
+    def perform_train_step(x, y):
+        model.train()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.item()
+
+    return perform_train_step
+"""
+
+
+def test_a_step_function_a_helper_of_another_file_makes_trains(tmp_path: Path) -> None:
+    """Round-32 audit C train_step_closure_module_b ("Deep Learning with PyTorch
+    Step-by-Step"): `train_step_fn = make_train_step(model, loss_fn, optimizer)` of
+    steps.py returns its nested `perform_train_step`, which steps; the script's batch loop
+    calls `train_step_fn(x, y)`. The loop was taken for an evaluation of the training set:
+    every rank trained on all of an unsharded copy of the loader, in order. It is the
+    training loop: sharded, with set_epoch."""
+    (tmp_path / "steps.py").write_text(STEP_MAKERS)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from steps import make_train_step\n\n"
+        "train_loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)),"
+        " batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "train_step_fn = make_train_step(model, torch.nn.MSELoss(), optimizer)\n"
+        "for epoch in range(2):\n"
+        "    for x_batch, y_batch in train_loader:\n"
+        "        loss = train_step_fn(x_batch, y_batch)\n"
+        "torch.save(model.state_dict(), 'model.pth')\n"
+    )
+    output, _ = convert(script)
+    text = output.decode()
+    assert "eval_train_loader" not in text
+    assert "sampler=DistributedSampler(" in text
+    assert "    train_loader.sampler.set_epoch(epoch)\n" in text
+    assert "model = DDP(model" in text
+    assert text.index("model = DDP(model") < text.index("train_step_fn = make_train_step(")
