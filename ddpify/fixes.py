@@ -10,6 +10,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
+from ddpify.analysis.project import iterable_class
 from ddpify.analysis.script import TrainLoop
 from ddpify.analysis.tree import call_arg, dotted, is_name, methods, source_text, walk
 from ddpify.edits import EditPlan
@@ -77,6 +78,19 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
         plan.insert_before(body.body[0], [call])
 
 
+def _iterable_of_the_project(
+    anatomy: Anatomy, dataset: cst.BaseExpression, scope: cst.FunctionDef | None
+) -> bool:
+    """Whether `dataset` is made by an IterableDataset class of another project file
+    (data.py's `SineStream`, round-32 audit C: a DistributedSampler crashed on its len)."""
+    return any(
+        isinstance(end, cst.Call)
+        and (made := anatomy.project.class_made(end)) is not None
+        and iterable_class(made[0])
+        for end in anatomy.values.origins(dataset, scope)
+    )
+
+
 def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     """Why the loader cannot be given a DistributedSampler automatically, if it cannot."""
     call = loader.call
@@ -112,7 +126,9 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
             "the training DataLoader's dataset is built inside a comprehension or lambda: "
             "build it first, then give the loader a DistributedSampler by hand"
         )
-    if anatomy.loaders.is_iterable_dataset(dataset.value, anatomy.function_of(call)):
+    if anatomy.loaders.is_iterable_dataset(
+        dataset.value, anatomy.function_of(call)
+    ) or _iterable_of_the_project(anatomy, dataset.value, anatomy.function_of(call)):
         return (
             "the training DataLoader reads an IterableDataset, which takes no sampler: "
             "shard it by rank in its `__iter__`"

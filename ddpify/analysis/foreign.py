@@ -16,7 +16,7 @@ import libcst as cst
 
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import strip_iteration
-from ddpify.analysis.project import Helper, Project, draws_at_random
+from ddpify.analysis.project import Helper, Project, draws_at_random, iterable_class
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.tree import dotted, walk
 from ddpify.analysis.values import MAX_STEPS
@@ -221,9 +221,8 @@ def _unshardable(index: SourceIndex, helper: Helper, made: cst.Call, site: cst.C
     owner = _dataset_class(index, helper, made, site)
     if owner is None:
         return None
-    bases = {(dotted(base.value) or "").rsplit(".", 1)[-1] for base in owner.bases}
     methods = {m.name.value: m for m in owner.body.body if isinstance(m, cst.FunctionDef)}
-    if "IterableDataset" in bases or ("__iter__" in methods and "__getitem__" not in methods):
+    if iterable_class(owner):
         return (
             f"its dataset, `{owner.name.value}`, is an IterableDataset: it has no indices to split"
         )

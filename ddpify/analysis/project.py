@@ -471,6 +471,14 @@ def draws_at_random(node: cst.CSTNode) -> bool:
     return isinstance(node.func, cst.Attribute) and node.func.attr.value in IN_PLACE_DRAWS
 
 
+def iterable_class(owner: cst.ClassDef) -> bool:
+    """Whether a dataset class read from a project file's text is an IterableDataset (by
+    its base's name, or an `__iter__` without `__getitem__`): it has no indices to split."""
+    bases = {(dotted(base.value) or "").rsplit(".", 1)[-1] for base in owner.bases}
+    own = {m.name.value for m in methods(owner)}
+    return "IterableDataset" in bases or ("__iter__" in own and "__getitem__" not in own)
+
+
 def draw_family(node: cst.CSTNode) -> str | None:
     """The generator a call read from a project file's text draws from ("torch", "numpy",
     "random"), if it draws from a global one."""

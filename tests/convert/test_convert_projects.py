@@ -1275,3 +1275,36 @@ def test_a_step_function_a_helper_of_another_file_makes_trains(tmp_path: Path) -
     assert "    train_loader.sampler.set_epoch(epoch)\n" in text
     assert "model = DDP(model" in text
     assert text.index("model = DDP(model") < text.index("train_step_fn = make_train_step(")
+
+
+def test_an_iterable_dataset_of_another_file_is_refused(tmp_path: Path) -> None:
+    """Round-32 audit C iterable_dataset_module_shards: data.py's `SineStream(
+    IterableDataset)` got a DistributedSampler, and every rank crashed with "object of type
+    'SineStream' has no len()". Refused, as an IterableDataset of the script's is."""
+    (tmp_path / "data.py").write_text(
+        "import torch\nfrom torch.utils.data import IterableDataset\n\n\n"
+        "class SineStream(IterableDataset):\n"
+        "    def __iter__(self):\n"
+        "        while True:\n"
+        "            x = torch.randn(4)\n"
+        "            yield x, x.sum(0, keepdim=True)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\nfrom data import SineStream\n\n"
+        "loader = DataLoader(SineStream(), batch_size=8)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    if step == 100:\n"
+        "        break\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP004", 6)
+    assert "reads an IterableDataset, which takes no sampler" in problem.message
