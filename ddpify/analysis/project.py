@@ -93,7 +93,10 @@ LR_SCHEDULERS = {
 }  # fmt: skip
 
 # Calls that write files, by their last name, and calls that print or log.
-WRITES = {"save", "savefig", "save_image", "savetxt", "to_csv", "copyfile", "rename", "unlink"}
+WRITES = {
+    "save", "savefig", "save_image", "savetxt", "to_csv", "copyfile", "rename", "unlink",
+    "FileHandler",  # a log file, opened (and, with mode="w", truncated) when it is made
+}  # fmt: skip
 PRINTS = {"print", "info", "warning", "debug", "log", "write_line"}
 
 
@@ -323,13 +326,14 @@ class Project:
             found = _definition(qualified, self.roots)
             if found is not None and isinstance(found[0], cst.ClassDef):
                 init = next((m for m in methods(found[0]) if m.name.value == "__init__"), None)
-                return init is not None and any(
-                    isinstance(node, cst.Call)
-                    and (
-                        (dotted(node.func) or "").rsplit(".", 1)[-1] == "SummaryWriter"
-                        or (dotted(node.func) == "open" and _opens_for_writing(node, init))
-                    )
-                    for node in walk(init.body)
+                return init is not None and _makes_a_writer(init)
+            if found is not None and isinstance(found[0], cst.FunctionDef):
+                # utils.py's `get_logger(name, log_file)` adding a FileHandler to the
+                # logger it returns (round-32 audit C: rank 1 truncated train.log)
+                function = found[0]
+                return _makes_a_writer(function) and any(
+                    isinstance(node, cst.Return) and node.value is not None
+                    for node in walk(function.body)
                 )
         return False
 
@@ -469,6 +473,19 @@ def draws_at_random(node: cst.CSTNode) -> bool:
     if (dotted(node.func) or "").startswith(_DRAW_PREFIXES):
         return True
     return isinstance(node.func, cst.Attribute) and node.func.attr.value in IN_PLACE_DRAWS
+
+
+def _makes_a_writer(function: cst.FunctionDef) -> bool:
+    """Whether `function` makes a TensorBoard writer, a logging FileHandler, or opens a file
+    to write."""
+    return any(
+        isinstance(node, cst.Call)
+        and (
+            (dotted(node.func) or "").rsplit(".", 1)[-1] in ("SummaryWriter", "FileHandler")
+            or (dotted(node.func) == "open" and _opens_for_writing(node, function))
+        )
+        for node in walk(function.body)
+    )
 
 
 def iterable_class(owner: cst.ClassDef) -> bool:

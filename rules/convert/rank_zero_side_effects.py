@@ -838,9 +838,10 @@ def _prepares(
             and isinstance(line.body[0], cst.Assign)
         ):
             # A helper of another file that writes files and gives back what it made
-            # (`train_set = get_training_set()` downloading BSDS300 when it is missing).
+            # (`train_set = get_training_set()` downloading BSDS300 when it is missing);
+            # not one that makes a writer, made on rank 0 alone (`get_logger(name, log)`)
             effects = anatomy.project.effects(helper)
-            if effects.writes and not effects.trains:
+            if effects.writes and not effects.trains and not anatomy.project.writer_class(call):
                 return True
         if not anatomy.graph.calls_script(call):
             continue
@@ -1154,8 +1155,8 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
                 guarded.append(closed)
         ctx.changed(
             assign,
-            f"`{dotted(value.func)}` writes files once it is made (a TensorBoard writer, a file "
-            "it opens to write): made, and used, on rank 0 only"
+            f"`{dotted(value.func)}` makes what writes files (a TensorBoard writer, a log file, "
+            "a file it opens to write): made, and used, on rank 0 only"
             if wrapping
             else "TensorBoard writer made (and closed) on rank 0 only"
             + (" (None on the others, where it is tested or handed on)" if handed else ""),

@@ -363,8 +363,8 @@ def test_a_class_of_another_file_that_makes_a_tensorboard_writer_is_rank_0s(
         "            logger.scalar_summary('loss', loss.item(), epoch)\n"
     ) in text
     assert (
-        "`Logger` writes files once it is made (a TensorBoard writer, a file it opens to "
-        "write): made, and used, on rank 0 only"
+        "`Logger` makes what writes files (a TensorBoard writer, a log file, a file it opens "
+        "to write): made, and used, on rank 0 only"
     ) in notes
 
 
@@ -1308,3 +1308,60 @@ def test_an_iterable_dataset_of_another_file_is_refused(tmp_path: Path) -> None:
     [problem] = [p for p in result.problems if p.blocking]
     assert (problem.code, problem.line) == ("DDP004", 6)
     assert "reads an IterableDataset, which takes no sampler" in problem.message
+
+
+LOGGING_UTILS = """\
+import logging
+
+
+def get_logger(name, log_file):
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.INFO)
+    logger.addHandler(logging.FileHandler(log_file, mode="w"))
+    return logger
+
+
+def setup_logging(log_file):
+    logging.basicConfig(level=logging.INFO, handlers=[logging.FileHandler(log_file, mode="w")])
+"""
+
+
+@pytest.mark.parametrize("made", ["get_logger", "setup_logging"])
+def test_a_log_file_a_helper_of_another_file_opens_is_rank_0s(tmp_path: Path, made: str) -> None:
+    """Round-32 audit C utils_seed_and_logger(_b): utils.py's `get_logger(name, log_file)`
+    adds a `FileHandler(log_file, mode="w")` to the logger it returns, `setup_logging`
+    gives one to `basicConfig`: every rank opened train.log for writing, and rank 1,
+    starting later, truncated what rank 0 had logged. The logger is made, and used, on
+    rank 0 only; the set-up runs on rank 0 only."""
+    (tmp_path / "utils.py").write_text(LOGGING_UTILS)
+    setup = (
+        "    logger = get_logger('train', 'train.log')\n"
+        if made == "get_logger"
+        else "    setup_logging('train.log')\n    logger = logging.getLogger(__name__)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import logging\n\nimport torch\nfrom torch.utils.data import DataLoader\n\n"
+        f"from utils import {made}\n\n\n"
+        "def main():\n" + setup + "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "        logger.info('epoch %d', epoch)\n\n\n"
+        "main()\n"
+    )
+    output, _ = convert(script)
+    text = output.decode()
+    call = (
+        "logger = get_logger('train', 'train.log')"
+        if made == "get_logger"
+        else ("setup_logging('train.log')")
+    )
+    assert f"    if dist.get_rank() == 0:\n        {call}\n" in text
+    assert "dist.barrier()" not in text
+    assert "        if dist.get_rank() == 0:\n            logger.info('epoch %d', epoch)\n" in text
