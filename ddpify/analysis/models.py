@@ -233,8 +233,7 @@ class Models:
                         model.names.add(value.value)
                     moved = _moved_value(value)
                     if target in model.names and moved is not value and moved is not None:
-                        # `netG, netD = G().to(device), D().to(device)` (WGAN-GP): each is
-                        # wrapped after the line
+                        # `netG, netD = G().to(device), D().to(device)`: wrapped after it
                         moves.append((self.index.statement_of(node), target))
                 if isinstance(node, cst.Assign) and len(node.targets) == 1:
                     target = dotted(node.targets[0].target)
@@ -265,9 +264,8 @@ class Models:
                 inner = call_arg(call, 0, "module")
                 if inner is not None and dotted(inner.value) in model.names:
                     model.data_parallel.append(call)
-        # A plain name moved in another function that takes it as a parameter is another
-        # variable (`def test(model, ...): model.to(device)` beside `def train(model, ...)`
-        # making the optimizer, round-8 audit a04): not this model's placement.
+        # A name moved in another function taking it as a parameter is another variable
+        # (`def test(model): model.to(device)` beside `def train(model)`, round-8 a04).
         home = self.index.function_of(model.optimizer_call)
         moves = [
             (statement, name)
@@ -379,12 +377,11 @@ class Models:
     def _after_initialisation(
         self, placement: cst.BaseStatement, names: set[str]
     ) -> cst.BaseStatement:
-        """The last of the statements right after `placement`, in its block, that still
-        change the model (`model.apply(init_fn)`, `init_weights(model)`, a checkpoint loaded
-        into it, layers frozen or replaced): DDP copies rank 0's weights to the other ranks
-        only when it wraps the model, and hooks only the parameters that then need a
-        gradient. The scan stops at a statement that trains, rebinds the model, or hands the
-        model itself to something that may keep it (`trainer = Trainer(model)`)."""
+        """The last statement right after `placement`, in its block, that still changes the
+        model (`model.apply(init_fn)`, a checkpoint loaded, layers frozen or replaced, a
+        set-up that gives it back): DDP copies rank 0's weights and hooks the parameters
+        needing a gradient when it wraps. The scan stops where the script trains, rebinds
+        the model or hands it to what may keep it (`trainer = Trainer(model)`)."""
         holder = self.index.parent(placement)
         if not isinstance(holder, cst.IndentedBlock | cst.Module):
             return placement
@@ -397,6 +394,9 @@ class Models:
                 break
             if _is_alias(later, names):
                 continue  # `model_without_ddp = model` (DeiT): the alias stays the bare model
+            if _set_up_again(self.index, later, names):
+                last = later  # `model, optimizer = fabric.setup(model, optimizer)`
+                continue
             if _binds(later, names) or _hands_over(later, names):
                 break
             if self._changes_model(later, names):
@@ -446,6 +446,28 @@ class Models:
             if isinstance(ancestor, cst.If | cst.With | cst.Try):
                 anchor = ancestor
         return anchor
+
+
+def _set_up_again(index: SourceIndex, statement: cst.BaseStatement, names: set[str]) -> bool:
+    """`model, optimizer = fabric.setup(model, optimizer)` (a Fabric-like set-up of the
+    script's, which moves the model to its device: round-32 audit A), `model, opt =
+    amp.initialize(model, opt)`: the model given back by a call it is handed to. The wrap
+    goes after it. (Not `torch.compile`, which compiles the wrapper, nor DataParallel.)"""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return False
+    assign = statement.body[0]
+    if not (isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call)):
+        return False
+    call = assign.value
+    if index.is_call_to(call, {"torch.compile", *DATA_PARALLEL}):
+        return False
+    given = {dotted(arg.value) for arg in call.args} & names
+    targets = {
+        dotted(element.value) if isinstance(target.target, cst.Tuple) else None
+        for target in assign.targets
+        for element in (target.target.elements if isinstance(target.target, cst.Tuple) else [])
+    } | {dotted(target.target) for target in assign.targets}
+    return bool(given & targets)
 
 
 def run_whole(index: SourceIndex, script: TrainingScript) -> set[str]:

@@ -2812,17 +2812,24 @@ def _whole_model_saves(
     saves = []
     subclasses = _subclasses_of(anatomy, calls) if calls else set()
     for call in anatomy.calls:
+        # a checkpoint dict handed to a saver of the script's (Fabric-style `fabric.save(
+        # path, {"model": model, ...})`, round-32 audit A: `module.` keys)
+        saver = calls is None and _saver_of_the_script(anatomy, call)
         if not call.args or not (
             anatomy.is_call_to(call, calls or {"torch.save"})
             or (isinstance(call.func, cst.Name) and call.func.value in subclasses)
+            or saver
         ):
             continue
         first = call.args[0].value
         candidates = [first]
         if calls is None:  # a checkpoint dict holding the model itself: {"net": net, ...}
             scope = anatomy.function_of(call)
-            held = [first] + [
-                value for value, _ in anatomy.values.values_of(dotted(first) or "", scope)
+            given = [arg.value for arg in call.args] if saver else [first]
+            held = given + [
+                value
+                for each in given
+                for value, _ in anatomy.values.values_of(dotted(each) or "", scope)
             ]
             candidates += [
                 element.value
@@ -2846,6 +2853,20 @@ def _whole_model_saves(
             ):
                 saves.append(candidate)
     return saves
+
+
+def _saver_of_the_script(anatomy: Anatomy, call: cst.Call) -> bool:
+    """A call of the script's own function or method named `save` or `save_*` that saves
+    with torch.save (what it is given, or `.state_dict()` of it)."""
+    name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    if name != "save" and not name.startswith("save_"):
+        return False
+    defined = anatomy.graph.defined(name)
+    return any(
+        isinstance(node, cst.Call) and anatomy.is_call_to(node, {"torch.save"})
+        for function in defined
+        for node in walk(function.body)
+    )
 
 
 # nn.Module methods that return the module itself.

@@ -1961,6 +1961,59 @@ def test_steps_that_read_one_pass_by_next_are_refused_at_the_scripts_batch_per_p
     assert not result.refused, result.problems
 
 
+FABRIC_STYLE = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class Fabric:
+    def __init__(self):
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def setup(self, model, optimizer):
+        return model.to(self.device), optimizer
+
+    def save(self, path, state):
+        saved = {k: (v.state_dict() if hasattr(v, "state_dict") else v) for k, v in state.items()}
+        torch.save(saved, path)
+
+
+def main():
+    fabric = Fabric()
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model, optimizer = fabric.setup(model, optimizer)
+    for epoch in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x.to(fabric.device)), y.to(fabric.device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        state = {"model": model, "optimizer": optimizer, "epoch": epoch}
+        fabric.save(f"epoch-{epoch}.ckpt", state)
+
+
+main()
+"""
+
+
+def test_a_fabric_style_set_up_and_save_get_the_wrap_after_and_the_bare_model() -> None:
+    """Round-32 audit A lightning_free_fabric_style: `model, optimizer = fabric.setup(model,
+    optimizer)`, a set-up of the script's that moves the model to its device, came after
+    the wrap (a DDP of CPU parameters moved to a GPU afterwards); and `state = {"model":
+    model, ...}` handed to the script's `fabric.save(path, state)`, which saves each value's
+    `state_dict()`, saved `module.` keys. The wrap now follows the set-up, and the saved
+    dict holds the bare model."""
+    result = convert_source(FABRIC_STYLE.encode(), "fabric.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "    model, optimizer = fabric.setup(model, optimizer)\n    model = DDP(model, device_ids="
+    ) in text
+    assert 'state = {"model": model.module, "optimizer": optimizer, "epoch": epoch}' in text
+
+
 def test_a_loss_module_that_writes_its_buffer_is_refused_for_what_happens_to_it() -> None:
     """Round-30 audit A dino_teacher_centering: DINOLoss's forward updates its `center`
     buffer from the batch. No DDP wraps the loss, so nothing is broadcast: each process
