@@ -463,6 +463,8 @@ def _over_the_batch(node: cst.CSTNode) -> bool:
         return any(_transposed(arg.value) for arg in node.args[:2])
     if name in ("torch.cov", "torch.corrcoef"):
         return True
+    if name == "torch.einsum" and node.args:
+        return _einsum_across(node.args[0].value)
     if name in ("torch.norm", "torch.linalg.norm") and node.args:
         # `torch.norm(Y - X, p="fro")` of the whole batch (a spectral-convergence loss,
         # round-19 audit s31): a norm over every sample at once, not a sum of theirs
@@ -473,6 +475,18 @@ def _over_the_batch(node: cst.CSTNode) -> bool:
         dim = call_arg(node, 0, "dim")
         return dim is not None and isinstance(dim.value, cst.Integer) and dim.value.value == "0"
     return False
+
+
+def _einsum_across(equation: cst.BaseExpression) -> bool:
+    """`torch.einsum('nc,mc->nm', q, k)`: the first axes of two operands (their samples)
+    both kept, apart, in the result: every sample against every other (MoCo v3's logits,
+    round-32 audit A). Not `'nc,ck->nk'` (against a queue) nor `'nc,nc->n'` (pairwise)."""
+    if not isinstance(equation, cst.SimpleString):
+        return False
+    text = str(equation.evaluated_value).replace(" ", "")
+    inputs, _, output = text.partition("->")
+    firsts = [operand[0] for operand in inputs.split(",") if operand[:1].isalpha()]
+    return len(firsts) == 2 and firsts[0] != firsts[1] and all(f in output for f in firsts)
 
 
 # A tensor's own attributes: not something it was read from.

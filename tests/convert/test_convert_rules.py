@@ -4926,6 +4926,7 @@ for x in DataLoader(torch.randn(256, 8), batch_size=64, shuffle=True):
         "z.exp() / z.exp().sum()",
         "z @ z.T",  # round-21 audit A simclr: every sample against every other
         "torch.matmul(z, z.T)",
+        "torch.einsum('nc,mc->nm', [z, z])",  # round-32 audit A moco_v3: q against k
     ],
 )
 def test_a_loss_built_from_statistics_over_the_batch_is_reported_not_scaled(
@@ -4944,7 +4945,13 @@ def test_a_loss_built_from_statistics_over_the_batch_is_reported_not_scaled(
 
 @pytest.mark.parametrize(
     "statistic",
-    ["z @ model.weight @ model.weight.T", "z @ (model.weight * 2).T", "z @ w.T"],
+    [
+        "z @ model.weight @ model.weight.T",
+        "z @ (model.weight * 2).T",
+        "z @ w.T",
+        "torch.einsum('nc,ck->nk', [z, w])",  # MoCo v2's logits against its queue
+        "torch.einsum('nc,nc->n', [z, z])",  # each sample with its own pair
+    ],
 )
 def test_attention_and_linear_maps_are_not_statistics_over_the_batch(statistic: str) -> None:
     """A weight transposed (a layer written by hand, round-21 audit A compile_train's `x @
