@@ -315,7 +315,10 @@ class ShardDecisions(ConvertRule):
             elif _is_mean(anatomy, call.args[0].value, anatomy.function_of(call)):
                 _average_in_place(ctx, call, taken)  # `scheduler.step(tr_loss / len(dl))`
             elif local is not None:
-                summed = anatomy.split_samples is None  # a full batch's loss is a mean
+                summed = anatomy.split_samples is None and any(  # (a full batch's: a mean)
+                    isinstance(node, cst.AugAssign) and dotted(node.target) == local
+                    for node in walk(anatomy.module)
+                )  # not a value a helper of another file returns (round-32 audit C engine_c)
                 ctx.cannot(
                     call,
                     f"ReduceLROnPlateau steps on `{local}`, "

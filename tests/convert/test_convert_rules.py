@@ -1360,7 +1360,7 @@ main()
     result = convert_source(on_train.encode(), "shared.py", ConvertOptions())
     assert result.refused
     [problem] = [p for p in result.problems if p.blocking]
-    assert "steps on `tr_loss`, summed from this process's batches only" in problem.message
+    assert "steps on `tr_loss`, computed from this process's batches only" in problem.message
 
 
 def test_an_epoch_function_named_train_by_a_local_converts() -> None:
