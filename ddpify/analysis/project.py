@@ -25,6 +25,7 @@ from ddpify.analysis.api import DDP_TRANSPARENT, IN_PLACE_DRAWS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import (
+    catches,
     dotted,
     is_lone,
     is_method_call,
@@ -333,12 +334,7 @@ class Project:
                 # (a writer it makes, not files it writes: a dataset it downloads and
                 # returns, predictions it dumps, are not writers)
                 function = found[0]
-                return any(
-                    isinstance(node, cst.Call)
-                    and (dotted(node.func) or "").rsplit(".", 1)[-1]
-                    in ("SummaryWriter", "FileHandler")
-                    for node in walk(function.body)
-                ) and any(
+                return _makes_a_writer(function, opened=False) and any(
                     isinstance(node, cst.Return) and node.value is not None
                     for node in walk(function.body)
                 )
@@ -371,7 +367,7 @@ class Project:
         """What `helper` does, through the functions it calls, `MAX_DEPTH` deep."""
         found: dict[str, set[str]] = {"trains": set(), "writes": set(), "prints": set()}
         exits: set[str] = set()
-        _scan(helper, found, exits, depth=0, seen=set())
+        _scan(helper, found, exits)
         return HelperEffects(
             bool(found["trains"]), tuple(sorted(found["writes"])), bool(found["prints"]),
             tuple(sorted(exits)),
@@ -388,30 +384,43 @@ def _alone_on_its_line(index: SourceIndex, call: cst.Call) -> bool:
     )
 
 
-def _scan(
-    helper: Helper, found: dict[str, set[str]], exits: set[str], depth: int, seen: set[int]
-) -> None:
-    if id(helper.function) in seen:
-        return
-    seen.add(id(helper.function))
-    for node in walk(helper.function.body):
-        if isinstance(node, cst.Call):
-            name = dotted(node.func) or ""
-            last = name.rsplit(".", 1)[-1]
-            if is_method_call(node, "backward"):
-                found["trains"].add(name)
-            elif last in WRITES or (last == "open" and _opens_for_writing(node, helper.function)):
-                found["writes"].add(name)
-            elif last in PRINTS:
-                found["prints"].add(name)
-            if depth + 1 < MAX_DEPTH:
-                callee = _callee(helper, node)
+def _scan(helper: Helper, found: dict[str, set[str]], exits: set[str]) -> None:
+    for reached in _reached(helper):
+        for node in walk(reached.function.body):
+            if isinstance(node, cst.Call):
+                name = dotted(node.func) or ""
+                last = name.rsplit(".", 1)[-1]
+                if is_method_call(node, "backward"):
+                    found["trains"].add(name)
+                elif last in WRITES or (
+                    last == "open" and _opens_for_writing(node, reached.function)
+                ):
+                    found["writes"].add(name)
+                elif last in PRINTS:
+                    found["prints"].add(name)
+            elif isinstance(node, cst.If) and _in_loop(reached, node):
+                for branch in walk(node.body):
+                    if isinstance(branch, cst.Break | cst.Continue | cst.Return):
+                        exits.add(type(branch).__name__.lower())
+
+
+def _reached(helper: Helper) -> list[Helper]:
+    """`helper` and the functions of the project it calls, `MAX_DEPTH` deep, once each."""
+    found: list[Helper] = []
+    seen: set[int] = set()
+    todo = [(helper, 0)]
+    while todo:
+        current, depth = todo.pop()
+        if id(current.function) in seen:
+            continue
+        seen.add(id(current.function))
+        found.append(current)
+        if depth + 1 < MAX_DEPTH:
+            for node in walk(current.function.body):
+                callee = _callee(current, node) if isinstance(node, cst.Call) else None
                 if callee is not None:
-                    _scan(callee, found, exits, depth + 1, seen)
-        elif isinstance(node, cst.If) and _in_loop(helper, node):
-            for branch in walk(node.body):
-                if isinstance(branch, cst.Break | cst.Continue | cst.Return):
-                    exits.add(type(branch).__name__.lower())
+                    todo.append((callee, depth + 1))
+    return found
 
 
 def repasses(helper: Helper) -> tuple[Helper, cst.CSTNode] | None:
@@ -460,10 +469,10 @@ def _on_stop_iteration(helper: Helper, node: cst.CSTNode) -> bool:
     for ancestor in helper.index.ancestors(node):
         if ancestor is helper.function:
             return False
-        if isinstance(ancestor, cst.ExceptHandler):
-            caught = {dotted(n) for n in walk(ancestor.type)} if ancestor.type else {None}
-            if caught & {None, "StopIteration", "Exception", "BaseException"}:
-                return True
+        if isinstance(ancestor, cst.ExceptHandler) and catches(
+            ancestor, {None, "StopIteration", "Exception", "BaseException"}
+        ):
+            return True
     return False
 
 
@@ -482,14 +491,14 @@ def draws_at_random(node: cst.CSTNode) -> bool:
     return isinstance(node.func, cst.Attribute) and node.func.attr.value in IN_PLACE_DRAWS
 
 
-def _makes_a_writer(function: cst.FunctionDef) -> bool:
-    """Whether `function` makes a TensorBoard writer, a logging FileHandler, or opens a file
-    to write."""
+def _makes_a_writer(function: cst.FunctionDef, *, opened: bool = True) -> bool:
+    """Whether `function` makes a TensorBoard writer or a logging FileHandler, or (with
+    `opened`) opens a file to write."""
     return any(
         isinstance(node, cst.Call)
         and (
             (dotted(node.func) or "").rsplit(".", 1)[-1] in ("SummaryWriter", "FileHandler")
-            or (dotted(node.func) == "open" and _opens_for_writing(node, function))
+            or (opened and dotted(node.func) == "open" and _opens_for_writing(node, function))
         )
         for node in walk(function.body)
     )
@@ -517,22 +526,14 @@ def draw_family(node: cst.CSTNode) -> str | None:
     return "torch"
 
 
-def helper_draws(helper: Helper, depth: int = 0, seen: set[int] | None = None) -> set[str]:
+def helper_draws(helper: Helper) -> set[str]:
     """The generators `helper` (and the project functions it calls) draws from."""
-    seen = set() if seen is None else seen
-    if id(helper.function) in seen or depth >= MAX_DEPTH:
-        return set()
-    seen.add(id(helper.function))
-    found: set[str] = set()
-    for node in walk(helper.function.body):
-        family = draw_family(node)
-        if family is not None:
-            found.add(family)
-        elif isinstance(node, cst.Call):
-            callee = _callee(helper, node)
-            if callee is not None:
-                found |= helper_draws(callee, depth + 1, seen)
-    return found
+    return {
+        family
+        for reached in _reached(helper)
+        for node in walk(reached.function.body)
+        if (family := draw_family(node)) is not None
+    }
 
 
 def _in_loop(helper: Helper, node: cst.CSTNode) -> bool:

@@ -141,6 +141,12 @@ def methods(owner: cst.ClassDef) -> list[cst.FunctionDef]:
     return [node for node in owner.body.body if isinstance(node, cst.FunctionDef)]
 
 
+def catches(handler: cst.ExceptHandler, names: set[str | None]) -> bool:
+    """Whether an `except` clause catches one of `names` (None: a bare `except:`)."""
+    caught = {dotted(n) for n in walk(handler.type)} if handler.type is not None else {None}
+    return bool(caught & names)
+
+
 def methods_reached(
     start: cst.FunctionDef, by_name: dict[str, cst.FunctionDef]
 ) -> list[cst.FunctionDef]:

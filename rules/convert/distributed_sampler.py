@@ -24,6 +24,7 @@ from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choic
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import (
     call_arg,
+    catches,
     counted_range,
     dotted,
     is_method_call,
@@ -1875,9 +1876,7 @@ def _steps_may_outrun(
     if any(isinstance(node, cst.For) for node, _ in starts):
         return None  # `for batch in loader`: its steps end with the loader
     for node in walk(anatomy.module):
-        if isinstance(node, cst.ExceptHandler) and (
-            node.type is None or "StopIteration" in {dotted(n) for n in walk(node.type)}
-        ):
+        if isinstance(node, cst.ExceptHandler) and catches(node, {None, "StopIteration"}):
             return None
         if isinstance(node, cst.Call) and is_name(node.func, "next") and len(node.args) > 1:
             return None  # `next(it, None)`
@@ -1917,14 +1916,10 @@ def _when_run_out(anatomy: Anatomy, node: cst.CSTNode) -> bool:
     """Whether `node` runs when an iterator runs out (`except StopIteration: self.it =
     iter(self._dataloader)` in mmseg's IterLoader.__next__, round-31 audit A): a new pass,
     although no loop the call graph follows (`next(obj)` to `__next__`) is around it."""
-    for ancestor in anatomy.ancestors(node):
-        if (
-            isinstance(ancestor, cst.ExceptHandler)
-            and ancestor.type is not None
-            and "StopIteration" in {dotted(n) for n in walk(ancestor.type)}
-        ):
-            return True
-    return False
+    return any(
+        isinstance(ancestor, cst.ExceptHandler) and catches(ancestor, {"StopIteration"})
+        for ancestor in anatomy.ancestors(node)
+    )
 
 
 def _split(ctx: ConvertContext) -> bool:
