@@ -8,6 +8,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import BATCH_NORMS
 from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
+from ddpify.analysis.means import batch_mean, iterated
 from ddpify.analysis.project import draws_at_random
 from ddpify.analysis.tree import (
     assigned,
@@ -23,6 +24,7 @@ from ddpify.analysis.tree import (
     source_text,
     walk,
 )
+from ddpify.analysis.values import constant_index
 from ddpify.emit import statements
 from ddpify.fixes import take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -33,29 +35,32 @@ PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
 class ShardDecisions(ConvertRule):
     """
     ## What it does
-    Makes every process take the same branch where a training loop's `break`, `continue`
-    or `return` is decided on a value of this process's own batches (early stopping on the
+    Makes every process take the same branch where a training loop's `break`, `continue` or
+    `return` is decided on a value of this process's own batches (early stopping on the
     training loss, a step skipped on a NaN loss) or its own clock (a time budget, `if
-    time.time() - start > budget: break`): the test becomes a flag, all-reduced with
-    MAX just before the `if`, so every process takes the branch when one would; a mean of
-    the batches' losses (`loss.item()`, `running / len(train_loader)`) tested there, or given
-    to a `ReduceLROnPlateau`, is averaged over the processes first, which is the value the
-    single-process script computed; a mean per sample made of two sums (`total / n`, with
-    `total += loss.item() * len(x)` and `n += len(x)` in the batch loop) is divided after
-    both sums are all-reduced. A `while` test or an `elif` decided on such a value,
-    and a `ReduceLROnPlateau` stepped on a sum (`scheduler.step(running_loss)` where
-    `running_loss += loss.item()` in the batch loop), are refused, naming the value; so is
-    a tensor carried from step to step that moves with a statistic over the batch and feeds
-    the next loss (DINO's center, `center = center * m + out.mean(dim=0) * (1 - m)`), and
-    an object of the script's class that keeps what the model computed, taken out of the
-    graph, and draws at random from it (improved-diffusion's loss-aware timestep sampler,
-    `sampler.update_with_local_losses(t, losses.detach())`).
-    Decided on a value computed from a loader every process reads whole (the validation
-    loss), on a step counter or on the index `enumerate` gives, they are left as they are;
-    but a `break` on an evaluation of a model with BatchNorm (whose running statistics are
-    each process's own), or on a patience counter set on one, gets the flag too. A
-    learning rate picked once before training from each process's own losses (an LR
-    finder's `best_lr`) is rank 0's in every process.
+    time.time() - start > budget: break`): the test becomes a flag, all-reduced with MAX
+    just before the `if`, so every process takes the branch when one would; a mean of the
+    batches' losses (`loss.item()`, `running / len(train_loader)`, `sum(losses) /
+    len(losses)`, `np.mean(losses)`, an AverageMeter's `.avg`, or what a function of the
+    script or of another file of its project returns when it is one: `train_loss =
+    train_one_epoch(model, train_loader, ...)`) tested there, handed to an early-stopping
+    object, or given to a `ReduceLROnPlateau`, is averaged over the processes first, right
+    after it is computed, which is the value the single-process script computed; a mean per
+    sample made of two sums (`total / n`, with `total += loss.item() * len(x)` and `n +=
+    len(x)` in the batch loop) is divided after both sums are all-reduced. A `while` test or
+    an `elif` decided on such a value, and a `ReduceLROnPlateau` stepped on a sum
+    (`scheduler.step(running_loss)` where `running_loss += loss.item()` in the batch loop),
+    are refused, naming the value; so is a tensor carried from step to step that moves with
+    a statistic over the batch and feeds the next loss (DINO's center, `center = center * m
+    + out.mean(dim=0) * (1 - m)`), and an object of the script's class that keeps what the
+    model computed, taken out of the graph, and draws at random from it
+    (improved-diffusion's loss-aware timestep sampler, `sampler.update_with_local_losses(t,
+    losses.detach())`). Decided on a value computed from a loader every process reads whole
+    (the validation loss), on a step counter or on the index `enumerate` gives, they are
+    left as they are; but a `break` on an evaluation of a model with BatchNorm (whose
+    running statistics are each process's own), or on a patience counter set on one, gets
+    the flag too. A learning rate picked once before training from each process's own losses
+    (an LR finder's `best_lr`) is rank 0's in every process.
 
     ## Why is this bad?
     Under DDP each process sums the loss of its own shard: the values differ between
@@ -251,6 +256,70 @@ class ShardDecisions(ConvertRule):
                 if stop.item():
                     break
             """,  # noqa: E501
+        ),
+        # A mean a helper returns, monitored by an early-stopping object: averaged once,
+        # right after it is returned, every process monitors the whole dataset's mean.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            from callbacks import EarlyStopping
+
+
+            def train_epoch(model, loader, optimizer):
+                losses = []
+                for x, y in loader:
+                    loss = model(x).sum()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    losses.append(loss.item())
+                return sum(losses) / len(losses)
+
+
+            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            early_stopping = EarlyStopping(patience=3)
+            for epoch in range(epochs):
+                train_loss = train_epoch(model, train_loader, optimizer)
+                early_stopping(train_loss)
+                if early_stopping.early_stop:
+                    break
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            from callbacks import EarlyStopping
+            import torch.distributed as dist
+
+
+            def train_epoch(model, loader, optimizer):
+                losses = []
+                for x, y in loader:
+                    loss = model(x).sum()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    losses.append(loss.item())
+                return sum(losses) / len(losses)
+
+
+            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            early_stopping = EarlyStopping(patience=3)
+            for epoch in range(epochs):
+                train_loss = train_epoch(model, train_loader, optimizer)
+                mean = torch.tensor(float(train_loss))
+                dist.all_reduce(mean)
+                train_loss = mean.item() / dist.get_world_size()  # the mean over all processes
+                early_stopping(train_loss)
+                if early_stopping.early_stop:
+                    break
+            """,
         ),
         # A dry run's `break` on the batch index: every process counts the same batches.
         Example(
@@ -544,6 +613,13 @@ def _is_mean(anatomy: Anatomy, value: cst.BaseExpression, where: cst.FunctionDef
     """`_is_batch_mean` for the value itself."""
     if is_method_call(value, "item"):
         return True
+    loop = batch_mean(value, where, anatomy)
+    if loop is not None and any(
+        loop is trained.batch_loop for trained in anatomy.script.train_loops
+    ):
+        return True  # `sum(losses) / len(losses)`, `np.mean(losses)`, `meter.avg`
+    if _returns_a_mean(anatomy, value):
+        return True
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
         return False
     right = value.right
@@ -577,6 +653,54 @@ def _is_mean(anatomy: Anatomy, value: cst.BaseExpression, where: cst.FunctionDef
     return bool(sums) and all(
         any(is_method_call(inner, "item") for inner in walk(node.value)) for node in sums
     )
+
+
+def _returns_a_mean(anatomy: Anatomy, value: cst.BaseExpression) -> bool:
+    """`train_one_epoch(model, loader, ...)` (or its `[0]`, unpacked from a tuple) where
+    the function returns a mean over the batches of the training loader it is given: a
+    function of the script, or of another file of its project (round-32 audit C
+    early_stop_on_train_loss_module, engine_with_amp_scaler_and_clip_c)."""
+    position = constant_index(value)
+    call = value.value if position is not None and isinstance(value, cst.Subscript) else value
+    if not isinstance(call, cst.Call):
+        return False
+    callee = anatomy.graph.callee(call)
+    if callee is not None:
+        picked = [_element(given, position) for given in anatomy.graph.returned_values(callee)]
+        return bool(picked) and all(
+            given is not None and _is_mean(anatomy, given, callee) for given in picked
+        )
+    helper = anatomy.project.helper(call)
+    if helper is None:
+        return False
+    returned = helper.graph.returned_values(helper.function)
+    picked = [_element(given, position) for given in returned]
+    if not picked or any(given is None for given in picked):
+        return False
+    for given in picked:
+        assert given is not None
+        loop = batch_mean(given, helper.function, helper.index)
+        read = iterated(loop) if loop is not None else None
+        if not isinstance(read, cst.Name):
+            return False
+        argument = helper.graph.bound_argument(call, helper.function, read.value)
+        loader = (
+            anatomy.loaders.loader_for(anatomy.loaders.resolve(argument, anatomy.function_of(call)))
+            if argument is not None
+            else None
+        )
+        if loader is None or all(loader is not trained for trained in anatomy.script.train_loaders):
+            return False
+    return True
+
+
+def _element(value: cst.BaseExpression, position: int | None) -> cst.BaseExpression | None:
+    """`value`, or its element at `position` when it is a tuple returned."""
+    if position is None:
+        return value
+    if isinstance(value, cst.Tuple) and position < len(value.elements):
+        return value.elements[position].value
+    return None
 
 
 def _divided_in_place(
@@ -679,7 +803,11 @@ def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: 
         )
     # Right after the value is computed, when that is in the decision's block: whatever
     # reports it (a print) then shows the mean too.
-    made = _divided_in_place(anatomy, local, branch) or anatomy.statement_of(value)
+    made = _divided_in_place(anatomy, local, branch) or anatomy.statement_of(
+        value.value
+        if isinstance(value, cst.Subscript) and constant_index(value) is not None
+        else value
+    )  # (`train_loss, train_acc = train(...)` gives `train(...)[0]`, a node of its own)
     if anatomy.parent(made) is anatomy.parent(branch) and anatomy.precedes(made, branch):
         ctx.plan.insert_after(made, new)
     else:

@@ -1365,3 +1365,101 @@ def test_a_log_file_a_helper_of_another_file_opens_is_rank_0s(tmp_path: Path, ma
     assert f"    if dist.get_rank() == 0:\n        {call}\n" in text
     assert "dist.barrier()" not in text
     assert "        if dist.get_rank() == 0:\n            logger.info('epoch %d', epoch)\n" in text
+
+
+ENGINE_WITH_A_MEAN = """\
+import torch
+
+
+def train_one_epoch(model, loader, optimizer, device):
+    model.train()
+    running = 0.0
+    n = 0
+    for images, target in loader:
+        images, target = images.to(device), target.to(device)
+        loss = torch.nn.functional.cross_entropy(model(images), target)
+        loss_value = loss.item()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        running += loss_value * images.size(0)
+        n += images.size(0)
+    return running / n
+"""
+
+EARLY_STOPPING = """\
+import os
+
+
+class EarlyStopping:
+    def __init__(self, patience=2):
+        self.patience = patience
+        self.best = float("inf")
+        self.counter = 0
+        self.early_stop = False
+
+    def __call__(self, loss):
+        with open(f"monitored{os.environ.get('RANK', '0')}.txt", "a") as f:
+            f.write(f"{loss:.8f}\\n")
+        if loss < self.best:
+            self.best, self.counter = loss, 0
+        else:
+            self.counter += 1
+            self.early_stop = self.counter >= self.patience
+"""
+
+
+def test_a_mean_loss_a_helper_of_another_file_returns_is_averaged_before_decisions(
+    tmp_path: Path,
+) -> None:
+    """Round-32 audit C engine_with_amp_scaler_and_clip_c and early_stop_on_train_loss_module,
+    round-31 C callbacks_module_early_stopping_c: `train_loss = train_one_epoch(...)`, a mean
+    over this process's batches, steered a ReduceLROnPlateau (refused) and an EarlyStopping
+    (a flag all-reduced with MAX: the run stopped at the first rank's own plateau). It is
+    averaged over the processes right after it is returned, as an expert would: every rank
+    then monitors the same value, the whole dataset's mean loss."""
+    (tmp_path / "engine.py").write_text(ENGINE_WITH_A_MEAN)
+    (tmp_path / "callbacks.py").write_text(EARLY_STOPPING)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from callbacks import EarlyStopping\nfrom engine import train_one_epoch\n\n\n"
+        "def main():\n"
+        "    torch.manual_seed(0)\n"
+        "    device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "    x = torch.randn(96, 4)\n"
+        "    train_set = TensorDataset(x, (x[:, 0] > 0).long())\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 2).to(device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)\n"
+        "    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0)\n"
+        "    stopper = EarlyStopping(patience=2)\n"
+        "    for epoch in range(6):\n"
+        "        train_loss = train_one_epoch(model, loader, optimizer, device)\n"
+        "        plateau.step(train_loss)\n"
+        "        stopper(train_loss)\n"
+        "        if stopper.early_stop:\n"
+        "            break\n"
+        "    torch.save(model.state_dict(), 'model.pt')\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, notes = convert(script)
+    text = output.decode()
+    assert (
+        "        train_loss = train_one_epoch(model, loader, optimizer, device)\n"
+        "        mean = torch.tensor(float(train_loss))\n"
+        "        dist.all_reduce(mean)\n"
+        "        train_loss = mean.item() / dist.get_world_size()  # the mean over all processes\n"
+        "        plateau.step(train_loss)\n"
+    ) in text
+    assert "ReduceOp.MAX" not in text  # the value is the same in every process: no flag
+    assert any("`train_loss`, a mean over this process's batches" in note for note in notes)
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    # EarlyStopping (callbacks.py, not converted) writes what it monitors in each process:
+    # the same values, epoch by epoch
+    monitored = [(tmp_path / f"monitored{rank}.txt").read_text().split() for rank in (0, 1)]
+    assert monitored[0] and monitored[0] == monitored[1], monitored
