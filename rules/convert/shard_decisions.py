@@ -32,6 +32,72 @@ from ddpify.rule import ConvertContext, ConvertRule, Example
 PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
 
 
+# A mean a helper returns, monitored by an early-stopping object: averaged once,
+# right after it is returned, every process monitors the whole dataset's mean.
+HELPER_MEAN = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+    from callbacks import EarlyStopping
+
+
+    def train_epoch(model, loader, optimizer):
+        losses = []
+        for x, y in loader:
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return sum(losses) / len(losses)
+
+
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    early_stopping = EarlyStopping(patience=3)
+    for epoch in range(epochs):
+        train_loss = train_epoch(model, train_loader, optimizer)
+        early_stopping(train_loss)
+        if early_stopping.early_stop:
+            break
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+    from callbacks import EarlyStopping
+    import torch.distributed as dist
+
+
+    def train_epoch(model, loader, optimizer):
+        losses = []
+        for x, y in loader:
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return sum(losses) / len(losses)
+
+
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    early_stopping = EarlyStopping(patience=3)
+    for epoch in range(epochs):
+        train_loss = train_epoch(model, train_loader, optimizer)
+        mean = torch.tensor(float(train_loss))
+        dist.all_reduce(mean)
+        train_loss = mean.item() / dist.get_world_size()  # the mean over all processes
+        early_stopping(train_loss)
+        if early_stopping.early_stop:
+            break
+    """,
+)
+
+
 class ShardDecisions(ConvertRule):
     """
     ## What it does
@@ -257,70 +323,7 @@ class ShardDecisions(ConvertRule):
                     break
             """,  # noqa: E501
         ),
-        # A mean a helper returns, monitored by an early-stopping object: averaged once,
-        # right after it is returned, every process monitors the whole dataset's mean.
-        Example(
-            """
-            import torch
-            from torch.utils.data import DataLoader
-
-            from callbacks import EarlyStopping
-
-
-            def train_epoch(model, loader, optimizer):
-                losses = []
-                for x, y in loader:
-                    loss = model(x).sum()
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-                    losses.append(loss.item())
-                return sum(losses) / len(losses)
-
-
-            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
-            model = Net()
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            early_stopping = EarlyStopping(patience=3)
-            for epoch in range(epochs):
-                train_loss = train_epoch(model, train_loader, optimizer)
-                early_stopping(train_loss)
-                if early_stopping.early_stop:
-                    break
-            """,
-            """
-            import torch
-            from torch.utils.data import DataLoader
-
-            from callbacks import EarlyStopping
-            import torch.distributed as dist
-
-
-            def train_epoch(model, loader, optimizer):
-                losses = []
-                for x, y in loader:
-                    loss = model(x).sum()
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-                    losses.append(loss.item())
-                return sum(losses) / len(losses)
-
-
-            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
-            model = Net()
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            early_stopping = EarlyStopping(patience=3)
-            for epoch in range(epochs):
-                train_loss = train_epoch(model, train_loader, optimizer)
-                mean = torch.tensor(float(train_loss))
-                dist.all_reduce(mean)
-                train_loss = mean.item() / dist.get_world_size()  # the mean over all processes
-                early_stopping(train_loss)
-                if early_stopping.early_stop:
-                    break
-            """,
-        ),
+        HELPER_MEAN,
         # A dry run's `break` on the batch index: every process counts the same batches.
         Example(
             """

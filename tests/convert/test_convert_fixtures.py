@@ -1056,7 +1056,10 @@ for step in range(1000):
 def test_a_value_returned_from_the_batch_loop_of_a_function_is_this_process_s() -> None:
     """`train_loss = train_epoch(...)` returning `running / len(loader.dataset)`: early
     stopping on it is taken by every process together (round-3 audit s12: rank 0 broke out
-    alone and rank 1 died waiting in the next all-reduce)."""
+    alone and rank 1 died waiting in the next all-reduce). The count becomes this process's
+    (DDP011), so the value is a mean over its samples: averaged over the processes, it is
+    the single-process script's value, and every process decides on it alike (it was a
+    flag all-reduced with MAX: the first process to stall stopped them all)."""
     source = """\
 import torch
 from torch.utils.data import DataLoader
@@ -1089,8 +1092,14 @@ for epoch in range(100):
     result = convert_source(source.encode(), "es.py", ConvertOptions())
     assert not result.refused and not result.problems
     assert [(n.code, n.line) for n in result.notes if n.code == "DDP010"] == [("DDP010", 22)]
-    assert b"    taken = torch.tensor(float(train_loss < best))" in result.output
-    assert b"    if taken.item():\n" in result.output
+    assert b"    return running / len(loader.sampler)\n" in result.output
+    assert (
+        b"    train_loss = train_epoch(model, loader)\n"
+        b"    train_loss_mean = torch.tensor(float(train_loss))\n"
+        b"    dist.all_reduce(train_loss_mean)\n"
+        b"    train_loss = train_loss_mean.item() / dist.get_world_size()"
+    ) in result.output
+    assert b"ReduceOp.MAX" not in result.output
 
 
 def test_a_file_saved_by_one_function_and_loaded_by_another_waits_for_rank_0() -> None:
