@@ -139,6 +139,16 @@ def convert_source(
             "`getattr(torch.optim, name)`): which model it trains decides the DDP wrap; "
             "make it in this file from `model.parameters()`, or convert by hand",
         )
+    elsewhere = anatomy.project.training_elsewhere() if skipped == NOT_TRAINING else None
+    if elsewhere is not None:
+        call, trains = elsewhere
+        return _refused(
+            source,
+            anatomy.line(call),
+            f"no training loop in this file: it trains in `{source_text(call.func)}(...)`, "
+            f"of its project (the backward pass is in {anatomy.project.shown(trains)}), in "
+            "files ddpify does not rewrite; convert them by hand",
+        )
     if skipped is not None:
         return ConvertResult(source, source, skipped=skipped)
     ctx = ConvertContext(anatomy=anatomy, options=options)

@@ -107,33 +107,7 @@ class TrainingScript:
     @cached_property
     def foreign_training(self) -> list[ForeignTraining]:
         """Calls of the project's functions in other files that run a backward pass."""
-        if self.project is None or self.project.path is None or self.index.other_framework:
-            return []
-        found = []
-        for call in self.index.calls:
-            if self.graph.calls_script(call) or not call.args:
-                continue
-            helper = self.project.helper(call) or _closure_called(self, call)
-            if helper is None:
-                continue
-            effects = self.project.effects(helper)
-            if not effects.trains:
-                continue
-            training = ForeignTraining(call, helper, effects)
-            scope = self.index.function_of(call)
-            for arg in call.args:
-                loader = self.loaders.loader_for(self.loaders.resolve(arg.value, scope))
-                if loader is not None:
-                    training.loader, training.loader_name = loader, dotted(arg.value)
-                    break
-            chain = self.graph.loops_around(call)
-            if chain and chain[0][1] == "loop":
-                loop = chain[0][0]
-                assert isinstance(loop, cst.For | cst.While)
-                training.epoch_loop = loop
-                training.epoch_var = epoch_variable(loop, self.graph)
-            found.append(training)
-        return found
+        return _foreign_training(self)
 
     @cached_property
     def trainer_classes(self) -> list[tuple[cst.Call, Path]]:
@@ -206,7 +180,15 @@ class TrainingScript:
             if any(pattern.match(name) for name in self.index.qualified_names(call.func))
             or _chosen_by_name(self.index, call)
             or (isinstance(call.func, cst.Name) and call.func.value in own)
+            or id(call) in self.foreign_optimizers
         ]
+
+    @cached_property
+    def foreign_optimizers(self) -> dict[int, cst.BaseExpression]:
+        """Optimizers a function of another project file makes over the parameters of a
+        model it is given (`optimizer = build_optimizer(model, cfg)`, round-32 audit C
+        optim_factory_module): by call, the model given."""
+        return _foreign_optimizers(self)
 
     @cached_property
     def optimizer_factories(self) -> dict[cst.Call, list[cst.Call]]:
@@ -256,6 +238,9 @@ class TrainingScript:
         """The expressions an optimizer's `params` may come from: the argument itself, and
         what a name it reads was built from (`groups = [{"params": [p for n, p in
         model.named_parameters() if ...]}]`, Hugging Face's no-decay groups)."""
+        model = self.foreign_optimizers.get(id(optimizer))
+        if model is not None:  # `build_optimizer(model, cfg)`: over `model.parameters()`
+            return [cst.Call(func=cst.Attribute(value=model, attr=cst.Name("parameters")))]
         if any(optimizer in sites for sites in self.optimizer_factories.values()):
             # `model.configure_optimizers(...)`: what the method reads as `self.parameters()`
             assert isinstance(optimizer.func, cst.Attribute)
@@ -625,6 +610,55 @@ def _filled_by_hand(
             and any(dotted(target) in names for target in walk(node.target))
         ):
             found.append(node.iter)
+    return found
+
+
+def _foreign_training(script: TrainingScript) -> list[ForeignTraining]:
+    """`TrainingScript.foreign_training`."""
+    if script.project is None or script.project.path is None or script.index.other_framework:
+        return []
+    found = []
+    for call in script.index.calls:
+        if script.graph.calls_script(call) or not call.args:
+            continue
+        helper = script.project.helper(call) or _closure_called(script, call)
+        if helper is None:
+            continue
+        effects = script.project.effects(helper)
+        if not effects.trains:
+            continue
+        training = ForeignTraining(call, helper, effects)
+        scope = script.index.function_of(call)
+        for arg in call.args:
+            loader = script.loaders.loader_for(script.loaders.resolve(arg.value, scope))
+            if loader is not None:
+                training.loader, training.loader_name = loader, dotted(arg.value)
+                break
+        chain = script.graph.loops_around(call)
+        if chain and chain[0][1] == "loop":
+            loop = chain[0][0]
+            assert isinstance(loop, cst.For | cst.While)
+            training.epoch_loop = loop
+            training.epoch_var = epoch_variable(loop, script.graph)
+        found.append(training)
+    return found
+
+
+def _foreign_optimizers(script: TrainingScript) -> dict[int, cst.BaseExpression]:
+    """`TrainingScript.foreign_optimizers`."""
+    if script.project is None or script.project.path is None:
+        return {}
+    found: dict[int, cst.BaseExpression] = {}
+    for call in script.index.calls:
+        if script.graph.calls_script(call) or not call.args:
+            continue
+        parameter = script.project.optimized_parameter(call)
+        helper = script.project.helper(call) if parameter is not None else None
+        if helper is None or parameter is None:
+            continue
+        model = helper.graph.bound_argument(call, helper.function, parameter)
+        if isinstance(model, cst.Name | cst.Attribute):
+            found[id(call)] = model
     return found
 
 

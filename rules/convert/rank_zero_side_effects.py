@@ -793,11 +793,29 @@ def _read_later(anatomy: Anatomy, statement: cst.CSTNode) -> bool:
     """Whether a statement after `statement`, in its block, reads files (`np.loadtxt(path)`
     after `if not os.path.exists(path): make_csv(path)`, round-11 audit d03)."""
     assert isinstance(statement, cst.BaseStatement)
+    function = anatomy.function_of(statement)
+    for outer in anatomy.ancestors(statement):  # after the `if not os.path.exists(...)` too
+        if outer is function:
+            break
+        if isinstance(outer, cst.If | cst.With | cst.Try) and _read_after(anatomy, outer):
+            return True
+    return _read_after(anatomy, statement)
+
+
+def _read_after(anatomy: Anatomy, statement: cst.BaseStatement) -> bool:
     body = list(anatomy.body_of(statement))
     # through the script's functions and classes too (`SentimentDataset(texts, vocab_path)`
     # reading the vocab.json `build_vocab` wrote: round-17 audit s33)
+    # and through the project's other files (`CharTokenizer.from_file(train_path)` reading
+    # the corpus `generate_corpus` wrote: round-33 audit C text_dataset_collate_module)
     return any(
-        anatomy.graph.reaches(later, _reads_files) for later in body[body.index(statement) + 1 :]
+        anatomy.graph.reaches(later, _reads_files)
+        or any(
+            anatomy.project.reaches(call, _reads_files)
+            for call in walk(later)
+            if isinstance(call, cst.Call)
+        )
+        for later in body[body.index(statement) + 1 :]
     )
 
 
@@ -862,7 +880,7 @@ def _writes_files(anatomy: Anatomy, node: cst.CSTNode) -> bool:
     return any(
         anatomy.effects.of(line) in FILE_WRITES
         for line in walk(node)
-        if isinstance(line, cst.SimpleStatementLine)
+        if isinstance(line, cst.SimpleStatementLine | cst.With)  # `with open(p, "w") as f:`
     )
 
 
@@ -1012,7 +1030,7 @@ def _helpers_that_write(
         helper = anatomy.project.helper(call)
         if helper is None:
             continue
-        if anatomy.project.called_instance(call) is not None and anatomy.project.keeps_state(call):
+        if anatomy.project.keeps_state(call) and anatomy.project.changes_the_object(call):
             continue  # (refused: `_foreign_writers`)
         effects = anatomy.project.effects(helper)
         if not effects.writes or effects.trains:

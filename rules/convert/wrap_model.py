@@ -330,6 +330,7 @@ class WrapModel(ConvertRule):
     def refuse(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
         _refuse_lazy_modules(ctx)
+        _refuse_models_made_elsewhere(ctx)
         for call, path in anatomy.script.trainer_classes:
             ctx.cannot(
                 call,
@@ -1116,6 +1117,24 @@ def _functional_elsewhere(ctx: ConvertContext, model: Model) -> None:
                 )
 
 
+def _refuse_models_made_elsewhere(ctx: ConvertContext) -> None:
+    """engine.py's `train_fold(fold, train_idx, val_idx, dataset, args)` (round-33 audit C
+    kfold_engine_module): the model, its optimizer and its loaders are all made in a helper
+    of another file, which trains them; the script has nothing to wrap."""
+    anatomy = ctx.anatomy
+    if anatomy.models.all or anatomy.script.optimizer_calls:
+        return
+    for training in anatomy.script.foreign_training:
+        helper = training.helper
+        ctx.cannot(
+            training.call,
+            f"`{helper.name}()` ({anatomy.project.shown(helper.path)}) makes the model it "
+            "trains and trains it in that file, which ddpify does not rewrite: nothing here "
+            "to wrap in DDP; convert that file by hand",
+            blocking=True,
+        )
+
+
 def _handed_to_helpers(anatomy: Anatomy, model: Model) -> list[tuple[cst.Call, cst.Arg]]:
     """Calls after the wrap that hand the model to a function of another project file."""
     assert model.placement is not None
@@ -1132,6 +1151,13 @@ def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> N
     """A helper of another file that reads the model's own attributes gets the bare model,
     when it only reads them or evaluates; one that may train with it is refused."""
     use = ctx.anatomy.project.model_use(call, argument)
+    if use is not None and id(call) in ctx.anatomy.script.foreign_optimizers:
+        # `build_optimizer(model, cfg)`: groups picked by the parameters' names (`"head." in
+        # name`) see the model's own names, not the wrapper's `module.` ones
+        where = f"`{use.helper.name}()` ({ctx.anatomy.project.shown(use.helper.path)})"
+        ctx.plan.replace(argument.value, _through_module)
+        ctx.changed(call, f"{where} makes the optimizer from the bare model's parameters")
+        return
     if use is not None and ctx.anatomy.project.shows_outputs(call, use):
         where = f"`{use.helper.name}()` ({ctx.anatomy.project.shown(use.helper.path)})"
         ctx.plan.replace(argument.value, _through_module)

@@ -1463,3 +1463,365 @@ def test_a_mean_loss_a_helper_of_another_file_returns_is_averaged_before_decisio
     # the same values, epoch by epoch
     monitored = [(tmp_path / f"monitored{rank}.txt").read_text().split() for rank in (0, 1)]
     assert monitored[0] and monitored[0] == monitored[1], monitored
+
+
+OPTIMIZER_FACTORY = """\
+import torch
+
+
+def build_optimizer(model, lr):
+    head = [p for name, p in model.named_parameters() if name.startswith("head.")]
+    body = [p for name, p in model.named_parameters() if not name.startswith("head.")]
+    return torch.optim.SGD([{"params": head, "lr": lr * 10}, {"params": body}], lr=lr)
+"""
+
+
+def test_an_optimizer_a_helper_of_another_file_makes_trains_the_wrapped_model(
+    tmp_path: Path,
+) -> None:
+    """Round-32 audit C optim_factory_module: `optimizer = build_optimizer(model, cfg)` from
+    optim.py was "where `optimizer` is made is not found", and the script refused. The model
+    is wrapped, and the helper is given the bare model: its groups, picked by the
+    parameters' names, see `head.weight`, not the wrapper's `module.head.weight`."""
+    (tmp_path / "optim.py").write_text(OPTIMIZER_FACTORY)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from optim import build_optimizer\n\n\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.body = torch.nn.Linear(4, 8)\n"
+        "        self.head = torch.nn.Linear(8, 2)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.head(torch.relu(self.body(x)))\n\n\n"
+        "def main():\n"
+        "    torch.manual_seed(0)\n"
+        "    x = torch.randn(64, 4)\n"
+        "    data = TensorDataset(x, (x[:, 0] > 0).long())\n"
+        "    loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "    model = Net()\n"
+        "    optimizer = build_optimizer(model, 0.01)\n"
+        "    for epoch in range(2):\n"
+        "        for xb, yb in loader:\n"
+        "            loss = torch.nn.functional.cross_entropy(model(xb), yb)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "    state = {'model': model.state_dict(), 'optimizer': optimizer.state_dict()}\n"
+        "    torch.save(state, 'ckpt.pt')\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, notes = convert(script)
+    text = output.decode()
+    assert "    optimizer = build_optimizer(model.module, 0.01)\n" in text
+    assert (
+        "`build_optimizer()` (optim.py) makes the optimizer from the bare model's parameters"
+        in notes
+    )
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    import torch
+
+    saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    head, body = saved["optimizer"]["param_groups"]
+    assert (len(head["params"]), head["lr"]) == (2, 0.1)  # head.weight, head.bias
+    assert len(body["params"]) == 2
+    assert sorted(saved["model"]) == ["body.bias", "body.weight", "head.bias", "head.weight"]
+
+
+def test_a_helper_that_makes_and_trains_its_own_model_is_refused(tmp_path: Path) -> None:
+    """Round-33 audit C kfold_engine_module_b: engine.py's `train_fold(fold, train_idx,
+    val_idx, dataset, args)` makes the loaders, the model and the optimizer and trains; the
+    script only loops over the folds. ddpify crashed (IndexError) looking for the model to
+    wrap; it refuses, naming the helper."""
+    (tmp_path / "engine.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, Subset\n\n\n"
+        "def train_fold(fold, train_idx, dataset):\n"
+        "    loader = DataLoader(Subset(dataset, train_idx), batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.Adam(model.parameters())\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "    return loss.item()\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import TensorDataset\n\n"
+        "from engine import train_fold\n\n"
+        "dataset = TensorDataset(torch.randn(40, 4), torch.randn(40, 1))\n"
+        "scores = []\n"
+        "for fold in range(3):\n"
+        "    train_idx = [i for i in range(40) if i % 3 != fold]\n"
+        "    scores.append(train_fold(fold, train_idx, dataset))\n"
+        "print(sum(scores) / len(scores))\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP003", 10)
+    assert "`train_fold()` (engine.py) makes the model it trains" in problem.message
+
+
+def test_a_trainer_class_given_another_name_is_refused(tmp_path: Path) -> None:
+    """Round-33 audit D informer_exp_package: Informer's `Exp = Exp_Informer`, then `exp =
+    Exp(args); exp.train(setting)`: the class that trains was not recognised through its
+    alias, and the script was left alone as "not a training script" (exit 0, a copy that
+    trains on every rank on all the data)."""
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "__init__.py").write_text("")
+    (tmp_path / "exp" / "exp_informer.py").write_text(
+        "import torch\n\n\n"
+        "class Exp_Informer:\n"
+        "    def __init__(self, args):\n"
+        "        self.model = torch.nn.Linear(4, 1)\n\n"
+        "    def train(self, setting):\n"
+        "        optimizer = torch.optim.Adam(self.model.parameters())\n"
+        "        for x, y in self.loader:\n"
+        "            loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n\nfrom exp.exp_informer import Exp_Informer\n\n"
+        "Exp = Exp_Informer\n"
+        "exp = Exp(None)\n"
+        "exp.train('setting')\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert problem.line == 6
+    assert "`Exp` (exp/exp_informer.py) trains in its own methods" in problem.message
+
+
+def _training_loop_project(root: Path) -> Path:
+    """StyleGAN2-ADA's layout: training/training_loop.py loops, the loss it builds by name
+    (in training/loss.py) runs the backward pass."""
+    (root / "training").mkdir()
+    (root / "training" / "__init__.py").write_text("")
+    (root / "training" / "loss.py").write_text(
+        "class Loss:\n    def accumulate_gradients(self, G, x):\n        G(x).sum().backward()\n"
+    )
+    (root / "training" / "training_loop.py").write_text(
+        "import torch\n\nfrom training import loss as loss_module\n\n\n"
+        "def training_loop(G, steps, loss_class='Loss'):\n"
+        "    loss = getattr(loss_module, loss_class)()\n"
+        "    opt = torch.optim.Adam(G.parameters())\n"
+        "    for step in range(steps):\n"
+        "        loss.accumulate_gradients(G, torch.randn(8, 4))\n"
+        "        opt.step()\n\n\n"
+        "def evaluate(G, xs):\n"
+        "    with torch.no_grad():\n"
+        "        return [G(x) for x in xs]\n"
+    )
+    return root
+
+
+def test_a_training_loop_whose_backward_is_in_a_third_file_is_refused(tmp_path: Path) -> None:
+    """Round-33 audit D stylegan_like_training_loop_module: train.py only parses arguments
+    and calls `training_loop.training_loop(**c)`; the backward pass is in the loss that
+    function builds by name. It was left alone as "not a training script", and its copy
+    drew the same samples on every rank. Refused, naming both files' roles."""
+    script = _training_loop_project(tmp_path) / "train.py"
+    script.write_text(
+        "import torch\n\nfrom training import training_loop\n\n"
+        "c = dict(G=torch.nn.Linear(4, 1), steps=10)\n"
+        "training_loop.training_loop(**c)\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert problem.line == 6
+    assert "it trains in `training_loop.training_loop(...)`" in problem.message
+    assert "the backward pass is in training/loss.py" in problem.message
+
+
+def test_a_script_that_only_predicts_with_a_helper_beside_a_training_one_is_left_alone(
+    tmp_path: Path,
+) -> None:
+    """The other side: engine.py's `predict()` loops, and `train_one_epoch()` beside it
+    runs a backward pass; predict.py calls `predict()` alone, which trains nothing: it is
+    left alone, not refused."""
+    (tmp_path / "engine.py").write_text(
+        "import torch\n\n\n"
+        "def train_one_epoch(model, loader, optimizer):\n"
+        "    for x, y in loader:\n"
+        "        torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n\n\n"
+        "def predict(model, loader):\n"
+        "    with torch.no_grad():\n"
+        "        return [model(x) for x, _ in loader]\n\n\n"
+        "def predict_all(model, loaders):\n"
+        "    out = []\n"
+        "    for loader in loaders:\n"
+        "        out += predict(model, loader)\n"
+        "    return out\n"
+    )
+    script = tmp_path / "predict.py"
+    script.write_text(
+        "import torch\n\nfrom engine import predict_all\n\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "print(predict_all(model, [[(torch.randn(8, 4), None)]]))\n"
+    )
+    result = convert_source(script.read_bytes(), "predict.py", ConvertOptions(), script)
+    assert not result.refused and result.output == result.source
+
+
+RUN_LOGGER = """\
+import json
+import os
+
+_run = None
+
+
+class Run:
+    def __init__(self, name):
+        self.dir = os.path.join("runs", name)
+        os.makedirs(self.dir, exist_ok=True)
+        self._fh = open(os.path.join(self.dir, "metrics.jsonl"), "a")
+        self.summary = {}
+
+    def log(self, data):
+        self._fh.write(json.dumps(data) + "\\n")
+        self.summary.update(data)
+
+    def finish(self):
+        with open(os.path.join(self.dir, "summary.json"), "w") as f:
+            json.dump(self.summary, f)
+        self._fh.close()
+
+
+def init(name):
+    global _run
+    _run = Run(name)
+    return _run
+
+
+def log(data):
+    _run.log(data)
+
+
+def finish():
+    _run.finish()
+"""
+
+
+def test_a_run_logger_of_another_file_is_made_and_finished_on_rank_0(tmp_path: Path) -> None:
+    """Round-33 audit C jsonl_run_logger_module: logger.py's wandb-like `init()` makes a
+    `Run` that opens its files, and `finish()` writes summary.json through the module's
+    `_run`. Only `logger.log` was put on rank 0: rank 1 made the run too, and its `finish()`
+    overwrote rank 0's summary with an empty one. The run is made, used and finished on
+    rank 0 only."""
+    (tmp_path / "logger.py").write_text(RUN_LOGGER)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "import logger\n\n\n"
+        "def main():\n"
+        "    run = logger.init('mlp')\n"
+        "    x = torch.randn(32, 4)\n"
+        "    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "    for epoch in range(2):\n"
+        "        for xb, yb in loader:\n"
+        "            loss = torch.nn.functional.mse_loss(model(xb), yb)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "            logger.log({'loss': loss.item()})\n"
+        "    torch.save(model.state_dict(), f'{run.dir}/model.pt')\n"
+        "    logger.finish()\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, notes = convert(script)
+    text = output.decode()
+    assert "    if dist.get_rank() == 0:\n        run = logger.init('mlp')\n" in text
+    assert "\n    logger.finish()\n" not in text
+    assert "if dist.get_rank() == 0:\n                logger.log({'loss': loss.item()})\n" in text
+    assert any("`finish()` (logger.py) writes files" in note for note in notes)
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    summary = json.loads((tmp_path / "runs" / "mlp" / "summary.json").read_text())
+    assert set(summary) == {"loss"}  # rank 0's, not an empty one written after it
+    logged = (tmp_path / "runs" / "mlp" / "metrics.jsonl").read_text().splitlines()
+    assert len(logged) == 2 * 4  # 2 epochs of rank 0's 4 batches, once
+
+
+TOKENIZER = """\
+import json
+
+
+class CharTokenizer:
+    def __init__(self, chars):
+        self.stoi = {c: i for i, c in enumerate(sorted(chars))}
+
+    @classmethod
+    def from_file(cls, path):
+        with open(path) as f:
+            return cls(set(f.read()))
+
+    def save(self, path):
+        with open(path, "w") as f:
+            json.dump(self.stoi, f)
+"""
+
+
+def test_files_a_class_method_of_another_file_reads_are_written_first(tmp_path: Path) -> None:
+    """Round-33 audit C text_dataset_collate_module: the corpus the script writes when it is
+    missing (put on rank 0) was read by `CharTokenizer.from_file(path)` of tokenizer.py with
+    no barrier between (rank 1 died with FileNotFoundError), and `tokenizer.save(...)`,
+    which writes vocab.json and changes nothing in the tokenizer the others read, ran on
+    every rank."""
+    (tmp_path / "tokenizer.py").write_text(TOKENIZER)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os\n\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from tokenizer import CharTokenizer\n\n\n"
+        "def generate_corpus(path):\n"
+        "    with open(path, 'w') as f:\n"
+        "        f.write('the movie was quite a ride')\n\n\n"
+        "def main():\n"
+        "    if not os.path.exists('corpus.txt'):\n"
+        "        generate_corpus('corpus.txt')\n"
+        "    tokenizer = CharTokenizer.from_file('corpus.txt')\n"
+        "    tokenizer.save('vocab.json')\n"
+        "    x = torch.randn(16, len(tokenizer.stoi))\n"
+        "    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4)\n"
+        "    model = torch.nn.Linear(x.shape[1], 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "    for xb, yb in loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(xb), yb)\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, _ = convert(script)
+    text = output.decode()
+    assert (
+        "    if dist.get_rank() != 0:\n"
+        "        dist.barrier()  # rank 0 writes the files first; the others then find them\n"
+        "    if not os.path.exists('corpus.txt'):\n"
+        "        generate_corpus('corpus.txt')\n"
+        "    if dist.get_rank() == 0:\n"
+        "        dist.barrier()\n"
+    ) in text
+    assert "    if dist.get_rank() == 0:\n        tokenizer.save('vocab.json')\n" in text
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert json.loads((tmp_path / "vocab.json").read_text())["t"] >= 0
