@@ -826,7 +826,7 @@ def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
             script.index.precedes(call, backward)
             and script.index.function_of(backward) is script.index.function_of(call)
             for backward in script.backward_calls
-        ) or _without_gradients(script.index, call):
+        ) or without_gradients(script.index, call):
             continue  # an evaluation batch after the epoch's training, reusing its names
         scope = script.index.function_of(call)
         source = call.args[0].value
@@ -845,9 +845,22 @@ def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
     return found
 
 
-def _without_gradients(index: SourceIndex, node: cst.CSTNode) -> bool:
-    """Whether `node` runs under `with torch.no_grad():` (or `inference_mode()`)."""
-    return any(
+def without_gradients(index: SourceIndex, node: cst.CSTNode) -> bool:
+    """Whether `node` runs under `with torch.no_grad():` (or `inference_mode()`), or in a
+    function decorated with one (`@torch.no_grad()`)."""
+    function = index.function_of(node)
+    decorated = function is not None and any(
+        (
+            dotted(
+                decorator.decorator.func
+                if isinstance(decorator.decorator, cst.Call)
+                else decorator.decorator
+            )
+            or ""
+        ).endswith(("no_grad", "inference_mode"))
+        for decorator in function.decorators
+    )
+    return decorated or any(
         isinstance(ancestor, cst.With)
         and any(
             isinstance(item.item, cst.Call)
@@ -1073,7 +1086,7 @@ def _made_to_evaluate(index: SourceIndex, loader: Loader) -> bool:
     """A loader made in a function that runs without gradients (`@torch.no_grad()`,
     `@torch.inference_mode()` on it, makemore's `evaluate`) or under `with
     torch.no_grad():`: it cannot feed a backward pass."""
-    if _without_gradients(index, loader.call):
+    if without_gradients(index, loader.call):
         return True
     function = index.function_of(loader.call)
     return function is not None and any(

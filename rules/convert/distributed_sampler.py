@@ -19,7 +19,7 @@ from ddpify.analysis.api import (
 from ddpify.analysis.calls import MAX_DEPTH, passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, read_as, string_value, strip_iteration
 from ddpify.analysis.project import repasses
-from ddpify.analysis.script import ForeignTraining, TrainLoop
+from ddpify.analysis.script import ForeignTraining, TrainLoop, without_gradients
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import (
@@ -1010,21 +1010,24 @@ def _draw_apart(ctx: ConvertContext, drawing: cst.Call) -> None:
 
 SHARD_BY_RANK = """
 class {name}:
-    \"\"\"What `sampler` gives each pass ({what}), in rank 0's order, dealt out: every
-    world_size-th to this process, as many to each.\"\"\"
+    \"\"\"What `sampler` gives each pass ({what}), in rank 0's order, dealt out in runs of
+    `block` (a batch: what it draws for one batch stays together): every world_size-th run
+    to this process, as many to each.\"\"\"
 
-    def __init__(self, sampler):
+    def __init__(self, sampler, block=1):
         self.sampler = sampler
+        self.block = block
 
     def __iter__(self):
         drawn = [list(self.sampler)]  # every process draws, so random streams stay in step
         dist.broadcast_object_list(drawn, src=0)
-        world_size = dist.get_world_size()
-        kept = len(drawn[0]) // world_size * world_size
-        return iter(drawn[0][dist.get_rank():kept:world_size])
+        world_size, block = dist.get_world_size(), self.block
+        runs = len(drawn[0]) // block // world_size * world_size
+        mine = range(dist.get_rank() * block, runs * block, world_size * block)
+        return iter([item for start in mine for item in drawn[0][start:start + block]])
 
     def __len__(self):
-        return len(self.sampler) // dist.get_world_size()
+        return len(self.sampler) // self.block // dist.get_world_size() * self.block
 """
 
 
@@ -1054,14 +1057,19 @@ def _deal_out(ctx: ConvertContext, loader: Loader, keyword: str, given: cst.Arg,
     ctx.add_import("torch.distributed", asname="dist")
     code = SHARD_BY_RANK.format(name=wrapper, what=what)
     ctx.plan.insert_after(anatomy.classes[made], [_two_blank_lines(s) for s in statements(code)])
-    ctx.plan.replace(
-        given.value,
-        lambda updated: cst.Call(cst.Name(wrapper), [cst.Arg(updated)]),
-    )
+    batch = call_arg(loader.call, 1, "batch_size") if keyword == "sampler" else None
+    block = [cst.Arg(batch.value.deep_clone())] if batch is not None else []
+
+    def dealt(updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.BaseExpression)
+        return cst.Call(cst.Name(wrapper), [cst.Arg(updated), *block])
+
+    ctx.plan.replace(given.value, dealt)
+    runs = "a batch's indices at a time, " if block else ""
     ctx.changed(
         loader.call,
         f"training DataLoader sharded: its own `{keyword}` (`{made}`) is drawn on every "
-        f"process, rank 0's order broadcast, and `{wrapper}` deals out {what}, every "
+        f"process, rank 0's order broadcast, and `{wrapper}` deals out {what}, {runs}every "
         "world_size-th to each process, as many to each; it draws afresh every pass (no "
         "set_epoch)",
     )
@@ -2944,6 +2952,8 @@ def _may_train(anatomy: Anatomy, loop: cst.For | cst.CompFor) -> bool:
     def trains(node: cst.CSTNode) -> bool:
         return is_method_call(node, "backward", "step", "zero_grad")
 
+    if without_gradients(anatomy, loop):
+        return False  # an evaluation (Informer's `vali()`, round-33 audit A)
     if anatomy.graph.reaches(loop, trains):
         return True
     function = anatomy.function_of(loop)

@@ -1192,7 +1192,7 @@ def test_samples_a_sampler_of_the_script_s_own_repeats_are_no_shared_data(
         "        optimizer.step()\n"
     )
     converted, outcome, table = converted_and_verified(original, steps=3)
-    assert b"sampler=ShardByRank(BalancedSampler(y))" in converted.read_bytes()
+    assert b"sampler=ShardByRank(BalancedSampler(y), 8)" in converted.read_bytes()
     assert statuses(outcome)["data-sharding"] is Status.PASS, table
 
 
