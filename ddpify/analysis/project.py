@@ -543,23 +543,26 @@ def _parameters_of_one(function: cst.FunctionDef) -> str | None:
     roots = {
         (dotted(node.func.value) or "").split(".")[0]  # type: ignore[attr-defined]
         for node in walk(function.body)
-        if is_method_call(node, "parameters", "named_parameters")
-    }
-    given = {param.name.value for param in function.params.params}
-    return roots.pop() if len(roots) == 1 and roots <= given else None
+        if is_method_call(node, "parameters", "named_parameters", "modules", "named_modules")
+    }  # (YOLOv5's `for v in model.modules(): v.named_parameters(recurse=False)`: `v` local)
+    given = roots & {param.name.value for param in function.params.params}
+    return given.pop() if len(given) == 1 else None
 
 
 def _made_optimizer(helper: Helper, value: cst.BaseExpression) -> cst.Call | None:
     """The `torch.optim` optimizer `value`, returned by `helper`, is: the call itself or the
     one call a name it returns is given."""
-    if isinstance(value, cst.Name):
+    if isinstance(value, cst.Name):  # every value the name is given (YOLOv5's if/elif)
         given = [
             assign.value
             for assign in helper.index.assigns
             if helper.index.function_of(assign) is helper.function
             and any(dotted(target.target) == value.value for target in assign.targets)
         ]
-        value = given[0] if len(given) == 1 else value
+        made = [
+            _made_optimizer(helper, one) if isinstance(one, cst.Call) else None for one in given
+        ]
+        return made[0] if made and all(made) else None
     if not isinstance(value, cst.Call):
         return None
     named = helper.index.qualified_names(value.func) | {dotted(value.func) or ""}

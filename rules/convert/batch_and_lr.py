@@ -269,6 +269,22 @@ def _in_steps_and_forwards(
     `forward`s (only of the classes it makes, with `made_only`)."""
     for loop in anatomy.script.train_loops:
         anatomy.graph.reaches(loop.batch_loop.body, collect)
+    # and the script's functions handed to the function that trains (`train(model,
+    # batch_hard_triplet_loss, device, loader, optimizer)`, round-33 audit A)
+    loops = [loop.batch_loop for loop in anatomy.script.train_loops]
+    for call in anatomy.calls:
+        handed = [
+            function
+            for arg in call.args
+            if isinstance(arg.value, cst.Name)
+            for function in anatomy.graph.defined(arg.value.value)
+            if anatomy.class_of(function) is None
+        ]
+        if handed and any(
+            anatomy.inside(loop, callee) for callee in anatomy.graph.callees(call) for loop in loops
+        ):
+            for function in handed:
+                anatomy.graph.reaches(function.body, collect)
     made = {dotted(call.func) for call in anatomy.calls}
     for name, owner in anatomy.classes.items():
         for method in methods(owner) if name in made or not made_only else ():
@@ -461,8 +477,15 @@ def _over_the_batch(node: cst.CSTNode) -> bool:
     name = dotted(node.func) or ""
     if name in ("torch.mm", "torch.matmul") and node.args:
         return any(_transposed(arg.value) for arg in node.args[:2])
-    if name in ("torch.cov", "torch.corrcoef"):
+    if name in ("torch.cov", "torch.corrcoef", "torch.pdist"):
         return True
+    if name == "torch.cdist" and len(node.args) >= 2:
+        # `torch.cdist(e, e)`: every sample's distance to every other (a batch-hard triplet
+        # miner, round-33 audit A); not to learned centres (`torch.cdist(x, self.centers)`)
+        first, second = node.args[0].value, node.args[1].value
+        return source_text(first) == source_text(second) or not any(
+            isinstance(arg, cst.Attribute) for arg in (first, second)
+        )
     if name == "torch.einsum" and node.args:
         return _einsum_across(node.args[0].value)
     if name in ("torch.norm", "torch.linalg.norm") and node.args:

@@ -458,7 +458,9 @@ def test_the_loader_made_again_shards_the_data_under_torchrun(tmp_path: Path) ->
 def test_an_optimizer_made_out_of_sight_is_refused_not_left_alone(tmp_path: Path) -> None:
     """Round-13 audit m09: `optimizer = build_optimizer(cfg, model)` from build.py. The
     script was reported "not a training script" and written out unchanged with exit 0; under
-    torchrun every rank trained on everything and wrote every file."""
+    torchrun every rank trained on everything and wrote every file. Since round 33 the
+    optimizer is followed into build.py (it trains `model`): what is refused here is the
+    data, a tensor iterated by hand."""
     (tmp_path / "build.py").write_text(
         "import torch\n\n\ndef build_optimizer(model):\n"
         "    return torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -475,8 +477,8 @@ def test_an_optimizer_made_out_of_sight_is_refused_not_left_alone(tmp_path: Path
     result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
     assert result.refused and result.skipped is None and result.output == script.read_bytes()
     [problem] = result.problems
-    assert (problem.code, problem.line) == ("DDP003", 8)
-    assert problem.message.startswith("`optimizer.step()` follows a backward pass, but where")
+    assert (problem.code, problem.line) == ("DDP004", 7)
+    assert problem.message.startswith("found no DataLoader to shard")
 
 
 def test_a_trainer_that_makes_its_own_optimizer_is_refused_not_left_alone(
@@ -1825,3 +1827,118 @@ def test_files_a_class_method_of_another_file_reads_are_written_first(tmp_path: 
     result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert json.loads((tmp_path / "vocab.json").read_text())["t"] >= 0
+
+
+def test_a_sampler_of_the_script_that_groups_a_batch_is_dealt_out_a_batch_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """Round-33 audit A pytorch_metric_learning_triplet_miner: an MPerClassSampler yields m
+    indices of one class in a row, and the batch-hard loss needs them in one batch. Its
+    `ShardByRank` dealt the indices out one by one (every world_size-th), so each process's
+    batch held m / world_size per class, and with m = 2 no positive pair at all. It deals
+    out a batch's run of indices at a time: each process's batches keep m per class."""
+    (tmp_path / "recorder.py").write_text(  # each process's batches, written at its exit
+        "import atexit\nimport os\n\nSEEN = []\n\n\ndef record(labels):\n"
+        "    SEEN.append(' '.join(str(int(v)) for v in labels))\n\n\n"
+        "def _dump():\n"
+        "    with open(f\"batches{os.environ.get('RANK', '0')}.txt\", 'w') as f:\n"
+        "        f.write('\\n'.join(SEEN) + '\\n')\n\n\n"
+        "atexit.register(_dump)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import random\n\nimport torch\n"
+        "from torch.utils.data import DataLoader, Sampler, TensorDataset\n\n"
+        "from recorder import record\n\n\n"
+        "class MPerClassSampler(Sampler):\n"
+        "    def __init__(self, labels, m):\n"
+        "        self.m = m\n"
+        "        self.by_class = {}\n"
+        "        for i, label in enumerate(labels.tolist()):\n"
+        "            self.by_class.setdefault(label, []).append(i)\n\n"
+        "    def __len__(self):\n"
+        "        return self.m * len(self.by_class)\n\n"
+        "    def __iter__(self):\n"
+        "        classes = list(self.by_class)\n"
+        "        random.shuffle(classes)\n"
+        "        out = []\n"
+        "        for c in classes:\n"
+        "            out += random.sample(self.by_class[c], self.m)\n"
+        "        return iter(out)\n\n\n"
+        "def main():\n"
+        "    random.seed(0)\n"
+        "    y = torch.arange(64) % 16\n"
+        "    data = TensorDataset(torch.randn(64, 4), y)\n"
+        "    loader = DataLoader(data, batch_size=4, sampler=MPerClassSampler(y, 2))\n"
+        "    model = torch.nn.Linear(4, 16)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, t in loader:\n"
+        "            record(t)\n"
+        "            loss = torch.nn.functional.cross_entropy(model(x), t)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, _ = convert(script)
+    assert b"sampler=ShardByRank(MPerClassSampler(y, 2), 4)" in output
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    batches = [(tmp_path / f"batches{rank}.txt").read_text().split("\n")[:-1] for rank in (0, 1)]
+    assert [len(b) for b in batches] == [8, 8]  # 32 indices a pass, 4 batches each, 2 passes
+    for batch in batches[0] + batches[1]:
+        labels = batch.split()
+        assert all(labels.count(label) == 2 for label in labels), batch  # m = 2 per class
+    seen = {frozenset(b.split()) for b in batches[0][:4]} & {
+        frozenset(b.split()) for b in batches[1][:4]
+    }
+    assert not seen  # the first pass: no batch on both
+
+
+def test_a_saver_object_whose_result_every_process_reads_is_refused(tmp_path: Path) -> None:
+    """Round-33 audit D timm_train_package: timm's `best_metric, best_epoch =
+    saver.save_checkpoint(epoch, metric)` writes tmp.pth.tar, renames it and copies the best
+    one, and keeps its list of checkpoints; it was left on every rank, and rank 0 died with
+    FileNotFoundError when rank 1 had renamed the file first. Refused with timm's remedy
+    (the saver made on rank 0 only)."""
+    (tmp_path / "saver.py").write_text(
+        "import os\n\nimport torch\n\n\n"
+        "class CheckpointSaver:\n"
+        "    def __init__(self, model):\n"
+        "        self.model = model\n"
+        "        self.best = None\n\n"
+        "    def save_checkpoint(self, epoch, metric):\n"
+        "        torch.save(self.model.state_dict(), 'tmp.pt')\n"
+        "        os.rename('tmp.pt', 'last.pt')\n"
+        "        if self.best is None or metric > self.best:\n"
+        "            self.best = metric\n"
+        "        return self.best, epoch\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "from saver import CheckpointSaver\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    saver = CheckpointSaver(model)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "        best, best_epoch = saver.save_checkpoint(epoch, -loss.item())\n"
+        "    print(best, best_epoch)\n\n\n"
+        "main()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert (problem.code, problem.line) == ("DDP005", 18)
+    assert "`saver.save_checkpoint(...)` (saver.py) writes files" in problem.message

@@ -8021,3 +8021,89 @@ def test_a_method_the_forward_returns_is_called_as_the_model() -> None:
     other = convert_source(FLOW.format(forward="self.scale(x)").encode(), "f.py", ConvertOptions())
     assert other.refused
     assert any("`flow.log_prob` computes the loss outside" in n.message for n in other.problems)
+
+
+@pytest.mark.parametrize(
+    ("distances", "noted"),
+    [("torch.cdist(e, e)", True), ("torch.cdist(e, model.centers)", False)],
+    ids=["sample-to-sample", "to-learned-centres"],
+)
+def test_a_loss_handed_to_the_training_function_that_compares_samples_is_noted(
+    distances: str, noted: bool
+) -> None:
+    """Round-33 audit A pytorch_metric_learning_triplet_miner: a batch-hard triplet loss,
+    `torch.cdist(e, e)` in a function the script hands to `train(model, loss_fn, ...)`,
+    compares each process's samples only with each other; it got no DDP007 note (the
+    function is called by a parameter's name). Distances to learned centres are not."""
+    source = f"""import torch
+from torch.utils.data import DataLoader
+
+
+def triplet_loss(e, y, model):
+    d = {distances}
+    return d.mean()
+
+
+def train(model, loss_fn, loader, optimizer):
+    for x, y in loader:
+        loss = loss_fn(model(x), y, model)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+loader = DataLoader(data, batch_size=32, shuffle=True)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    train(model, triplet_loss, loader, optimizer)
+"""
+    result = convert_source(source.encode(), "triplet.py", ConvertOptions())
+    assert not result.refused, result.problems
+    found = [note for note in result.notes if note.code == "DDP007" and "compares" in note.message]
+    assert bool(found) is noted, result.notes
+
+
+def test_a_loop_under_no_grad_over_a_loader_of_the_same_factory_is_an_evaluation() -> None:
+    """Round-33 audit A informer_exp_main_class: `_get_data(flag)` makes the training,
+    validation and test loaders in one `DataLoader(...)` call; `vali()` reads one under
+    `torch.no_grad()`, running `self.model`. The refusal said that loop trains ("its
+    backward pass is where ddpify does not follow it", taking `self.model(x)` for a function
+    the object was given); under no_grad it is an evaluation."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Exp:
+    def __init__(self):
+        self.model = Net()
+
+    def _get_data(self, flag):
+        return DataLoader(make_set(flag), batch_size=8, shuffle=flag == "train")
+
+    def vali(self, loader, criterion):
+        losses = []
+        with torch.no_grad():
+            for x, y in loader:
+                losses.append(criterion(self.model(x), y).item())
+        return sum(losses) / len(losses)
+
+    def train(self):
+        train_loader, vali_loader = self._get_data("train"), self._get_data("val")
+        optimizer = torch.optim.Adam(self.model.parameters())
+        criterion = torch.nn.MSELoss()
+        for epoch in range(3):
+            for x, y in train_loader:
+                loss = criterion(self.model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            print(self.vali(vali_loader, criterion))
+
+
+Exp().train()
+"""
+    result = convert_source(source.encode(), "exp.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking and p.code == "DDP004"]
+    assert "is also read outside training (line 15: an evaluation over it" in problem.message
