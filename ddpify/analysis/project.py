@@ -27,6 +27,7 @@ from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import (
     assigned,
+    call_arg,
     catches,
     dotted,
     is_lone,
@@ -316,6 +317,35 @@ class Project:
                 if not (isinstance(parent, cst.Call) and parent.func is node):
                     return True
         return False
+
+    def one_pass_over(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The argument `call` hands an object of a project class (in another file) that
+        makes one pass over it: its `__init__` takes `iter(...)` of that parameter, and no
+        method makes another (apex's `data_prefetcher(train_loader)`, round-33 audit C
+        prefetcher_module_next). Each such object starts a pass."""
+        made = self.class_made(call)
+        if made is None:
+            return None
+        owner = made[0]
+        init = next((m for m in methods(owner) if m.name.value == "__init__"), None)
+        if init is None:
+            return None
+        iters = [
+            node
+            for method in methods(owner)
+            for node in walk(method.body)
+            if isinstance(node, cst.Call) and is_name(node.func, "iter") and node.args
+        ]
+        if len(iters) != 1 or not any(node is iters[0] for node in walk(init.body)):
+            return None
+        read = iters[0].args[0].value
+        if not isinstance(read, cst.Name):
+            return None
+        params = [param.name.value for param in init.params.params][1:]  # after `self`
+        if read.value not in params:
+            return None
+        argument = call_arg(call, params.index(read.value), read.value)
+        return argument.value if argument is not None else None
 
     def changes_the_object(self, call: cst.Call) -> bool:
         """Whether the method of a project object `call` runs (`called_instance`) changes

@@ -1799,6 +1799,8 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
                 kind = "iter"
             elif anatomy.is_call_to(node, {"itertools.cycle"}):
                 kind = "cycle"
+            elif (wrapped := anatomy.project.one_pass_over(node)) is not None:
+                source, kind = wrapped, "iter"  # `data_prefetcher(train_loader)` of data/
             else:
                 continue
         elif isinstance(node, cst.For):

@@ -1942,3 +1942,85 @@ def test_a_saver_object_whose_result_every_process_reads_is_refused(tmp_path: Pa
     [problem] = [p for p in result.problems if p.blocking]
     assert (problem.code, problem.line) == ("DDP005", 18)
     assert "`saver.save_checkpoint(...)` (saver.py) writes files" in problem.message
+
+
+PREFETCHER = """\
+import atexit
+import os
+
+SEEN = []
+
+
+class data_prefetcher:
+    def __init__(self, loader):
+        self.loader = iter(loader)
+        self.preload()
+
+    def preload(self):
+        try:
+            self.next_input, self.next_target = next(self.loader)
+        except StopIteration:
+            self.next_input = self.next_target = None
+
+    def next(self):
+        input, target = self.next_input, self.next_target
+        if target is not None:
+            SEEN.append(" ".join(str(int(t)) for t in target))
+        self.preload()
+        return input, target
+
+
+def _dump():
+    with open(f"seen{os.environ.get('RANK', '0')}.txt", "w") as f:
+        f.write("\\n".join(SEEN) + "\\n")
+
+
+atexit.register(_dump)
+"""
+
+
+def test_a_prefetcher_of_another_file_starts_a_pass_each_time_it_is_made(tmp_path: Path) -> None:
+    """Round-33 audit C prefetcher_module_next: apex's `data_prefetcher(train_loader)` (in
+    data/, `iter(loader)` in its `__init__`) made in `train()` once an epoch, then `while
+    input is not None`: refused ("found no `for` loop over this loader"). Each prefetcher
+    starts a pass: the sampler's epoch moves on before it is made."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("from .prefetcher import data_prefetcher\n")
+    (tmp_path / "data" / "prefetcher.py").write_text(PREFETCHER)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from data import data_prefetcher\n\n\n"
+        "def train(train_loader, model, optimizer):\n"
+        "    prefetcher = data_prefetcher(train_loader)\n"
+        "    input, target = prefetcher.next()\n"
+        "    while input is not None:\n"
+        "        loss = torch.nn.functional.mse_loss(model(input).squeeze(1), target.float())\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        input, target = prefetcher.next()\n\n\n"
+        "def main():\n"
+        "    data = TensorDataset(torch.randn(16, 4), torch.arange(16))\n"
+        "    train_loader = DataLoader(data, batch_size=4, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "    for epoch in range(3):\n"
+        "        train(train_loader, model, optimizer)\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, _ = convert(script)
+    assert (
+        b"    train_loader.sampler.set_epoch(train_loader.sampler.epoch + 1)\n"
+        b"    prefetcher = data_prefetcher(train_loader)\n"
+    ) in output
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    seen = [(tmp_path / f"seen{rank}.txt").read_text().split("\n")[:-1] for rank in (0, 1)]
+    passes = [[" ".join(s[i : i + 2]) for i in range(0, 6, 2)] for s in seen]  # 2 batches a pass
+    assert len(set(passes[0])) == 3, passes  # a new order every pass
+    for first, second in zip(*passes, strict=True):
+        assert not set(first.split()) & set(second.split())  # the ranks' shards are disjoint
