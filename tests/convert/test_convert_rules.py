@@ -8107,3 +8107,49 @@ Exp().train()
     assert result.refused
     [problem] = [p for p in result.problems if p.blocking and p.code == "DDP004"]
     assert "is also read outside training (line 15: an evaluation over it" in problem.message
+
+
+def test_an_epoch_loop_without_a_counter_counts_the_passes_at_the_batch_loop() -> None:
+    """Round-33 audit A edsr_super_resolution_trainer: EDSR's `while not t.terminate():
+    t.train()`, the batch loop over `self.loader_train` in the method and the epoch counted
+    in `self.epoch` there: refused ("no epoch counter or loader name in the epoch loop").
+    Each run of the batch loop is one pass: set_epoch goes right before it, counting."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, loader_train, model, epochs):
+        self.loader_train = loader_train
+        self.model = model
+        self.optimizer = torch.optim.Adam(model.parameters())
+        self.epoch, self.epochs = 0, epochs
+
+    def train(self):
+        self.epoch += 1
+        for lr, hr in self.loader_train:
+            loss = (self.model(lr) - hr).abs().mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+    def terminate(self):
+        return self.epoch >= self.epochs
+
+
+def main():
+    loader = DataLoader(train_set, batch_size=16, shuffle=True)
+    t = Trainer(loader, Net(), 10)
+    while not t.terminate():
+        t.train()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "edsr.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b"        self.epoch += 1\n"
+        b"        self.loader_train.sampler.set_epoch(self.loader_train.sampler.epoch + 1)\n"
+        b"        for lr, hr in self.loader_train:\n"
+    ) in result.output
