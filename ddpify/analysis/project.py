@@ -324,28 +324,7 @@ class Project:
         method makes another (apex's `data_prefetcher(train_loader)`, round-33 audit C
         prefetcher_module_next). Each such object starts a pass."""
         made = self.class_made(call)
-        if made is None:
-            return None
-        owner = made[0]
-        init = next((m for m in methods(owner) if m.name.value == "__init__"), None)
-        if init is None:
-            return None
-        iters = [
-            node
-            for method in methods(owner)
-            for node in walk(method.body)
-            if isinstance(node, cst.Call) and is_name(node.func, "iter") and node.args
-        ]
-        if len(iters) != 1 or not any(node is iters[0] for node in walk(init.body)):
-            return None
-        read = iters[0].args[0].value
-        if not isinstance(read, cst.Name):
-            return None
-        params = [param.name.value for param in init.params.params][1:]  # after `self`
-        if read.value not in params:
-            return None
-        argument = call_arg(call, params.index(read.value), read.value)
-        return argument.value if argument is not None else None
+        return _one_pass_over(made[0], call) if made is not None else None
 
     def changes_the_object(self, call: cst.Call) -> bool:
         """Whether the method of a project object `call` runs (`called_instance`) changes
@@ -597,6 +576,29 @@ def _made_optimizer(helper: Helper, value: cst.BaseExpression) -> cst.Call | Non
         return None
     named = helper.index.qualified_names(value.func) | {dotted(value.func) or ""}
     return value if any(_OPTIMIZER.match(name) for name in named) else None
+
+
+def _one_pass_over(owner: cst.ClassDef, call: cst.Call) -> cst.BaseExpression | None:
+    """`Project.one_pass_over` for the class `call` makes."""
+    init = next((m for m in methods(owner) if m.name.value == "__init__"), None)
+    if init is None:
+        return None
+    iters = [
+        node
+        for method in methods(owner)
+        for node in walk(method.body)
+        if isinstance(node, cst.Call) and is_name(node.func, "iter") and node.args
+    ]
+    if len(iters) != 1 or not any(node is iters[0] for node in walk(init.body)):
+        return None
+    read = iters[0].args[0].value
+    if not isinstance(read, cst.Name):
+        return None
+    params = [param.name.value for param in init.params.params][1:]  # after `self`
+    if read.value not in params:
+        return None
+    argument = call_arg(call, params.index(read.value), read.value)
+    return argument.value if argument is not None else None
 
 
 def _changes_self(method: Helper) -> bool:

@@ -353,21 +353,24 @@ OWN_BATCH_SAMPLER = Example(
 
 
     class ShardByRank:
-        \"\"\"What `sampler` gives each pass (its batches), in rank 0's order, dealt out: every
-        world_size-th to this process, as many to each.\"\"\"
+        \"\"\"What `sampler` gives each pass (its batches), in rank 0's order, dealt out in runs of
+        `block` (a batch: what it draws for one batch stays together): every world_size-th run
+        to this process, as many to each.\"\"\"
 
-        def __init__(self, sampler):
+        def __init__(self, sampler, block=1):
             self.sampler = sampler
+            self.block = block
 
         def __iter__(self):
             drawn = [list(self.sampler)]  # every process draws, so random streams stay in step
             dist.broadcast_object_list(drawn, src=0)
-            world_size = dist.get_world_size()
-            kept = len(drawn[0]) // world_size * world_size
-            return iter(drawn[0][dist.get_rank():kept:world_size])
+            world_size, block = dist.get_world_size(), self.block
+            runs = len(drawn[0]) // block // world_size * world_size
+            mine = range(dist.get_rank() * block, runs * block, world_size * block)
+            return iter([item for start in mine for item in drawn[0][start:start + block]])
 
         def __len__(self):
-            return len(self.sampler) // dist.get_world_size()
+            return len(self.sampler) // self.block // dist.get_world_size() * self.block
 
 
     loader = DataLoader(dataset, batch_sampler=ShardByRank(BucketBatchSampler(lengths, 32)))

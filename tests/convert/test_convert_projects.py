@@ -1390,7 +1390,10 @@ def train_one_epoch(model, loader, optimizer, device):
 """
 
 EARLY_STOPPING = """\
+import atexit
 import os
+
+MONITORED = []
 
 
 class EarlyStopping:
@@ -1401,13 +1404,20 @@ class EarlyStopping:
         self.early_stop = False
 
     def __call__(self, loss):
-        with open(f"monitored{os.environ.get('RANK', '0')}.txt", "a") as f:
-            f.write(f"{loss:.8f}\\n")
+        MONITORED.append(f"{loss:.8f}")
         if loss < self.best:
             self.best, self.counter = loss, 0
         else:
             self.counter += 1
             self.early_stop = self.counter >= self.patience
+
+
+def _dump():  # what each process monitored, written when it exits
+    with open(f"monitored{os.environ.get('RANK', '0')}.txt", "w") as f:
+        f.write("\\n".join(MONITORED) + "\\n")
+
+
+atexit.register(_dump)
 """
 
 
