@@ -437,17 +437,8 @@ class Project:
         cfg)`: `AdamW(groups, ...)` over `model.named_parameters()`, round-32 audit C
         optim_factory_module); None unless every value it returns is a `torch.optim`
         optimizer made over that one parameter's parameters."""
-        if not self._may_be_helper(call):
-            return None
-        helper = self.helper(call)
-        if helper is None or helper.index.class_of(helper.function) is not None:
-            return None
-        function = helper.function
-        returned = helper.graph.returned_values(function)
-        made = [_made_optimizer(helper, value) for value in returned]
-        if not made or any(optimizer is None for optimizer in made):
-            return None
-        return _parameters_of_one(function)
+        helper = self.helper(call) if self._may_be_helper(call) else None
+        return _optimized_parameter(helper) if helper is not None else None
 
     def writer_class(self, call: cst.Call) -> bool:
         """Whether `call` makes an object of a project class (in another file) that makes a
@@ -544,6 +535,18 @@ def _scan(helper: Helper, found: dict[str, set[str]], exits: set[str]) -> None:
                 for branch in walk(node.body):
                     if isinstance(branch, cst.Break | cst.Continue | cst.Return):
                         exits.add(type(branch).__name__.lower())
+
+
+def _optimized_parameter(helper: Helper) -> str | None:
+    """`Project.optimized_parameter` for the function `helper` is."""
+    if helper.index.class_of(helper.function) is not None:
+        return None
+    made = [
+        _made_optimizer(helper, value) for value in helper.graph.returned_values(helper.function)
+    ]
+    if not made or any(optimizer is None for optimizer in made):
+        return None
+    return _parameters_of_one(helper.function)
 
 
 def _parameters_of_one(function: cst.FunctionDef) -> str | None:
