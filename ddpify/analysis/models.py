@@ -84,7 +84,7 @@ class Models:
         for model in models:
             model.names |= self._handed_in(model)
             self._find_placement(model)
-            model.names |= self._returned(model.names)
+            model.names |= self._returned(model.names, model.optimizer_call)
             model.names |= self._through_parameters(model.names)
         return models
 
@@ -114,7 +114,25 @@ class Models:
                     }
         return found - names
 
-    def _returned(self, names: set[str]) -> set[str]:
+    def _makes_its_own(self, callee: cst.FunctionDef, optimizer: cst.Call, names: set[str]) -> bool:
+        """Whether `callee` builds what it returns under one of `names` itself, a local of
+        its own, and makes no optimizer for it (`create_model(ema=False)` called for the
+        student and again for the EMA teacher): each call returns another object, which
+        only shares the name."""
+        if self.index.function_of(optimizer) is callee:
+            return False  # `net, hist = train_one(lr)`: the trained model, returned
+        returned = {dotted(value) for value in self.graph.returned_values(callee)}
+        own = {
+            name
+            for name in returned & names
+            if name is not None
+            and "." not in name
+            and name not in self.graph.parameters_of(callee)
+            and self.script.values.assignments(name, callee)
+        }
+        return bool(own)
+
+    def _returned(self, names: set[str], optimizer: cst.Call | None = None) -> set[str]:
         """The names given the model by calling a function of the script that returns it:
         `net, hist = train_one(lr)` where `train_one` ends `return model, hist` (round-10
         audit c11, whose caller saved the returned wrapper whole)."""
@@ -126,6 +144,8 @@ class Models:
             if callee is None:
                 continue
             target = assign.targets[0].target
+            if optimizer is not None and self._makes_its_own(callee, optimizer, names):
+                continue  # a factory: each call makes another object (round-34 audit A)
             for value in self.graph.returned_values(callee):
                 if dotted(value) in names and dotted(target) is not None:
                     found.add(dotted(target) or "")
@@ -273,8 +293,13 @@ class Models:
             if "." in name
             or (where := self.index.function_of(statement)) is None
             or where is home
-            or name not in self.graph.parameters_of(where)
-        ]
+            or (
+                name not in self.graph.parameters_of(where)
+                and not _returns_name(self.graph.returned_values(where), name)
+            )
+        ]  # nor one moved in a factory that returns it (`create_model(ema=False)` making
+        # the student and the EMA teacher, round-34 audit A mean_teacher_ema_consistency_b:
+        # the wrap went after its `return`): it is wrapped where the trained one is made
         unique = {id(statement): (statement, name) for statement, name in moves}
         # The instance the optimizer trains: the last move before the optimizer is made, in
         # its function, when there is one (a model made again after training, to reload the
@@ -740,3 +765,7 @@ def _bound_at(target: cst.BaseExpression, name: str) -> list[int | None]:
     if isinstance(target, cst.Tuple):
         return [i for i, element in enumerate(target.elements) if is_name(element.value, name)]
     return []
+
+
+def _returns_name(returned: list[cst.BaseExpression], name: str) -> bool:
+    return any(isinstance(value, cst.Name) and value.value == name for value in returned)

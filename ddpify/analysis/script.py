@@ -817,6 +817,7 @@ def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
     they train too."""
     found = []
     loops = [loop.epoch_loop or loop.batch_loop for loop in script.train_loops]
+    loops += [loop.batch_loop for loop in script.train_loops]  # (the epoch loop may call it)
     for call in script.index.calls:
         if not (is_name(call.func, "next") and call.args) or id(call) not in script.loss_nodes:
             continue
@@ -832,6 +833,15 @@ def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
         source = call.args[0].value
         for _ in range(MAX_STEPS):
             values = script.values.assignments(dotted(source) or "", scope)
+            remade = {  # `it = iter(loader)`, made again when it runs out (FixMatch's)
+                source_text(value.args[0].value)
+                for value in values
+                if isinstance(value, cst.Call) and is_name(value.func, "iter") and value.args
+            }
+            if len(values) > 1 and len(remade) == 1 and len(values) == sum(
+                isinstance(value, cst.Call) and is_name(value.func, "iter") for value in values
+            ):
+                values = values[:1]
             if len(values) != 1:
                 break
             source = values[0]

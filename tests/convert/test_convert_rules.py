@@ -8153,3 +8153,69 @@ main()
         b"        self.loader_train.sampler.set_epoch(self.loader_train.sampler.epoch + 1)\n"
         b"        for lr, hr in self.loader_train:\n"
     ) in result.output
+
+
+MEAN_TEACHER = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def create_model(ema=False):
+    model = torch.nn.Linear(4, 2).to(device)
+    if ema:
+        for param in model.parameters():
+            param.detach_()
+    return model
+
+
+def train(labeled_loader, unlabeled_loader, model, ema_model, optimizer):
+    labeled_iter = iter(labeled_loader)
+    for (x_u,) in unlabeled_loader:
+        try:
+            x_l, y_l = next(labeled_iter)
+        except StopIteration:
+            labeled_iter = iter(labeled_loader)
+            x_l, y_l = next(labeled_iter)
+        loss = torch.nn.functional.cross_entropy(model(x_l), y_l)
+        loss = loss + (model(x_u) - ema_model(x_u)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def main():
+    labeled_loader = DataLoader(labeled, batch_size=8, shuffle=True, drop_last=True)
+    unlabeled_loader = DataLoader(unlabeled, batch_size=24, shuffle=True)
+    model = create_model()
+    ema_model = create_model(ema=True)
+    ema_model.load_state_dict(model.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        train(labeled_loader, unlabeled_loader, model, ema_model, optimizer)
+    torch.save({"student": model.state_dict(), "teacher": ema_model.state_dict()}, "ckpt.pt")
+
+
+main()
+"""
+
+
+def test_a_model_factory_called_for_the_student_and_its_teacher_wraps_the_student_once() -> None:
+    """Round-34 audit A mean_teacher_ema_consistency_b: `create_model(ema=False)` makes the
+    student and, called again, the EMA teacher. The wrap went into the factory after its
+    `return model` (never run: no DDP at all), the teacher's checkpoint got `.module`
+    (both results share the name `model` inside the factory), and the labeled loader, read
+    by `next()` in the batch loop of `train()`, was called an evaluation loader. The student
+    is wrapped where `main()` makes it, the teacher stays bare, and both loaders train."""
+    result = convert_source(MEAN_TEACHER.encode(), "mean_teacher.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    return model\n" in text and "    return model\n    model = DDP" not in text
+    assert (
+        "    ema_model.load_state_dict(model.state_dict())\n    model = DDP(model, device_ids="
+    ) in text
+    assert '"teacher": ema_model.state_dict()' in text
+    assert '"student": model.module.state_dict()' in text
+    assert "sampler=DistributedSampler(labeled, shuffle=True), drop_last=True)" in text
+    assert (
+        "            labeled_loader.sampler.set_epoch(labeled_loader.sampler.epoch + 1)\n"
+        "            labeled_iter = iter(labeled_loader)\n"
+    ) in text
