@@ -10,7 +10,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import EXPORTS, MODEL_SAVES
 from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
-from ddpify.analysis.project import Helper
+from ddpify.analysis.project import PRINTS, Helper
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import RANK_ZERO, expression, statement, statements, with_keyword
@@ -859,7 +859,12 @@ def _prepares(
             # (`train_set = get_training_set()` downloading BSDS300 when it is missing);
             # not one that makes a writer, made on rank 0 alone (`get_logger(name, log)`)
             effects = anatomy.project.effects(helper)
-            if effects.writes and not effects.trains and not anatomy.project.writer_class(call):
+            if (
+                effects.writes
+                and not effects.trains
+                and not anatomy.project.writer_class(call)
+                and not _only_shown(anatomy, line)
+            ):
                 return True
         if not anatomy.graph.calls_script(call):
             continue
@@ -1008,6 +1013,42 @@ def _progress_bars(anatomy: Anatomy) -> list[cst.Call]:
     ]
 
 
+def _only_shown(anatomy: Anatomy, line: cst.SimpleStatementLine) -> bool:
+    """`cm = save_confusion(preds, targets, path)` whose names are read after it, in its
+    function, only by prints and log lines (`print(cm)`, round-34 audit C
+    visualization_confusion_npy_at_end): what it gives back is only shown, so the whole
+    line can run on rank 0 (it was run on every rank, rank 0 first)."""
+    assign = line.body[0]
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+        return False
+    names = {
+        node.value
+        for target in assign.targets
+        for node in walk(target.target)
+        if isinstance(node, cst.Name)
+    }
+    if not names or not all(
+        isinstance(target.target, cst.Name | cst.Tuple) for target in assign.targets
+    ):
+        return False
+    scope = anatomy.function_of(line)
+    for node in walk(scope.body if scope is not None else anatomy.module):
+        if not (isinstance(node, cst.Name) and node.value in names) or anatomy.inside(node, line):
+            continue
+        if anatomy.function_of(node) is not scope:
+            continue
+        statement = anatomy.statement_of(node)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        shown = (
+            isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+            and (dotted(small.value.func) or "").rsplit(".", 1)[-1] in PRINTS
+        )
+        if not shown:
+            return False
+    return True
+
+
 def _helpers_that_write(
     anatomy: Anatomy, models: set[str]
 ) -> list[tuple[cst.SimpleStatementLine, Helper, str]]:
@@ -1020,6 +1061,8 @@ def _helpers_that_write(
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
             continue
         expr = line.body[0]
+        if isinstance(expr, cst.Assign) and _only_shown(anatomy, line):
+            expr = cst.Expr(expr.value)  # `cm = save_confusion(...)`, then `print(cm)`
         if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
             continue
         call = expr.value

@@ -2034,3 +2034,48 @@ def test_a_prefetcher_of_another_file_starts_a_pass_each_time_it_is_made(tmp_pat
     assert len(set(passes[0])) == 3, passes  # a new order every pass
     for first, second in zip(*passes, strict=True):
         assert not set(first.split()) & set(second.split())  # the ranks' shards are disjoint
+
+
+def test_a_helper_that_writes_and_returns_what_is_only_printed_runs_on_rank_0(
+    tmp_path: Path,
+) -> None:
+    """Round-34 audit C visualization_confusion_npy_at_end: `cm = save_confusion(preds,
+    targets, path)` (visualize.py, `np.save` of a matrix it returns), then `print(cm)`, was
+    taken for a helper that prepares files everyone reads: run on every rank, rank 0 first,
+    and both wrote confusion.npy. What it returns is only shown: the line runs on rank 0."""
+    (tmp_path / "visualize.py").write_text(
+        "import numpy as np\n\n\n"
+        "def save_confusion(preds, targets, path):\n"
+        "    cm = np.zeros((2, 2), dtype=np.int64)\n"
+        "    for t, p in zip(targets, preds):\n"
+        "        cm[int(t), int(p)] += 1\n"
+        "    np.save(path, cm)\n"
+        "    return cm\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "from visualize import save_confusion\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "    preds = model(test_x).argmax(1)\n"
+        "    cm = save_confusion(preds, test_y, 'confusion.npy')\n"
+        "    print(cm)\n\n\n"
+        "main()\n"
+    )
+    output, notes = convert(script)
+    text = output.decode()
+    assert (
+        "    if dist.get_rank() == 0:\n"
+        "        cm = save_confusion(preds, test_y, 'confusion.npy')\n"
+        "        print(cm)\n"
+    ) in text
+    assert "dist.barrier()" not in text
+    assert "`save_confusion()` (visualize.py) writes files (`np.save`): on rank 0 only" in notes
