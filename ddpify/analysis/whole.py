@@ -164,6 +164,9 @@ class WholeBatch:
     # With the sample name whose part they count (`len(X)` counts `perm`'s part when `perm =
     # np.random.permutation(len(X))`).
     counts: list[tuple[cst.Name, str]] = field(default_factory=list)
+    # A name the loop counts to that holds the samples' length (`n` of `perm =
+    # torch.randperm(n)`, `for i in range(0, n, bs)`): with the sample name it measures.
+    length_names: dict[str, Samples] = field(default_factory=dict)
 
 
 class WholeBatches:
@@ -283,6 +286,17 @@ class WholeBatches:
         if isinstance(enclosing, cst.For | cst.While):
             regions.extend(_after(enclosing.body, anchor))
         found.counts = _counts_in(self.index, found.loop, regions, counted)
+        for region in regions:  # `print(tot / n)` after the pass (round-34 audit B)
+            for node in walk(region):
+                if (
+                    isinstance(node, cst.Name)
+                    and node.value in found.length_names
+                    and not self.index.inside(node, found.loop)
+                    and not self.index.is_attribute_name(node)
+                    and _divides_or_shown(self.index, node)
+                    and not any(node is seen for seen in found.length_names[node.value].lengths)
+                ):
+                    found.length_names[node.value].lengths.append(node)
 
     def _follow(
         self, found: WholeBatch, expr: cst.BaseExpression, at: cst.CSTNode, seen: set[str]
@@ -875,6 +889,7 @@ def _permutation_counted(values: Values, found: WholeBatch, stop: cst.BaseExpres
         for value in made
     ):
         sliced.lengths.append(stop)
+        found.length_names[stop.value] = sliced
         return True
     return False
 

@@ -8219,3 +8219,36 @@ def test_a_model_factory_called_for_the_student_and_its_teacher_wraps_the_studen
         "            labeled_loader.sampler.set_epoch(labeled_loader.sampler.epoch + 1)\n"
         "            labeled_iter = iter(labeled_loader)\n"
     ) in text
+
+
+def test_a_mean_over_the_count_a_permutation_loop_walks_counts_this_process_s_part() -> None:
+    """Round-34 audit B reseed_inside_epoch_loop_b: `permutation = torch.randperm(n)`, `for
+    i in range(0, n, batch_size)`, then `print(tot / n)`: the loop came to walk
+    `permutation_part`, but the print still divided rank 0's sum by every sample's count,
+    and showed half the loss. It divides by this process's count, as `len(loader.sampler)`
+    does for a loader."""
+    source = """import torch
+
+X = torch.randn(512, 12)
+y = (X.sum(1) > 0).float().unsqueeze(1)
+n = X.shape[0]
+model = torch.nn.Linear(12, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    torch.manual_seed(42)
+    permutation = torch.randperm(n)
+    tot = 0
+    for i in range(0, n, 32):
+        indices = permutation[i:i + 32]
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(X[indices]), y[indices])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        tot += loss.item() * len(indices)
+    print(f"epoch {epoch}: train loss {tot / n:.4f}")
+"""
+    result = convert_source(source.encode(), "randperm.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    for i in range(0, len(permutation_part), 32):\n" in text
+    assert 'print(f"epoch {epoch}: train loss {tot / len(permutation_part):.4f}")' in text
