@@ -987,10 +987,17 @@ def _zipped(
         return []
     found = []
     for arg in zipped.args:
-        loader = None if arg.star else loaders.loader_for(loaders.resolve(arg.value, scope))
+        value = arg.value
+        if (  # `zip(cycle(labeled_loader), unlabeled_loader)` (Mean Teacher, round-34 A)
+            isinstance(value, cst.Call)
+            and dotted(value.func) in ("cycle", "itertools.cycle")
+            and len(value.args) == 1
+        ):
+            value = value.args[0].value
+        loader = None if arg.star else loaders.loader_for(loaders.resolve(value, scope))
         if loader is None:
             return []
-        found.append((loader, dotted(arg.value)))
+        found.append((loader, dotted(value)))
     return found
 
 

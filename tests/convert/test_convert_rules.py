@@ -8252,3 +8252,31 @@ for epoch in range(3):
     text = result.output.decode()
     assert "    for i in range(0, len(permutation_part), 32):\n" in text
     assert 'print(f"epoch {epoch}: train loss {tot / len(permutation_part):.4f}")' in text
+
+
+def test_a_loader_cycled_in_zip_with_another_gets_set_epoch_with_it() -> None:
+    """Round-34 audit A mean_teacher_ema_consistency: `zip(itertools.cycle(labeled_loader),
+    unlabeled_loader)` in `train()`, called every epoch: refused ("read in `zip(...)` with
+    another iterable"). Both loaders train: each is sharded and gets set_epoch (the cycle,
+    made anew every epoch, starts a pass of the labeled loader each time)."""
+    source = MEAN_TEACHER.replace(
+        """    labeled_iter = iter(labeled_loader)
+    for (x_u,) in unlabeled_loader:
+        try:
+            x_l, y_l = next(labeled_iter)
+        except StopIteration:
+            labeled_iter = iter(labeled_loader)
+            x_l, y_l = next(labeled_iter)
+""",
+        """    for (x_l, y_l), (x_u,) in zip(itertools.cycle(labeled_loader), unlabeled_loader):
+""",
+    ).replace("import torch\n", "import itertools\n\nimport torch\n", 1)
+    result = convert_source(source.encode(), "mean_teacher.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "        labeled_loader.sampler.set_epoch(epoch)\n"
+        "        unlabeled_loader.sampler.set_epoch(epoch)\n"
+        "        train(labeled_loader, unlabeled_loader, model, ema_model, optimizer)\n"
+    ) in text
+    assert text.count("sampler=DistributedSampler(") == 2
