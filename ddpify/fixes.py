@@ -442,6 +442,9 @@ def own_sampler(anatomy: Anatomy, loader: Loader) -> tuple[str, cst.Arg, str] | 
         return None
     name = dotted(origins[0].func)
     made = anatomy.classes.get(name) if name is not None else None
+    if made is None:  # a sampler class of another file (round-34 audit C's sampler.py)
+        found = anatomy.project.class_made(origins[0])
+        made = found[0] if found is not None else None
     if made is None or not _ends(made):
         return None
     assert isinstance(passed.where, cst.Arg)

@@ -838,8 +838,13 @@ def _drawn_for_the_loss(script: TrainingScript) -> list[Loader]:
                 for value in values
                 if isinstance(value, cst.Call) and is_name(value.func, "iter") and value.args
             }
-            if len(values) > 1 and len(remade) == 1 and len(values) == sum(
-                isinstance(value, cst.Call) and is_name(value.func, "iter") for value in values
+            if (
+                len(values) > 1
+                and len(remade) == 1
+                and len(values)
+                == sum(
+                    isinstance(value, cst.Call) and is_name(value.func, "iter") for value in values
+                )
             ):
                 values = values[:1]
             if len(values) != 1:

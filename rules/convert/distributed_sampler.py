@@ -1059,7 +1059,26 @@ def _deal_out(ctx: ConvertContext, loader: Loader, keyword: str, given: cst.Arg,
     what = "its batches" if keyword == "batch_sampler" else "its indices"
     ctx.add_import("torch.distributed", asname="dist")
     code = SHARD_BY_RANK.format(name=wrapper, what=what)
-    ctx.plan.insert_after(anatomy.classes[made], [_two_blank_lines(s) for s in statements(code)])
+    written = [_two_blank_lines(s) for s in statements(code)]
+    if made in anatomy.classes:
+        ctx.plan.insert_after(anatomy.classes[made], written)
+    else:  # a class of another file: before the script's first function or class
+        first = next(
+            (
+                node
+                for node in anatomy.module.body
+                if isinstance(node, cst.FunctionDef | cst.ClassDef)
+            ),
+            None,
+        )
+        if first is None:
+            ctx.cannot(
+                loader.call,
+                f"no place for `{wrapper}` beside `{made}`: shard it by hand",
+                blocking=True,
+            )
+            return
+        ctx.plan.insert_before(first, written)
     batch = call_arg(loader.call, 1, "batch_size") if keyword == "sampler" else None
     block = [cst.Arg(batch.value.deep_clone())] if batch is not None else []
 

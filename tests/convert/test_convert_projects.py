@@ -2079,3 +2079,43 @@ def test_a_helper_that_writes_and_returns_what_is_only_printed_runs_on_rank_0(
     ) in text
     assert "dist.barrier()" not in text
     assert "`save_confusion()` (visualize.py) writes files (`np.save`): on rank 0 only" in notes
+
+
+def test_a_sampler_class_of_another_file_is_dealt_out_like_one_of_the_script(
+    tmp_path: Path,
+) -> None:
+    """Round-34 audit C imbalanced_sampler_module: ufoym's `ImbalancedDatasetSampler` in
+    sampler.py was refused ("has its own sampler"); the same class in train.py converts.
+    It is wrapped in `ShardByRank`, written before the script's first function."""
+    (tmp_path / "sampler.py").write_text(
+        "import torch\nfrom torch.utils.data import Sampler\n\n\n"
+        "class ImbalancedDatasetSampler(Sampler):\n"
+        "    def __init__(self, labels):\n"
+        "        counts = torch.bincount(labels)\n"
+        "        self.weights = 1.0 / counts[labels].double()\n\n"
+        "    def __iter__(self):\n"
+        "        return iter(torch.multinomial(self.weights, len(self.weights), True).tolist())\n\n"
+        "    def __len__(self):\n"
+        "        return len(self.weights)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "from sampler import ImbalancedDatasetSampler\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(data, batch_size=8, sampler=ImbalancedDatasetSampler(labels))\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n\n\n"
+        "main()\n"
+    )
+    output, _ = convert(script)
+    text = output.decode()
+    assert "sampler=ShardByRank(ImbalancedDatasetSampler(labels), 8)" in text
+    assert text.index("class ShardByRank:") < text.index("def main():")
+    compile(text, "train_ddp.py", "exec")
