@@ -114,24 +114,6 @@ class Models:
                     }
         return found - names
 
-    def _makes_its_own(self, callee: cst.FunctionDef, optimizer: cst.Call, names: set[str]) -> bool:
-        """Whether `callee` builds what it returns under one of `names` itself, a local of
-        its own, and makes no optimizer for it (`create_model(ema=False)` called for the
-        student and again for the EMA teacher): each call returns another object, which
-        only shares the name."""
-        if self.index.function_of(optimizer) is callee:
-            return False  # `net, hist = train_one(lr)`: the trained model, returned
-        returned = {dotted(value) for value in self.graph.returned_values(callee)}
-        own = {
-            name
-            for name in returned & names
-            if name is not None
-            and "." not in name
-            and name not in self.graph.parameters_of(callee)
-            and self.script.values.assignments(name, callee)
-        }
-        return bool(own)
-
     def _returned(self, names: set[str], optimizer: cst.Call | None = None) -> set[str]:
         """The names given the model by calling a function of the script that returns it:
         `net, hist = train_one(lr)` where `train_one` ends `return model, hist` (round-10
@@ -144,7 +126,7 @@ class Models:
             if callee is None:
                 continue
             target = assign.targets[0].target
-            if optimizer is not None and self._makes_its_own(callee, optimizer, names):
+            if optimizer is not None and _makes_its_own(self, callee, optimizer, names):
                 continue  # a factory: each call makes another object (round-34 audit A)
             for value in self.graph.returned_values(callee):
                 if dotted(value) in names and dotted(target) is not None:
@@ -284,22 +266,7 @@ class Models:
                 inner = call_arg(call, 0, "module")
                 if inner is not None and dotted(inner.value) in model.names:
                     model.data_parallel.append(call)
-        # A name moved in another function taking it as a parameter is another variable
-        # (`def test(model): model.to(device)` beside `def train(model)`, round-8 a04).
-        home = self.index.function_of(model.optimizer_call)
-        moves = [
-            (statement, name)
-            for statement, name in moves
-            if "." in name
-            or (where := self.index.function_of(statement)) is None
-            or where is home
-            or (
-                name not in self.graph.parameters_of(where)
-                and not _returns_name(self.graph.returned_values(where), name)
-            )
-        ]  # nor one moved in a factory that returns it (`create_model(ema=False)` making
-        # the student and the EMA teacher, round-34 audit A mean_teacher_ema_consistency_b:
-        # the wrap went after its `return`): it is wrapped where the trained one is made
+        moves = _moves_of_this_one(self, model, moves)
         unique = {id(statement): (statement, name) for statement, name in moves}
         # The instance the optimizer trains: the last move before the optimizer is made, in
         # its function, when there is one (a model made again after training, to reload the
@@ -765,6 +732,48 @@ def _bound_at(target: cst.BaseExpression, name: str) -> list[int | None]:
     if isinstance(target, cst.Tuple):
         return [i for i, element in enumerate(target.elements) if is_name(element.value, name)]
     return []
+
+
+def _moves_of_this_one(
+    models: Models, model: Model, moves: list[tuple[cst.BaseStatement, str]]
+) -> list[tuple[cst.BaseStatement, str]]:
+    """The moves of `model` itself. A name moved in another function taking it as a
+    parameter is another variable (`def test(model): model.to(device)` beside `def
+    train(model)`, round-8 a04), and so is one moved in a factory that returns it
+    (`create_model(ema=False)` making the student and the EMA teacher, round-34 audit A
+    mean_teacher_ema_consistency_b: the wrap went after its `return`): it is wrapped
+    where the trained one is made."""
+    home = models.index.function_of(model.optimizer_call)
+    return [
+        (statement, name)
+        for statement, name in moves
+        if "." in name
+        or (where := models.index.function_of(statement)) is None
+        or where is home
+        or (
+            name not in models.graph.parameters_of(where)
+            and not _returns_name(models.graph.returned_values(where), name)
+        )
+    ]
+
+
+def _makes_its_own(
+    models: Models, callee: cst.FunctionDef, optimizer: cst.Call, names: set[str]
+) -> bool:
+    """Whether `callee` builds what it returns under one of `names` itself, a local of
+    its own, and makes no optimizer for it (`create_model(ema=False)` called for the
+    student and again for the EMA teacher): each call returns another object, which
+    only shares the name."""
+    if models.index.function_of(optimizer) is callee:
+        return False  # `net, hist = train_one(lr)`: the trained model, returned
+    returned = {dotted(value) for value in models.graph.returned_values(callee)}
+    return any(
+        name is not None
+        and "." not in name
+        and name not in models.graph.parameters_of(callee)
+        and models.script.values.assignments(name, callee)
+        for name in returned & names
+    )
 
 
 def _returns_name(returned: list[cst.BaseExpression], name: str) -> bool:

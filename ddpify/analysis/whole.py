@@ -279,24 +279,13 @@ class WholeBatches:
         found.anchor = anchor
         counted = {name: name for name in names}
         for samples in found.samples:  # `perm = np.random.permutation(len(X))`: `len(X)`
-            measured = _permutation_of(self.values, samples.name, scope)
-            if measured is not None:
+            if (measured := _permutation_of(self.values, samples.name, scope)) is not None:
                 counted.setdefault(measured, samples.name)
         regions: list[cst.CSTNode] = [] if anchor is found.loop else [anchor]
         if isinstance(enclosing, cst.For | cst.While):
             regions.extend(_after(enclosing.body, anchor))
         found.counts = _counts_in(self.index, found.loop, regions, counted)
-        for region in regions:  # `print(tot / n)` after the pass (round-34 audit B)
-            for node in walk(region):
-                if (
-                    isinstance(node, cst.Name)
-                    and node.value in found.length_names
-                    and not self.index.inside(node, found.loop)
-                    and not self.index.is_attribute_name(node)
-                    and _divides_or_shown(self.index, node)
-                    and not any(node is seen for seen in found.length_names[node.value].lengths)
-                ):
-                    found.length_names[node.value].lengths.append(node)
+        _lengths_in(self.index, found, regions)  # (`print(tot / n)` after the pass)
 
     def _follow(
         self, found: WholeBatch, expr: cst.BaseExpression, at: cst.CSTNode, seen: set[str]
@@ -1043,6 +1032,22 @@ def _after(body: cst.BaseSuite, statement: cst.CSTNode) -> list[cst.CSTNode]:
         elif any(node is statement for node in walk(child)):
             found = True
     return later
+
+
+def _lengths_in(index: SourceIndex, found: WholeBatch, regions: list[cst.CSTNode]) -> None:
+    """A name holding the samples' length (`found.length_names`), dividing or shown in
+    `regions` after the pass (`print(tot / n)`, round-34 audit B): this process's count."""
+    for region in regions:
+        for node in walk(region):
+            if (
+                isinstance(node, cst.Name)
+                and node.value in found.length_names
+                and not index.inside(node, found.loop)
+                and not index.is_attribute_name(node)
+                and _divides_or_shown(index, node)
+                and not any(node is seen for seen in found.length_names[node.value].lengths)
+            ):
+                found.length_names[node.value].lengths.append(node)
 
 
 def _counts_in(

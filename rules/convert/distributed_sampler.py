@@ -1325,6 +1325,11 @@ def _counted_at_the_pass(ctx: ConvertContext, loop: TrainLoop) -> bool:
     assert loop.loader is not None
     if loop.also or not isinstance(batch_loop, cst.For):
         return False
+    made = loop.loader.call
+    if loop.epoch_loop is not None and anatomy.graph.reaches(
+        loop.epoch_loop, lambda node: node is made
+    ):
+        return False  # made anew every pass: its sampler's count starts again each time
     read = strip_iteration(batch_loop.iter)
     name = dotted(read)
     if name is None or (
