@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.loaders import strip_iteration
+from ddpify.analysis.loaders import keyed_read, string_value, strip_iteration
 from ddpify.analysis.project import Helper, Project, draws_at_random, iterable_class
 from ddpify.analysis.script import TrainingScript
-from ddpify.analysis.tree import dotted, walk
+from ddpify.analysis.tree import dotted, source_text, walk
 from ddpify.analysis.values import MAX_STEPS
 
 # `DataLoader(...)` keywords the loader keeps under the same attribute name.
@@ -84,6 +84,19 @@ def foreign_loaders(
             wanted.append((name, index.function_of(training.call)))
     found: dict[int, ForeignLoader] = {}
     for name, scope in wanted:
+        keyed = keyed_read(cst.parse_expression(name)) if name is not None else None
+        key = string_value(keyed[1]) if keyed is not None else None
+        if name is not None and keyed is not None and key is not None and "." not in keyed[0]:
+            # `loaders = build_loaders(cfg)` returning `{"train": DataLoader(...), ...}`,
+            # read at `loaders["train"]` (round-34 audit C src_package_build_loaders_dict)
+            bound = _bound_by_call(index, keyed[0], scope)
+            if bound is None or bound[2] is not None:
+                continue
+            statement, site, _ = bound
+            helper = project.helper(site)
+            if helper is not None and id(statement) not in found:
+                found[id(statement)] = _made_again(index, statement, name, site, key, helper)
+            continue
         if name is None or "." in name:
             continue
         bound = _bound_by_call(index, name, scope)
@@ -116,6 +129,9 @@ def _looped_argument(call: cst.Call, helper: Helper) -> str | None:
             if (arg.keyword is None and index == position) or (
                 arg.keyword is not None and arg.keyword.value == param
             ):
+                keyed = keyed_read(arg.value)
+                if keyed is not None and string_value(keyed[1]) is not None:
+                    return source_text(arg.value)  # `loaders["train"]`
                 return dotted(arg.value)
     return None
 
@@ -154,7 +170,7 @@ def _made_again(
     statement: cst.SimpleStatementLine,
     name: str,
     site: cst.Call,
-    position: int | None,
+    position: int | str | None,
     helper: Helper,
 ) -> ForeignLoader:
     unknown = ForeignLoader(statement, name, site, helper)
@@ -274,9 +290,10 @@ def _problem(loader: ForeignLoader, why: str) -> ForeignLoader:
     )
 
 
-def _returned_loader(helper: Helper, position: int | None) -> cst.Call | None:
+def _returned_loader(helper: Helper, position: int | str | None) -> cst.Call | None:
     """The `DataLoader(...)` call whose loader the helper returns (at `position` of the
-    tuple it returns), made once in the helper itself."""
+    tuple it returns, or under the key `position` of the dict literal), made once in the
+    helper itself."""
     returns = [
         node
         for node in walk(helper.function.body)
@@ -286,7 +303,9 @@ def _returned_loader(helper: Helper, position: int | None) -> cst.Call | None:
     calls: list[cst.Call] = []
     for ret in returns:
         value = ret.value
-        if position is not None:
+        if isinstance(position, str):
+            value = _entry(value, position)
+        elif position is not None:
             if not isinstance(value, cst.Tuple | cst.List) or len(value.elements) <= position:
                 return None
             value = value.elements[position].value
@@ -299,6 +318,16 @@ def _returned_loader(helper: Helper, position: int | None) -> cst.Call | None:
             made.add(id(call))
             calls.append(call)
     return calls[0] if len(calls) == 1 else None
+
+
+def _entry(value: cst.BaseExpression | None, key: str) -> cst.BaseExpression | None:
+    """The value a dict literal holds under the string `key`."""
+    if not isinstance(value, cst.Dict):
+        return None
+    for element in value.elements:
+        if isinstance(element, cst.DictElement) and string_value(element.key) == key:
+            return element.value
+    return None
 
 
 def _given_in(helper: Helper, name: str) -> list[cst.BaseExpression]:

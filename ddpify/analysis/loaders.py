@@ -114,6 +114,8 @@ class Loaders:
                 values = self.values.assignments(keyed[0], where)
                 if values and not isinstance(values[0], cst.Call | cst.DictComp):
                     values = [cst.Name(keyed[0])]  # its keys, given anywhere in `where`
+                elif values and "." not in keyed[0]:  # and given again by key after the
+                    values = [*values, cst.Name(keyed[0])]  # call (a loader made again)
                 for value in values:
                     found = self._keyed_in(value, key, where, depth)
                     if found is not None:

@@ -632,7 +632,7 @@ def _foreign_training(script: TrainingScript) -> list[ForeignTraining]:
         for arg in call.args:
             loader = script.loaders.loader_for(script.loaders.resolve(arg.value, scope))
             if loader is not None:
-                training.loader, training.loader_name = loader, dotted(arg.value)
+                training.loader, training.loader_name = loader, read_as(arg.value)
                 break
         chain = script.graph.loops_around(call)
         if chain and chain[0][1] == "loop":
