@@ -897,6 +897,25 @@ def _without_grad(helper: Helper, call: cst.Call) -> bool:
     return False
 
 
+def copies_model(project: Project, call: cst.Call, argument: cst.Arg) -> Helper | None:
+    """The code of another project file `call` runs when it deep-copies what `argument`
+    gives it (YOLOv5's `ModelEMA(model)`, `self.ema = deepcopy(model).eval()` in its
+    `__init__`, round-33 audit C ema_module_yolov5_style: a copy of the wrapper, whose
+    `module.` keys `update(model.module)` did not find)."""
+    helper = project.runs(call)
+    if helper is None:
+        return None
+    parameter = _parameter(helper.function, call, argument)
+    copied = any(
+        isinstance(node, cst.Call)
+        and (dotted(node.func) or "").rsplit(".", 1)[-1] == "deepcopy"
+        and node.args
+        and is_name(node.args[0].value, parameter or "")
+        for node in walk(helper.function.body)
+    )
+    return helper if parameter is not None and copied else None
+
+
 def _parameter(function: cst.FunctionDef, call: cst.Call, argument: cst.Arg) -> str | None:
     """The name of `function`'s parameter that `argument` of `call` binds."""
     params = function.params

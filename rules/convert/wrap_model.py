@@ -15,7 +15,7 @@ from ddpify.analysis.api import (
     REINITIALISE,
 )
 from ddpify.analysis.models import Model, holds_model, pairs_of
-from ddpify.analysis.project import NO_GRAD
+from ddpify.analysis.project import NO_GRAD, copies_model
 from ddpify.analysis.script import raw_optimizers
 from ddpify.analysis.streams import TORCH_DRAWS
 from ddpify.analysis.tree import (
@@ -1150,6 +1150,12 @@ def _handed_to_helpers(anatomy: Anatomy, model: Model) -> list[tuple[cst.Call, c
 def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> None:
     """A helper of another file that reads the model's own attributes gets the bare model,
     when it only reads them or evaluates; one that may train with it is refused."""
+    copying = copies_model(ctx.anatomy.project, call, argument)
+    if copying is not None:
+        where = f"`{dotted(call.func)}()` ({ctx.anatomy.project.shown(copying.path)})"
+        ctx.plan.replace(argument.value, _through_module)
+        ctx.changed(call, f"{where} copies the model: it gets the bare model")
+        return
     use = ctx.anatomy.project.model_use(call, argument)
     if use is not None and id(call) in ctx.anatomy.script.foreign_optimizers:
         # `build_optimizer(model, cfg)`: groups picked by the parameters' names (`"head." in
