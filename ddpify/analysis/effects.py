@@ -8,7 +8,7 @@ import libcst as cst
 from ddpify.analysis.api import LOG_LEVELS, LOG_SETUP, SIDE_EFFECT_NAMES
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import call_arg, dotted, methods, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, methods, walk
 from ddpify.analysis.values import Values
 
 # Moving, copying and removing files: after a save on rank 0, only rank 0 has them.
@@ -91,7 +91,9 @@ class SideEffects:
         """What the statement writes or prints, when that should happen on one rank only."""
         if isinstance(statement, cst.With):
             for item in statement.items:
-                if isinstance(item.item, cst.Call) and opens_for_writing(item.item):
+                if isinstance(item.item, cst.Call) and opens_for_writing(
+                    item.item, self.index.function_of(statement)
+                ):
                     return "file write"
             return None
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
@@ -347,9 +349,18 @@ def root_names(node: cst.CSTNode) -> set[str]:
     }
 
 
-def opens_for_writing(call: cst.Call) -> bool:
+def opens_for_writing(call: cst.Call, function: cst.FunctionDef | None = None) -> bool:
     """`open(path, "w")`, an archive's (`gzip.open(path, "wt")`, `zipfile.ZipFile(path, "w")`),
-    and a path's own `(out / "log.txt").open("a")` (round-15 m01b)."""
+    and a path's own `(out / "log.txt").open("a")` (round-15 m01b); with the `function` it
+    is in, also a mode given by a name set there to literals (`open_type = 'a' if
+    os.path.exists(log) else 'w'`: EDSR's checkpoint, round-33 audit A; round-31 audit C's
+    CSVLogger)."""
+    return any(any(flag in flags for flag in "wax") for flags in mode_flags(call, function))
+
+
+def mode_flags(call: cst.Call, function: cst.FunctionDef | None = None) -> list[str]:
+    """The modes `call` may open a file with, when it is an `open` (see `opens_for_writing`):
+    the literal, or the literals a name given as the mode is set to in `function`."""
     spelled = dotted(call.func) or ""
     if spelled == "open" or (
         spelled.rpartition(".")[0] in ARCHIVES and spelled.rpartition(".")[2] in ("open", "ZipFile")
@@ -358,13 +369,23 @@ def opens_for_writing(call: cst.Call) -> bool:
     elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "open":
         mode = call_arg(call, 0, "mode")
     else:
-        return False
-    flags = mode.value.evaluated_value if mode and isinstance(mode.value, cst.SimpleString) else ""
-    return (
-        isinstance(flags, str)
+        return []
+    given: list[cst.CSTNode] = [mode.value] if mode is not None else []
+    if mode is not None and isinstance(mode.value, cst.Name) and function is not None:
+        given = [
+            node.value
+            for node in walk(function.body)
+            if isinstance(node, cst.Assign)
+            and any(is_name(target.target, mode.value.value) for target in node.targets)
+        ]
+    return [
+        flags
+        for value in given
+        for node in walk(value)
+        if isinstance(node, cst.SimpleString)
+        and isinstance(flags := node.evaluated_value, str)
         and set(flags) <= set("rwaxbt+")  # a mode, not a member's name (`zf.open("a.csv")`)
-        and any(flag in flags for flag in "wax")
-    )
+    ]
 
 
 _PATH_MODULES = frozenset({"torch", "os", "shutil", "json", "np", "numpy", "pathlib", "Path"})

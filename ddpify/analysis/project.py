@@ -24,6 +24,7 @@ import libcst as cst
 
 from ddpify.analysis.api import DDP_TRANSPARENT, IN_PLACE_DRAWS
 from ddpify.analysis.calls import CallGraph
+from ddpify.analysis.effects import opens_for_writing
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import (
     assigned,
@@ -526,7 +527,7 @@ def _scan(helper: Helper, found: dict[str, set[str]], exits: set[str]) -> None:
                 if is_method_call(node, "backward"):
                     found["trains"].add(name)
                 elif last in WRITES or (
-                    last == "open" and _opens_for_writing(node, reached.function)
+                    last == "open" and opens_for_writing(node, reached.function)
                 ):
                     found["writes"].add(name)
                 elif last in PRINTS:
@@ -724,7 +725,7 @@ def _makes_a_writer(function: cst.FunctionDef, *, opened: bool = True) -> bool:
         isinstance(node, cst.Call)
         and (
             (dotted(node.func) or "").rsplit(".", 1)[-1] in ("SummaryWriter", "FileHandler")
-            or (opened and dotted(node.func) == "open" and _opens_for_writing(node, function))
+            or (opened and dotted(node.func) == "open" and opens_for_writing(node, function))
         )
         for node in walk(function.body)
     )
@@ -767,30 +768,6 @@ def _in_loop(helper: Helper, node: cst.CSTNode) -> bool:
         if ancestor is helper.function:
             return False
         if isinstance(ancestor, cst.For | cst.While):
-            return True
-    return False
-
-
-def _opens_for_writing(call: cst.Call, function: cst.FunctionDef | None = None) -> bool:
-    """Whether `open(path, mode)` opens to write: `mode` a literal, or (in `function`) a
-    name given one (`mode = "a" if resume else "w"`, round-31 audit C's CSVLogger)."""
-    modes = [arg.value for arg in call.args[1:2] if arg.keyword is None] + [
-        arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "mode"
-    ]
-    for mode in modes:
-        given: list[cst.CSTNode] = [mode]
-        if isinstance(mode, cst.Name) and function is not None:
-            given = [
-                node.value
-                for node in walk(function.body)
-                if isinstance(node, cst.Assign)
-                and any(is_name(target.target, mode.value) for target in node.targets)
-            ]
-        if any(
-            isinstance(node, cst.SimpleString) and any(c in node.value for c in "wax+")
-            for value in given
-            for node in walk(value)
-        ):
             return True
     return False
 

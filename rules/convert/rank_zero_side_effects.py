@@ -9,7 +9,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import EXPORTS, MODEL_SAVES
-from ddpify.analysis.effects import FILE_WRITES, opens_for_writing
+from ddpify.analysis.effects import FILE_WRITES, mode_flags, opens_for_writing
 from ddpify.analysis.project import PRINTS, Helper
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
@@ -487,7 +487,7 @@ def _kept_open(ctx: ConvertContext) -> None:
             )
         if (
             isinstance(value, cst.Call)
-            and opens_for_writing(value)
+            and opens_for_writing(value, anatomy.function_of(assign))
             and anatomy.ranks.guard(assign) is None
         ):
             # Its writes are spread over the run (`csv.writer(f).writerow(...)` each
@@ -556,9 +556,7 @@ def _devnull_elsewhere(
     also reads back (`"w+"`), for one only this process looks at, or before the set-up."""
     anatomy = ctx.anatomy
     by_path = isinstance(opened.func, cst.Attribute)  # `(out / "log.txt").open("a")`
-    mode = call_arg(opened, 0 if by_path else 1, "mode")
-    assert mode is not None and isinstance(mode.value, cst.SimpleString)
-    flags = mode.value.evaluated_value
+    flags = "".join(mode_flags(opened, anatomy.function_of(assign)))
     if (
         "+" in flags
         or _synced_to_disk(anatomy)

@@ -8280,3 +8280,46 @@ def test_a_loader_cycled_in_zip_with_another_gets_set_epoch_with_it() -> None:
         "        train(labeled_loader, unlabeled_loader, model, ema_model, optimizer)\n"
     ) in text
     assert text.count("sampler=DistributedSampler(") == 2
+
+
+def test_a_file_opened_with_a_mode_chosen_by_name_is_a_write() -> None:
+    """Round-33 audit A edsr_super_resolution_trainer: EDSR's checkpoint opens log.txt and
+    config.txt with `open_type = 'a' if os.path.exists(...) else 'w'`: neither was taken
+    for a write (only a literal mode was), so both ranks wrote log.txt. The kept-open log
+    is rank 0's (os.devnull elsewhere), and the config write runs on rank 0."""
+    source = """import os
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    open_type = "a" if os.path.exists("log.txt") else "w"
+    log_file = open("log.txt", open_type)
+    with open("config.txt", open_type) as f:
+        f.write("lr 0.1\\n")
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        log_file.write(f"{epoch} {loss.item()}\\n")
+    log_file.close()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "edsr.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        'log_file = open("log.txt", open_type) if dist.get_rank() == 0 '
+        "else open(os.devnull, open_type)"
+    ) in text
+    assert (
+        '    if dist.get_rank() == 0:\n        with open("config.txt", open_type) as f:\n'
+    ) in text
