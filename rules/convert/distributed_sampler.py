@@ -1326,12 +1326,15 @@ def _counted_at_the_pass(ctx: ConvertContext, loop: TrainLoop) -> bool:
     if loop.also or not isinstance(batch_loop, cst.For):
         return False
     made = loop.loader.call
-    if loop.epoch_loop is not None and anatomy.graph.reaches(
-        loop.epoch_loop, lambda node: node is made
-    ):
-        return False  # made anew every pass: its sampler's count starts again each time
     read = strip_iteration(batch_loop.iter)
     name = dotted(read)
+    scope = anatomy.function_of(batch_loop)
+    if (
+        anatomy.function_of(made) is scope
+        or (loop.epoch_loop is not None and anatomy.inside(made, loop.epoch_loop))
+        or (name is not None and scope is not None and anatomy.values.assignments(name, scope))
+    ):
+        return False  # made anew every pass: its sampler's count starts again each time
     if name is None or (
         anatomy.loaders.resolve(read, anatomy.function_of(batch_loop)) is not loop.loader.call
     ):

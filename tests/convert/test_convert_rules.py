@@ -8323,3 +8323,46 @@ main()
     assert (
         '    if dist.get_rank() == 0:\n        with open("config.txt", open_type) as f:\n'
     ) in text
+
+
+def test_a_trainer_whose_epoch_loop_runs_model_train_counts_the_passes() -> None:
+    """Round-34 audit A yolox_trainer_in_script: YOLOX's `for self.epoch in range(...)`
+    (an attribute: no counter ddpify names) around `train_in_iter()`, the loader made in
+    `before_train()`. `self.model.train()` in the epoch loop is matched by name to the
+    Trainer's own `train()`, which makes the loader: that is no reason to think the loader
+    is made anew every pass. set_epoch goes before the batch loop, counting the passes."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, epochs):
+        self.max_epoch = epochs
+
+    def train(self):
+        self.before_train()
+        for self.epoch in range(self.max_epoch):
+            self.model.train()
+            self.train_in_iter()
+
+    def before_train(self):
+        self.model = Net()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+
+    def train_in_iter(self):
+        for self.iter, (x, y) in enumerate(self.train_loader):
+            loss = torch.nn.functional.cross_entropy(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+
+Trainer(3).train()
+"""
+    result = convert_source(source.encode(), "yolox.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        b"        self.train_loader.sampler.set_epoch(self.train_loader.sampler.epoch + 1)\n"
+        b"        for self.iter, (x, y) in enumerate(self.train_loader):\n"
+    ) in result.output
