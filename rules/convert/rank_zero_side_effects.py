@@ -837,7 +837,7 @@ def _prepares(
     function = anatomy.function_of(line)
     if (
         isinstance(line, cst.If)
-        and any(anatomy.inside(node, line) for node in guarded)
+        and any(anatomy.inside(node, line) and _writes_files(anatomy, node) for node in guarded)
         and _read_later(anatomy, line)
         and (function is None or anatomy.graph.reaches(function.body, lambda n: id(n) in backward))
     ):

@@ -8366,3 +8366,36 @@ Trainer(3).train()
         b"        self.train_loader.sampler.set_epoch(self.train_loader.sampler.epoch + 1)\n"
         b"        for self.iter, (x, y) in enumerate(self.train_loader):\n"
     ) in result.output
+
+
+def test_a_resume_block_that_only_prints_is_not_run_rank_0_first() -> None:
+    """Round-33 audit C checkpoint_manager_rotation, as files read later by other files'
+    code came to count: `if state is not None:` loading a checkpoint and printing (the print
+    put on rank 0) was taken for a block that prepares files, and ran rank 0 first between
+    two barriers. Only a block that writes files prepares them."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    state = torch.load("last.pt") if resume else None
+    model = torch.nn.Linear(4, 2)
+    if state is not None:
+        model.load_state_dict(state)
+        print("resumed")
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with open("summary.txt") as f:
+        print(f.read())
+
+
+main()
+"""
+    result = convert_source(source.encode(), "resume.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"dist.barrier()" not in result.output
