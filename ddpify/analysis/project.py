@@ -334,23 +334,6 @@ class Project:
         alone though the object is read everywhere; `early_stopping(loss, model)` does."""
         method = self.called_instance(call)
         return method is not None and _changes_self(method)
-        owner = method.index.class_of(method.function)
-        by_name = {m.name.value: m for m in methods(owner)} if owner is not None else {}
-        for reached in methods_reached(method.function, by_name):
-            for node in walk(reached.body):
-                targets = assigned(node)
-                if isinstance(node, cst.AnnAssign):
-                    targets = [node.target]
-                if any((dotted(_root(t)) or "").startswith("self") for t in targets):
-                    return True
-                if (
-                    is_method_call(node, *MUTATORS)
-                    and isinstance(node, cst.Call)
-                    and isinstance(node.func, cst.Attribute)
-                    and (dotted(node.func.value) or "").startswith("self.")
-                ):
-                    return True
-        return False
 
     def draws(self, call: cst.Call) -> bool | None:
         """Whether the function or class of another project file that `call` calls or makes

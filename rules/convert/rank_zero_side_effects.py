@@ -1110,45 +1110,32 @@ def _foreign_writers(ctx: ConvertContext, guarded: list[cst.CSTNode], models: se
         ):
             continue
         instance = anatomy.project.called_instance(call)
-        if (
-            instance is not None
-            and not any(dotted(arg.value) in models for arg in call.args)
-            and anatomy.project.keeps_state(call)
-            and anatomy.project.changes_the_object(call)
-        ):
-            kept = anatomy.project.effects(instance)
-            if kept.writes and not kept.trains:
-                # timm's `best_metric, best_epoch = saver.save_checkpoint(epoch, metric)`
-                # (round-33 audit D timm_train_package): rank 1 renamed rank 0's tmp file
-                owner = instance.index.class_of(instance.function)
-                ctx.cannot(
-                    call,
-                    f"`{dotted(call.func)}(...)` ({anatomy.project.shown(instance.path)}) "
-                    f"writes files (`{kept.writes[0]}`), and what it keeps or returns is "
-                    "read by every process: each process would write them; make the object "
-                    f"on rank 0 only (`... = {owner.name.value if owner else 'Saver'}(...) "
-                    "if dist.get_rank() == 0 else None`) and call it under `if ... is not "
-                    "None:`, as timm does, by hand",
-                    blocking=True,
-                )
-                return
+        given = any(dotted(arg.value) in models for arg in call.args)
         if (
             instance is not None
             and anatomy.project.keeps_state(call)
-            and any(dotted(arg.value) in models for arg in call.args)
+            and (given or anatomy.project.changes_the_object(call))
         ):
             kept = anatomy.project.effects(instance)
             if kept.writes and not kept.trains:
                 owner = instance.index.class_of(instance.function)
+                named = owner.name.value if owner else "the object"
+                where = anatomy.project.shown(instance.path)
                 ctx.cannot(
                     call,
-                    f"`{owner.name.value if owner else 'the object'}.__call__` "
-                    f"({anatomy.project.shown(instance.path)}) writes files "
-                    f"(`{kept.writes[0]}`) and is given the model, in an object whose "
-                    "state every process needs (an early-stopping counter, a best score): "
-                    "each process would write them, from the DDP wrapper (`module.` keys); "
-                    "give it `model.module` and put its writes under `if dist.get_rank() == "
-                    "0:` in that file, by hand",
+                    f"`{named}.__call__` ({where}) writes files (`{kept.writes[0]}`) and is "
+                    "given the model, in an object whose state every process needs (an "
+                    "early-stopping counter, a best score): each process would write them, "
+                    "from the DDP wrapper (`module.` keys); give it `model.module` and put "
+                    "its writes under `if dist.get_rank() == 0:` in that file, by hand"
+                    if given
+                    # timm's `best_metric, best_epoch = saver.save_checkpoint(epoch, metric)`
+                    # (round-33 audit D timm_train_package): rank 1 renamed rank 0's file
+                    else f"`{dotted(call.func)}(...)` ({where}) writes files "
+                    f"(`{kept.writes[0]}`), and what it keeps or returns is read by every "
+                    "process: each process would write them; make the object on rank 0 "
+                    f"only (`... = {named}(...) if dist.get_rank() == 0 else None`) and call "
+                    "it under `if ... is not None:`, as timm does, by hand",
                     blocking=True,
                 )
                 return
