@@ -866,14 +866,25 @@ def copies_model(project: Project, call: cst.Call, argument: cst.Arg) -> Helper 
     if helper is None:
         return None
     parameter = _parameter(helper.function, call, argument)
-    copied = any(
-        isinstance(node, cst.Call)
+    copies = [
+        node.args[0].value
+        for node in walk(helper.function.body)
+        if isinstance(node, cst.Call)
         and (dotted(node.func) or "").rsplit(".", 1)[-1] == "deepcopy"
         and node.args
         and is_name(node.args[0].value, parameter or "")
+    ]
+    # and only copies it: an object that also keeps the model (`self.model = model`) may
+    # run it for the loss, which the bare model would compute without averaging gradients
+    reads = [
+        node
         for node in walk(helper.function.body)
+        if is_name(node, parameter or "") and not helper.index.is_attribute_name(node)  # type: ignore[arg-type]
+    ]
+    only_copied = len(reads) == len(copies) and all(
+        any(read is copy for copy in copies) for read in reads
     )
-    return helper if parameter is not None and copied else None
+    return helper if parameter is not None and copies and only_copied else None
 
 
 def _parameter(function: cst.FunctionDef, call: cst.Call, argument: cst.Arg) -> str | None:

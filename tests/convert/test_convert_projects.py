@@ -2262,3 +2262,39 @@ def test_yolov5_s_optimizer_and_ema_of_another_file_get_the_bare_model(tmp_path:
         == sorted(saved["model"])
         == ["0.bias", "0.weight", "2.bias", "2.weight"]
     )
+
+
+def test_an_object_that_copies_the_model_and_keeps_it_too_keeps_the_wrapper(
+    tmp_path: Path,
+) -> None:
+    """The other side of YOLOv5's `ModelEMA(model)`: a class of another file that
+    deep-copies the model and also keeps it (`self.model = model`) may run it for the loss;
+    given the bare model, that loss would train without averaging gradients. It keeps the
+    wrapper."""
+    (tmp_path / "teacher.py").write_text(
+        "from copy import deepcopy\n\n\n"
+        "class Distiller:\n"
+        "    def __init__(self, model):\n"
+        "        self.teacher = deepcopy(model).eval()\n"
+        "        self.model = model\n\n"
+        "    def loss(self, x):\n"
+        "        return (self.model(x) - self.teacher(x).detach()).pow(2).mean()\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "from teacher import Distiller\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    distiller = Distiller(model)\n"
+        "    for (x,) in loader:\n"
+        "        loss = distiller.loss(x) + model(x).sum()\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n\n\n"
+        "main()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert b"Distiller(model.module)" not in result.output
