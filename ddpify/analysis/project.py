@@ -887,6 +887,45 @@ def copies_model(project: Project, call: cst.Call, argument: cst.Arg) -> Helper 
     return helper if parameter is not None and copies and only_copied else None
 
 
+def read_when_made(
+    project: Project, call: cst.Call, argument: cst.Arg
+) -> tuple[Helper, str] | None:
+    """The `__init__` of a project class (in another file) that `call` makes, with the
+    first attribute the DDP wrapper does not serve that it reads of what `argument` gives
+    it, when it only reads it there (YOLOv5's `ComputeLoss(model)`: `h = model.hyp`, `m =
+    de_parallel(model)`, round-33 audit D yolov5_train_utils died on `.hyp`). Not when it
+    keeps it (`self.model = model`), whose other methods may run it."""
+    if project.helper(call) is not None or project.class_made(call) is None:
+        return None
+    init = project.runs(call)
+    parameter = _parameter(init.function, call, argument) if init is not None else None
+    if init is None or parameter is None:
+        return None
+    index = init.index
+    wanted: list[str] = []
+    for node in walk(init.function.body):
+        if not (isinstance(node, cst.Name) and node.value == parameter) or index.is_attribute_name(
+            node
+        ):
+            continue
+        parent = index.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            if parent.attr.value not in DDP_TRANSPARENT:
+                wanted.append(parent.attr.value)
+            continue
+        holder = index.parent(parent) if isinstance(parent, cst.Arg) else None
+        statement = index.statement_of(node)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if (  # `m = de_parallel(model)`: a local made from it
+            isinstance(holder, cst.Call)
+            and isinstance(small, cst.Assign)
+            and all(isinstance(target.target, cst.Name) for target in small.targets)
+        ):
+            continue
+        return None
+    return (init, wanted[0]) if wanted else None
+
+
 def _parameter(function: cst.FunctionDef, call: cst.Call, argument: cst.Arg) -> str | None:
     """The name of `function`'s parameter that `argument` of `call` binds."""
     params = function.params

@@ -15,7 +15,7 @@ from ddpify.analysis.api import (
     REINITIALISE,
 )
 from ddpify.analysis.models import Model, holds_model, pairs_of
-from ddpify.analysis.project import NO_GRAD, copies_model
+from ddpify.analysis.project import NO_GRAD, copies_model, read_when_made
 from ddpify.analysis.script import raw_optimizers
 from ddpify.analysis.streams import TORCH_DRAWS
 from ddpify.analysis.tree import (
@@ -1155,6 +1155,13 @@ def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> N
         where = f"`{dotted(call.func)}()` ({ctx.anatomy.project.shown(copying.path)})"
         ctx.plan.replace(argument.value, _through_module)
         ctx.changed(call, f"{where} copies the model: it gets the bare model")
+        return
+    read = read_when_made(ctx.anatomy.project, call, argument)
+    if read is not None:
+        init, attribute = read
+        where = f"`{dotted(call.func)}()` ({ctx.anatomy.project.shown(init.path)})"
+        ctx.plan.replace(argument.value, _through_module)
+        ctx.changed(call, f"{where} reads `.{attribute}` when it is made: it gets the bare model")
         return
     use = ctx.anatomy.project.model_use(call, argument)
     if use is not None and id(call) in ctx.anatomy.script.foreign_optimizers:

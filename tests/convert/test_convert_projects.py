@@ -2298,3 +2298,53 @@ def test_an_object_that_copies_the_model_and_keeps_it_too_keeps_the_wrapper(
     )
     result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
     assert not any("copies the model" in note.message for note in result.notes), result.notes
+
+
+COMPUTE_LOSS = """\
+import torch
+
+
+class ComputeLoss:
+    def __init__(self, model):
+        device = next(model.parameters()).device
+        h = model.hyp
+        self.gain = torch.tensor(h["box"], device=device)
+        KEEP
+
+    def __call__(self, p, y):
+        return ((p - y) ** 2).mean() * self.gain
+"""
+
+
+@pytest.mark.parametrize(("kept", "bare"), [("pass", True), ("self.model = model", False)])
+def test_a_loss_class_of_another_file_reading_the_model_when_made_gets_the_bare_model(
+    tmp_path: Path, kept: str, bare: bool
+) -> None:
+    """Round-33 audit D yolov5_train_utils: YOLOv5's `compute_loss = ComputeLoss(model)`
+    (utils/loss.py) reads `model.hyp` in its `__init__`: handed the wrapper, every rank died
+    with AttributeError. It only reads the model there: it gets the bare model. One that
+    keeps the model (`self.model = model`) may run it later, and keeps the wrapper."""
+    (tmp_path / "loss.py").write_text(COMPUTE_LOSS.replace("KEEP", kept))
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "from loss import ComputeLoss\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    model.hyp = {'box': 0.05}\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    compute_loss = ComputeLoss(model)\n"
+        "    for x, y in loader:\n"
+        "        loss = compute_loss(model(x), y)\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n\n\n"
+        "main()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert (b"compute_loss = ComputeLoss(model.module)" in result.output) is bare
+    assert (
+        "`ComputeLoss()` (loss.py) reads `.hyp` when it is made: it gets the bare model"
+        in [note.message for note in result.notes]
+    ) is bare
