@@ -354,8 +354,9 @@ OWN_BATCH_SAMPLER = Example(
 
     class ShardByRank:
         \"\"\"What `sampler` gives each pass (its batches), in rank 0's order, dealt out in runs of
-        `block` (a batch: what it draws for one batch stays together): every world_size-th run
-        to this process, as many to each.\"\"\"
+        `block` (a batch: what it draws for one batch stays together), every world_size-th run
+        to this process; what is left, short of a run for every process, one at a time: as
+        many to each.\"\"\"
 
         def __init__(self, sampler, block=1):
             self.sampler = sampler
@@ -364,13 +365,15 @@ OWN_BATCH_SAMPLER = Example(
         def __iter__(self):
             drawn = [list(self.sampler)]  # every process draws, so random streams stay in step
             dist.broadcast_object_list(drawn, src=0)
-            world_size, block = dist.get_world_size(), self.block
-            runs = len(drawn[0]) // block // world_size * world_size
-            mine = range(dist.get_rank() * block, runs * block, world_size * block)
-            return iter([item for start in mine for item in drawn[0][start:start + block]])
+            world_size, rank, step = dist.get_world_size(), dist.get_rank(), self.block
+            runs = len(drawn[0]) // (world_size * step) * world_size * step
+            starts = range(rank * step, runs, world_size * step)
+            mine = [i for start in starts for i in drawn[0][start:start + step]]
+            rest = drawn[0][runs:]
+            return iter(mine + rest[rank:len(rest) // world_size * world_size:world_size])
 
         def __len__(self):
-            return len(self.sampler) // self.block // dist.get_world_size() * self.block
+            return len(self.sampler) // dist.get_world_size()
 
 
     loader = DataLoader(dataset, batch_sampler=ShardByRank(BucketBatchSampler(lengths, 32)))
@@ -1014,8 +1017,9 @@ def _draw_apart(ctx: ConvertContext, drawing: cst.Call) -> None:
 SHARD_BY_RANK = """
 class {name}:
     \"\"\"What `sampler` gives each pass ({what}), in rank 0's order, dealt out in runs of
-    `block` (a batch: what it draws for one batch stays together): every world_size-th run
-    to this process, as many to each.\"\"\"
+    `block` (a batch: what it draws for one batch stays together), every world_size-th run
+    to this process; what is left, short of a run for every process, one at a time: as
+    many to each.\"\"\"
 
     def __init__(self, sampler, block=1):
         self.sampler = sampler
@@ -1024,13 +1028,15 @@ class {name}:
     def __iter__(self):
         drawn = [list(self.sampler)]  # every process draws, so random streams stay in step
         dist.broadcast_object_list(drawn, src=0)
-        world_size, block = dist.get_world_size(), self.block
-        runs = len(drawn[0]) // block // world_size * world_size
-        mine = range(dist.get_rank() * block, runs * block, world_size * block)
-        return iter([item for start in mine for item in drawn[0][start:start + block]])
+        world_size, rank, step = dist.get_world_size(), dist.get_rank(), self.block
+        runs = len(drawn[0]) // (world_size * step) * world_size * step
+        starts = range(rank * step, runs, world_size * step)
+        mine = [i for start in starts for i in drawn[0][start:start + step]]
+        rest = drawn[0][runs:]
+        return iter(mine + rest[rank:len(rest) // world_size * world_size:world_size])
 
     def __len__(self):
-        return len(self.sampler) // self.block // dist.get_world_size() * self.block
+        return len(self.sampler) // dist.get_world_size()
 """
 
 
