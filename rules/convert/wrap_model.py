@@ -1156,9 +1156,9 @@ def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> N
         ctx.plan.replace(argument.value, _through_module)
         ctx.changed(call, f"{where} copies the model: it gets the bare model")
         return
-    read = read_when_made(ctx.anatomy.project, call, argument)
-    if read is not None:
-        init, attribute = read
+    made_reading = read_when_made(ctx.anatomy.project, call, argument)
+    if made_reading is not None:
+        init, attribute = made_reading
         where = f"`{dotted(call.func)}()` ({ctx.anatomy.project.shown(init.path)})"
         ctx.plan.replace(argument.value, _through_module)
         ctx.changed(call, f"{where} reads `.{attribute}` when it is made: it gets the bare model")
