@@ -16,6 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.index import SourceIndex
+from ddpify.analysis.loaders import strip_iteration
 from ddpify.analysis.tree import dotted, is_attribute, is_method_call, walk
 
 # `np.mean(losses)`, `np.average(losses)`, `statistics.mean(losses)`, `mean(losses)`.
@@ -63,23 +64,10 @@ def batch_mean(
     loop = _loop_adding(total, scope, index, "+=") if total is not None else None
     if loop is None:
         return None
-    if _length_of(right) == dotted(iterated(loop)):
+    if _length_of(right) == dotted(strip_iteration(loop.iter)):
         return loop  # `total / len(loader)`: per batch
     count = dotted(right)
     return loop if count is not None and _counts(count, loop) else None
-
-
-def iterated(loop: cst.For) -> cst.BaseExpression:
-    """What the batch loop reads: `loader` of `for i, (x, y) in enumerate(tqdm(loader))`."""
-    expr = loop.iter
-    while (
-        isinstance(expr, cst.Call)
-        and _last(expr.func) in {"enumerate", "tqdm", "iter"}
-        and expr.args
-        and expr.args[0].keyword is None
-    ):
-        expr = expr.args[0].value
-    return expr
 
 
 def _last(func: cst.BaseExpression) -> str | None:
@@ -192,7 +180,7 @@ def _divided_in_place(
                 loop = _loop_adding(name, scope, index, "+=")
                 if loop is None or not index.precedes(loop, node):
                     return None
-                if _length_of(small.value) == dotted(iterated(loop)):
+                if _length_of(small.value) == dotted(strip_iteration(loop.iter)):
                     return loop
                 count = dotted(small.value)
                 return loop if count is not None and _counts(count, loop) else None

@@ -8,7 +8,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import BATCH_NORMS
 from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
-from ddpify.analysis.means import batch_mean, iterated
+from ddpify.analysis.means import batch_mean
 from ddpify.analysis.project import draws_at_random
 from ddpify.analysis.tree import (
     assigned,
@@ -683,7 +683,7 @@ def _returns_a_mean(anatomy: Anatomy, value: cst.BaseExpression) -> bool:
     for given in picked:
         assert given is not None
         loop = batch_mean(given, helper.function, helper.index)
-        read = iterated(loop) if loop is not None else None
+        read = strip_iteration(loop.iter) if loop is not None else None
         if not isinstance(read, cst.Name):
             return False
         argument = helper.graph.bound_argument(call, helper.function, read.value)

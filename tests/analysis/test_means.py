@@ -10,7 +10,8 @@ import libcst as cst
 import pytest
 
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.means import batch_mean, iterated
+from ddpify.analysis.loaders import strip_iteration
+from ddpify.analysis.means import batch_mean
 from ddpify.analysis.tree import dotted
 
 LOOP = """\
@@ -52,7 +53,7 @@ def _mean_of(setup: str, body: str, value: str) -> str | None:
     assert isinstance(function, cst.FunctionDef)
     returned = _returned(function)
     loop = batch_mean(returned, function, index)
-    return dotted(iterated(loop)) if loop is not None else None
+    return dotted(strip_iteration(loop.iter)) if loop is not None else None
 
 
 @pytest.mark.parametrize(("setup", "body", "value"), MEANS)
