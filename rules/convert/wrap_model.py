@@ -1941,6 +1941,9 @@ def _skips_parameters(anatomy: Anatomy) -> str | None:
         # the Annotated Transformer): its parameters get their gradients, and with
         # find_unused_parameters DDP would mark them unused, then see their gradients
         # (round-21 audit B annotated_tf_b)
+        late = _indexed_from(anatomy, [by_name[m] for m in reached], set(layers))
+        if late is not None:
+            return f"`{owner.name.value}.forward` {late}"
         used |= _run_outside(anatomy, owner)
         unused = sorted(set(layers) - used)
         if unused:
@@ -1955,6 +1958,57 @@ def _skips_parameters(anatomy: Anatomy) -> str | None:
                     f"`{owner.name.value}.forward` reads `self.{name}.weight` but never runs "
                     f"`self.{name}` (line {anatomy.line(made)}): its bias gets no gradient"
                 )
+    return None
+
+
+def _indexed_from(
+    anatomy: Anatomy, forwards: list[cst.FunctionDef], layers: set[str]
+) -> str | None:
+    """A container of layers the forward only runs by the counter of `for i in range(1, n):`
+    (`self.att[i](h)`): the layers before the loop's start never run (round-34 audit A
+    ghost_batchnorm's attention blocks, made `n_steps` and run from step 1)."""
+    reads: dict[str, list[cst.Attribute]] = {}
+    for forward in forwards:
+        for node in walk(forward.body):
+            if isinstance(node, cst.Attribute) and is_name(node.value, "self"):
+                reads.setdefault(node.attr.value, []).append(node)
+    for name in sorted(layers & set(reads)):
+        starts = [_counter_start(anatomy, read) for read in reads[name]]
+        known = [start for start in starts if start is not None]
+        if len(known) == len(starts):
+            loop = next(a for a in anatomy.ancestors(reads[name][0]) if isinstance(a, cst.For))
+            return (
+                f"runs `self.{name}` from index {min(known)} on (line {anatomy.line(loop)}), "
+                "never the layers before"
+            )
+    return None
+
+
+def _counter_start(anatomy: Anatomy, read: cst.Attribute) -> int | None:
+    """The start of `for i in range(START, n):` when `read` is `self.x` in `self.x[i]` inside
+    that loop and START > 0."""
+    subscript = anatomy.parent(read)
+    if not (
+        isinstance(subscript, cst.Subscript)
+        and subscript.value is read
+        and len(subscript.slice) == 1
+        and isinstance(subscript.slice[0].slice, cst.Index)
+        and isinstance(subscript.slice[0].slice.value, cst.Name)
+    ):
+        return None
+    counter = subscript.slice[0].slice.value.value
+    for loop in anatomy.ancestors(read):
+        if isinstance(loop, cst.For) and is_name(loop.target, counter):
+            iterated = loop.iter
+            if (
+                isinstance(iterated, cst.Call)
+                and is_name(iterated.func, "range")
+                and len(iterated.args) >= 2
+                and isinstance(iterated.args[0].value, cst.Integer)
+            ):
+                start = iterated.args[0].value.evaluated_value
+                return start if isinstance(start, int) and start > 0 else None
+            return None
     return None
 
 

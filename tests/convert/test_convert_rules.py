@@ -1040,6 +1040,64 @@ def test_a_generator_cycling_the_loader_and_a_forward_skipping_layers() -> None:
     )
 
 
+STEPPED_ATTENTION = """import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Stepped(nn.Module):
+    def __init__(self, n_steps=3):
+        super().__init__()
+        self.n_steps = n_steps
+        self.feat = nn.ModuleList([nn.Linear(8, 8) for _ in range(n_steps)])
+        self.att = nn.ModuleList([nn.Linear(8, 8) for _ in range(n_steps)])
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.feat[0](x)
+        for step in range(1, self.n_steps):
+            mask = torch.softmax(self.att[step](h), dim=-1)
+            h = self.feat[step](x * mask)
+        return self.out(h)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8, shuffle=True)
+    model = Stepped()
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(2):
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_container_of_layers_run_from_its_second_index_on() -> None:
+    """Round-34 audit A ghost_batchnorm (TabNet-like): `self.att` holds n_steps blocks and
+    the forward runs `self.att[step]` for step in range(1, n_steps): the first block gets no
+    gradient and DDP stopped at the second step. `self.feat`, run at 0 before the loop, and
+    `self.att[step - 1]` (every block run) need nothing."""
+    result = convert_source(STEPPED_ATTENTION.encode(), "tabnet.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "find_unused_parameters=True)" in result.output.decode()
+    assert any(
+        "`Stepped.forward` runs `self.att` from index 1 on (line 16), never the layers before"
+        in n.message
+        for n in result.notes
+    )
+    every = STEPPED_ATTENTION.replace("self.att[step](h)", "self.att[step - 1](h)")
+    assert (
+        b"find_unused_parameters"
+        not in convert_source(every.encode(), "tabnet.py", ConvertOptions()).output
+    )
+
+
 MULTITASK = """import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
