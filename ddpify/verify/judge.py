@@ -1168,6 +1168,7 @@ class _SideEffectsOnce(_AfterEquivalence):
             "checkpoints", [])}  # fmt: skip
         seen: Counter[str] = Counter()
         figures: set[str] = set()
+        schedule: set[str] = set()
         names = as_named_by([s.path for s in facts.ranks[0].saves], [s.path for s in saves])
         for save in saves:
             occurrence = seen[save.path]
@@ -1207,6 +1208,7 @@ class _SideEffectsOnce(_AfterEquivalence):
                     (f"{save.path}: values differ for {', '.join(row['values_differ'][:5])}"),
                 )
             figures.update(row.get("figures_differ", ()))
+            schedule.update(row.get("schedule_differ", ()))
             if not row["within"] and (self.diverged or self.unchecked):
                 return (
                     Status.UNCHECKED,
@@ -1239,12 +1241,18 @@ class _SideEffectsOnce(_AfterEquivalence):
             if figures
             else ""
         )
+        rates = (
+            f"; {', '.join(sorted(schedule)[:3])}: where the schedule had got to, compared "
+            "step by step in equivalence"
+            if schedule
+            else ""
+        )
         return (
             Status.PASS,
             label,
             (
                 f"{paths}: {sum(seen.values())} save(s), same keys (no `module.` prefix) and the "
-                f"same tensors as the original's{one}{own}"
+                f"same tensors as the original's{one}{own}{rates}"
             ),
         )
 

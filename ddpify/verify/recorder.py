@@ -498,6 +498,23 @@ def flatten(obj: object, prefix: str = "") -> Iterator[tuple[str, object]]:
         for i, value in enumerate(obj):
             yield from flatten(value, f"{prefix}.{i}" if prefix else str(i))
     elif obj is None or isinstance(obj, (bool, int, float, str)):
-        yield prefix, obj
+        # numpy's float64 is a float: stored as one, the copy loads with weights_only
+        # (the round-34 audit's ConvNeXt checkpoint held its lr as numpy.float64)
+        yield prefix, obj if type(obj) in (bool, int, float, str, type(None)) else plain(obj)
+    elif type(obj).__module__ == "numpy" and getattr(obj, "shape", None) == ():
+        yield prefix, plain(obj.item())  # type: ignore[attr-defined]
+    elif type(obj).__module__ == "numpy" and getattr(obj, "dtype", None) is not None:
+        try:
+            yield prefix, torch.as_tensor(obj).clone()
+        except (TypeError, RuntimeError):
+            yield prefix, repr(obj)[:200]
     else:
         yield prefix, repr(obj)[:200]
+
+
+def plain(value: object) -> object:
+    """The builtin value of a subclass of one (numpy.float64, numpy.bool_'s item, an IntEnum)."""
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value if value is None else repr(value)[:200]

@@ -746,6 +746,27 @@ def test_a_schedule_sized_from_the_data_is_replayed_and_reported() -> None:
     assert "stepped with the conversion's rates (5 step(s))" in text
 
 
+def test_the_rate_a_schedule_reached_in_a_checkpoint_is_left_to_the_schedule_check(
+    tmp_path: Path,
+) -> None:
+    """Round-34 audit A convnext: the checkpoint holds the optimizer's state, whose lr is
+    where the schedule had got to; one sized from the data runs 1/N as long under DDP, so
+    the saved lr differs by design. It was a "values differ" failure of side-effects-once;
+    the learning rates are compared step by step, in equivalence."""
+    name, line = "init_after_move_onecycle.py", 'lr {sched.get_last_lr()[0]:.5f}")\n'
+    save = 'torch.save({"model": %s.state_dict(), "optimizer": optimizer.state_dict()}, "s.pt")\n'
+    original, converted = tmp_path / "original.py", tmp_path / "converted.py"
+    text = (FIXTURES / "convert" / "scripts" / name).read_text()
+    original.write_text(text.replace(line, line + "    " + save % "model", 1))
+    text = (FIXTURES / "convert" / "expected" / name).read_text()
+    converted.write_text(text.replace(line, line + "        " + save % "model.module", 1))
+    assert converted.read_text().count("optimizer.state_dict()") == 1
+    verification, outcome = verify(original, converted, steps=3)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert "optimizer.param_groups.0.lr: where the schedule had got to" in table
+
+
 def test_learning_rates_that_differ_between_ranks_fail_replicas_in_sync() -> None:
     _, outcome = verify(TRAIN, VERIFY / "ddp_plateau_per_rank.py", steps=4)
     assert outcome.exit_code == 1
@@ -801,6 +822,41 @@ def test_equal_infinities_and_nans_are_no_difference() -> None:
     nan = torch.tensor([float("nan"), 1.0])
     assert tensor_difference(nan.clone(), nan, rtol=1e-5, atol=1e-8)["within"]
     assert not tensor_difference(torch.tensor([0.0, 1.0]), nan, rtol=1e-5, atol=1e-8)["within"]
+
+
+def test_a_checkpoint_holding_numpy_values_is_copied_so_it_loads_with_weights_only(
+    tmp_path: Path,
+) -> None:
+    """Round-34 audit A convnext: the checkpoint held its lr as numpy.float64 (a float
+    subclass) and an argparse Namespace; the copy verify keeps of it failed to load with
+    weights_only, so replicas-in-sync, equivalence and the checkpoint were "could not check"."""
+    import argparse
+
+    import numpy as np
+    import torch
+
+    from ddpify.verify.compare import load
+    from ddpify.verify.recorder import flatten
+
+    saved = {
+        "model": {"w": torch.ones(2)},
+        "optimizer": {"param_groups": [{"lr": np.float64(0.5), "step": np.int64(3)}]},
+        "args": argparse.Namespace(lr=0.5),
+        "lrs": np.linspace(0.0, 1.0, 3),
+        "best": np.float32(0.25),
+        "flag": np.bool_(True),
+    }
+    flat = dict(flatten(saved))
+    torch.save(flat, tmp_path / "copy.pt")
+    loaded = load(tmp_path / "copy.pt")
+    assert loaded is not None
+    assert loaded["optimizer.param_groups.0.lr"] == 0.5
+    assert type(loaded["optimizer.param_groups.0.lr"]) is float
+    assert loaded["optimizer.param_groups.0.step"] == 3
+    assert loaded["best"] == 0.25 and loaded["flag"] is True
+    assert torch.equal(loaded["lrs"], torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64))
+    assert torch.equal(loaded["model.w"], torch.ones(2))
+    assert "Namespace(lr=0.5)" in str(loaded["args"])
 
 
 def test_files_named_by_the_time_or_after_the_script_are_matched_to_the_originals() -> None:
