@@ -567,25 +567,45 @@ def _made_optimizer(helper: Helper, value: cst.BaseExpression) -> cst.Call | Non
 
 def _one_pass_over(owner: cst.ClassDef, call: cst.Call) -> cst.BaseExpression | None:
     """`Project.one_pass_over` for the class `call` makes."""
+    found = passes_over(owner, call)
+    return found[0] if found is not None and not found[1] else None
+
+
+def passes_over(owner: cst.ClassDef, call: cst.Call) -> tuple[cst.BaseExpression, set[str]] | None:
+    """The argument `call` hands the class `owner` (script's or project's) whose `__init__`
+    takes `iter(...)` of it, and the methods that take `iter(...)` of it again (BasicSR's
+    `CPUPrefetcher.reset()`: `self.loader = iter(self.ori_loader)`, round-34 audit A
+    basicsr): the making, and each call of those methods, starts a pass."""
     init = next((m for m in methods(owner) if m.name.value == "__init__"), None)
     if init is None:
         return None
-    iters = [
-        node
-        for method in methods(owner)
-        for node in walk(method.body)
-        if isinstance(node, cst.Call) and is_name(node.func, "iter") and node.args
-    ]
-    if len(iters) != 1 or not any(node is iters[0] for node in walk(init.body)):
-        return None
-    read = iters[0].args[0].value
-    if not isinstance(read, cst.Name):
-        return None
     params = [param.name.value for param in init.params.params][1:]  # after `self`
-    if read.value not in params:
+    given: str | None = None
+    again: dict[str, str | None] = {}
+    for method in methods(owner):
+        for node in walk(method.body):
+            if not (isinstance(node, cst.Call) and is_name(node.func, "iter") and node.args):
+                continue
+            read = node.args[0].value
+            if method is init and isinstance(read, cst.Name) and read.value in params:
+                if given is not None:
+                    return None
+                given = read.value
+            elif method is not init and (dotted(read) or "").startswith("self."):
+                again[method.name.value] = dotted(read)
+            else:
+                return None
+    if given is None:
         return None
-    argument = call_arg(call, params.index(read.value), read.value)
-    return argument.value if argument is not None else None
+    stored = {  # `self.ori_loader = loader`
+        dotted(node.targets[0].target)
+        for node in walk(init.body)
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and is_name(node.value, given)
+    }
+    if not set(again.values()) <= stored:
+        return None
+    argument = call_arg(call, params.index(given), given)
+    return (argument.value, set(again)) if argument is not None else None
 
 
 def _changes_self(method: Helper) -> bool:

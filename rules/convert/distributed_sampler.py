@@ -18,7 +18,7 @@ from ddpify.analysis.api import (
 )
 from ddpify.analysis.calls import MAX_DEPTH, passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, read_as, string_value, strip_iteration
-from ddpify.analysis.project import repasses
+from ddpify.analysis.project import passes_over, repasses
 from ddpify.analysis.script import ForeignTraining, TrainLoop, without_gradients
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
@@ -1858,6 +1858,7 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
     anatomy = ctx.anatomy
     starts: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
     cycles: list[cst.Call] = []
+    owners: list[cst.ClassDef] = []
     for node in walk(anatomy.module):
         if isinstance(node, cst.Call) and node.args:
             source = node.args[0].value
@@ -1865,8 +1866,13 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
                 kind = "iter"
             elif anatomy.is_call_to(node, {"itertools.cycle"}):
                 kind = "cycle"
-            elif (wrapped := anatomy.project.one_pass_over(node)) is not None:
-                source, kind = wrapped, "iter"  # `data_prefetcher(train_loader)` of data/
+            elif (made := _pass_object(anatomy, node)) is not None:
+                # `data_prefetcher(train_loader)` of data/, BasicSR's CPUPrefetcher
+                source, kind, restarts, owner = made[0], "iter", made[1], made[2]
+                if restarts is None:
+                    return False  # its passes started again where ddpify cannot follow
+                starts.extend((restart, source) for restart in restarts)
+                owners.append(owner)
             else:
                 continue
         elif isinstance(node, cst.For):
@@ -1881,6 +1887,8 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
             cycles.append(node)
         else:  # a cycle made again in every epoch starts a new pass (round-16 audit s01)
             starts.append((node, source))
+    # the `iter(...)` calls of a pass object's own class are its making and its restarts
+    starts = [start for start in starts if not any(anatomy.inside(start[0], o) for o in owners)]
     if cycles:
         if starts:
             return False
@@ -1937,6 +1945,54 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
             return True
         ctx.info(loader.call, "one pass over the data: no set_epoch needed")
     return True
+
+
+def _pass_object(
+    anatomy: Anatomy, call: cst.Call
+) -> tuple[cst.BaseExpression, list[cst.Call] | None, cst.ClassDef] | None:
+    """A class of the script or the project that `call` makes, taking `iter(...)` of the
+    loader it is given: the loader, and the calls of its methods that take `iter(...)` of it
+    again (BasicSR's `prefetcher.reset()`, round-34 audit A basicsr), each a new pass; None
+    for those when the object goes where they cannot all be found."""
+    owner = anatomy.classes.get(dotted(call.func) or "")
+    if owner is None:
+        made = anatomy.project.class_made(call)
+        owner = made[0] if made is not None else None
+    found = passes_over(owner, call) if owner is not None else None
+    if owner is None or found is None:
+        return None
+    source, again = found
+    if not again:
+        return source, [], owner
+    statement_ = anatomy.statement_of(call)
+    assign = statement_.body[0] if isinstance(statement_, cst.SimpleStatementLine) else None
+    scope = anatomy.function_of(call)
+    if not (
+        isinstance(assign, cst.Assign)
+        and assign.value is call
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+        and scope is not None
+    ):
+        return source, None, owner
+    name = assign.targets[0].target.value
+    restarts: list[cst.Call] = []
+    for node in walk(scope.body):
+        if not isinstance(node, cst.Name) or node.value != name or anatomy.is_attribute_name(node):
+            continue
+        parent = anatomy.parent(node)
+        if isinstance(parent, cst.AssignTarget):
+            continue
+        outer = anatomy.parent(parent) if isinstance(parent, cst.Attribute) else None
+        if not (
+            isinstance(parent, cst.Attribute)
+            and isinstance(outer, cst.Call)
+            and outer.func is parent
+        ):
+            return source, None, owner  # handed on, or read as a value: passes may start there
+        if parent.attr.value in again:
+            restarts.append(outer)
+    return source, restarts, owner
 
 
 def _steps_may_outrun(

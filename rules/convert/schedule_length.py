@@ -157,7 +157,10 @@ class ScheduleLength(ConvertRule):
     `TensorDataset` or a dataset class whose `__len__` is `len(self.items)`. Hugging Face's
     `get_..._schedule...` helpers count as schedulers, and so does a learning rate written
     into the optimizer's param groups by hand (`group["lr"] = get_lr(it)`): the names it and
-    the script's functions it calls read are followed.
+    the script's functions it calls read are followed. So is the count of a `range` the
+    training runs in (BasicSR's `total_epochs = ceil(total_iters / num_iter_per_epoch)`,
+    with `num_iter_per_epoch = ceil(len(train_set) / batch_size)`): epochs counted from
+    the iterations to train for.
 
     ## Why is this bad?
     Each process now takes 1/N of the single-GPU steps per epoch, while a schedule sized
@@ -349,6 +352,21 @@ class ScheduleLength(ConvertRule):
                     for node in walk(arg.value):
                         if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
                             self._refuse_computed(ctx, call, node.value, loaders, seen)
+        for epochs in _training_ranges(anatomy):
+            # `for epoch in range(total_epochs + 1)` with `total_epochs = ceil(total_iters /
+            # num_iter_per_epoch)` and that from `len(train_set) / batch_size` (BasicSR):
+            # iterations counted as epochs of the whole dataset (round-34 audit A basicsr
+            # ran 32 of its 40 iterations)
+            assert isinstance(epochs.iter, cst.Call)
+            seen = set()
+            for arg in epochs.iter.args:
+                for node in walk(arg.value):
+                    if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
+                        what = (
+                            "from which the training loop's `range` (line "
+                            f"{anatomy.line(epochs)}) is computed"
+                        )
+                        self._refuse_computed(ctx, epochs, node.value, loaders, seen, what=what)
         for assign in _hand_schedules(anatomy):
             seen = set()
             read = _read_by_schedule(anatomy, assign)
@@ -406,6 +424,7 @@ class ScheduleLength(ConvertRule):
         loaders: list[Loader],
         seen: set[str] | None = None,
         depth: int = 0,
+        what: str = "a learning-rate schedule's length",
     ) -> None:
         """`total = epochs * len(train_ds)`, then `OneCycleLR(..., total_steps=total)`: with
         the loader made before `total`, in its function, `total` is computed from
@@ -423,7 +442,9 @@ class ScheduleLength(ConvertRule):
                 continue  # `train_loader = DataLoader(..., sampler=sampler)`: not a count
             for inner in walk(value):
                 if isinstance(inner, cst.Name) and not anatomy.is_attribute_name(inner):
-                    self._refuse_computed(ctx, scheduler, inner.value, loaders, seen, depth + 1)
+                    self._refuse_computed(
+                        ctx, scheduler, inner.value, loaders, seen, depth + 1, what
+                    )
             for length in _lengths(value):
                 loader = _loader_of(length, loaders)
                 if (
@@ -435,8 +456,7 @@ class ScheduleLength(ConvertRule):
                     ctx.plan.replace(length, _measuring(sampler))
                     ctx.changed(
                         length,
-                        f"`{name}`, a learning-rate schedule's length, counts this process's "
-                        f"samples: len({sampler})",
+                        f"`{name}`, {what}, counts this process's samples: len({sampler})",
                     )
                 elif (
                     (source := _source_of(anatomy, length, loaders)) is not None
@@ -450,17 +470,32 @@ class ScheduleLength(ConvertRule):
                     ctx.plan.replace(length, _replaced_with(f"len({sampler})"))
                     ctx.changed(
                         length,
-                        f"`{name}`, a learning-rate schedule's length, counts this process's "
-                        f"samples: len({sampler})",
+                        f"`{name}`, {what}, counts this process's samples: len({sampler})",
                     )
                 elif loader is not None or _source_of(anatomy, length, loaders):
                     ctx.cannot(
                         length,
-                        f"`{name}`, a learning-rate schedule's length, is computed from the "
-                        "dataset: each process now takes 1/N of those steps; compute it from "
-                        "len(train_loader) by hand",
+                        f"`{name}`, {what}, is computed from the dataset: each process now "
+                        "takes 1/N of those steps; compute it from len(train_loader) by hand",
                         blocking=True,
                     )
+
+
+def _training_ranges(anatomy: Anatomy) -> list[cst.For]:
+    """The `for ... in range(...)` loops a backward pass runs in, directly or through the
+    functions and methods they call."""
+    found: list[cst.For] = []
+    for backward in anatomy.script.backward_calls:
+        for loop, kind in anatomy.graph.loops_around(backward):
+            if (
+                kind == "loop"
+                and isinstance(loop, cst.For)
+                and isinstance(loop.iter, cst.Call)
+                and is_name(loop.iter.func, "range")
+                and loop not in found
+            ):
+                found.append(loop)
+    return found
 
 
 # Calls a count of steps is computed with.

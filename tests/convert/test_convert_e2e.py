@@ -251,6 +251,105 @@ def test_a_step_loop_reshuffles_at_every_new_iterator(tmp_path: Path) -> None:
     assert len({tuple(order) for order in orders}) == passes
 
 
+PREFETCHED_ITERATIONS = """import math
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Recorded(Dataset):
+    def __init__(self):
+        self.x = torch.randn(32, 4)
+        self.read = []
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        self.read.append(i)
+        return self.x[i]
+
+
+class CPUPrefetcher:
+    def __init__(self, loader):
+        self.ori_loader = loader
+        self.loader = iter(loader)
+
+    def next(self):
+        try:
+            return next(self.loader)
+        except StopIteration:
+            return None
+
+    def reset(self):
+        self.loader = iter(self.ori_loader)
+
+
+def main():
+    torch.manual_seed(0)
+    train_set = Recorded()
+    train_loader = DataLoader(train_set, batch_size=4, shuffle=True, drop_last=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    num_iter_per_epoch = math.ceil(len(train_set) / 4)
+    total_iters = 20
+    total_epochs = math.ceil(total_iters / num_iter_per_epoch)
+    prefetcher = CPUPrefetcher(train_loader)
+    current_iter = 0
+    for epoch in range(total_epochs + 1):
+        prefetcher.reset()
+        data = prefetcher.next()
+        while data is not None:
+            current_iter += 1
+            if current_iter > total_iters:
+                break
+            loss = model(data).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            data = prefetcher.next()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_prefetcher_reset_every_epoch_and_epochs_counted_from_iterations(
+    tmp_path: Path,
+) -> None:
+    """Round-34 audit A basicsr: BasicSR's CPUPrefetcher takes a new iterator of its loader
+    in `reset()`, called every epoch (the script was refused: no loop over the loader), and
+    its epochs are counted from the iterations to train for with `len(train_set)`: each
+    process reads half an epoch's batches, so unresized it stopped at 16 of its 20
+    iterations. Every pass reads its own shard in a new order, and both ranks train 20."""
+    result = convert_source(PREFETCHED_ITERATIONS.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        train_loader.sampler.set_epoch(train_loader.sampler.epoch + 1)\n" in text
+    assert "math.ceil(len(train_loader.sampler) / 4)" in text
+    last = "            data = prefetcher.next()\n"
+    probe = (
+        '    with open(f"read{os.environ[\'RANK\']}.json", "w") as f:\n'
+        '        json.dump({"read": train_set.read, "iters": current_iter}, f)\n'
+    )
+    assert text.count(last) == 1
+    (tmp_path / "train.py").write_text("import json, os\n" + text.replace(last, last + probe))
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    runs = [json.loads((tmp_path / f"read{rank}.json").read_text()) for rank in (0, 1)]
+    assert [r["iters"] for r in runs] == [21, 21]  # the 21st breaks out: 20 steps
+    per_pass = 16  # 32 samples, half each
+    passes = [
+        [r["read"][k * per_pass : (k + 1) * per_pass] for k in range(len(r["read"]) // per_pass)]
+        for r in runs
+    ]
+    assert len(passes[0]) >= 5
+    for first, second in zip(passes[0][:4], passes[1][:4], strict=True):
+        assert sorted(first + second) == list(range(32))
+    assert len({tuple(p) for p in passes[0][:4]}) == 4
+
+
 def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> None:
     """The even samples (rank 0's half) are easy, the odd ones (rank 1's) noisy: rank 0's
     own loss soon drops under the early-stopping threshold, rank 1's never does. Averaged
@@ -2052,7 +2151,13 @@ def test_an_optimizer_the_model_makes_trains_the_wrapped_model(tmp_path: Path) -
     assert text.index("model.configure_optimizers(0.1, 1e-2)") < text.index("model = DDP(")
     assert "raw_model = model.module._orig_mod if compile else model.module" in text
     assert "torch.save(last.module.state_dict()" in text
-    (tmp_path / "train.py").write_text(text)
+    last = "            data = prefetcher.next()\n"
+    probe = (
+        '    with open(f"read{os.environ[\'RANK\']}.json", "w") as f:\n'
+        '        json.dump({"read": train_set.read, "iters": current_iter}, f)\n'
+    )
+    assert text.count(last) == 1
+    (tmp_path / "train.py").write_text("import json, os\n" + text.replace(last, last + probe))
     ran = torchrun(["train.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert_checkpoint_is_plain(tmp_path / "ckpt.pt")
