@@ -1062,7 +1062,8 @@ class Stepped(nn.Module):
 
 
 def main():
-    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8, shuffle=True)
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
     model = Stepped()
     optimizer = torch.optim.Adam(model.parameters())
     for epoch in range(2):
