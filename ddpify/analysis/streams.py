@@ -469,9 +469,12 @@ class Streams:
         if isinstance(loop, cst.While):
             return False
         iterable = counted_range(loop)
-        if iterable is None:
+        counting = isinstance(loop.iter, cst.Call) and self.index.is_call_to(
+            loop.iter, {"itertools.count"}
+        )  # `for batch_idx in count(1):` (pytorch/examples regression), an endless counter
+        if iterable is None and not counting:
             return True
-        if len(iterable.args) > 2:
+        if iterable is not None and len(iterable.args) > 2:
             return True
         counters = {dotted(node) for node in walk(loop.target)} - {None}
         for node in walk(loop.body):

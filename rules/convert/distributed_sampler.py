@@ -864,7 +864,7 @@ class DistributedSampler(ConvertRule):
         loaders = anatomy.script.train_loaders
         stream = anatomy.drawn_batches
         if stream is not None:
-            if not _ends_on_drawn_values(ctx, stream):
+            if not _ends_on_drawn_values(ctx, stream) and _share_setup_draws(ctx, stream):
                 _seed_per_process(ctx, stream)
             return
         if not loaders:
@@ -2363,6 +2363,8 @@ def _ends_on_drawn_values(ctx: ConvertContext, stream: RandomBatches) -> bool:
         else:
             continue
         read = {n.value for n in walk(test) if isinstance(n, cst.Name)} if test else set()
+        if isinstance(node, cst.Break) and _averaged_before(anatomy, node, read & changing):
+            continue
         if read & (changing - counters) or test is None:
             ctx.cannot(
                 node,
@@ -2375,6 +2377,105 @@ def _ends_on_drawn_values(ctx: ConvertContext, stream: RandomBatches) -> bool:
             )
             return True
     return False
+
+
+def _share_setup_draws(ctx: ConvertContext, stream: RandomBatches) -> bool:
+    """Values drawn at random, unseeded, in the straight line of the script before the
+    training loop that draws its batches (pytorch/examples regression's target function,
+    `W_target = torch.randn(POLY_DEGREE, 1) * 5`): each process would draw its own (torch
+    seeds its generator from the OS too) and fit another task. Every process takes rank
+    0's, right after the draw. False, refused, when one is drawn where it cannot be."""
+    anatomy = ctx.anatomy
+    anchor = stream.anchor
+    if anchor is None:
+        return True  # (refused by _seed_per_process)
+    scope = anatomy.function_of(anchor)
+    body = scope.body.body if scope is not None else anatomy.module.body
+    for call in anatomy.calls:
+        family = anatomy.streams.drawn_from(call)
+        if family is None or anatomy.function_of(call) is not scope:
+            continue
+        statement_ = anatomy.statement_of(call)
+        if not any(statement_ is line for line in body) or not anatomy.precedes(statement_, anchor):
+            continue
+        if _family_seeded(anatomy, family, call):
+            continue
+        small = statement_.body[0] if isinstance(statement_, cst.SimpleStatementLine) else None
+        target = (
+            small.targets[0].target
+            if isinstance(small, cst.Assign) and len(small.targets) == 1
+            else None
+        )
+        names = [dotted(e.value) for e in target.elements] if isinstance(target, cst.Tuple) else []
+        names = [dotted(target)] if isinstance(target, cst.Name) else names
+        if not names or None in names or not anatomy.script.after_setup(statement_):
+            ctx.cannot(
+                call,
+                f"`{source_text(call)}` is drawn at random, unseeded, before training: every "
+                "process would draw its own; seed the generator alike in every process "
+                "first, or take rank 0's by hand",
+                blocking=True,
+            )
+            return False
+        ctx.add_import("torch.distributed", asname="dist")
+        for name in names:
+            assert name is not None
+            take_rank_zeros(ctx.plan, statement_, name)
+        shown = ", ".join(f"`{name}`" for name in names)
+        ctx.changed(
+            call,
+            f"{shown} drawn at random (`{dotted(call.func)}`), unseeded, before training: "
+            "every process takes rank 0's, so they all learn the same task",
+        )
+    return True
+
+
+def _family_seeded(anatomy: Anatomy, family: str, before: cst.CSTNode) -> bool:
+    """A seed of `family`'s global generator with a value every process has alike, run
+    before `before`."""
+    return any(
+        anatomy.streams.seed_family(call) == family
+        and bool(call.args)
+        and per_process_draw(anatomy, call.args[0].value) is None
+        and _runs_before(anatomy, call, before)
+        for call in anatomy.calls
+    )
+
+
+def _averaged_before(anatomy: Anatomy, exit_: cst.Break, names: set[str]) -> bool:
+    """`if loss < 1e-3: break` with `loss = output.item()` in the training loop
+    (pytorch/examples' regression): a batch's mean, which DDP010 averages over the
+    processes before the test, so that every process leaves at the same step."""
+    branch = next((a for a in anatomy.ancestors(exit_) if isinstance(a, cst.If)), None)
+    loop = next((a for a in anatomy.ancestors(exit_) if isinstance(a, cst.For | cst.While)), None)
+    if branch is None or loop is None or not names:
+        return False
+    if not any(loop is trained.batch_loop for trained in anatomy.script.train_loops):
+        return False
+    if isinstance(anatomy.parent(branch), cst.If):
+        return False  # an `elif`: DDP010 averages before the first test only
+    for name in names:
+        given = [
+            node
+            for node in walk(loop.body)
+            if isinstance(node, cst.Assign | cst.AugAssign | cst.AnnAssign)
+            and name
+            in {n.value for t in _targets(node) for n in walk(t) if isinstance(n, cst.Name)}
+        ]
+        if not (
+            len(given) == 1
+            and isinstance(given[0], cst.Assign)
+            and len(given[0].targets) == 1
+            and is_name(given[0].targets[0].target, name)
+            and is_method_call(given[0].value, "item")
+            and anatomy.precedes(given[0], branch)
+        ):
+            return False
+    return True
+
+
+def _targets(node: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    return [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
 
 
 # Generators a dataset may keep for itself.

@@ -350,6 +350,61 @@ def test_a_prefetcher_reset_every_epoch_and_epochs_counted_from_iterations(
     assert len({tuple(p) for p in passes[0][:4]}) == 4
 
 
+UNSEEDED_TARGET = """from itertools import count
+
+import torch
+import torch.nn.functional as F
+
+W_true = torch.randn(3, 1) * 2
+b_true = torch.randn(1)
+
+
+def f(x):
+    return x.mm(W_true) + b_true.item()
+
+
+def get_batch(batch_size=32):
+    x = torch.randn(batch_size, 3)
+    return x, f(x)
+
+
+fc = torch.nn.Linear(3, 1)
+for step in count(1):
+    x, y = get_batch()
+    fc.zero_grad()
+    output = F.mse_loss(fc(x), y)
+    loss = output.item()
+    output.backward()
+    for param in fc.parameters():
+        param.data.add_(-0.1 * param.grad)
+    if loss < 1e-4:
+        break
+print("fit", (fc.weight.view(-1) - W_true.view(-1)).abs().max().item(), step)
+"""
+
+
+def test_an_unseeded_target_drawn_before_an_endless_counted_loop_is_rank_0s(
+    tmp_path: Path,
+) -> None:
+    """pytorch/examples' regression (bench corpus): the task's target is drawn at random,
+    unseeded, before `for batch_idx in count(1):`, and the loop stops when the step's loss
+    is small. Each process drew its own target (torch seeds its generator from the OS), so
+    the replicas averaged gradients towards different functions; `count(1)` was not read as
+    a counter (refused), and the stop on the step's loss was refused though DDP010 averages
+    it. Every process now takes rank 0's target and stops at the same step."""
+    result = convert_source(UNSEEDED_TARGET.encode(), "regression.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "dist.broadcast_object_list(W_true)" in text
+    assert "dist.broadcast_object_list(b_true)" in text
+    (tmp_path / "regression.py").write_text(text)
+    ran = torchrun(["regression.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    lines = [line for line in ran.stdout.decode().splitlines() if line.startswith("fit")]
+    assert len(lines) == 1, ran.stdout.decode()  # printed by rank 0 only
+    assert float(lines[0].split()[1]) < 0.05
+
+
 def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> None:
     """The even samples (rank 0's half) are easy, the odd ones (rank 1's) noisy: rank 0's
     own loss soon drops under the early-stopping threshold, rank 1's never does. Averaged
