@@ -2425,7 +2425,7 @@ def _share_setup_draws(ctx: ConvertContext, stream: RandomBatches) -> bool:
         ctx.changed(
             call,
             f"{shown} drawn at random (`{dotted(call.func)}`), unseeded, before training: "
-            "every process takes rank 0's, so they all learn the same task",
+            "every process takes rank 0's, so all of them train on the same data and task",
         )
     return True
 
