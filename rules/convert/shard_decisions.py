@@ -570,7 +570,14 @@ def _agree(ctx: ConvertContext, branch: cst.If, exit_: str, local: str, taken: s
     ctx.add_import("torch")
     ctx.add_import("torch.distributed", asname="dist")
     what = "a save to this process's own file" if exit_ == SAVE else f"`{exit_}`"
-    whose = "this process's clock" if local.endswith("()") else "a value of this process's batches"
+    whose = (
+        "this process's clock"
+        if local.endswith("()")
+        else "a signal this process received"
+        if local.endswith(" (signal)")
+        else "a value of this process's batches"
+    )
+    local = local.removesuffix(" (signal)")
     ctx.changed(
         branch,
         f"{what} decided on `{local}`, {whose}: every process takes it when one does (flag "
@@ -1040,6 +1047,8 @@ def _shard_value(
                 return dotted(node.func) or "the call"
         if isinstance(node, cst.Name) and anatomy.is_attribute_name(node):
             continue  # `lr` of `opt.lr` (round-23 audit A pix2pix: a local `lr` elsewhere)
+        if isinstance(node, cst.Name) and node.value in _signal_flags(anatomy):
+            return f"{node.value} (signal)"  # a SIGTERM this process alone may have received
         name = dotted(node) if isinstance(node, cst.Name | cst.Attribute) else None
         if name is None or name.split(".")[0] in comprehended:
             continue
@@ -1059,6 +1068,36 @@ def _shard_value(
         if decided is not None:
             return decided
     return None
+
+
+def _signal_flags(anatomy: Anatomy) -> set[str]:
+    """Global names a signal handler of the script sets (`signal.signal(signal.SIGTERM,
+    handler)` with `global STOP; STOP = True` in `handler`, a cluster's preemption): the
+    signal reaches each process on its own, at its own step (round-35 audit B
+    signal_sigterm_checkpoint: one rank saved and left while the other went on)."""
+    flags: set[str] = set()
+    for call in anatomy.calls:
+        if not anatomy.is_call_to(call, {"signal.signal"}) or len(call.args) < 2:
+            continue
+        handler = call.args[1].value
+        for function in (
+            anatomy.graph.defined(handler.value) if isinstance(handler, cst.Name) else []
+        ):
+            declared = {
+                name.name.value
+                for node in walk(function.body)
+                if isinstance(node, cst.Global)
+                for name in node.names
+            }
+            flags |= {
+                target.value
+                for node in walk(function.body)
+                if isinstance(node, cst.Assign)
+                for assigned in node.targets
+                for target in walk(assigned.target)
+                if isinstance(target, cst.Name) and target.value in declared
+            }
+    return flags
 
 
 def _reads_what_training_recorded(anatomy: Anatomy, call: cst.Call) -> bool:

@@ -405,6 +405,63 @@ def test_an_unseeded_target_drawn_before_an_endless_counted_loop_is_rank_0s(
     assert float(lines[0].split()[1]) < 0.05
 
 
+PREEMPTED = """import os
+import signal
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+STOP = False
+
+
+def handler(signum, frame):
+    global STOP
+    STOP = True
+
+
+signal.signal(signal.SIGTERM, handler)
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+step = 0
+for epoch in range(3):
+    for (x,) in loader:
+        if STOP:
+            torch.save({"model": model.state_dict(), "step": step}, "preempted.pt")
+            break
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if step == 3 and os.environ.get("RANK") == "1":
+            os.kill(os.getpid(), signal.SIGTERM)  # the cluster preempts one process
+    if STOP:
+        break
+print("left at step", step)
+"""
+
+
+def test_a_flag_a_signal_handler_sets_stops_every_process_together(tmp_path: Path) -> None:
+    """Round-35 audit B signal_sigterm_checkpoint: SIGTERM (a cluster's preemption) sets a
+    global flag in one process; tested by each process alone, that one saved and left
+    while the others waited for it in the next all-reduce. The flag is all-reduced (MAX)
+    before each test: every process leaves at the same step, and rank 0 saves once."""
+    import torch
+
+    result = convert_source(PREEMPTED.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert any("a signal this process received" in n.message for n in result.notes)
+    (tmp_path / "train.py").write_text(result.output.decode())
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=120, env=recording(tmp_path))
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert ran.stdout.decode().count("left at step 3") == 1  # rank 0 prints
+    saved = torch.load(tmp_path / "preempted.pt", weights_only=True)
+    assert saved["step"] == 3 and "weight" in saved["model"]
+    assert writers(tmp_path)["preempted.pt"] == {"0"}
+
+
 def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> None:
     """The even samples (rank 0's half) are easy, the odd ones (rank 1's) noisy: rank 0's
     own loss soon drops under the early-stopping threshold, rank 1's never does. Averaged
