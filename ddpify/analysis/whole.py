@@ -169,6 +169,13 @@ class WholeBatch:
     length_names: dict[str, Samples] = field(default_factory=dict)
 
 
+# Calls that make an array of row indices.
+INDEX_ARRAYS = {
+    "numpy.flatnonzero", "numpy.arange", "numpy.random.permutation", "torch.randperm",
+    "torch.arange",
+}  # fmt: skip
+
+
 class WholeBatches:
     """The full-batch training loop of a script without a DataLoader, if it has one."""
 
@@ -434,6 +441,14 @@ class WholeBatches:
             and constant_index(value) is None
         ):  # `X[:480]`, `X[480:, :5]`: some of the rows, still one sample to a row
             return self._kind(value.value, scope, depth + 1)
+        if (
+            isinstance(value, cst.Subscript)
+            and len(value.slice) == 1
+            and isinstance(value.slice[0].slice, cst.Index)
+            and isinstance(value.slice[0].slice.value, cst.Name)
+            and self._row_indices(value.slice[0].slice.value, scope)
+        ):  # `X[tr_idx]` with `tr_idx = np.where(folds != fold)[0]`: rows picked (k-fold)
+            return self._kind(value.value, scope, depth + 1)
         if isinstance(value, cst.Call):
             names = self.index.qualified_names(value.func)
             if names & ELEMENTWISE and value.args:
@@ -456,6 +471,22 @@ class WholeBatches:
         if not made:
             return None
         return _together([self._kind(inner, where, depth + 1) for inner, where in made])
+
+    def _row_indices(self, index: cst.Name, scope: cst.FunctionDef | None) -> bool:
+        """Whether `index` holds an array of row indices, made only by `np.where(...)[0]`,
+        `np.nonzero(...)[0]`, `np.flatnonzero(...)`, `np.arange(...)` or a permutation."""
+        made = self.values.values_of(index.value, scope)
+        if not made:
+            return False
+        for value, _ in made:
+            if constant_index(value) == 0 and isinstance(value, cst.Subscript):
+                value = value.value  # `np.where(mask)[0]`
+                picked = {"numpy.where", "numpy.nonzero", "torch.where", "torch.nonzero"}
+            else:
+                picked = INDEX_ARRAYS
+            if not (isinstance(value, cst.Call) and self.index.is_call_to(value, picked)):
+                return False
+        return True
 
     def _operands(
         self, value: cst.BinaryOperation, scope: cst.FunctionDef | None, depth: int
@@ -648,6 +679,11 @@ class _Counted:
                     node, *IN_PLACE_DRAWS
                 ):
                     return node
+                if self.index.is_call_to(node, set(PERMUTATIONS)):
+                    # seeded, it is the same in every process only while their streams
+                    # draw alike: every process takes rank 0's (round-35 audit B, a Kaggle
+                    # `perm = np.random.permutation(len(X_train))` after `np.random.seed`)
+                    return node
                 callee = self.graph.callee(node)
                 if callee is not None:
                     if self.graph.reaches(callee.body, self._draws_unseeded):
@@ -709,6 +745,12 @@ def _divides_or_shown(index: SourceIndex, node: cst.CSTNode) -> bool:
             return True
         if isinstance(ancestor, cst.FormattedString) or (
             isinstance(ancestor, cst.Call) and is_name(ancestor.func, "print")
+        ):
+            return True
+        if (  # `train_loss /= len(X_train)` (round-35 audit B, a Kaggle baseline)
+            isinstance(ancestor, cst.AugAssign)
+            and isinstance(ancestor.operator, cst.DivideAssign | cst.FloorDivideAssign)
+            and index.inside(node, ancestor.value)
         ):
             return True
         if isinstance(ancestor, cst.BaseStatement):

@@ -2197,10 +2197,14 @@ def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call, shared: set[int]) 
         assert name is not None
         take_rank_zeros(ctx.plan, statement_, name)
     shown = ", ".join(f"`{name}`" for name in names)
+    family = anatomy.streams.drawn_from(draw)
+    seeded = family is not None and _family_seeded(anatomy, family, draw)
     ctx.changed(
         draw,
-        f"the samples {shown} are drawn at random (`{dotted(draw.func)}`), unseeded: every "
-        "process takes rank 0's, so the processes split one set of samples",
+        f"the samples {shown} are drawn at random (`{dotted(draw.func)}`)"
+        f"{', seeded' if seeded else ', unseeded'}: every process takes rank 0's, so the "
+        "processes split one set of samples"
+        + (" whatever else each of them draws from that generator" if seeded else ""),
     )
     return True
 

@@ -462,6 +462,68 @@ def test_a_flag_a_signal_handler_sets_stops_every_process_together(tmp_path: Pat
     assert writers(tmp_path)["preempted.pt"] == {"0"}
 
 
+KFOLD_PERMUTATION = """import numpy as np
+import torch
+import torch.nn as nn
+
+np.random.seed(0)
+torch.manual_seed(0)
+X = np.random.randn(64, 4).astype(np.float32)
+y = (X[:, 0] > 0).astype(np.float32)
+folds = np.arange(64) % 2
+seen = []
+for fold in range(2):
+    tr_idx = np.where(folds != fold)[0]
+    X_train, y_train = X[tr_idx], y[tr_idx]
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        perm = np.random.permutation(len(X_train))
+        train_loss = 0
+        for i in range(0, len(X_train), 8):
+            idx = perm[i:i + 8]
+            seen.append(tr_idx[idx].tolist())
+            xb = torch.from_numpy(X_train[idx])
+            yb = torch.from_numpy(y_train[idx])
+            loss = nn.functional.binary_cross_entropy_with_logits(model(xb).squeeze(1), yb)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            train_loss += loss.item() * len(idx)
+        train_loss /= len(X_train)
+        print("loss", fold, epoch, round(train_loss, 4))
+"""
+
+
+def test_k_fold_rows_picked_by_index_and_a_seeded_permutation_split_by_rank(
+    tmp_path: Path,
+) -> None:
+    """Round-35 audit B numpy_arrays_manual_minibatch_permutation (a Kaggle baseline):
+    `X_train = X[tr_idx]` with `tr_idx = np.where(folds != fold)[0]` holds samples, and
+    `perm = np.random.permutation(len(X_train))` after `np.random.seed` is sliced by the
+    counter through `idx = perm[i:i + bs]` (refused: "cannot tell that X_train holds
+    samples"). Every process takes rank 0's permutation and walks its own half of it, and
+    the epoch's mean divides by that half (`train_loss /= len(X_train)` counted the whole)."""
+    result = convert_source(KFOLD_PERMUTATION.encode(), "kaggle.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "dist.broadcast_object_list(perm)" in text
+    assert "train_loss /= len(perm_part)" in text
+    probe = 'with open(f"seen{os.environ[\'RANK\']}.json", "w") as f:\n    json.dump(seen, f)\n'
+    (tmp_path / "kaggle.py").write_text("import json, os\n" + text + probe)
+    ran = torchrun(["kaggle.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
+    assert len(seen[0]) == len(seen[1]) == 8  # 2 folds x 2 epochs x 2 batches of 8
+    for step in range(0, 8, 2):  # each epoch: the two ranks' batches are its 32 rows
+        rows = [
+            row for batch in seen[0][step : step + 2] + seen[1][step : step + 2] for row in batch
+        ]
+        assert len(set(rows)) == 32
+    losses = [float(line.split()[-1]) for line in ran.stdout.decode().splitlines()]
+    assert len(losses) == 4 and all(0.3 < loss < 1.0 for loss in losses)
+
+
 def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> None:
     """The even samples (rank 0's half) are easy, the odd ones (rank 1's) noisy: rank 0's
     own loss soon drops under the early-stopping threshold, rank 1's never does. Averaged
