@@ -386,7 +386,7 @@ class WholeBatches:
                     found,
                     node,
                     f"cannot tell that `{name}` holds samples, one to a row (line "
-                    f"{self._line(value)}: made in a way ddpify does not follow)",
+                    f"{_line(self.index, value)}: made in a way ddpify does not follow)",
                 )
                 return
             if isinstance(kind, cst.Call):
@@ -441,14 +441,8 @@ class WholeBatches:
             and constant_index(value) is None
         ):  # `X[:480]`, `X[480:, :5]`: some of the rows, still one sample to a row
             return self._kind(value.value, scope, depth + 1)
-        if (
-            isinstance(value, cst.Subscript)
-            and len(value.slice) == 1
-            and isinstance(value.slice[0].slice, cst.Index)
-            and isinstance(value.slice[0].slice.value, cst.Name)
-            and self._row_indices(value.slice[0].slice.value, scope)
-        ):  # `X[tr_idx]` with `tr_idx = np.where(folds != fold)[0]`: rows picked (k-fold)
-            return self._kind(value.value, scope, depth + 1)
+        if (picked := _picked_rows(self.index, self.values, value, scope)) is not None:
+            return self._kind(picked, scope, depth + 1)  # `X[tr_idx]`: rows picked (k-fold)
         if isinstance(value, cst.Call):
             names = self.index.qualified_names(value.func)
             if names & ELEMENTWISE and value.args:
@@ -471,22 +465,6 @@ class WholeBatches:
         if not made:
             return None
         return _together([self._kind(inner, where, depth + 1) for inner, where in made])
-
-    def _row_indices(self, index: cst.Name, scope: cst.FunctionDef | None) -> bool:
-        """Whether `index` holds an array of row indices, made only by `np.where(...)[0]`,
-        `np.nonzero(...)[0]`, `np.flatnonzero(...)`, `np.arange(...)` or a permutation."""
-        made = self.values.values_of(index.value, scope)
-        if not made:
-            return False
-        for value, _ in made:
-            if constant_index(value) == 0 and isinstance(value, cst.Subscript):
-                value = value.value  # `np.where(mask)[0]`
-                picked = {"numpy.where", "numpy.nonzero", "torch.where", "torch.nonzero"}
-            else:
-                picked = INDEX_ARRAYS
-            if not (isinstance(value, cst.Call) and self.index.is_call_to(value, picked)):
-                return False
-        return True
 
     def _operands(
         self, value: cst.BinaryOperation, scope: cst.FunctionDef | None, depth: int
@@ -521,14 +499,6 @@ class WholeBatches:
             for value, where in self.values.values_of(name, scope):
                 if value is not data:
                     self._count(value, where, depth + 1)
-
-    def _line(self, value: cst.BaseExpression) -> int:
-        """The line of `value`, or of the call it unpacks (`make()[1]` stands for `a, b =
-        make()`)."""
-        if constant_index(value) is not None:
-            assert isinstance(value, cst.Subscript)
-            value = value.value
-        return self.index.line(value)
 
     def arguments(
         self, function: cst.FunctionDef, name: str
@@ -731,6 +701,50 @@ class _OneSample(Exception):
     def __init__(self, display: cst.List | cst.Tuple) -> None:
         super().__init__()
         self.display = display
+
+
+def _line(index: SourceIndex, value: cst.BaseExpression) -> int:
+    """The line of `value`, or of the call it unpacks (`make()[1]` stands for `a, b =
+    make()`)."""
+    if constant_index(value) is not None:
+        assert isinstance(value, cst.Subscript)
+        value = value.value
+    return index.line(value)
+
+
+def _picked_rows(
+    index: SourceIndex, values: Values, value: cst.BaseExpression, scope: cst.FunctionDef | None
+) -> cst.BaseExpression | None:
+    """`X` of `X[tr_idx]`, rows picked by an array of row indices (`tr_idx =
+    np.where(folds != fold)[0]`, a k-fold split)."""
+    if (
+        isinstance(value, cst.Subscript)
+        and len(value.slice) == 1
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.Name)
+        and _row_indices(index, values, value.slice[0].slice.value, scope)
+    ):
+        return value.value
+    return None
+
+
+def _row_indices(
+    index: SourceIndex, values: Values, name: cst.Name, scope: cst.FunctionDef | None
+) -> bool:
+    """Whether `name` holds an array of row indices, made only by `np.where(...)[0]`,
+    `np.nonzero(...)[0]`, `np.flatnonzero(...)`, `np.arange(...)` or a permutation."""
+    made = values.values_of(name.value, scope)
+    if not made:
+        return False
+    for value, _ in made:
+        if constant_index(value) == 0 and isinstance(value, cst.Subscript):
+            value = value.value  # `np.where(mask)[0]`
+            picked = {"numpy.where", "numpy.nonzero", "torch.where", "torch.nonzero"}
+        else:
+            picked = INDEX_ARRAYS
+        if not (isinstance(value, cst.Call) and index.is_call_to(value, picked)):
+            return False
+    return True
 
 
 def _divides_or_shown(index: SourceIndex, node: cst.CSTNode) -> bool:
