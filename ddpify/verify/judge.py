@@ -1543,6 +1543,7 @@ def _changes(facts: _Facts) -> list[str]:
         "dropout": "dropout neutralised",
         "batchnorm": "BatchNorm statistics made global",
         "precision": "rounding noise removed",
+        "half": "rounding noise removed",
         "float32": "rounding noise left in",
         "random": "noticed, not changed",
         "keyed": "random draws made per sample",

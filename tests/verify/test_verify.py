@@ -767,6 +767,42 @@ def test_the_rate_a_schedule_reached_in_a_checkpoint_is_left_to_the_schedule_che
     assert "optimizer.param_groups.0.lr: where the schedule had got to" in table
 
 
+HALF_PRECISION = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(256, 16), torch.randint(0, 4, (256,)))
+loader = DataLoader(data, batch_size=32, shuffle=True)
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)).half()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-4)
+criterion = nn.CrossEntropyLoss()
+for epoch in range(2):
+    for x, y in loader:
+        out = model(x.half())
+        loss = criterion(out.float(), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_half_precision_is_kept_in_float64_for_the_check(tmp_path: Path) -> None:
+    """Round-35 audit B manual_half_precision: `model.half()` put the check back in
+    float16, where one process's batch and the two processes' averaged halves round apart
+    (0.00012 in a weight): a correct conversion was "not equivalent". `.half()` keeps
+    float64 in both runs, as the rest of the check does."""
+    original, converted = tmp_path / "half.py", tmp_path / "half_ddp.py"
+    original.write_text(HALF_PRECISION)
+    converted.write_bytes(
+        convert_source(HALF_PRECISION.encode(), "half.py", ConvertOptions()).output
+    )
+    verification, outcome = verify(original, converted, steps=3)
+    table = render_table(verification, outcome)
+    assert outcome.exit_code == 0, table
+    assert ".half() / .bfloat16() keep float64" in table
+
+
 def test_learning_rates_that_differ_between_ranks_fail_replicas_in_sync() -> None:
     _, outcome = verify(TRAIN, VERIFY / "ddp_plateau_per_rank.py", steps=4)
     assert outcome.exit_code == 1
