@@ -550,7 +550,7 @@ def _sampled(streams: Streams, loop: cst.For | cst.While) -> list[cst.Call]:
     draws: list[cst.Call] = []
     for node in walk(loop.body):
         callee = streams.graph.callee(node) if isinstance(node, cst.Call) else None
-        if callee is not None and _makes_samples(streams, callee):
+        if callee is not None and makes_samples(streams.index, streams.graph, callee):
             draws += [
                 call
                 for call in walk(callee)
@@ -559,31 +559,39 @@ def _sampled(streams: Streams, loop: cst.For | cst.While) -> list[cst.Call]:
     return draws
 
 
-def _makes_samples(streams: Streams, function: cst.FunctionDef) -> bool:
+def makes_samples(index: SourceIndex, graph: CallGraph, function: cst.FunctionDef) -> bool:
     """`function` returns what it draws (SAMPLE_MAKERS), and reads no data of the
     script's: only its parameters, its locals and what the script imports or defines."""
-    if streams.index.class_of(function) is not None:
+    if index.class_of(function) is not None:
         return False
     if not any(
-        isinstance(call, cst.Call) and streams._family(call, SAMPLE_MAKERS)
-        for call in walk(function)
+        isinstance(call, cst.Call) and _sample_family(index, call) for call in walk(function)
     ) or not any(isinstance(node, cst.Return) for node in walk(function.body)):
         return False
-    own = set(streams.graph.parameters_of(function))
+    own = set(graph.parameters_of(function))
     for node in walk(function.body):
         if isinstance(node, cst.AssignTarget | cst.For | cst.CompFor):
             bound = node.target
             own |= {n.value for n in walk(bound) if isinstance(n, cst.Name)}
     data = {
         dotted(target.target)
-        for assign in streams.index.assigns
-        if streams.index.function_of(assign) is None
+        for assign in index.assigns
+        if index.function_of(assign) is None
         for target in assign.targets
     }
     return not any(
         isinstance(node, cst.Name)
         and node.value not in own
         and node.value in data
-        and not streams.index.is_attribute_name(node)
+        and not index.is_attribute_name(node)
         for node in walk(function.body)
+    )
+
+
+def _sample_family(index: SourceIndex, call: cst.Call) -> str | None:
+    """The generator family a call that makes samples draws from (`torch.randn`: torch)."""
+    if not index.may_name(call, {name.rsplit(".", 1)[-1] for name in SAMPLE_MAKERS}):
+        return None
+    return next(
+        (SAMPLE_MAKERS[n] for n in index.qualified_names(call.func) if n in SAMPLE_MAKERS), None
     )

@@ -36,6 +36,7 @@ from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.models import Models
 from ddpify.analysis.project import Project
 from ddpify.analysis.script import TrainingScript, given_later
+from ddpify.analysis.streams import makes_samples
 from ddpify.analysis.tree import (
     call_arg,
     counted_range,
@@ -324,6 +325,8 @@ class WholeBatches:
             seen.add(name)
             if name in model_names or self._callable(node) or name in counters:
                 continue
+            if _given_to_a_sampler(self.index, self.graph, node):
+                continue  # `get_batch(W)` drawing `x` afresh each step: `W` is the task
             inside = self._assignments_in_loop(loop, name)
             if inside:
                 for statement, value in inside:
@@ -701,6 +704,16 @@ class _OneSample(Exception):
     def __init__(self, display: cst.List | cst.Tuple) -> None:
         super().__init__()
         self.display = display
+
+
+def _given_to_a_sampler(index: SourceIndex, graph: CallGraph, node: cst.Name) -> bool:
+    """Whether `node` is an argument of a call of the script's function that makes its
+    samples from random numbers every step (`x, y = get_batch(W)` with `x =
+    torch.randn(n, 3)` there): what it is given sets the task, and is not split."""
+    arg = index.parent(node)
+    call = index.parent(arg) if isinstance(arg, cst.Arg) else None
+    callee = graph.callee(call) if isinstance(call, cst.Call) else None
+    return callee is not None and makes_samples(index, graph, callee)
 
 
 def _line(index: SourceIndex, value: cst.BaseExpression) -> int:

@@ -2394,7 +2394,7 @@ def _share_setup_draws(ctx: ConvertContext, stream: RandomBatches) -> bool:
     if anchor is None:
         return True  # (refused by _seed_per_process)
     scope = anatomy.function_of(anchor)
-    body = scope.body.body if scope is not None else anatomy.module.body
+    body = anatomy.body_of(anchor)  # (the module's, a function's, `if __name__ == ...`'s)
     for call in anatomy.calls:
         family = anatomy.streams.drawn_from(call)
         if family is None or anatomy.function_of(call) is not scope:

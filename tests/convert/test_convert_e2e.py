@@ -524,6 +524,48 @@ def test_k_fold_rows_picked_by_index_and_a_seeded_permutation_split_by_rank(
     assert len(losses) == 4 and all(0.3 < loss < 1.0 for loss in losses)
 
 
+TASK_GIVEN = """import torch
+import torch.nn.functional as F
+
+
+def get_batch(w, n=32):
+    x = torch.randn(n, 3)
+    return x, x.mm(w)
+
+
+if __name__ == "__main__":
+    W = torch.randn(3, 1)
+    fc = torch.nn.Linear(3, 1, bias=False)
+    opt = torch.optim.SGD(fc.parameters(), lr=0.1)
+    for step in range(300):
+        x, y = get_batch(W)
+        loss = F.mse_loss(fc(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print("fit", (fc.weight.view(-1) - W.view(-1)).abs().max().item())
+"""
+
+
+def test_the_task_given_to_a_function_that_draws_the_batches_is_not_split(
+    tmp_path: Path,
+) -> None:
+    """`x, y = get_batch(W)` drawing `x` afresh every step, with `W` drawn unseeded under
+    `if __name__ == "__main__":`: `W` was taken for full-batch samples and split by rank
+    (a shape error at the first step). It is the task: every process takes rank 0's, and
+    draws its own batches."""
+    result = convert_source(TASK_GIVEN.encode(), "task.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "dist.broadcast_object_list(W)" in text
+    assert "W[dist.get_rank()" not in text
+    (tmp_path / "task.py").write_text(text)
+    ran = torchrun(["task.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    lines = [line for line in ran.stdout.decode().splitlines() if line.startswith("fit")]
+    assert len(lines) == 1 and float(lines[0].split()[1]) < 0.01
+
+
 def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> None:
     """The even samples (rank 0's half) are easy, the odd ones (rank 1's) noisy: rank 0's
     own loss soon drops under the early-stopping threshold, rank 1's never does. Averaged
