@@ -566,6 +566,77 @@ def test_the_task_given_to_a_function_that_draws_the_batches_is_not_split(
     assert len(lines) == 1 and float(lines[0].split()[1]) < 0.01
 
 
+RESAMPLED_EVERY_EPOCH = """import torch
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
+
+
+class Recorded(Dataset):
+    def __init__(self):
+        self.x = torch.randn(40, 3)
+        self.read = []
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        self.read.append(i)
+        return self.x[i]
+
+
+def main():
+    torch.manual_seed(0)
+    ds = Recorded()
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(3):
+        with torch.no_grad():
+            losses = model(ds.x).pow(2).squeeze(1) + 1.0
+        sampler = WeightedRandomSampler(losses / losses.sum(), num_samples=len(ds))
+        loader = DataLoader(ds, batch_size=8, sampler=sampler)
+        for x in loader:
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return ds
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_weighted_sampler_made_every_epoch_draws_on_from_one_generator(tmp_path: Path) -> None:
+    """Round-35 audit A ohem_loss_weighted_resample: a WeightedRandomSampler made again
+    every epoch from the epoch's losses got `generator=torch.Generator().manual_seed(seed +
+    rank)` in place: seeded afresh each epoch, each process drew (nearly) the same indices
+    every epoch. One generator per process, made before the epoch loop, draws on."""
+    result = convert_source(RESAMPLED_EVERY_EPOCH.encode(), "ohem.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    made = (
+        "    sampler_generator = torch.Generator().manual_seed(torch.initial_seed() + "
+        "dist.get_rank())\n    for epoch in range(3):\n"
+    )
+    assert made in text
+    assert "generator=sampler_generator)" in text
+    probe = (
+        '    with open(f"read{dist.get_rank()}.json", "w") as f:\n        json.dump(ds.read, f)\n'
+    )
+    assert text.count("    return ds\n") == 1
+    (tmp_path / "ohem.py").write_text(
+        "import json\n" + text.replace("    return ds\n", probe + "    return ds\n")
+    )
+    ran = torchrun(["ohem.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    read = [json.loads((tmp_path / f"read{rank}.json").read_text()) for rank in (0, 1)]
+    for rank in (0, 1):
+        epochs = [read[rank][k * 40 : (k + 1) * 40] for k in range(3)]
+        assert len({tuple(epoch) for epoch in epochs}) == 3
+        assert len({tuple(e[:8]) for e in epochs}) == 3  # not the same first batch
+    assert read[0][:40] != read[1][:40]
+
+
 def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> None:
     """The even samples (rank 0's half) are easy, the odd ones (rank 1's) noisy: rank 0's
     own loss soon drops under the early-stopping threshold, rank 1's never does. Averaged
