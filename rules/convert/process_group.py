@@ -206,9 +206,10 @@ class ProcessGroup(ConvertRule):
                 entry.body[0], lambda body: [_try_finally(body, [collect, destroy])]
             )
         else:
-            named = {
-                name
+            named = {  # module-level names: a function's own models end with it
+                name  # (`net` of `def pretrain():`, round-35 audit C: `del net` NameError)
                 for model in anatomy.models.all
+                if model.placement is None or anatomy.function_of(model.placement) is None
                 for name in (model.placed_name, model.alias)
                 if name and "." not in name
             }

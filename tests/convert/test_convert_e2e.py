@@ -637,6 +637,59 @@ def test_a_weighted_sampler_made_every_epoch_draws_on_from_one_generator(tmp_pat
     assert read[0][:40] != read[1][:40]
 
 
+PRETRAINED_THEN_TUNED = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+
+
+def pretrain():
+    net = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    pretext = DataLoader(data, batch_size=8, shuffle=True)
+    for x, y in pretext:
+        loss = (net(x) - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.save(net.state_dict(), "pretrained.pt")
+
+
+pretrain()
+model = torch.nn.Linear(4, 1)
+model.load_state_dict(torch.load("pretrained.pt"))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+loader = DataLoader(data, batch_size=8, shuffle=True)
+for epoch in range(2):
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+torch.save(model.state_dict(), "tuned.pt")
+print("done")
+"""
+
+
+def test_the_cleanup_of_a_module_level_script_releases_only_its_own_names(
+    tmp_path: Path,
+) -> None:
+    """Round-35 audit C load_pretrained_strip_module_prefix: the cleanup at the end of a
+    module-level script deleted `net` too, a model local to `pretrain()`: NameError at the
+    last line on every run, under torchrun and plain python alike."""
+    result = convert_source(PRETRAINED_THEN_TUNED.encode(), "tune.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "\ndel model  # release DDP before its process group\n" in text
+    (tmp_path / "tune.py").write_text(text)
+    alone = run([sys.executable, "tune.py"], cwd=tmp_path, timeout=120)
+    assert alone.returncode == 0, alone.stderr.decode()[-3000:]
+    ran = torchrun(["tune.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert ran.stdout.decode().count("done") == 1
+
+
 def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> None:
     """The even samples (rank 0's half) are easy, the odd ones (rank 1's) noisy: rank 0's
     own loss soon drops under the early-stopping threshold, rank 1's never does. Averaged
