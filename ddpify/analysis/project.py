@@ -347,6 +347,18 @@ class Project:
                 return found[1].reaches(found[0], draws_at_random)
         return None
 
+    def sets_up_process_group(self, call: cst.Call) -> Path | None:
+        """The file of the function of another project file that `call` calls, when it (or
+        what its file's functions it calls) sets up a process group: DeiT's and DETR's
+        `utils.init_distributed_mode(args)`, which does when torchrun launched it."""
+        if not self._may_be_helper(call):
+            return None
+        for qualified in self.index.qualified_names(call.func):
+            found = _definition(qualified, self.roots)
+            if found is not None and found[1].reaches(found[0], _inits_process_group):
+                return found[2]
+        return None
+
     def trainer_class(self, call: cst.Call) -> Path | None:
         """The file of the project class `call` makes (`Trainer(model, ...)`), when the class
         trains: a method of it, or of a base class of the project, calls backward."""
@@ -563,6 +575,10 @@ def _made_optimizer(helper: Helper, value: cst.BaseExpression) -> cst.Call | Non
         return None
     named = helper.index.qualified_names(value.func) | {dotted(value.func) or ""}
     return value if any(_OPTIMIZER.match(name) for name in named) else None
+
+
+def _inits_process_group(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("init_process_group")
 
 
 def _one_pass_over(owner: cst.ClassDef, call: cst.Call) -> cst.BaseExpression | None:

@@ -119,6 +119,19 @@ class ProcessGroup(ConvertRule):
                 blocking=True,
             )
             return
+        for call in ctx.anatomy.calls:
+            helper = ctx.anatomy.project.sets_up_process_group(call)
+            if helper is not None:
+                ctx.cannot(
+                    call,
+                    f"`{dotted(call.func)}()` ({ctx.anatomy.project.shown(helper)}) sets up a "
+                    "process group itself when torchrun launches the script (DeiT's and "
+                    "DETR's `init_distributed_mode`): ddpify would set up a second one; "
+                    "finish the script's own DDP by hand (wrap the model in DDP, give the "
+                    "training loader a DistributedSampler), or drop that call",
+                    blocking=True,
+                )
+                return
         if ctx.anatomy.script.entry is None:  # and without a setup, no other step can run
             ctx.cannot(
                 ctx.anatomy.script.training_calls[0],

@@ -2348,3 +2348,65 @@ def test_a_loss_class_of_another_file_reading_the_model_when_made_gets_the_bare_
         "`ComputeLoss()` (loss.py) reads `.hyp` when it is made: it gets the bare model"
         in [note.message for note in result.notes]
     ) is bare
+
+
+DIST_HELPERS = """import os
+
+import torch
+
+
+def init_distributed_mode(args):
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        args.rank = int(os.environ["RANK"])
+    else:
+        print("Not using distributed mode")
+        args.distributed = False
+        return
+    args.distributed = True
+    torch.distributed.init_process_group(backend="gloo")
+
+
+def save_on_master(*args, **kwargs):
+    if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+        torch.save(*args, **kwargs)
+"""
+
+
+def test_a_helper_of_the_project_that_sets_up_a_process_group_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Round-35 audit C deit_utils_dist_helpers_unused: DeiT's and DETR's
+    `utils.init_distributed_mode(args)` sets up a process group when torchrun launches the
+    script; the model was never wrapped, so the script went through as single-process, and
+    the conversion's own setup made a second group: every rank crashed at start. Refused,
+    naming the helper; without that call the script converts."""
+    (tmp_path / "utils.py").write_text(DIST_HELPERS)
+    script = tmp_path / "train.py"
+    body = (
+        "import argparse\n\nimport torch\nfrom torch.utils.data import DataLoader, "
+        "TensorDataset\n\nimport utils\n\n\n"
+        "def main(args):\n"
+        "    utils.init_distributed_mode(args)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "    for epoch in range(2):\n"
+        "        for (x,) in loader:\n"
+        "            loss = model(x).pow(2).mean()\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "    utils.save_on_master(model.state_dict(), 'model.pt')\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main(argparse.Namespace())\n"
+    )
+    script.write_text(body)
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    assert any(
+        "`utils.init_distributed_mode()` (utils.py) sets up a process group itself" in note.message
+        for note in result.problems
+    )
+    script.write_text(body.replace("    utils.init_distributed_mode(args)\n", ""))
+    output, _ = convert(script)
+    assert b"DDP(model" in output
