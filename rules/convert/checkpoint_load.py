@@ -621,9 +621,19 @@ def _holds_rng_states(anatomy: Anatomy, call: cst.Call) -> bool:
     if not isinstance(target, cst.Name):
         return False
     scope = anatomy.function_of(call)
+    # and the names taken from it (`rng_state = checkpoint["rng_state"]`, kuangliu-style
+    # mixup's resume, round-35 audit C augment_module_mixup_cutmix_b)
+    names = {target.value} | {
+        assign.targets[0].target.value
+        for assign in anatomy.assigns
+        if anatomy.function_of(assign) is scope
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+        and any(is_name(n, target.value) for n in walk(assign.value))
+    }
     return any(
         anatomy.is_call_to(setter, RNG_SETTERS)
         and anatomy.function_of(setter) is scope
-        and any(is_name(n, target.value) for arg in setter.args for n in walk(arg.value))
+        and any(is_name(n, *names) for arg in setter.args for n in walk(arg.value))
         for setter in anatomy.calls
     )

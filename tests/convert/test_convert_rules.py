@@ -7662,6 +7662,14 @@ for epoch in range(2):
     text = result.output.decode()
     assert 'r = torch.load("rng_state.pt", weights_only=False, map_location="cpu")' in text
     assert 'torch.load("model.pt", map_location=device, weights_only=True)' in text
+    # through a name taken from the checkpoint (round-35 audit C augment_module_mixup_cutmix_b)
+    named = source.replace(
+        '    torch.set_rng_state(r["torch"])\n    torch.cuda.set_rng_state_all(r["cuda"])\n',
+        '    rng_state = r["torch"]\n    torch.set_rng_state(rng_state)\n',
+    )
+    assert named != source
+    text = convert_source(named.encode(), "resume.py", ConvertOptions()).output.decode()
+    assert 'r = torch.load("rng_state.pt", weights_only=False, map_location="cpu")' in text
 
 
 def test_a_list_of_wrapped_models_saves_the_bare_ones() -> None:
