@@ -571,6 +571,49 @@ def _held_from_before(anatomy: Anatomy, model: Model) -> tuple[str, int] | None:
     return None
 
 
+def _averageable_update(anatomy: Anatomy, node: cst.CSTNode) -> str | None:
+    """`V` of `self.center = self.center * m + V * (1 - m)` when `V` is a mean over the
+    batch made just before in the same function (`V = torch.sum(x, dim=0, keepdim=True)`
+    then `V = V / len(x)`, or `x.mean(dim=0)`), and nothing else reads it."""
+    if not (isinstance(node, cst.Assign) and len(node.targets) == 1):
+        return None
+    target = dotted(node.targets[0].target)
+    names = {
+        n.value
+        for n in walk(node.value)
+        if isinstance(n, cst.Name) and not anatomy.is_attribute_name(n)
+    }
+    reads_self = any(dotted(n) == target for n in walk(node.value))
+    if not reads_self or len(names - {"self"}) != 1:
+        return None
+    (mean,) = names - {"self"}
+    scope = anatomy.function_of(node)
+    made = [value for value, where in anatomy.values.values_of(mean, scope) if where is scope]
+    if not made or not all(anatomy.precedes(value, node) for value in made):
+        return None
+    last = made[-1]
+    divided = (
+        isinstance(last, cst.BinaryOperation)
+        and isinstance(last.operator, cst.Divide)
+        and is_name(last.left, mean)
+        and isinstance(last.right, cst.Call)
+        and is_name(last.right.func, "len")
+    )
+    averaged = (
+        isinstance(last, cst.Call)
+        and (is_method_call(last, "mean") or anatomy.is_call_to(last, {"torch.mean"}))
+        and any(
+            arg.keyword is not None and arg.keyword.value == "dim" and is_name_or_zero(arg.value)
+            for arg in last.args
+        )
+    )
+    return mean if divided or averaged else None
+
+
+def is_name_or_zero(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Integer) and value.value == "0"
+
+
 def _unwrappable(ctx: ConvertContext) -> bool:
     """Models DDP cannot train as written: a forward that writes its buffers from the
     process's batch, sparse gradients. Reported; True when so."""
@@ -584,6 +627,25 @@ def _unwrappable(ctx: ConvertContext) -> bool:
                 "every forward, so the other processes' writes are lost; gather what is "
                 "written from every process (dist.all_gather) first, by hand"
             )
+        elif (mean := _averageable_update(anatomy, node)) is not None:
+            # DINO's `update_center`, as facebookresearch/dino writes it under DDP: the
+            # batch's mean, averaged over the processes, is the global batch's (round-35
+            # audit A dino_center_teacher_momentum)
+            ctx.add_import("torch.distributed", asname="dist")
+            ctx.plan.insert_before(
+                anatomy.statement_of(node),
+                statements(
+                    f"dist.all_reduce({mean})  # every process's batch mean\n"
+                    f"{mean} = {mean} / dist.get_world_size()  # the global batch's mean\n"
+                ),
+            )
+            ctx.changed(
+                node,
+                f"`{owner}` updates its buffer `self.{buffer}` with `{mean}`, a mean over this "
+                "process's batch: averaged over the processes first, it is the global batch's, "
+                "and every process keeps the same value",
+            )
+            return False
         else:  # DINO's loss and its `center` (round-30 audit A): no DDP wraps it
             reason = (
                 "and no DDP wraps it: every process would keep a value of its own, and the "

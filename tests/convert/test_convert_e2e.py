@@ -690,6 +690,79 @@ def test_the_cleanup_of_a_module_level_script_releases_only_its_own_names(
     assert ran.stdout.decode().count("done") == 1
 
 
+CENTERED_LOSS = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class CenteredLoss(nn.Module):
+    def __init__(self, dim, momentum=0.9):
+        super().__init__()
+        self.momentum = momentum
+        self.register_buffer("center", torch.zeros(1, dim))
+
+    def forward(self, student, teacher):
+        target = F.softmax((teacher - self.center) / 0.04, dim=-1)
+        loss = torch.sum(-target * F.log_softmax(student / 0.1, dim=-1), dim=-1).mean()
+        self.update_center(teacher)
+        return loss
+
+    @torch.no_grad()
+    def update_center(self, teacher):
+        batch_center = torch.sum(teacher, dim=0, keepdim=True)
+        batch_center = batch_center / len(teacher)
+        self.center = self.center * self.momentum + batch_center * (1 - self.momentum)
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(32, 6)), batch_size=4, shuffle=True)
+    student = nn.Linear(6, 5)
+    teacher = nn.Linear(6, 5)
+    criterion = CenteredLoss(5)
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (x,) in loader:
+            with torch.no_grad():
+                t = teacher(x + 0.1)
+            loss = criterion(student(x), t)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return criterion
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_loss_s_center_updated_from_the_batch_mean_is_averaged_over_the_processes(
+    tmp_path: Path,
+) -> None:
+    """Round-35 audit A dino_center_teacher_momentum (refused): DINO's loss keeps a
+    `center` buffer, updated by EMA from the teacher's batch mean; no DDP wraps the loss,
+    so each process would keep its own. The batch mean is all-reduced and divided by the
+    world size first, as facebookresearch/dino's `update_center` does: every process keeps
+    the same center, the global batch's."""
+    import torch
+
+    result = convert_source(CENTERED_LOSS.encode(), "dino.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        dist.all_reduce(batch_center)" in text
+    probe = '    torch.save(criterion.center, f"center{dist.get_rank()}.pt")\n'
+    assert text.count("    return criterion\n") == 1
+    (tmp_path / "dino.py").write_text(
+        text.replace("    return criterion\n", probe + "    return criterion\n")
+    )
+    ran = torchrun(["dino.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    centers = [torch.load(tmp_path / f"center{rank}.pt") for rank in (0, 1)]
+    assert torch.equal(centers[0], centers[1]) and centers[0].abs().sum() > 0
+
+
 def test_a_decision_one_rank_alone_would_take_does_not_hang(tmp_path: Path) -> None:
     """The even samples (rank 0's half) are easy, the odd ones (rank 1's) noisy: rank 0's
     own loss soon drops under the early-stopping threshold, rank 1's never does. Averaged
