@@ -22,7 +22,7 @@ from typing import cast
 
 import libcst as cst
 
-from ddpify.analysis.api import DDP_TRANSPARENT, IN_PLACE_DRAWS
+from ddpify.analysis.api import COLLECTIVE_LAST_NAMES, DDP_TRANSPARENT, IN_PLACE_DRAWS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.effects import opens_for_writing
 from ddpify.analysis.index import SourceIndex
@@ -347,6 +347,31 @@ class Project:
                 return found[1].reaches(found[0], draws_at_random)
         return None
 
+    def runs_collective(self, call: cst.Call) -> bool:
+        """Whether the function or method of another project file `call` runs (or what
+        its file's functions it calls) runs a collective: a torchmetrics-like metric whose
+        `compute()` all-reduces its states (round-35 audit C metric_collection_sync)."""
+        helper = self.helper(call)
+        if helper is None:
+            return False
+        if helper.graph.reaches(helper.function, _runs_a_collective):
+            return True
+        # a method it calls by name on objects it holds (`m.compute()` for the metrics of
+        # a collection), defined in a file beside its own: any of that name there
+        called = {
+            node.func.attr.value
+            for node in walk(helper.function)
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+        }
+        for path in sorted(helper.path.parent.glob("*.py")):
+            graph = _read(path)
+            if graph is None:
+                continue
+            for name in sorted(called):
+                if any(graph.reaches(f, _runs_a_collective) for f in graph.defined(name)):
+                    return True
+        return False
+
     def sets_up_process_group(self, call: cst.Call) -> Path | None:
         """The file of the function of another project file that `call` calls, when it (or
         what its file's functions it calls) sets up a process group: DeiT's and DETR's
@@ -575,6 +600,14 @@ def _made_optimizer(helper: Helper, value: cst.BaseExpression) -> cst.Call | Non
         return None
     named = helper.index.qualified_names(value.func) | {dotted(value.func) or ""}
     return value if any(_OPTIMIZER.match(name) for name in named) else None
+
+
+def _runs_a_collective(node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Call):
+        return False
+    name = dotted(node.func) or ""
+    head, _, last = name.rpartition(".")
+    return head in {"dist", "torch.distributed"} and last in COLLECTIVE_LAST_NAMES
 
 
 def _inits_process_group(node: cst.CSTNode) -> bool:

@@ -355,7 +355,8 @@ class RankZeroSideEffects(ConvertRule):
                     ctx.changed(
                         node,
                         f"{kind} on rank 0 only; what it shows ({shown}) is computed first, "
-                        "on every rank, since it runs the model",
+                        "on every rank, since it runs the model"
+                        + (" or a collective" if blocker == FUNCTION_RUNS_COLLECTIVE else ""),
                     )
                     continue
             if blocker and isinstance(node, cst.With) and _devnull_with(ctx, node):
@@ -1413,10 +1414,12 @@ def _unfolded(suite: cst.CSTNode, shown: list[bool]) -> cst.CSTNode:
 
 
 FUNCTION_RUNS_MODEL = "a function that runs the model (DDP's forward talks to every rank)"
+FUNCTION_RUNS_COLLECTIVE = "a function of another file that runs a collective"
 MODEL_RUNS = {
     "a forward pass",
     "a call that uses the model (it may run a forward pass)",
     FUNCTION_RUNS_MODEL,
+    FUNCTION_RUNS_COLLECTIVE,
 }
 
 
@@ -1439,6 +1442,7 @@ def _hoist_model_runs(
         if (
             dotted(node.func) in models
             or any(dotted(arg.value) in models for arg in node.args)
+            or anatomy.project.runs_collective(node)
             or (
                 anatomy.graph.callees(node)  # `trainer.train()` too (round-25 trl_sft_like)
                 and anatomy.graph.reaches(
@@ -1534,6 +1538,8 @@ def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[s
             return "a call that uses the model (it may run a forward pass)"
         if anatomy.distributed.is_collective(node):
             return "a collective"
+        if anatomy.project.runs_collective(node):
+            return FUNCTION_RUNS_COLLECTIVE  # `metrics.compute()` of metrics/, all-reducing
     if anatomy.graph.reaches(
         statement,
         lambda node: isinstance(node, cst.Call) and anatomy.distributed.is_collective(node),

@@ -2410,3 +2410,89 @@ def test_a_helper_of_the_project_that_sets_up_a_process_group_is_refused(
     script.write_text(body.replace("    utils.init_distributed_mode(args)\n", ""))
     output, _ = convert(script)
     assert b"DDP(model" in output
+
+
+METRICS_BASE = """import torch
+import torch.distributed as dist
+
+
+class Metric:
+    def __init__(self):
+        self.correct = torch.zeros(())
+        self.total = torch.zeros(())
+
+    def update(self, preds, target):
+        self.correct += (preds.argmax(1) == target).sum()
+        self.total += target.numel()
+
+    def compute(self):
+        if dist.is_available() and dist.is_initialized():
+            state = torch.stack([self.correct, self.total])
+            dist.all_reduce(state)
+            return (state[0] / state[1]).item()
+        return (self.correct / self.total).item()
+"""
+
+METRICS_COLLECTION = """from .base import Metric
+
+
+class MetricCollection:
+    def __init__(self, metrics):
+        self.metrics = metrics
+
+    def update(self, preds, target):
+        for m in self.metrics.values():
+            m.update(preds, target)
+
+    def compute(self):
+        return {k: m.compute() for k, m in self.metrics.items()}
+"""
+
+
+def test_a_print_of_what_a_metric_collection_of_the_project_syncs_computes_everywhere(
+    tmp_path: Path,
+) -> None:
+    """Round-35 audit C metric_collection_sync_on_compute: `print(f"{...compute()}")` of a
+    torchmetrics-like collection in metrics/, whose metrics all-reduce their states in
+    `compute()`, was put under the rank-0 guard: rank 0 alone entered the all-reduce
+    (gloo's collective mismatch after the first epoch). The value is computed first, on
+    every rank, and rank 0 prints it."""
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "__init__.py").write_text(
+        "from .base import Metric\nfrom .collection import MetricCollection\n"
+    )
+    (tmp_path / "metrics" / "base.py").write_text(METRICS_BASE)
+    (tmp_path / "metrics" / "collection.py").write_text(METRICS_COLLECTION)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from metrics import Metric, MetricCollection\n\n\n"
+        "def main():\n"
+        "    data = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))\n"
+        "    loader = DataLoader(data, batch_size=4, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 3)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        '        train_metrics = MetricCollection({"acc": Metric()})\n'
+        "        for x, y in loader:\n"
+        "            logits = model(x)\n"
+        "            loss = torch.nn.functional.cross_entropy(logits, y)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n"
+        "            train_metrics.update(logits.detach(), y)\n"
+        '        print(f"epoch {epoch} {train_metrics.compute()}")\n\n\n'
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, _ = convert(script)
+    assert (
+        b"        compute_result = train_metrics.compute()\n"
+        b"        if dist.get_rank() == 0:\n"
+        b'            print(f"epoch {epoch} {compute_result}")\n'
+    ) in output
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert result.stdout.decode().count("epoch 1 {'acc'") == 1
