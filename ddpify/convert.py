@@ -149,6 +149,17 @@ def convert_source(
             f"of its project (the backward pass is in {anatomy.project.shown(trains)}), in "
             "files ddpify does not rewrite; convert them by hand",
         )
+    by_name = anatomy.project.trains_by_name() if skipped == NOT_TRAINING else None
+    if by_name is not None:
+        statement, package, loaded = by_name
+        return _refused(
+            source,
+            anatomy.line(statement),
+            f"no training loop found in this file, but {anatomy.project.shown(package)} "
+            f"loads its modules by name (importlib) and {anatomy.project.shown(loaded)} runs "
+            "a backward pass: if this script trains through them (CycleGAN's "
+            "`create_model(opt)`), ddpify cannot follow it; convert by hand",
+        )
     if skipped is not None:
         return ConvertResult(source, source, skipped=skipped)
     ctx = ConvertContext(anatomy=anatomy, options=options)

@@ -411,6 +411,31 @@ class Project:
                         return call, trains
         return None
 
+    def trains_by_name(self) -> tuple[cst.CSTNode, Path, Path] | None:
+        """For a script in which no training is found: an import of a package of the
+        project that loads its modules by name (`importlib.import_module("models." + name
+        + "_model")`, CycleGAN's `create_model(opt)`), one of which runs a backward pass:
+        the import, the package's `__init__.py` and that module."""
+        roots = self.roots
+        for statement in walk(self.index.module) if roots else ():
+            if not isinstance(statement, cst.Import | cst.ImportFrom):
+                continue
+            for path in _imported_files(statement, roots[0] / "_", roots):
+                graph = _read(path) if path.name == "__init__.py" else None
+                if graph is None or not any(
+                    isinstance(node, cst.Call)
+                    and (dotted(node.func) or "").endswith("import_module")
+                    for node in walk(graph.index.module)
+                ):
+                    continue
+                for module in sorted(path.parent.glob("*.py")):
+                    found = _read(module)
+                    if found is not None and any(
+                        is_method_call(node, "backward") for node in walk(found.index.module)
+                    ):
+                        return statement, path, module
+        return None
+
     def closure(self, made: cst.Call) -> Helper | None:
         """The function a helper of another file makes and returns, when `made` calls one
         ("Deep Learning with PyTorch Step-by-Step"'s `train_step_fn =

@@ -2496,3 +2496,42 @@ def test_a_print_of_what_a_metric_collection_of_the_project_syncs_computes_every
     result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert result.stdout.decode().count("epoch 1 {'acc'") == 1
+
+
+def test_a_script_that_trains_through_modules_loaded_by_name_is_refused(tmp_path: Path) -> None:
+    """Round-35 audit C cyclegan_options_models_package: `model = create_model(opt)` finds
+    its class by name (`importlib.import_module("models." + name + "_model")`) and
+    `model.optimize_parameters()` runs the backward pass there: the script was left alone
+    as "not a training script" (exit 0), and ran unconverted on every rank. Refused, naming
+    the package and the module that trains."""
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "__init__.py").write_text(
+        "import importlib\n\n\ndef create_model(name):\n"
+        '    module = importlib.import_module("models." + name + "_model")\n'
+        "    return module.Model()\n"
+    )
+    (models / "toy_model.py").write_text(
+        "import torch\n\n\nclass Model:\n"
+        "    def __init__(self):\n"
+        "        self.net = torch.nn.Linear(4, 1)\n"
+        "        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)\n\n"
+        "    def optimize_parameters(self, x):\n"
+        "        loss = self.net(x).pow(2).mean()\n"
+        "        self.opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        self.opt.step()\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n\nfrom models import create_model\n\n"
+        'model = create_model("toy")\n'
+        "for step in range(10):\n"
+        "    model.optimize_parameters(torch.randn(8, 4))\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused and result.skipped is None
+    [problem] = result.problems
+    assert problem.line == 3
+    assert "models/__init__.py loads its modules by name (importlib)" in problem.message
+    assert "models/toy_model.py runs a backward pass" in problem.message
