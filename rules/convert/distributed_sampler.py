@@ -1096,14 +1096,23 @@ def _deal_out(ctx: ConvertContext, loader: Loader, keyword: str, given: cst.Arg,
             ),
             None,
         )
-        if first is None:
+        imports = [  # a module-level script: after its imports (round-35 audit C)
+            node
+            for node in anatomy.module.body
+            if isinstance(node, cst.SimpleStatementLine)
+            and all(isinstance(small, cst.Import | cst.ImportFrom) for small in node.body)
+        ]
+        if first is not None:
+            ctx.plan.insert_before(first, written)
+        elif imports and anatomy.precedes(imports[-1], loader.call):
+            ctx.plan.insert_after(imports[-1], written)
+        else:
             ctx.cannot(
                 loader.call,
                 f"no place for `{wrapper}` beside `{made}`: shard it by hand",
                 blocking=True,
             )
             return
-        ctx.plan.insert_before(first, written)
     batch = call_arg(loader.call, 1, "batch_size") if keyword == "sampler" else None
     block = [cst.Arg(batch.value.deep_clone())] if batch is not None else []
 

@@ -2119,6 +2119,15 @@ def test_a_sampler_class_of_another_file_is_dealt_out_like_one_of_the_script(
     assert "sampler=ShardByRank(ImbalancedDatasetSampler(labels), 8)" in text
     assert text.index("class ShardByRank:") < text.index("def main():")
     compile(text, "train_ddp.py", "exec")
+    # a module-level script, no function nor class: after its imports (round-35 audit C
+    # sampler_balanced_fit_in_trainer was refused: "no place for ShardByRank")
+    flat = script.read_text().replace("def main():\n", "").replace("\n    ", "\n")
+    script.write_text(flat.replace("\n\n\nmain()\n", "\n"))
+    output, _ = convert(script)
+    text = output.decode()
+    assert text.index("from sampler import") < text.index("class ShardByRank:")
+    assert text.index("class ShardByRank:") < text.index("loader = DataLoader(")
+    compile(text, "train_ddp.py", "exec")
 
 
 def test_a_dict_of_loaders_a_helper_of_another_file_returns_is_made_again_by_key(
