@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ddpify, torchrun
+from conftest import FIXTURES, ddpify, recording, torchrun, writers
 
 from ddpify.convert import convert_source
 from ddpify.options import ConvertOptions
@@ -2544,3 +2544,69 @@ def test_a_script_that_trains_through_modules_loaded_by_name_is_refused(tmp_path
     assert problem.line == 3
     assert "models/__init__.py loads its modules by name (importlib)" in problem.message
     assert "models/toy_model.py runs a backward pass" in problem.message
+
+
+CACHED_CORPUS = """import os
+
+import torch
+from torch.utils.data import Dataset
+
+
+class CachedCorpus(Dataset):
+    def __init__(self, cache_path):
+        if not os.path.exists(cache_path):
+            feats = {"x": torch.randn(64, 4), "y": torch.randint(0, 2, (64,))}
+            torch.save(feats, cache_path)
+        feats = torch.load(cache_path)
+        self.x, self.y = feats["x"], feats["y"]
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+"""
+
+
+def test_a_dataset_class_of_another_file_that_writes_its_cache_is_made_by_rank_0_first(
+    tmp_path: Path,
+) -> None:
+    """Round-35 audit C dataset_cache_text_vocab_b: a Dataset class of data/ writes its
+    cache in `__init__` when it is missing, then loads it. Made on every rank at once, both
+    wrote the file and one read it half written ("archive is corrupted"). Rank 0 makes it
+    first while the others wait, then they find the cache."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("")
+    (tmp_path / "data" / "corpus.py").write_text(CACHED_CORPUS)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "from data.corpus import CachedCorpus\n\n\n"
+        "def main():\n"
+        "    torch.manual_seed(0)\n"
+        '    train_ds = CachedCorpus("cache.pt")\n'
+        "    loader = DataLoader(train_ds, batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    output, _ = convert(script)
+    assert (
+        b"    if dist.get_rank() != 0:\n"
+        b"        dist.barrier()  # rank 0 writes the files first; the others then find them\n"
+        b'    train_ds = CachedCorpus("cache.pt")\n'
+        b"    if dist.get_rank() == 0:\n"
+        b"        dist.barrier()\n"
+    ) in output
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120, env=recording(tmp_path))
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert writers(tmp_path)["cache.pt"] == {"0"}
