@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.project import trains_by_name
 from ddpify.analysis.script import (
     grads_by_hand,
     grads_set_after_backward,
@@ -149,7 +150,7 @@ def convert_source(
             f"of its project (the backward pass is in {anatomy.project.shown(trains)}), in "
             "files ddpify does not rewrite; convert them by hand",
         )
-    by_name = anatomy.project.trains_by_name() if skipped == NOT_TRAINING else None
+    by_name = trains_by_name(anatomy.project) if skipped == NOT_TRAINING else None
     if by_name is not None:
         statement, package, loaded = by_name
         return _refused(

@@ -156,7 +156,7 @@ class Project:
                     )
         return names
 
-    def _may_be_helper(self, call: cst.Call) -> bool:
+    def may_be_helper(self, call: cst.Call) -> bool:
         """Cheap: whether the called name starts with a name imported from the project."""
         name = dotted(self._aliased(call.func))
         if name is None or not self.imported:
@@ -190,7 +190,7 @@ class Project:
     def helper(self, call: cst.Call) -> Helper | None:
         """The function of another project file that `call` calls, when one is found (or
         the method of an object of a class of one: `called_instance`)."""
-        if not self._may_be_helper(call):
+        if not self.may_be_helper(call):
             return self.called_instance(call)
         for qualified in self.index.qualified_names(call.func):
             found = _find(qualified, self.roots)
@@ -219,7 +219,7 @@ class Project:
 
     def class_made(self, call: cst.Call) -> tuple[cst.ClassDef, Path] | None:
         """The class of another project file that `call` makes (`EncoderCNN(256)`)."""
-        if not self._may_be_helper(call):
+        if not self.may_be_helper(call):
             return None
         for qualified in self.index.qualified_names(call.func):
             found = _definition(qualified, self.roots)
@@ -264,7 +264,7 @@ class Project:
         of a project class, a class method (`CharTokenizer.from_file(path)`), or the
         `__init__` of a class it makes (`TextDataset(path, tokenizer)`)."""
         helper = self.helper(call)
-        if helper is not None or not self._may_be_helper(call):
+        if helper is not None or not self.may_be_helper(call):
             return helper
         found = self._class_of(call)
         if found is None:
@@ -300,7 +300,7 @@ class Project:
             for name, values in made.items()
             if len(values) == 1
             and isinstance(values[0], cst.Call)
-            and self._may_be_helper(values[0])
+            and self.may_be_helper(values[0])
         }
 
     def keeps_state(self, call: cst.Call) -> bool:
@@ -339,7 +339,7 @@ class Project:
         """Whether the function or class of another project file that `call` calls or makes
         draws at random (in itself, or in what its file's functions it calls); None when
         `call` is not found in the project (a library's, or nothing ddpify can read)."""
-        if not self._may_be_helper(call):
+        if not self.may_be_helper(call):
             return None
         for qualified in self.index.qualified_names(call.func):
             found = _definition(qualified, self.roots)
@@ -347,47 +347,10 @@ class Project:
                 return found[1].reaches(found[0], draws_at_random)
         return None
 
-    def runs_collective(self, call: cst.Call) -> bool:
-        """Whether the function or method of another project file `call` runs (or what
-        its file's functions it calls) runs a collective: a torchmetrics-like metric whose
-        `compute()` all-reduces its states (round-35 audit C metric_collection_sync)."""
-        helper = self.helper(call)
-        if helper is None:
-            return False
-        if helper.graph.reaches(helper.function, _runs_a_collective):
-            return True
-        # a method it calls by name on objects it holds (`m.compute()` for the metrics of
-        # a collection), defined in a file beside its own: any of that name there
-        called = {
-            node.func.attr.value
-            for node in walk(helper.function)
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-        }
-        for path in sorted(helper.path.parent.glob("*.py")):
-            graph = _read(path)
-            if graph is None:
-                continue
-            for name in sorted(called):
-                if any(graph.reaches(f, _runs_a_collective) for f in graph.defined(name)):
-                    return True
-        return False
-
-    def sets_up_process_group(self, call: cst.Call) -> Path | None:
-        """The file of the function of another project file that `call` calls, when it (or
-        what its file's functions it calls) sets up a process group: DeiT's and DETR's
-        `utils.init_distributed_mode(args)`, which does when torchrun launched it."""
-        if not self._may_be_helper(call):
-            return None
-        for qualified in self.index.qualified_names(call.func):
-            found = _definition(qualified, self.roots)
-            if found is not None and found[1].reaches(found[0], _inits_process_group):
-                return found[2]
-        return None
-
     def trainer_class(self, call: cst.Call) -> Path | None:
         """The file of the project class `call` makes (`Trainer(model, ...)`), when the class
         trains: a method of it, or of a base class of the project, calls backward."""
-        if not self._may_be_helper(call):
+        if not self.may_be_helper(call):
             return None
         for qualified in self.index.qualified_names(self._aliased(call.func)):
             found = _definition(qualified, self.roots)
@@ -404,36 +367,11 @@ class Project:
         loss in training/loss.py built by name, round-33 audit D): the call and that file.
         The training is there, out of ddpify's reach."""
         for call in self.index.calls:
-            if self._may_be_helper(call):
+            if self.may_be_helper(call):
                 for qualified in self.index.qualified_names(self._aliased(call.func)):
                     trains = _loops_into_training(_definition(qualified, self.roots))
                     if trains is not None:
                         return call, trains
-        return None
-
-    def trains_by_name(self) -> tuple[cst.CSTNode, Path, Path] | None:
-        """For a script in which no training is found: an import of a package of the
-        project that loads its modules by name (`importlib.import_module("models." + name
-        + "_model")`, CycleGAN's `create_model(opt)`), one of which runs a backward pass:
-        the import, the package's `__init__.py` and that module."""
-        roots = self.roots
-        for statement in walk(self.index.module) if roots else ():
-            if not isinstance(statement, cst.Import | cst.ImportFrom):
-                continue
-            for path in _imported_files(statement, roots[0] / "_", roots):
-                graph = _read(path) if path.name == "__init__.py" else None
-                if graph is None or not any(
-                    isinstance(node, cst.Call)
-                    and (dotted(node.func) or "").endswith("import_module")
-                    for node in walk(graph.index.module)
-                ):
-                    continue
-                for module in sorted(path.parent.glob("*.py")):
-                    found = _read(module)
-                    if found is not None and any(
-                        is_method_call(node, "backward") for node in walk(found.index.module)
-                    ):
-                        return statement, path, module
         return None
 
     def closure(self, made: cst.Call) -> Helper | None:
@@ -441,7 +379,7 @@ class Project:
         ("Deep Learning with PyTorch Step-by-Step"'s `train_step_fn =
         make_train_step(model, loss_fn, optimizer)`, its `perform_train_step` nested in it):
         what a call of the name it is given runs."""
-        maker = self.helper(made) if self._may_be_helper(made) else None
+        maker = self.helper(made) if self.may_be_helper(made) else None
         if maker is None:
             return None
         nested = {
@@ -458,7 +396,7 @@ class Project:
         """Whether `call` runs a function of another project file that makes a torch
         learning-rate scheduler (scheduler.py's `WarmupCosine(optimizer, steps_per_epoch,
         epochs)` returning a LambdaLR), or makes an object of a class of one built on one."""
-        if not self._may_be_helper(call):
+        if not self.may_be_helper(call):
             return False
         made = self.class_made(call)
         if made is not None:
@@ -483,14 +421,14 @@ class Project:
         cfg)`: `AdamW(groups, ...)` over `model.named_parameters()`, round-32 audit C
         optim_factory_module); None unless every value it returns is a `torch.optim`
         optimizer made over that one parameter's parameters."""
-        helper = self.helper(call) if self._may_be_helper(call) else None
+        helper = self.helper(call) if self.may_be_helper(call) else None
         return _optimized_parameter(helper) if helper is not None else None
 
     def writer_class(self, call: cst.Call) -> bool:
         """Whether `call` makes an object of a project class (in another file) that makes a
         TensorBoard writer or opens a file for writing when it is made (YOLOv3's `Logger`):
         its methods write, so the object belongs on rank 0."""
-        if not self._may_be_helper(call):
+        if not self.may_be_helper(call):
             return False
         for qualified in self.index.qualified_names(call.func):
             found = _definition(qualified, self.roots)
@@ -625,6 +563,70 @@ def _made_optimizer(helper: Helper, value: cst.BaseExpression) -> cst.Call | Non
         return None
     named = helper.index.qualified_names(value.func) | {dotted(value.func) or ""}
     return value if any(_OPTIMIZER.match(name) for name in named) else None
+
+
+def runs_collective(project: Project, call: cst.Call) -> bool:
+    """Whether the function or method of another project file `call` runs (or what
+    its file's functions it calls) runs a collective: a torchmetrics-like metric whose
+    `compute()` all-reduces its states (round-35 audit C metric_collection_sync)."""
+    helper = project.helper(call)
+    if helper is None:
+        return False
+    if helper.graph.reaches(helper.function, _runs_a_collective):
+        return True
+    # a method it calls by name on objects it holds (`m.compute()` for the metrics of
+    # a collection), defined in a file beside its own: any of that name there
+    called = {
+        node.func.attr.value
+        for node in walk(helper.function)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+    }
+    for path in sorted(helper.path.parent.glob("*.py")):
+        graph = _read(path)
+        if graph is None:
+            continue
+        for name in sorted(called):
+            if any(graph.reaches(f, _runs_a_collective) for f in graph.defined(name)):
+                return True
+    return False
+
+
+def sets_up_process_group(project: Project, call: cst.Call) -> Path | None:
+    """The file of the function of another project file that `call` calls, when it (or
+    what its file's functions it calls) sets up a process group: DeiT's and DETR's
+    `utils.init_distributed_mode(args)`, which does when torchrun launched it."""
+    if not project.may_be_helper(call):
+        return None
+    for qualified in project.index.qualified_names(call.func):
+        found = _definition(qualified, project.roots)
+        if found is not None and found[1].reaches(found[0], _inits_process_group):
+            return found[2]
+    return None
+
+
+def trains_by_name(project: Project) -> tuple[cst.CSTNode, Path, Path] | None:
+    """For a script in which no training is found: an import of a package of the
+    project that loads its modules by name (`importlib.import_module("models." + name
+    + "_model")`, CycleGAN's `create_model(opt)`), one of which runs a backward pass:
+    the import, the package's `__init__.py` and that module."""
+    roots = project.roots
+    for statement in walk(project.index.module) if roots else ():
+        if not isinstance(statement, cst.Import | cst.ImportFrom):
+            continue
+        for path in _imported_files(statement, roots[0] / "_", roots):
+            graph = _read(path) if path.name == "__init__.py" else None
+            if graph is None or not any(
+                isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("import_module")
+                for node in walk(graph.index.module)
+            ):
+                continue
+            for module in sorted(path.parent.glob("*.py")):
+                found = _read(module)
+                if found is not None and any(
+                    is_method_call(node, "backward") for node in walk(found.index.module)
+                ):
+                    return statement, path, module
+    return None
 
 
 def _runs_a_collective(node: cst.CSTNode) -> bool:

@@ -8,6 +8,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import COLLECTIVES
+from ddpify.analysis.project import sets_up_process_group
 from ddpify.analysis.tree import dotted, is_name, walk
 from ddpify.emit import COLLECT_CYCLES, statement, statements, unindented_blank_lines
 from ddpify.options import Launcher
@@ -120,7 +121,7 @@ class ProcessGroup(ConvertRule):
             )
             return
         for call in ctx.anatomy.calls:
-            helper = ctx.anatomy.project.sets_up_process_group(call)
+            helper = sets_up_process_group(ctx.anatomy.project, call)
             if helper is not None:
                 ctx.cannot(
                     call,

@@ -10,7 +10,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import EXPORTS, MODEL_SAVES
 from ddpify.analysis.effects import FILE_WRITES, mode_flags, opens_for_writing
-from ddpify.analysis.project import PRINTS, Helper
+from ddpify.analysis.project import PRINTS, Helper, runs_collective
 from ddpify.analysis.tree import call_arg, dotted, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import RANK_ZERO, expression, statement, statements, with_keyword
@@ -355,8 +355,7 @@ class RankZeroSideEffects(ConvertRule):
                     ctx.changed(
                         node,
                         f"{kind} on rank 0 only; what it shows ({shown}) is computed first, "
-                        "on every rank, since it runs the model"
-                        + (" or a collective" if blocker == FUNCTION_RUNS_COLLECTIVE else ""),
+                        f"on every rank, since it runs {RUNS.get(blocker, 'the model')}",
                     )
                     continue
             if blocker and isinstance(node, cst.With) and _devnull_with(ctx, node):
@@ -1417,6 +1416,7 @@ def _unfolded(suite: cst.CSTNode, shown: list[bool]) -> cst.CSTNode:
 
 FUNCTION_RUNS_MODEL = "a function that runs the model (DDP's forward talks to every rank)"
 FUNCTION_RUNS_COLLECTIVE = "a function of another file that runs a collective"
+RUNS = {FUNCTION_RUNS_COLLECTIVE: "a collective"}  # what a hoisted value is said to run
 MODEL_RUNS = {
     "a forward pass",
     "a call that uses the model (it may run a forward pass)",
@@ -1444,7 +1444,7 @@ def _hoist_model_runs(
         if (
             dotted(node.func) in models
             or any(dotted(arg.value) in models for arg in node.args)
-            or anatomy.project.runs_collective(node)
+            or runs_collective(anatomy.project, node)
             or (
                 anatomy.graph.callees(node)  # `trainer.train()` too (round-25 trl_sft_like)
                 and anatomy.graph.reaches(
@@ -1540,7 +1540,7 @@ def _must_run_everywhere(anatomy: Anatomy, statement: cst.CSTNode, models: set[s
             return "a call that uses the model (it may run a forward pass)"
         if anatomy.distributed.is_collective(node):
             return "a collective"
-        if anatomy.project.runs_collective(node):
+        if runs_collective(anatomy.project, node):
             return FUNCTION_RUNS_COLLECTIVE  # `metrics.compute()` of metrics/, all-reducing
     if anatomy.graph.reaches(
         statement,
