@@ -322,11 +322,11 @@ class WholeBatches:
             if _is_keyword(index, node) or _loss_setting(index, node) or node.value in seen:
                 continue
             name = node.value
+            if _given_to_a_sampler(self.index, self.graph, node):
+                continue  # `get_batch(W)` drawing `x` afresh each step: `W` is the task
             seen.add(name)
             if name in model_names or self._callable(node) or name in counters:
                 continue
-            if _given_to_a_sampler(self.index, self.graph, node):
-                continue  # `get_batch(W)` drawing `x` afresh each step: `W` is the task
             inside = self._assignments_in_loop(loop, name)
             if inside:
                 for statement, value in inside:
@@ -713,7 +713,30 @@ def _given_to_a_sampler(index: SourceIndex, graph: CallGraph, node: cst.Name) ->
     arg = index.parent(node)
     call = index.parent(arg) if isinstance(arg, cst.Arg) else None
     callee = graph.callee(call) if isinstance(call, cst.Call) else None
-    return callee is not None and makes_samples(index, graph, callee)
+    if callee is None or not makes_samples(index, graph, callee):
+        return False
+    assert isinstance(call, cst.Call)
+    given = [
+        parameter
+        for parameter in graph.parameters_of(callee)
+        if graph.bound_argument(call, callee, parameter) is node
+    ]
+    # the task multiplies what is drawn (`x.mm(w)`, `x @ w`): no sample of its own; one the
+    # draws are shaped from or added to (`x + torch.randn(x.shape)`) is the data
+    return len(given) == 1 and all(
+        _multiplies(index, use)
+        for use in walk(callee.body)
+        if isinstance(use, cst.Name) and use.value == given[0] and not index.is_attribute_name(use)
+    )
+
+
+def _multiplies(index: SourceIndex, use: cst.Name) -> bool:
+    """`w` in `x @ w` or `x.mm(w)` / `x.matmul(w)`: the right-hand factor."""
+    parent = index.parent(use)
+    if isinstance(parent, cst.BinaryOperation):
+        return isinstance(parent.operator, cst.MatrixMultiply) and parent.right is use
+    call = index.parent(parent) if isinstance(parent, cst.Arg) else None
+    return isinstance(call, cst.Call) and is_method_call(call, "mm", "matmul")
 
 
 def _line(index: SourceIndex, value: cst.BaseExpression) -> int:

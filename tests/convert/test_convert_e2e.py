@@ -559,6 +559,13 @@ def test_the_task_given_to_a_function_that_draws_the_batches_is_not_split(
     text = result.output.decode()
     assert "dist.broadcast_object_list(W)" in text
     assert "W[dist.get_rank()" not in text
+    # what the drawn samples are added to is the data, not the task: split by rank
+    denoise = TASK_GIVEN.replace("    return x, x.mm(w)\n", "    return w + 0.1 * x, w\n").replace(
+        "W = torch.randn(3, 1)", "W = torch.randn(32, 3)"
+    )
+    assert denoise.count("w + 0.1 * x") == 1
+    split = convert_source(denoise.encode(), "denoise.py", ConvertOptions()).output.decode()
+    assert "W[dist.get_rank()::dist.get_world_size()]" in split
     (tmp_path / "task.py").write_text(text)
     ran = torchrun(["task.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
