@@ -170,7 +170,12 @@ class CheckMode(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if self.float64:
             args, kwargs = self._upcast(func, args, kwargs)
-            if func in HALVINGS and args and isinstance(args[0], torch.Tensor):
+            if (
+                func in HALVINGS
+                and args
+                and isinstance(args[0], torch.Tensor)
+                and args[0].is_floating_point()
+            ):
                 # `model.half()` (round-35 audit B manual_half_precision): float16 rounds
                 # the one process's sum and the processes' average apart
                 self.recorder.changed("half", ".half() / .bfloat16() keep float64")

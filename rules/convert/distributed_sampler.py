@@ -2440,7 +2440,9 @@ def _share_setup_draws(ctx: ConvertContext, stream: RandomBatches) -> bool:
         )
         names = [dotted(e.value) for e in target.elements] if isinstance(target, cst.Tuple) else []
         names = [dotted(target)] if isinstance(target, cst.Name) else names
-        if not names or None in names or not anatomy.script.after_setup(statement_):
+        if not names:
+            continue  # in place (`nn.init.normal_(w)`, before the wrap broadcasts it), or shown
+        if None in names or not anatomy.script.after_setup(statement_):
             ctx.cannot(
                 call,
                 f"`{source_text(call)}` is drawn at random, unseeded, before training: every "
