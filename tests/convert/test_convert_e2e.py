@@ -2571,13 +2571,7 @@ def test_an_optimizer_the_model_makes_trains_the_wrapped_model(tmp_path: Path) -
     assert text.index("model.configure_optimizers(0.1, 1e-2)") < text.index("model = DDP(")
     assert "raw_model = model.module._orig_mod if compile else model.module" in text
     assert "torch.save(last.module.state_dict()" in text
-    last = "            data = prefetcher.next()\n"
-    probe = (
-        '    with open(f"read{os.environ[\'RANK\']}.json", "w") as f:\n'
-        '        json.dump({"read": train_set.read, "iters": current_iter}, f)\n'
-    )
-    assert text.count(last) == 1
-    (tmp_path / "train.py").write_text("import json, os\n" + text.replace(last, last + probe))
+    (tmp_path / "train.py").write_text(text)
     ran = torchrun(["train.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert_checkpoint_is_plain(tmp_path / "ckpt.pt")
