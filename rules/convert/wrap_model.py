@@ -603,14 +603,14 @@ def _averageable_update(anatomy: Anatomy, node: cst.CSTNode) -> str | None:
         isinstance(last, cst.Call)
         and (is_method_call(last, "mean") or anatomy.is_call_to(last, {"torch.mean"}))
         and any(
-            arg.keyword is not None and arg.keyword.value == "dim" and is_name_or_zero(arg.value)
+            arg.keyword is not None and arg.keyword.value == "dim" and _is_zero(arg.value)
             for arg in last.args
         )
     )
     return mean if divided or averaged else None
 
 
-def is_name_or_zero(value: cst.BaseExpression) -> bool:
+def _is_zero(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Integer) and value.value == "0"
 
 
