@@ -1191,7 +1191,9 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
     `close()` or `flush()`), the writer is made on rank 0 only too. Handed to a function of
     the script (`train_one_epoch(..., writer, epoch)`, the TensorBoard tutorial) whose every
     use of it is on rank 0, it is made as `SummaryWriter(...) if <rank 0> else None`: the
-    name exists everywhere, the writer on rank 0 only."""
+    name exists everywhere, the writer on rank 0 only. Made before the process group exists
+    (makemore's `writer = SummaryWriter(log_dir=args.work_dir)` at the top of its `__main__`
+    block), rank 0 is torchrun's `RANK` there."""
     anatomy = ctx.anatomy
     for assign in anatomy.assigns:
         value = assign.value
@@ -1201,18 +1203,25 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
             and (wrapping or anatomy.is_call_to(value, SUMMARY_WRITERS))
             and len(assign.targets) == 1
             and isinstance(assign.targets[0].target, cst.Name)
-            and anatomy.script.after_setup(assign)
             and anatomy.ranks.guard(assign) is None
         ):
             continue
+        early = not anatomy.script.after_setup(assign)
+        if early and (
+            ctx.options.launcher is not Launcher.TORCHRUN or anatomy.script.entry is None
+        ):
+            continue  # made in mp.spawn's parent process, before the workers start
         name = assign.targets[0].target.value
         line = anatomy.statement_of(assign)
         uses = _writer_uses(ctx, name, anatomy.function_of(assign), line, guarded, wrapping)
         if uses is None:
             continue  # read somewhere that runs on every rank: the writer must exist there
         closing, handed = uses
+        here = LAUNCHED_RANK_ZERO if early else RANK_ZERO
+        if early:
+            ctx.add_import("os")
         if handed:
-            made = expression(f"{anatomy.module.code_for_node(value)} if {RANK_ZERO} else None")
+            made = expression(f"{anatomy.module.code_for_node(value)} if {here} else None")
 
             def on_rank_zero(_: cst.CSTNode, made: cst.BaseExpression = made) -> cst.CSTNode:
                 return made
@@ -1221,7 +1230,8 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
             ctx.add_import("torch.distributed", asname="dist")
         for closed in closing if handed else [line, *closing]:
             if not any(closed is done for done in guarded):
-                ctx.plan.guard(closed, expression(RANK_ZERO))
+                early_here = (closed is line and early) or not anatomy.script.after_setup(closed)
+                ctx.plan.guard(closed, expression(LAUNCHED_RANK_ZERO if early_here else RANK_ZERO))
                 guarded.append(closed)
         ctx.changed(
             assign,

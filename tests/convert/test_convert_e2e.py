@@ -1474,6 +1474,71 @@ def test_a_writer_handed_to_the_training_function_writes_one_event_file(
     assert tags == {"loss", "weight", "bias"}
 
 
+WRITER_BEFORE_SETUP = """\
+import argparse
+import os
+
+import torch
+from tensorboardX import SummaryWriter
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(net, loader, optimizer):
+    losses = []
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = (net(x) - y).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--work-dir", default="out")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    os.makedirs(args.work_dir, exist_ok=True)
+    writer = SummaryWriter(args.work_dir)
+
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    net = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for step, loss in enumerate(train(net, loader, optimizer)):
+        writer.add_scalar("loss", loss, step)
+    writer.flush()
+"""
+
+
+def test_a_writer_made_before_the_process_group_writes_one_event_file(tmp_path: Path) -> None:
+    """karpathy/makemore (corpus): `writer = SummaryWriter(log_dir=args.work_dir)` at the top
+    of the `__main__` block, before the process group is set up: its writes were guarded,
+    but every rank made a writer and an event file (verify: "written by ranks 0, 1"). It is
+    made on torchrun's RANK 0 only, and its flush() is rank 0's."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(WRITER_BEFORE_SETUP.encode(), "tb.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        'if int(os.environ.get("RANK", 0)) == 0:\n        writer = SummaryWriter(args.work_dir)'
+        in text
+    )
+    (tmp_path / "tb.py").write_text(text)
+    stub = TENSORBOARD_STUB.replace(
+        "    def close(self):",
+        "    def flush(self):\n        self.file.flush()\n\n    def close(self):",
+    )
+    (tmp_path / "tensorboardX.py").write_text(stub)
+    ran = torchrun(["tb.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    [events] = list((tmp_path / "out").iterdir())
+    assert events.read_text().split() == ["loss"] * 4  # rank 0's 4 steps
+
+
 def test_a_full_batch_split_between_the_ranks_trains_as_the_whole_batch(tmp_path: Path) -> None:
     """nlp-tutorial's layout: whole tensors every step, a vocabulary numbered from a set.
     Each rank takes every other sample and DDP averages the two means: the run ends where
