@@ -264,7 +264,17 @@ class Models:
         for call in self.index.calls:
             if self.index.is_call_to(call, DATA_PARALLEL):
                 inner = call_arg(call, 0, "module")
-                if inner is not None and dotted(inner.value) in model.names:
+                made = self.index.parent(call)  # `model = nn.DataParallel(Net())`: the model
+                # is made inside it (akamaster/pytorch_resnet_cifar10's trainer.py)
+                if inner is not None and (
+                    dotted(inner.value) in model.names
+                    or (
+                        isinstance(made, cst.Assign)
+                        and made.value is call
+                        and len(made.targets) == 1
+                        and dotted(made.targets[0].target) in model.names
+                    )
+                ):
                     model.data_parallel.append(call)
         moves = _moves_of_this_one(self, model, moves)
         unique = {id(statement): (statement, name) for statement, name in moves}

@@ -190,6 +190,35 @@ class WrapModel(ConvertRule):
     """
     examples = (
         SWAPPED_HEAD,
+        # The model made inside DataParallel (akamaster/pytorch_resnet_cifar10): DDP instead.
+        Example(
+            """
+            import torch
+
+            model = torch.nn.DataParallel(Net())
+            model.cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            torch.save({"state_dict": model.state_dict()}, "checkpoint.th")
+            """,
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = Net()
+            model.cuda()
+            model = DDP(model, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+            torch.save({"state_dict": model.module.state_dict()}, "checkpoint.th")
+            """,  # noqa: E501
+        ),
         # A loop over the models saves each: each one's bare module (CycleGAN's checkpoints).
         Example(
             """
@@ -1366,7 +1395,12 @@ def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
     else:
         inner = call.args[0].value
         ctx.plan.replace(call, lambda _: inner)
-    ctx.changed(call, "nn.DataParallel replaced: DDP runs one process per GPU instead")
+    ctx.changed(
+        call,
+        "nn.DataParallel replaced: DDP runs one process per GPU instead; checkpoints now "
+        "hold the bare model's keys, without the `module.` prefix DataParallel's had (strip "
+        "it to load one the original saved)",
+    )
 
 
 def _refuse_lazy_modules(ctx: ConvertContext) -> None:
