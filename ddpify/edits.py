@@ -180,6 +180,8 @@ class _Applier(cst.CSTTransformer):
                 parts = [moved_up, *parts[1:]]
                 if original_node in self.updated:
                     self.updated[original_node] = parts[0]
+            if after and isinstance(parts[-1], cst.FunctionDef | cst.ClassDef):
+                after = [_spaced_like(parts[-1], after[0]), *after[1:]]
             result = cst.FlattenSentinel([*before, *parts, *after])
         if original_node in self.span_ends:
             self.span_parts[original_node] = (
@@ -246,6 +248,17 @@ class _Applier(cst.CSTTransformer):
             else:
                 merged.append(statement)
         return merged
+
+
+def _spaced_like(
+    definition: cst.FunctionDef | cst.ClassDef, statement: cst.BaseStatement
+) -> cst.BaseStatement:
+    """`statement`, placed right after `definition`, with the blank lines the definition has
+    above it (PEP 8's two at module level), unless it has lines of its own."""
+    if statement.leading_lines:
+        return statement
+    blank = [line for line in definition.leading_lines if line.comment is None]
+    return statement.with_changes(leading_lines=blank[-2:] or [cst.EmptyLine()])
 
 
 def add_imports(
