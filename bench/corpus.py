@@ -24,6 +24,8 @@ For each line, in a fresh temporary folder:
    8 of 64x64 or as ``make:PATH=images:COUNTxWIDTHxHEIGHT`` says, all from a fixed seed;
    each ``set:NAME=VALUE`` token gives a module-level constant the script hard-codes
    (``max_iters = 5000``) a short-run value, in the original, before it is converted;
+   ``set:FILE:NAME=VALUE`` does it in FILE (relative to the script's folder: a settings
+   module such as ``conf/global_settings.py``);
 3. ``python -m ddpify SCRIPT -o SCRIPT_ddp.py`` runs in the script's folder and is classified:
    *converted* (exit 0, output differs), *left alone* (exit 0, output identical or not
    written; the reason is ddpify's ``unchanged:`` line), *refused* (exit 1; the reason is the
@@ -104,7 +106,7 @@ from pathlib import Path
 
 COLUMNS = ("repo", "commit", "path", "runnable", "args", "note")
 MAKE = re.compile(r"make:(?P<path>[^\s=]+)=(?P<kind>\w+)(?::(?P<size>\d+x\d+x\d+))?")
-SET = re.compile(r"set:(?P<name>\w+)=(?P<value>[^\s;]+)")
+SET = re.compile(r"set:(?:(?P<file>[^\s:=]+):)?(?P<name>\w+)=(?P<value>[^\s;]+)")
 # The last line of a traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`.
 EXCEPTION = re.compile(
     r"^(?:\[rank\d+\]:\s*)?(?P<line>[A-Za-z_][\w.]*(?:Error|Exception|Exit)\b.*)$"
@@ -335,13 +337,14 @@ def make_data(entry: Entry, folder: Path) -> list[str]:
 def shorten(entry: Entry, script: Path) -> list[str]:
     """Give the module-level constants the note's set: tokens name their short-run values."""
     problems = []
-    text = script.read_text(encoding="utf-8")
     for match in SET.finditer(entry.note):
+        target = script.parent / match["file"] if match["file"] else script
+        text = target.read_text(encoding="utf-8")
         line = re.compile(rf"^{match['name']}\s*=[^#\n]*", re.MULTILINE)
         text, count = line.subn(f"{match['name']} = {match['value']} ", text, count=1)
         if not count:
-            problems.append(f"no module-level {match['name']} = ... to set")
-    script.write_text(text, encoding="utf-8")
+            problems.append(f"no module-level {match['name']} = ... to set in {target.name}")
+        target.write_text(text, encoding="utf-8")
     return problems
 
 

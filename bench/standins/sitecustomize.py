@@ -26,6 +26,10 @@ DDPIFY_BENCH_STANDINS=1. Without that variable this module does nothing. With it
   raises torchvision's own "Couldn't load custom C++ ops");
 * ``PIL.Image.ANTIALIAS``, ``LINEAR`` and ``CUBIC``, removed in Pillow 10, are aliases again
   (of LANCZOS, BILINEAR, BICUBIC), for scripts written before it;
+* on a machine without CUDA, ``.cuda()`` of a tensor or a module returns it unchanged (it
+  stays on the CPU), so that a script that moves to the GPU unconditionally (akamaster's
+  ``model.cuda()``) runs here as it would on one GPU; a conversion moves to its process's
+  device instead and never calls it;
 * WANDB_MODE=disabled and MPLBACKEND=Agg unless set, and the ``fallback/`` folder is appended
   to sys.path: a no-op ``wandb`` for when the real one is not installed.
 
@@ -298,6 +302,17 @@ def _patch_pillow(module) -> None:
 
 # --- lazy patching ---------------------------------------------------------------------------
 
+def _patch_cuda(torch) -> None:
+    if torch.cuda.is_available():
+        return
+
+    def stay(self, *args, **kwargs):
+        return self
+
+    torch.Tensor.cuda = stay
+    torch.nn.Module.cuda = stay
+
+
 _KEEP: list[object] = []
 # module name -> (run before the module's code, run after it)
 _PATCHES = {
@@ -305,6 +320,7 @@ _PATCHES = {
     "torchvision": (None, lambda module: (_patch_datasets(module), _patch_weights(module))),
     "urllib.request": (None, _patch_urlopen),
     "PIL.Image": (None, _patch_pillow),
+    "torch": (None, _patch_cuda),
 }
 
 
