@@ -1143,7 +1143,9 @@ def epoch_variable(loop: cst.For | cst.While, graph: CallGraph | None = None) ->
         counted = isinstance(loop.iter, cst.Call) and is_name(loop.iter.func, "enumerate")
         return names[0] if counted else None
     if isinstance(loop, cst.For):
-        return loop.target.value if isinstance(loop.target, cst.Name) else None
+        if not isinstance(loop.target, cst.Name):
+            return None
+        return loop.target.value if _counts(loop.target.value, loop.iter) else None
     grown = [
         node.target.value
         for node in walk(loop.body)
@@ -1173,6 +1175,28 @@ def epoch_variable(loop: cst.For | cst.While, graph: CallGraph | None = None) ->
         )
 
     return counter if graph.reaches(loop.body, grows) else None
+
+
+INTEGER_RANGES = {"range", "trange", "count", "itertools.count"}
+
+
+def _counts(name: str, iterable: cst.BaseExpression) -> bool:
+    """Whether a `for` target can be given to `set_epoch`, an int that changes every pass:
+    named for the epoch, or taken from a range of ints (through a progress bar too). Not
+    `for lr in (1.0, 0.1)` (a float seed raises), nor what an unknown iterable yields."""
+    if "epoch" in name.lower():
+        return True
+    while isinstance(iterable, cst.Call) and dotted(iterable.func) in {"tqdm", "tqdm.tqdm"}:
+        if not iterable.args:
+            return False
+        iterable = iterable.args[0].value
+    if isinstance(iterable, cst.Call):
+        return dotted(iterable.func) in INTEGER_RANGES
+    if isinstance(iterable, cst.List | cst.Tuple):
+        return bool(iterable.elements) and all(
+            isinstance(element.value, cst.Integer) for element in iterable.elements
+        )
+    return False
 
 
 def grads_by_hand(script: TrainingScript) -> cst.CSTNode | None:

@@ -1363,9 +1363,22 @@ def _counted_at_the_pass(ctx: ConvertContext, loop: TrainLoop) -> bool:
     read = strip_iteration(batch_loop.iter)
     name = dotted(read)
     scope = anatomy.function_of(batch_loop)
-    if (
+    epoch_loop = loop.epoch_loop
+    # made once, before an epoch loop of the same function (`for lr in (1.0, 0.1):` over
+    # one loader, no counter `set_epoch` can take)
+    once = (
+        epoch_loop is not None
+        and anatomy.function_of(epoch_loop) is scope
+        and anatomy.precedes(made, epoch_loop)
+        and not anatomy.inside(made, epoch_loop)
+        and name is not None
+        and all(
+            anatomy.precedes(value, epoch_loop) for value in anatomy.values.assignments(name, scope)
+        )
+    )
+    if not once and (
         anatomy.function_of(made) is scope
-        or (loop.epoch_loop is not None and anatomy.inside(made, loop.epoch_loop))
+        or (epoch_loop is not None and anatomy.inside(made, epoch_loop))
         or (name is not None and scope is not None and anatomy.values.assignments(name, scope))
     ):
         return False  # made anew every pass: its sampler's count starts again each time

@@ -2606,10 +2606,16 @@ def _resync_after_resets(ctx: ConvertContext, model: Model) -> None:
     for reset in _reinitialised_after_the_wrap(ctx.anatomy, model):
         ctx.add_import("torch.distributed", asname="dist")
         ctx.plan.insert_after(reset, statements(RESYNC.format(name=model.placed_name)))
+        loads = any(is_method_call(node, "load_state_dict") for node in walk(reset))
         ctx.changed(
             reset,
-            "weights drawn afresh after the DDP wrap (each process draws its own): every "
-            "process takes rank 0's, as DDP does when it wraps",
+            (
+                "weights loaded after the DDP wrap from a copy each process took before it "
+                "(its own unless the script is seeded)"
+                if loads
+                else "weights drawn afresh after the DDP wrap (each process draws its own)"
+            )
+            + ": every process takes rank 0's, as DDP does when it wraps",
         )
 
 
@@ -2641,7 +2647,7 @@ def _reinitialised_after_the_wrap(anatomy: Anatomy, model: Model) -> list[cst.Ba
                 bodies = [held.body]
             if not any(anatomy.graph.reaches(body, resets) for body in bodies):
                 continue
-        elif is_method_call(call, *REINITIALISE):
+        elif is_method_call(call, *REINITIALISE) or _rewound(anatomy, call, model):
             pass
         elif resets(call) and call.args:  # `nn.init.xavier_uniform_(model.fc.weight)`
             root = call.args[0].value
@@ -2661,6 +2667,35 @@ def _reinitialised_after_the_wrap(anatomy: Anatomy, model: Model) -> list[cst.Ba
             continue  # (a helper's: the statement to follow is where it is called)
         found[id(statement_)] = statement_
     return list(found.values())
+
+
+def _rewound(anatomy: Anatomy, call: cst.Call, model: Model) -> bool:
+    return is_method_call(call, "load_state_dict") and _copied_before(anatomy, call, model)
+
+
+def _copied_before(anatomy: Anatomy, call: cst.Call, model: Model) -> bool:
+    """`model.load_state_dict(initial_state)` where `initial_state` is a copy of the model's
+    own weights taken before the wrap (`copy.deepcopy(model.state_dict())`, an LR range test
+    rewinding its model, round-36 audit B lr_range_test_then_onecycle_b): each process took
+    its own, which differ unless the script is seeded; rank 0's must win, as at the wrap."""
+    assert model.placement is not None
+    given = call_arg(call, 0, "state_dict")
+    if given is None or not isinstance(given.value, cst.Name):
+        return False
+    scope = anatomy.function_of(call)
+    for value, _ in anatomy.values.values_of(given.value.value, scope):
+        for node in walk(value):
+            if (
+                is_method_call(node, "state_dict")
+                and isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and dotted(node.func.value) in model.names
+                and (
+                    anatomy.precedes(node, model.placement) or anatomy.inside(node, model.placement)
+                )
+            ):
+                return True
+    return False
 
 
 def _compiled_after_the_wrap(anatomy: Anatomy, model: Model) -> bool:

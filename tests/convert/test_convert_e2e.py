@@ -1828,6 +1828,61 @@ def test_weights_reset_after_the_wrap_are_rank_0s_in_every_process(tmp_path: Pat
     assert sums[0][0] != sums[0][1]  # each fold trained anew
 
 
+REWIND = """import copy
+import json
+import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    g = torch.Generator().manual_seed(0)
+    dataset = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    network = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    initial_state = copy.deepcopy(network.state_dict())
+    for lr in (1.0, 0.1):
+        network.load_state_dict(initial_state)
+        optimizer = torch.optim.SGD(network.parameters(), lr=lr)
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(network(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    sums = [p.sum().item() for p in network.parameters()]
+    rank = os.environ.get("RANK", "0")
+    json.dump(sums, open(f"sums{rank}.json", "w"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_weights_rewound_to_a_copy_taken_before_the_wrap_are_rank_0s(tmp_path: Path) -> None:
+    """Round-36 audit B lr_range_test_then_onecycle_b: `initial_state =
+    copy.deepcopy(model.state_dict())` before the wrap, an LR range test, then
+    `model.load_state_dict(initial_state)` to train for real; torch unseeded, each rank
+    rewound to its own initial weights and the replicas trained apart (exit 0). The load is
+    followed by a broadcast of rank 0's weights: the replicas end identical."""
+    import json
+
+    result = convert_source(REWIND.encode(), "rewind.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert "        for tensor in network.state_dict().values():" in converted, converted
+    probe = converted.replace(
+        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
+    )
+    assert "if True:" in probe
+    (tmp_path / "rewind_ddp.py").write_text(probe)
+    run_ = torchrun(["rewind_ddp.py"], cwd=tmp_path, timeout=240)
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    sums = [json.loads((tmp_path / f"sums{rank}.json").read_text()) for rank in (0, 1)]
+    assert sums[0] == sums[1]
+
+
 BPTT = """import argparse
 import json
 import os

@@ -8466,3 +8466,37 @@ main()
     result = convert_source(source.encode(), "resume.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b"dist.barrier()" not in result.output
+
+
+def test_a_pass_loop_over_floats_counts_its_passes_on_the_sampler() -> None:
+    """`for lr in (1.0, 0.1):` around the batch loop (an LR sweep over one loader made
+    before it): `set_epoch(lr)` would seed the sampler's generator with a float and raise;
+    the passes are counted on the sampler (`sampler.epoch + 1`). A loop over a range keeps
+    its counter."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    for lr in (1.0, 0.1):
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source, "sweep.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    assert "set_epoch(lr)" not in output
+    assert "        loader.sampler.set_epoch(loader.sampler.epoch + 1)\n" in output, output
+    ranged = source.replace(b"for lr in (1.0, 0.1):", b"for round_ in range(2):")
+    ranged = ranged.replace(b"lr=lr", b"lr=0.1")
+    output = convert_source(ranged, "sweep.py", ConvertOptions()).output.decode()
+    assert "        loader.sampler.set_epoch(round_)\n" in output, output
