@@ -21,7 +21,8 @@ For each line, in a fresh temporary folder:
    to the script's folder) with KIND ``text`` (lines of words, after two holding every letter)
    or ``names`` (one lowercase name a line), or fills the folder PATH with KIND ``images``
    (random RGB PNGs ``000.png``, ...) or ``masks`` (PNGs of 0 and 255, ``000_mask.png``, ...),
-   8 of 64x64 or as ``make:PATH=images:COUNTxWIDTHxHEIGHT`` says, all from a fixed seed;
+   8 of 64x64 or as ``make:PATH=images:COUNTxWIDTHxHEIGHT`` says, all from a fixed seed; KIND
+   ``folder`` makes PATH an empty folder (one the script's README says to create first);
    each ``set:NAME=VALUE`` token gives a module-level constant the script hard-codes
    (``max_iters = 5000``) a short-run value, in the original, before it is converted;
    ``set:FILE:NAME=VALUE`` does it in FILE (relative to the script's folder: a settings
@@ -323,6 +324,9 @@ def make_data(entry: Entry, folder: Path) -> list[str]:
         rng = random.Random(f"{entry.name}:{match['path']}")
         if match["kind"] in ("images", "masks"):
             make_images(folder / match["path"], match["kind"], match["size"], rng)
+            continue
+        if match["kind"] == "folder":  # an empty folder the README says to make first
+            (folder / match["path"]).mkdir(parents=True, exist_ok=True)
             continue
         text = synthesize(match["kind"], rng)
         if text is None:

@@ -30,6 +30,8 @@ DDPIFY_BENCH_STANDINS=1. Without that variable this module does nothing. With it
   stays on the CPU), so that a script that moves to the GPU unconditionally (akamaster's
   ``model.cuda()``) runs here as it would on one GPU; a conversion moves to its process's
   device instead and never calls it;
+* ``os.popen("stty size")`` answers ``24 80`` when there is no terminal to ask (kuangliu's
+  and mixup-cifar10's ``utils.py`` read the terminal's width at import, and fail without one);
 * WANDB_MODE=disabled and MPLBACKEND=Agg unless set, and the ``fallback/`` folder is appended
   to sys.path: a no-op ``wandb`` for when the real one is not installed.
 
@@ -324,6 +326,19 @@ _PATCHES = {
 }
 
 
+def _patch_stty() -> None:
+    import io
+
+    popen = os.popen
+
+    def answer(command, *args, **kwargs):
+        if command.strip() == "stty size" and not sys.stdin.isatty():
+            return io.StringIO("24 80\n")
+        return popen(command, *args, **kwargs)
+
+    os.popen = answer
+
+
 def _install() -> None:
     import importlib.abc
 
@@ -359,6 +374,7 @@ def _install() -> None:
             return spec
 
     sys.meta_path.insert(0, Finder())
+    _patch_stty()
     sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "fallback"))
     os.environ.setdefault("WANDB_MODE", "disabled")
     os.environ.setdefault("MPLBACKEND", "Agg")
