@@ -255,6 +255,8 @@ def _spaced_like(
 ) -> cst.BaseStatement:
     """`statement`, placed right after `definition`, with the blank lines the definition has
     above it (PEP 8's two at module level), unless it has lines of its own."""
+    if not isinstance(statement, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+        return statement
     if statement.leading_lines:
         return statement
     blank = [line for line in definition.leading_lines if line.comment is None]
