@@ -264,15 +264,17 @@ class Models:
         for call in self.index.calls:
             if self.index.is_call_to(call, DATA_PARALLEL):
                 inner = call_arg(call, 0, "module")
-                made = self.index.parent(call)  # `model = nn.DataParallel(Net())`: the model
-                # is made inside it (akamaster/pytorch_resnet_cifar10's trainer.py)
+                # `model = nn.DataParallel(Net())` (`.cuda()`): the model is made inside
+                # it (akamaster/pytorch_resnet_cifar10's trainer.py)
+                made = self.index.statement_of(call)
+                assigned = made.body[0] if isinstance(made, cst.SimpleStatementLine) else None
                 if inner is not None and (
                     dotted(inner.value) in model.names
                     or (
-                        isinstance(made, cst.Assign)
-                        and made.value is call
-                        and len(made.targets) == 1
-                        and dotted(made.targets[0].target) in model.names
+                        isinstance(assigned, cst.Assign)
+                        and _moved_value(assigned.value) is call
+                        and len(assigned.targets) == 1
+                        and dotted(assigned.targets[0].target) in model.names
                     )
                 ):
                     model.data_parallel.append(call)

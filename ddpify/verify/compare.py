@@ -21,6 +21,7 @@ from ddpify.verify.records import (
     as_named_by,
     save_copy_name,
     snapshot_name,
+    unwrapped_keys,
 )
 
 SNAPSHOT = re.compile(r"opt(\d+)_step(\d+)\.pt$")
@@ -179,6 +180,9 @@ def compare_checkpoints(
                 b = load(original / save_copy_name(save.index))
                 if a is None or b is None:
                     break
+                renamed = unwrapped_keys(b, a)  # the original saved a DataParallel's keys
+                if renamed is not None:
+                    b = {renamed[key]: value for key, value in b.items()}
                 tensors_a = {k: v for k, v in a.items() if isinstance(v, torch.Tensor)}
                 tensors_b = {k: v for k, v in b.items() if isinstance(v, torch.Tensor)}
                 row = compare_snapshots(tensors_a, tensors_b, rtol, atol)

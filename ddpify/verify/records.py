@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,21 @@ def snapshot_name(optimizer: int, step: int) -> str:
 def save_copy_name(index: int) -> str:
     """The file holding a flattened copy of the process's index-th torch.save."""
     return f"save{index}.pt"
+
+
+_WRAPPED_KEY = re.compile(r"(^|\.)module\.")
+
+
+def unwrapped_keys(original: Iterable[str], converted: Iterable[str]) -> dict[str, str] | None:
+    """The original's checkpoint keys under the conversion's names when they differ only by
+    the `module.` a DataParallel wrapper gave them (`state_dict.module.bn1.weight`, saved from
+    `nn.DataParallel(model)`, against `state_dict.bn1.weight` from the bare model the
+    conversion saves, as it reports: akamaster/pytorch_resnet_cifar10); None otherwise."""
+    mine, theirs = set(original), set(converted)
+    renamed = {key: _WRAPPED_KEY.sub(r"\1", key, count=1) for key in mine}
+    if mine == theirs or set(renamed.values()) != theirs or len(renamed) != len(theirs):
+        return None
+    return renamed
 
 
 def as_named_by(mine: Sequence[str], theirs: Sequence[str]) -> dict[str, str]:
