@@ -16,7 +16,7 @@ from ddpify.analysis.script import (
     unknown_step,
 )
 from ddpify.analysis.tree import is_name, source_text, walk
-from ddpify.dist_alias import ALIAS, hide, restore
+from ddpify.dist_alias import ALIAS, OWN_DIST, hide, restore
 from ddpify.edits import add_imports
 from ddpify.options import BatchMode, ConvertOptions, Launcher
 from ddpify.rule import ConvertContext, Note, NoteKind, convert_rules
@@ -89,11 +89,31 @@ def convert_source(
     """Convert one script's bytes. Raises `InputError` for input that does not parse.
     `path`, the file the bytes were read from, lets the analysis read the helpers the
     script imports from its own project."""
+    result = _convert_source(source, name, options, path)
+    if result.refused and any(OWN_DIST in note.message for note in result.notes):
+        # a function's own `dist` (Deep-SVDD's `dist = torch.sum((outputs - c) ** 2, dim=1)`)
+        # where the conversion needs torch.distributed: set it aside there too (round-36
+        # audit A deep_svdd_center_from_loader)
+        again = _convert_source(source, name, options, path, everywhere=True)
+        if not again.refused:
+            return again
+    return result
+
+
+def _convert_source(
+    source: bytes,
+    name: str,
+    options: ConvertOptions,
+    path: Path | None = None,
+    *,
+    everywhere: bool = False,
+) -> ConvertResult:
     if not could_train(source, imports_helpers=path is not None):
         check_syntax(source, name)
         return ConvertResult(source, source, skipped=NOT_TRAINING)
     module = parse_source(source, name)
-    hidden = hide(module)  # the script's own `dist`, set aside for torch.distributed's
+    # the script's own `dist`, set aside for torch.distributed's
+    hidden = hide(module, everywhere=everywhere)
     if hidden is not None:
         module, own = hidden
     anatomy = Anatomy(module, path)

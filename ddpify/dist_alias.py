@@ -26,13 +26,17 @@ from ddpify.analysis.tree import walk
 
 NAME = "dist"
 ALIAS = "torch_dist"
+# What DDP001 says when a function's own `dist` is where the conversion needs
+# torch.distributed: the conversion is then tried again with that one set aside too.
+OWN_DIST = "gives `dist` a value of its own (a distance, a distribution), and the conversion"
 
 
-def hide(module: cst.Module) -> tuple[cst.Module, str] | None:
+def hide(module: cst.Module, *, everywhere: bool = False) -> tuple[cst.Module, str] | None:
     """`module` with every binding and read of the script's own `dist` renamed to a free
     name, and that name; None when nothing is to rename or a binding cannot be renamed
-    alone (a parameter, whose callers may pass it by keyword, a `def`, a `global`, a
-    `from m import dist`)."""
+    alone (a parameter some call passes by keyword, a `def`, a `global`, a `from m import
+    dist`). A function's own `dist` only `everywhere`: elsewhere
+    `torch.distributed` can keep its usual name."""
     source = module.code
     if re.search(rf"\b{NAME}\b", source) is None or any(
         isinstance(node, cst.Global | cst.Nonlocal)
@@ -42,8 +46,14 @@ def hide(module: cst.Module) -> tuple[cst.Module, str] | None:
         return None
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     scopes = {scope for scope in wrapper.resolve(ScopeProvider).values() if scope is not None}
-    if not any(isinstance(s, GlobalScope) and s.assignments[NAME] for s in scopes):
+    if not everywhere and not any(
+        isinstance(s, GlobalScope) and s.assignments[NAME] for s in scopes
+    ):
         return None  # one of a function's own: `dist` stays torch.distributed elsewhere
+    passed_by_keyword = any(
+        isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value == NAME
+        for node in walk(module)
+    )
     renamed: set[cst.CSTNode] = set()
     for scope in scopes:
         for assignment in scope.assignments[NAME]:
@@ -54,8 +64,14 @@ def hide(module: cst.Module) -> tuple[cst.Module, str] | None:
                     return None  # `from m import dist`; or the script is distributed itself
             elif isinstance(assignment, Assignment) and isinstance(assignment.node, cst.Name):
                 name = assignment.node
+            elif (
+                isinstance(assignment, Assignment)
+                and isinstance(assignment.node, cst.Param)
+                and not passed_by_keyword
+            ):
+                name = assignment.node.name  # `def get_radius(dist, nu)`, called positionally
             else:
-                return None  # a parameter, a def, a class
+                return None  # a parameter given by keyword, a def, a class
             renamed.add(name)
             for access in assignment.references:
                 if not isinstance(access.node, cst.Name):

@@ -10,6 +10,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import COLLECTIVES
 from ddpify.analysis.project import sets_up_process_group
 from ddpify.analysis.tree import dotted, is_name, walk
+from ddpify.dist_alias import OWN_DIST
 from ddpify.emit import COLLECT_CYCLES, statement, statements, unindented_blank_lines
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -178,8 +179,7 @@ class ProcessGroup(ConvertRule):
                 continue  # the script's own `dist.gather(...)` (a tensor's), as it was
             ctx.cannot(
                 original,
-                f"`{function.name.value}()` gives `dist` a value of its own (a distance, a "
-                f"distribution), and the conversion needs `torch.distributed` there "
+                f"`{function.name.value}()` {OWN_DIST} needs `torch.distributed` there "
                 f"(`dist.{used}`), which the script reads as `dist`: rename the script's "
                 "`dist` in it",
                 blocking=True,
