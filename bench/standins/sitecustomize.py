@@ -304,6 +304,7 @@ def _patch_pillow(module) -> None:
 
 # --- lazy patching ---------------------------------------------------------------------------
 
+
 def _patch_cuda(torch) -> None:
     if torch.cuda.is_available():
         return
