@@ -25,7 +25,12 @@ class Importer(Protocol):
 
 def take_rank_zeros(plan: EditPlan, after: cst.BaseStatement, name: str) -> None:
     """After `after`, every process takes rank 0's value of `name`, broadcast as an object:
-    a value each process would draw or compute for itself (a clock, a random draw)."""
+    a value each process would draw or compute for itself (a clock, a random draw). Once:
+    a value two rules or two uses ask for (an LR finder's `best_lr` given to the optimizer
+    and to its OneCycleLR, round-36 audit B) is broadcast once."""
+    shared = f"dist.broadcast_object_list({name})"
+    if any(shared in cst.Module([]).code_for_node(s) for s in plan.after.get(after, ())):
+        return
     plan.insert_after(
         after,
         [

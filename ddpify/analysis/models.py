@@ -39,6 +39,9 @@ class Model:
     # The functions (None: module level) it is handed in from, when the optimizer is made in
     # a function it is handed to (`train(rnn, data)`): where it may be built.
     handed_from: list[cst.FunctionDef | None] = field(default_factory=list)
+    # Where the model, built again after the wrap for a second round of training, is
+    # wrapped again (WrapModel sets it): what reads the name after it holds a wrapper too.
+    rewrapped: cst.BaseStatement | None = None
 
 
 # A model's submodules, walked to sort its parameters into groups by hand (YOLOv5's
@@ -233,13 +236,13 @@ class Models:
                         # `self.dls, self.model = dls, model` (a fastai-like Learner, round-30
                         # audit A): one object, as for `self.model = model`
                         model.names.add(value.value)
-                    moved = _moved_value(value)
+                    moved = moved_value(value)
                     if target in model.names and moved is not value and moved is not None:
                         # `netG, netD = G().to(device), D().to(device)`: wrapped after it
                         moves.append((self.index.statement_of(node), target))
                 if isinstance(node, cst.Assign) and len(node.targets) == 1:
                     target = dotted(node.targets[0].target)
-                    source = _moved_value(node.value)
+                    source = moved_value(node.value)
                     if target is None:
                         continue
                     base = dotted(source) if source is not None else None
@@ -256,28 +259,12 @@ class Models:
                         if inner is not None and dotted(inner.value) in model.names:
                             model.names.add(target)
                 elif isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
-                    source = _moved_value(node.value)
+                    source = moved_value(node.value)
                     if source is not node.value and dotted(source) in model.names:
                         name = dotted(source)
                         assert name is not None
                         moves.append((self.index.statement_of(node), name))
-        for call in self.index.calls:
-            if self.index.is_call_to(call, DATA_PARALLEL):
-                inner = call_arg(call, 0, "module")
-                # `model = nn.DataParallel(Net())` (`.cuda()`): the model is made inside
-                # it (akamaster/pytorch_resnet_cifar10's trainer.py)
-                made = self.index.statement_of(call)
-                assigned = made.body[0] if isinstance(made, cst.SimpleStatementLine) else None
-                if inner is not None and (
-                    dotted(inner.value) in model.names
-                    or (
-                        isinstance(assigned, cst.Assign)
-                        and _moved_value(assigned.value) is call
-                        and len(assigned.targets) == 1
-                        and dotted(assigned.targets[0].target) in model.names
-                    )
-                ):
-                    model.data_parallel.append(call)
+        model.data_parallel += _data_parallel_calls(self.index, model)
         moves = _moves_of_this_one(self, model, moves)
         unique = {id(statement): (statement, name) for statement, name in moves}
         # The instance the optimizer trains: the last move before the optimizer is made, in
@@ -515,7 +502,30 @@ def pairs_of(node: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpres
     return [(t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)]
 
 
-def _moved_value(value: cst.BaseExpression) -> cst.BaseExpression:
+def _data_parallel_calls(index: SourceIndex, model: Model) -> list[cst.Call]:
+    """The `nn.DataParallel(...)` calls around the model: of one of its names, or around
+    where it is made (`model = nn.DataParallel(Net()).cuda()`, akamaster's trainer.py)."""
+    found = []
+    for call in index.calls:
+        if not index.is_call_to(call, DATA_PARALLEL):
+            continue
+        inner = call_arg(call, 0, "module")
+        made = index.statement_of(call)
+        assigned = made.body[0] if isinstance(made, cst.SimpleStatementLine) else None
+        if inner is not None and (
+            dotted(inner.value) in model.names
+            or (
+                isinstance(assigned, cst.Assign)
+                and moved_value(assigned.value) is call
+                and len(assigned.targets) == 1
+                and dotted(assigned.targets[0].target) in model.names
+            )
+        ):
+            found.append(call)
+    return found
+
+
+def moved_value(value: cst.BaseExpression) -> cst.BaseExpression:
     """`x` from `x.to(...)` / `x.cuda()`; the value itself when it is not a device move."""
     if (
         isinstance(value, cst.Call)
@@ -541,7 +551,7 @@ def _builds_anew(statement: cst.BaseStatement) -> bool:
     small = statement.body[0]
     if not isinstance(small, cst.Assign):
         return False
-    moved = _moved_value(small.value)
+    moved = moved_value(small.value)
     return moved is not small.value and isinstance(moved, cst.Call)
 
 
@@ -551,7 +561,7 @@ def _moved_alias(statement: cst.BaseStatement, name: str) -> str | None:
         return None
     for small in statement.body:
         if isinstance(small, cst.Assign) and len(small.targets) == 1:
-            source = _moved_value(small.value)
+            source = moved_value(small.value)
             alias = dotted(source) if source is not small.value else None
             if dotted(small.targets[0].target) == name and alias and alias != name:
                 return alias

@@ -26,7 +26,7 @@ from ddpify.analysis.api import IN_PLACE_DRAWS, SEEDS
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import Loader
-from ddpify.analysis.project import draw_family, helper_draws
+from ddpify.analysis.project import Project, draw_family, helper_draws
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.tree import (
     call_arg,
@@ -351,9 +351,9 @@ class Streams:
                 for value, _ in self.script.values.values_of(node.value, scope):
                     calls += [inner for inner in walk(value) if isinstance(inner, cst.Call)]
         families: set[str] = set()
-        for call in calls:
-            found = project.class_made(call)
-            for method in methods(found[0]) if found is not None else []:
+        owners = _classes_made(project, calls)
+        for owner in owners:
+            for method in methods(owner):
                 if method.name.value not in ("__init__", "__len__"):  # what it draws per item
                     families |= {
                         family for node in walk(method) if (family := draw_family(node)) is not None
@@ -595,3 +595,23 @@ def _sample_family(index: SourceIndex, call: cst.Call) -> str | None:
     return next(
         (SAMPLE_MAKERS[n] for n in index.qualified_names(call.func) if n in SAMPLE_MAKERS), None
     )
+
+
+def _classes_made(project: Project, calls: list[cst.Call]) -> list[cst.ClassDef]:
+    """The classes of other project files that `calls` make, themselves or through a
+    function of one (`transform=build_train_transform()` of transforms.py, returning
+    `Compose([RandomHorizontalFlip(0.5), GaussianNoise(0.05)])`: round-36 audit C
+    transforms_module_worker_init_fn, both ranks flipped alike)."""
+    owners: list[cst.ClassDef] = []
+    for call in calls:
+        found = project.class_made(call)
+        if found is not None:
+            owners.append(found[0])
+        elif (helper := project.helper(call)) is not None:
+            owners += [
+                helper.index.classes[name]
+                for node in walk(helper.function.body)
+                if isinstance(node, cst.Call)
+                and (name := dotted(node.func) or "") in helper.index.classes
+            ]
+    return owners

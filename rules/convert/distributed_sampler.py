@@ -2805,6 +2805,12 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
             if not _state_put_back(anatomy, stream.anchor, seed)
         ]
         in_workers = [seed for seed in seeds if _runs_in_loader_workers(anatomy, seed)]
+        # `worker_init_fn=lambda w: np.random.seed(np.random.get_state()[1][0] + w)`: the
+        # workers draw on from the state they inherit, which the seed below makes apart
+        # (round-36 audit C transforms_module_worker_init_fn)
+        inherited = [seed for seed in seeds if _from_inherited_state(anatomy, seed)]
+        seeds = [seed for seed in seeds if seed not in inherited]
+        in_workers = [seed for seed in in_workers if seed not in inherited]
         if in_workers:
             # the PyTorch reproducibility recipe's `seed_worker` (round-21 audit B
             # workers_seed): the workers draw from the seed their loader draws for them
@@ -2875,6 +2881,18 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
 
 # Where a loader's worker finds the seed its loader drew for it.
 WORKER_SEEDS = {"torch.initial_seed", "torch.utils.data.get_worker_info"}
+# The state a generator's seed is read from, in a worker: the one it inherits.
+INHERITED_STATES = {"numpy.random.get_state", "random.getstate"}
+
+
+def _from_inherited_state(anatomy: Anatomy, seed: cst.Call) -> bool:
+    """Whether a worker's seed is read from the generator state the worker inherits from
+    its process (`np.random.get_state()[1][0] + worker_id`): apart in every process once
+    that process's own seed is."""
+    return any(
+        isinstance(node, cst.Call) and anatomy.is_call_to(node, INHERITED_STATES)
+        for node in walk(seed)
+    )
 
 
 def _reseed_workers(

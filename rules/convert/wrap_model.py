@@ -14,7 +14,7 @@ from ddpify.analysis.api import (
     PARAMETERS,
     REINITIALISE,
 )
-from ddpify.analysis.models import Model, holds_model, pairs_of
+from ddpify.analysis.models import Model, holds_model, moved_value, pairs_of
 from ddpify.analysis.project import NO_GRAD, copies_model, read_when_made
 from ddpify.analysis.script import raw_optimizers
 from ddpify.analysis.streams import TORCH_DRAWS
@@ -109,6 +109,37 @@ SWAPPED_HEAD = Example(
 )
 
 
+# The model made inside DataParallel (akamaster/pytorch_resnet_cifar10): DDP instead.
+MADE_IN_DATA_PARALLEL = Example(
+    """
+    import torch
+
+    model = torch.nn.DataParallel(Net())
+    model.cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    torch.save({"state_dict": model.state_dict()}, "checkpoint.th")
+    """,
+    """
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = Net()
+    model.cuda()
+    model = DDP(model, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    torch.save({"state_dict": model.module.state_dict()}, "checkpoint.th")
+    """,
+)
+
+
 # Weights drawn afresh after the wrap (one model reset per fold): rank 0's in every process.
 RESET_AFTER_THE_WRAP = Example(
     """
@@ -190,35 +221,7 @@ class WrapModel(ConvertRule):
     """
     examples = (
         SWAPPED_HEAD,
-        # The model made inside DataParallel (akamaster/pytorch_resnet_cifar10): DDP instead.
-        Example(
-            """
-            import torch
-
-            model = torch.nn.DataParallel(Net())
-            model.cuda()
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for x, y in loader:
-                loss = criterion(model(x), y)
-                loss.backward()
-                optimizer.step()
-            torch.save({"state_dict": model.state_dict()}, "checkpoint.th")
-            """,
-            """
-            import torch
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            model = Net()
-            model.cuda()
-            model = DDP(model, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for x, y in loader:
-                loss = criterion(model(x), y)
-                loss.backward()
-                optimizer.step()
-            torch.save({"state_dict": model.module.state_dict()}, "checkpoint.th")
-            """,  # noqa: E501
-        ),
+        MADE_IN_DATA_PARALLEL,
         # A loop over the models saves each: each one's bare module (CycleGAN's checkpoints).
         Example(
             """
@@ -462,6 +465,7 @@ class WrapModel(ConvertRule):
                 wrap = f"{model.alias} = {wrap}"  # `m = model.to(device)`: both names train
             ctx.plan.insert_after(model.placement, [statement(wrap)])
             ctx.changed(model.placement, f"`{model.placed_name}` wrapped in DDP")
+            _wrap_again(ctx, model, wrap)
             if partial_reason is not None:
                 ctx.changed(
                     model.placement,
@@ -910,6 +914,64 @@ def _built_again_to_train(anatomy: Anatomy, model: Model) -> cst.Call | None:
     return None
 
 
+def _wrap_again(ctx: ConvertContext, model: Model, wrap: str) -> None:
+    """The model built again after the wrap and trained with a new optimizer, wrapped
+    where it is final (`_rebuilt`)."""
+    again = _built_again_to_train(ctx.anatomy, model)
+    rebuilt = _rebuilt(ctx.anatomy, model, again) if again is not None else None
+    if rebuilt is None:
+        return
+    model.rewrapped = rebuilt
+    ctx.plan.insert_after(rebuilt, [statement(wrap)])
+    ctx.changed(
+        rebuilt,
+        f"`{model.placed_name}` built again after the wrap and trained with a new "
+        "optimizer (a second round): the new build is wrapped in DDP too",
+    )
+
+
+def _rebuilt(anatomy: Anatomy, model: Model, again: cst.Call) -> cst.BaseStatement | None:
+    """Where the model built again for the optimizer `again` is final, when it can be
+    wrapped there as the first build is: the statement `model = Net().to(device)` after the
+    wrap, in the same function and block as `again`, the last that binds the name before it,
+    followed by nothing but device moves of it (an LR range test, then the real run on a
+    fresh model: round-36 audit B lr_range_test_then_onecycle_c)."""
+    assert model.placement is not None
+    name = model.placed_name
+    block = anatomy.parent(anatomy.statement_of(again))
+    if name is None or block is None:
+        return None
+    statements = list(getattr(block, "body", ()))
+    at = next((i for i, s in enumerate(statements) if s is anatomy.statement_of(again)), None)
+    if at is None:
+        return None
+    anchor: cst.BaseStatement | None = None
+    for line in reversed(statements[:at]):
+        if line is model.placement or anatomy.inside(model.placement, line):
+            return None  # not built again in this block
+        if not any(is_name(node, name) for node in walk(line)):
+            continue
+        small = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) != 1:
+            return None
+        if isinstance(small, cst.Expr) and is_name(moved_value(small.value), name):
+            anchor = anchor or line  # `model.to(device)`: the wrap goes after the last move
+            continue
+        if not (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and is_name(small.targets[0].target, name)
+        ):
+            return None
+        value = moved_value(small.value)
+        if is_name(value, name):
+            anchor = anchor or line  # `model = model.to(device)`
+            continue
+        built = isinstance(value, cst.Call) and not any(is_name(n, name) for n in walk(value))
+        return (anchor or line) if built else None
+    return None
+
+
 def _all_train_at_the_wrap(anatomy: Anatomy, model: Model) -> bool:
     """Every parameter of the model trains when DDP wraps it: nothing is frozen before the
     wrap, nor by the model's own class. DDP then registered them all, and freezing some
@@ -1129,7 +1191,7 @@ def _trained_past_the_wrapper(anatomy: Anatomy, model: Model) -> tuple[cst.CSTNo
             "it raise; wrap the model again after the change by hand"
         )
     again = _built_again_to_train(anatomy, model)
-    if again is not None:
+    if again is not None and _rebuilt(anatomy, model, again) is None:
         return again, (
             f"`{name}` is built again after the wrap and trained again with a new optimizer "
             "(a second round: pseudo-labels, a retraining): only its first build is wrapped, "
@@ -1507,11 +1569,14 @@ def _holds_wrapper(
 ) -> bool:
     """Whether `name`, read at `node`, holds the DDP wrapper (with `some`: may hold it)."""
     assert model.placement is not None
+    same = frozenset(model.names - model.bare)
     return (
         name in model.names - model.bare
         and not _handed_in_bare(anatomy, model, node, name)
-        and anatomy.values.runs_after(
-            model.placement, node, name, some=some, same=frozenset(model.names - model.bare)
+        and any(
+            anatomy.values.runs_after(wrapped, node, name, some=some, same=same)
+            for wrapped in (model.placement, model.rewrapped)
+            if wrapped is not None
         )
         and _given_the_wrapper_by_calls(anatomy, model, node, name, some, depth)
     )

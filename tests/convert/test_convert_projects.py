@@ -2610,3 +2610,74 @@ def test_a_dataset_class_of_another_file_that_writes_its_cache_is_made_by_rank_0
     result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120, env=recording(tmp_path))
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert writers(tmp_path)["cache.pt"] == {"0"}
+
+
+def test_augmentations_a_builder_of_another_file_makes_are_drawn_apart(tmp_path: Path) -> None:
+    """Round-36 audit C transforms_module_worker_init_fn: `transform=build_train_transform()`
+    (data/transforms.py, returning `Compose([RandomFlip(), Noise()])`, numpy draws in their
+    `__call__`), numpy seeded once and the workers seeded from the state they inherit
+    (`np.random.get_state()[1][0] + w`): every rank flipped and noised its k-th sample as the
+    other did. numpy and torch are seeded with the seed plus the rank before training."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "__init__.py").write_text("")
+    (data / "transforms.py").write_text(
+        "import numpy as np\n\n\n"
+        "class RandomFlip:\n"
+        "    def __call__(self, x):\n"
+        "        return x[::-1] if np.random.rand() < 0.5 else x\n\n\n"
+        "class Compose:\n"
+        "    def __init__(self, transforms):\n"
+        "        self.transforms = transforms\n\n"
+        "    def __call__(self, x):\n"
+        "        for t in self.transforms:\n"
+        "            x = t(x)\n"
+        "        return x\n\n\n"
+        "def build_train_transform():\n"
+        "    return Compose([RandomFlip()])\n"
+    )
+    (data / "dataset.py").write_text(
+        "import torch\n\n\n"
+        "class ArrayDataset(torch.utils.data.Dataset):\n"
+        "    def __init__(self, x, y, transform=None):\n"
+        "        self.x, self.y, self.transform = x, y, transform\n\n"
+        "    def __len__(self):\n"
+        "        return len(self.x)\n\n"
+        "    def __getitem__(self, i):\n"
+        "        x = self.x[i] if self.transform is None else self.transform(self.x[i])\n"
+        "        return torch.tensor(x.copy()), self.y[i]\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import numpy as np\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n\n"
+        "from data.dataset import ArrayDataset\n"
+        "from data.transforms import build_train_transform\n\n"
+        "SEED = 0\n\n\n"
+        "def main():\n"
+        "    np.random.seed(SEED)\n"
+        "    torch.manual_seed(SEED)\n"
+        "    x = np.random.randn(64, 4).astype(np.float32)\n"
+        "    y = np.random.randint(0, 2, 64)\n"
+        "    train_ds = ArrayDataset(x, y, transform=build_train_transform())\n"
+        "    loader = DataLoader(train_ds, batch_size=8, shuffle=True, num_workers=2,\n"
+        "                        worker_init_fn=lambda w: np.random.seed(\n"
+        "                            np.random.get_state()[1][0] + w))\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for xb, yb in loader:\n"
+        "            loss = torch.nn.functional.cross_entropy(model(xb), yb)\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    output, notes = convert(script)
+    text = output.decode()
+    seeded = "    np.random.seed(SEED + dist.get_rank())  # every process draws random numbers"
+    assert seeded in text, text
+    assert text.index(seeded) < text.index("    for epoch in range(2):")
+    assert any("augmentations" in note for note in notes), notes
