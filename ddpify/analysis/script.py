@@ -384,11 +384,27 @@ class TrainingScript:
         guessed = [
             loader
             for loader in self.loaders.all
-            if _looks_like_training(loader) and not _made_to_evaluate(self.index, loader)
+            if _looks_like_training(loader)
+            and not _made_to_evaluate(self.index, loader)
+            and not self._evaluates(self.index.function_of(loader.call))
         ]
         for loader in guessed:
             loader.trains = True
         return guessed
+
+    def _evaluates(self, function: cst.FunctionDef | None) -> bool:
+        """A function named for an evaluation (`val`, `validate`, `evaluate`, `test`) that
+        runs no backward pass, itself or through what it calls: crnn.pytorch's `val(net,
+        dataset, criterion)` makes its own shuffled loader (round-36 audit A
+        crnn_ctc_label_converter: sharded as a training one, rank 0 printed half the test
+        set's accuracy)."""
+        if function is None:
+            return False
+        name = function.name.value.lower()
+        if not name.startswith(("val", "eval", "test")):
+            return False
+        backward = {id(call) for call in self.backward_calls}
+        return not self.graph.reaches(function.body, lambda node: id(node) in backward)
 
     @cached_property
     def main_guard(self) -> cst.If | None:

@@ -939,11 +939,23 @@ def _unshardable(anatomy: Anatomy) -> tuple[cst.CSTNode, str] | None:
         if loop.loader is None or not isinstance(read, cst.Name):
             continue
         scope = anatomy.function_of(loop.batch_loop)
-        made = {  # made right there, not taken from names (`loader = self.val_loader`)
-            id(value): value
-            for value, _ in anatomy.values.values_of(read.value, scope)
-            if isinstance(value, cst.Call) and anatomy.is_call_to(value, DATALOADER)
-        }
+        made = _loaders_named(anatomy, read.value, scope)
+        if scope is not None and read.value in anatomy.graph.parameters_of(scope):
+            # `train_one_epoch(model, train_loader, ...)` with `train_loader` made again in
+            # the epoch loop for a grown dataset (round-36 audit A pseudo_label_grow_dataset)
+            for site in anatomy.graph.call_sites(scope):
+                given = anatomy.graph.bound_argument(site, scope, read.value)
+                there = (
+                    _loaders_named(anatomy, given.value, anatomy.function_of(site))
+                    if isinstance(given, cst.Name)
+                    else {}
+                )
+                loops = [a for a in anatomy.ancestors(site) if isinstance(a, cst.For | cst.While)]
+                if len(there) > 1 and any(  # made again in the loop that calls
+                    anatomy.inside(call, loop) for call in there.values() for loop in loops
+                ):
+                    made = there
+                    break
         carried = _carried_in_order(anatomy, loop)
         if carried is not None:
             return loop.batch_loop, (
@@ -956,11 +968,23 @@ def _unshardable(anatomy: Anatomy) -> tuple[cst.CSTNode, str] | None:
             lines = ", ".join(str(anatomy.line(call)) for call in made.values())
             return loop.batch_loop, (
                 f"the training loop reads `{read.value}`, made by more than one DataLoader "
-                f"call (lines {lines}: a first epoch in order, then shuffled, say): give each "
-                "a DistributedSampler, and call set_epoch after the one the epoch uses is "
-                "made, by hand"
+                f"call (lines {lines}: a first epoch in order then shuffled, a dataset grown "
+                "with pseudo-labels): give each a DistributedSampler, and call set_epoch after "
+                "the one the epoch uses is made, by hand"
             )
     return None
+
+
+def _loaders_named(
+    anatomy: Anatomy, name: str, scope: cst.FunctionDef | None
+) -> dict[int, cst.Call]:
+    """The DataLoader calls `name` is given right there in `scope` (not taken from other
+    names: `loader = self.val_loader`)."""
+    return {
+        id(value): value
+        for value, _ in anatomy.values.values_of(name, scope)
+        if isinstance(value, cst.Call) and anatomy.is_call_to(value, DATALOADER)
+    }
 
 
 def _carried_in_order(anatomy: Anatomy, loop: TrainLoop) -> str | None:

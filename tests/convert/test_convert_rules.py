@@ -8591,3 +8591,121 @@ def test_a_picked_learning_rate_two_calls_read_is_broadcast_once() -> None:
     assert not result.refused, result.problems
     output = result.output.decode()
     assert output.count("dist.broadcast_object_list(best_lr)") == 1, output
+
+
+CRNN = b"""import torch
+from torch.utils.data import DataLoader
+
+train_loader = DataLoader(train_dataset, batch_size=8, shuffle=True)
+net = Net()
+optimizer = torch.optim.Adadelta(net.parameters())
+
+
+def val(net, dataset, max_iter=100):
+    net.eval()
+    data_loader = DataLoader(dataset, shuffle=True, batch_size=8)
+    val_iter = iter(data_loader)
+    n_correct = 0
+    with torch.no_grad():
+        for i in range(min(max_iter, len(data_loader))):
+            images, labels = next(val_iter)
+            n_correct += (net(images).argmax(1) == labels).sum().item()
+    print("accuracy", n_correct / len(dataset))
+    net.train()
+
+
+for epoch in range(2):
+    train_iter = iter(train_loader)
+    i = 0
+    while i < len(train_loader):
+        images, labels = next(train_iter)
+        loss = torch.nn.functional.cross_entropy(net(images), labels)
+        net.zero_grad()
+        loss.backward()
+        optimizer.step()
+        i += 1
+        if i % 10 == 0:
+            val(net, test_dataset)
+"""
+
+
+def test_a_loader_an_evaluation_function_makes_for_itself_is_not_sharded() -> None:
+    """Round-36 audit A crnn_ctc_label_converter (crnn.pytorch's `val(net, dataset,
+    criterion)`): the shuffled loader `val()` makes was taken for a training loader, so
+    every rank evaluated half the test set and rank 0 printed its half's accuracy."""
+    result = convert_source(CRNN, "crnn.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    assert "    data_loader = DataLoader(dataset, shuffle=True, batch_size=8)\n" in output, output
+    assert output.count("DistributedSampler(") == 1
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True)" in output
+
+
+def test_a_load_before_the_scripts_own_device_is_made_does_not_read_it() -> None:
+    """Round-36 audit A pointnet_feature_transform_next_enumerate_b (pointnet.pytorch):
+    `if opt.model != '': classifier.load_state_dict(torch.load(opt.model))` three lines
+    before the script's `device = torch.device(...)`, at module level: the load got
+    `map_location=device`, a NameError on every rank. After it, `device` is the script's."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(dataset, batch_size=8, shuffle=True)
+classifier = Net()
+if model_path != "":
+    classifier.load_state_dict(torch.load(model_path))
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+classifier.to(device)
+optimizer = torch.optim.Adam(classifier.parameters())
+for epoch in range(2):
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(classifier(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    torch.save(torch.load("best.pt"), "copy.pt")
+"""
+    result = convert_source(source, "pointnet.py", ConvertOptions())
+    assert not result.refused, result.problems
+    output = result.output.decode()
+    before = output[: output.index('device = torch.device("cuda" if')]
+    assert "map_location=device" not in before, before
+    assert "torch.load(model_path, map_location=torch.device(" in before
+    assert 'torch.load("best.pt", map_location=device' in output
+
+
+def test_a_training_function_given_a_loader_made_again_in_the_epoch_loop_is_refused() -> None:
+    """Round-36 audit A pseudo_label_grow_dataset: `train_loader = DataLoader(grown, ...)`
+    made again inside the epoch loop once pseudo-labels are added, and handed to
+    `train_one_epoch(model, train_loader, ...)`: the new loader was left unsharded (every
+    rank trained on all of it), then `set_epoch` on its RandomSampler crashed. Refused,
+    naming both lines."""
+    source = b"""import torch
+from torch.utils.data import ConcatDataset, DataLoader
+
+
+def train_one_epoch(model, loader, optimizer):
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def main():
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_loader = DataLoader(labeled, batch_size=8, shuffle=True)
+    for epoch in range(4):
+        if epoch >= 2:
+            grown = ConcatDataset([labeled, pseudo_labeled(model)])
+            train_loader = DataLoader(grown, batch_size=8, shuffle=True)
+        train_one_epoch(model, train_loader, optimizer)
+
+
+main()
+"""
+    result = convert_source(source, "pseudo.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert problem.code == "DDP004" and "(lines 16, 20" in problem.message, problem.message
