@@ -492,6 +492,17 @@ def as_indices(index: object) -> list[int] | None:
         return None
 
 
+def _iterated_by_a_loop(frame: Any) -> bool:
+    """Whether the code asking for the next batch is a loop's iteration (`for batch in
+    loader`, through `enumerate`, `zip` or a generator such as tqdm's), not a call of
+    `next(iterator)`, whose caller expects a batch and would fail on StopIteration."""
+    import dis
+
+    code: bytes = frame.f_code.co_code
+    at: int = frame.f_lasti
+    return 0 <= at < len(code) and dis.opname[code[at]] == "FOR_ITER"
+
+
 def _in_the_dataset(dataset: Any, indices: list[int] | None) -> list[int] | None:
     """A `Subset`'s indices as the underlying dataset's: the conversion reads
     `DistributedSampler(Subset(ds, train_idx))` where the original read
@@ -709,8 +720,12 @@ def patch_data(
     def next_batch(self: Any) -> Any:
         if recorder.pass_is_over(
             getattr(self, "_ddpify_loader", None), getattr(self, "_ddpify_start", 0)
-        ):
-            raise StopIteration  # the epoch, shortened for the check, ends here
+        ) and _iterated_by_a_loop(sys._getframe(1)):
+            # the epoch, shortened for the check, ends here. Not where the script counts
+            # its batches itself (`for i in range(len(loader)): x, y = next(it)`, round-36
+            # audits A crnn and B dataloader_iter_next: a StopIteration crashed both runs):
+            # that pass runs on until the check has its steps
+            raise StopIteration
         try:
             batch = real_next(self)
         except StopIteration:

@@ -313,6 +313,52 @@ def test_a_data_parallel_originals_checkpoint_keys_match_the_bare_models(tmp_pat
     assert outcome.exit_code in (0, 3), outcome
 
 
+COUNTED = """import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.randn(64, 8)
+    y = (x.sum(dim=1) > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        it = iter(loader)
+        for i in range(len(loader)):
+            xb, yb = next(it)
+            optimizer.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            optimizer.step()
+        print(f"epoch {epoch} done")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_loop_counting_its_batches_with_next_is_not_cut_short(tmp_path: Path) -> None:
+    """Round-36 audits A crnn_ctc_label_converter and B dataloader_iter_next_manual_epoch:
+    `for i in range(len(loader)): xb, yb = next(it)`. The check ends a pass after its
+    steps by raising StopIteration, which a `for` over the loader takes as the end of the
+    epoch and an explicit `next()` does not: both runs died ("could not run the original").
+    Such a pass runs on until the check has its steps."""
+    from ddpify.convert import convert_source
+    from ddpify.options import ConvertOptions
+
+    result = convert_source(COUNTED.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    (tmp_path / "train.py").write_text(COUNTED)
+    (tmp_path / "train_ddp.py").write_bytes(result.output)
+    _, outcome = verify(tmp_path / "train.py", tmp_path / "train_ddp.py", steps=2)
+    assert statuses(outcome)["runs"] is Status.PASS, check(outcome, "runs")
+    assert statuses(outcome)["equivalence"] is Status.PASS, check(outcome, "equivalence")
+    assert outcome.exit_code == 0, outcome
+
+
 def test_learning_rate_scaled_fails_equivalence_at_step_one() -> None:
     _, outcome = verify(TRAIN, VERIFY / "ddp_lr_scaled.py")
     assert outcome.exit_code == 1
