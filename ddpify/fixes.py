@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Protocol
 
 import libcst as cst
@@ -187,9 +188,20 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
             return cst.Name(dataset_code)
 
         plan.replace(dataset.value, hoist)
-        plan.insert_before(
-            loader.statement, [lambda: statement(f"{dataset_code} = {code(built[-1])}\n")]
-        )
+        hoisted: list[cst.BaseStatement | Callable[[], cst.BaseStatement]] = [
+            lambda: statement(f"{dataset_code} = {code(built[-1])}\n")
+        ]
+        if any(split.draw is dataset.value for split in anatomy.script.split_draws):
+            # a class of the script that draws its samples when it is made, unseeded
+            # (DDP004 reports it): every process takes rank 0's
+            hoisted += [
+                statement(f"{dataset_code} = [{dataset_code}]\n"),
+                statement(
+                    f"dist.broadcast_object_list({dataset_code})  # every process takes rank 0's\n"
+                ),
+                statement(f"{dataset_code} = {dataset_code}[0]\n"),
+            ]
+        plan.insert_before(loader.statement, hoisted)
     shuffle_code = code(shuffle.value) if shuffle is not None else "False"
     holder = _shuffle_dict(anatomy, call)
     if holder is not None:

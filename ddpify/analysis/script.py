@@ -159,6 +159,7 @@ class TrainingScript:
                 found += drawn_splits(self.index, self.values, dataset.value, self.effects)
             for made in _sampler_arguments(self, loader):  # `SubsetRandomSampler(train_idx)`
                 found += drawn_splits(self.index, self.values, made)
+        found += _drawn_evaluation_sets(self)
         return list({id(split.statement): split for split in found}.values())
 
     @cached_property
@@ -386,25 +387,11 @@ class TrainingScript:
             for loader in self.loaders.all
             if _looks_like_training(loader)
             and not _made_to_evaluate(self.index, loader)
-            and not self._evaluates(self.index.function_of(loader.call))
+            and not _evaluates(self, self.index.function_of(loader.call))
         ]
         for loader in guessed:
             loader.trains = True
         return guessed
-
-    def _evaluates(self, function: cst.FunctionDef | None) -> bool:
-        """A function named for an evaluation (`val`, `validate`, `evaluate`, `test`) that
-        runs no backward pass, itself or through what it calls: crnn.pytorch's `val(net,
-        dataset, criterion)` makes its own shuffled loader (round-36 audit A
-        crnn_ctc_label_converter: sharded as a training one, rank 0 printed half the test
-        set's accuracy)."""
-        if function is None:
-            return False
-        name = function.name.value.lower()
-        if not name.startswith(("val", "eval", "test")):
-            return False
-        backward = {id(call) for call in self.backward_calls}
-        return not self.graph.reaches(function.body, lambda node: id(node) in backward)
 
     @cached_property
     def main_guard(self) -> cst.If | None:
@@ -1118,6 +1105,36 @@ def _passes_parameters(call: cst.Call) -> bool:
     return any(
         is_method_call(node, *PARAMETERS) for arg in call.args[:1] for node in walk(arg.value)
     )
+
+
+def _drawn_evaluation_sets(script: TrainingScript) -> list[DrawnSplit]:
+    """A validation set a class of the script draws when it is made: alike in every process
+    too, or each would evaluate (and decide on) a set of its own."""
+    found: list[DrawnSplit] = []
+    for loader in script.loaders.all:
+        dataset = call_arg(loader.call, 0, "dataset")
+        if dataset is not None and loader not in script.train_loaders:
+            found += [
+                split
+                for split in drawn_splits(script.index, script.values, dataset.value)
+                if dotted(split.draw.func) in script.index.classes
+            ]
+    return found
+
+
+def _evaluates(script: TrainingScript, function: cst.FunctionDef | None) -> bool:
+    """A function named for an evaluation (`val`, `validate`, `evaluate`, `test`) that
+    runs no backward pass, itself or through what it calls: crnn.pytorch's `val(net,
+    dataset, criterion)` makes its own shuffled loader (round-36 audit A
+    crnn_ctc_label_converter: sharded as a training one, rank 0 printed half the test
+    set's accuracy)."""
+    if function is None:
+        return False
+    name = function.name.value.lower()
+    if not name.startswith(("val", "eval", "test")):
+        return False
+    backward = {id(call) for call in script.backward_calls}
+    return not script.graph.reaches(function.body, lambda node: id(node) in backward)
 
 
 def _made_to_evaluate(index: SourceIndex, loader: Loader) -> bool:

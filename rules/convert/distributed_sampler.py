@@ -1810,10 +1810,29 @@ def _share_split_draws(ctx: ConvertContext) -> None:
     anatomy = ctx.anatomy
     for split in anatomy.script.split_draws:
         what = dotted(split.draw.func)
+        inline = not split.names and any(  # named by the sampler's hoist (fixes.py)
+            loader.trains
+            and (given := call_arg(loader.call, 0, "dataset")) is not None
+            and given.value is split.draw
+            for loader in anatomy.loaders.all
+        )
+        if inline and what in anatomy.classes and anatomy.script.after_setup(split.statement):
+            ctx.add_import("torch.distributed", asname="dist")
+            ctx.changed(
+                split.draw,
+                f"`{what}` draws its samples when it is made, unseeded: every process takes "
+                "rank 0's data set, so all of them train on the same data",
+            )
+            continue
         if not split.names or not anatomy.script.after_setup(split.statement):
             ctx.cannot(
                 split.draw,
-                f"the training data is built from `{what}(...)`, unseeded: every process "
+                f"`{what}` draws its samples when it is made, unseeded, and is not assigned "
+                "to a name before a DataLoader takes it: every process would train on a "
+                f"data set of its own; make it first (`dataset = {what}(...)`), or seed torch "
+                "alike in every process"
+                if what in anatomy.classes
+                else f"the training data is built from `{what}(...)`, unseeded: every process "
                 "would draw its own split; seed it with a fixed seed first, or take rank "
                 "0's draw by hand",
                 blocking=True,
@@ -1823,6 +1842,14 @@ def _share_split_draws(ctx: ConvertContext) -> None:
         for name in split.names:
             take_rank_zeros(ctx.plan, split.statement, name)
         shown = ", ".join(f"`{name}`" for name in split.names)
+        if what in anatomy.classes:
+            ctx.changed(
+                split.draw,
+                f"{shown}: `{what}` draws its samples when it is made, unseeded: every "
+                "process takes rank 0's data set, so all of them train and evaluate on the "
+                "same data",
+            )
+            continue
         parted = (
             f" (seeded, but after line {anatomy.line(split.parted_by)}, a write rank 0 alone "
             f"makes, draws from the same generator: `{dotted(split.parted_by.func)}(...)`)"

@@ -1883,6 +1883,73 @@ def test_weights_rewound_to_a_copy_taken_before_the_wrap_are_rank_0s(tmp_path: P
     assert sums[0] == sums[1]
 
 
+DRAWN_DATASET = """import json
+import os
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class RandomDataset(Dataset):
+    def __init__(self, length):
+        self.x = torch.randn(length, 4)
+        self.y = torch.randint(0, 2, (length,))
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def main():
+    train_ds = RandomDataset(64)
+    val_ds = RandomDataset(16)
+    loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+    val_loader = DataLoader(val_ds, batch_size=8)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            correct = sum((model(x).argmax(1) == y).sum().item() for x, y in val_loader)
+        print(epoch, correct)
+    seen = [train_ds.x.sum().item(), val_ds.x.sum().item()]
+    rank = os.environ.get("RANK", "0")
+    json.dump(seen, open(f"seen{rank}.json", "w"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_data_set_class_drawing_its_samples_unseeded_is_rank_0s(tmp_path: Path) -> None:
+    """Round-36 audit B class_weights_counted_from_loader_b (the DataParallel tutorial's
+    `RandomDataset`): a class of the script that draws its samples in `__init__`, torch
+    unseeded: every rank built, sharded and validated on a data set of its own. Both sets
+    are rank 0's in every process."""
+    import json
+
+    result = convert_source(DRAWN_DATASET.encode(), "drawn.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert "    dist.broadcast_object_list(train_ds)" in converted, converted
+    probe = converted.replace(
+        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
+    )
+    assert "if True:" in probe
+    (tmp_path / "drawn_ddp.py").write_text(probe)
+    run_ = torchrun(["drawn_ddp.py"], cwd=tmp_path, timeout=240)
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
+    assert seen[0] == seen[1]
+
+
 BPTT = """import argparse
 import json
 import os
