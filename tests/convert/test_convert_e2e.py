@@ -1766,6 +1766,21 @@ def test_a_data_file_rank_0_writes_is_read_back_by_every_rank_after_it(
     assert written["model.pt"] == {"0"}
 
 
+def per_rank_json(tmp_path: Path, converted: str, script: str, stem: str) -> list[object]:
+    """Run `converted` under torchrun with its `json.dump(...)` of `{stem}{rank}.json`, which
+    the conversion guards to rank 0, made on every rank; what each rank wrote."""
+    import json
+
+    probe = converted.replace(
+        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
+    )
+    assert "if True:" in probe
+    (tmp_path / script).write_text(probe)
+    run_ = torchrun([script], cwd=tmp_path, timeout=240)
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    return [json.loads((tmp_path / f"{stem}{rank}.json").read_text()) for rank in (0, 1)]
+
+
 RESET_PER_FOLD = """import json
 import os
 
@@ -1810,20 +1825,11 @@ def test_weights_reset_after_the_wrap_are_rank_0s_in_every_process(tmp_path: Pat
     weights (DDP broadcasts rank 0's only when it wraps), and the replicas trained apart
     (exit 0). The reset is followed by a broadcast of rank 0's weights: the replicas are
     identical at the end of every fold."""
-    import json
-
     result = convert_source(RESET_PER_FOLD.encode(), "kfold.py", ConvertOptions())
     assert not result.refused, result.problems
     converted = result.output.decode()
     assert "        for tensor in network.state_dict().values():" in converted
-    probe = converted.replace(
-        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
-    )
-    assert "if True:" in probe
-    (tmp_path / "kfold_ddp.py").write_text(probe)
-    run_ = torchrun(["kfold_ddp.py"], cwd=tmp_path, timeout=240)
-    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
-    sums = [json.loads((tmp_path / f"sums{rank}.json").read_text()) for rank in (0, 1)]
+    sums = per_rank_json(tmp_path, converted, "kfold_ddp.py", "sums")
     assert sums[0] == sums[1]
     assert sums[0][0] != sums[0][1]  # each fold trained anew
 
@@ -1866,20 +1872,11 @@ def test_weights_rewound_to_a_copy_taken_before_the_wrap_are_rank_0s(tmp_path: P
     `model.load_state_dict(initial_state)` to train for real; torch unseeded, each rank
     rewound to its own initial weights and the replicas trained apart (exit 0). The load is
     followed by a broadcast of rank 0's weights: the replicas end identical."""
-    import json
-
     result = convert_source(REWIND.encode(), "rewind.py", ConvertOptions())
     assert not result.refused, result.problems
     converted = result.output.decode()
     assert "        for tensor in network.state_dict().values():" in converted, converted
-    probe = converted.replace(
-        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
-    )
-    assert "if True:" in probe
-    (tmp_path / "rewind_ddp.py").write_text(probe)
-    run_ = torchrun(["rewind_ddp.py"], cwd=tmp_path, timeout=240)
-    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
-    sums = [json.loads((tmp_path / f"sums{rank}.json").read_text()) for rank in (0, 1)]
+    sums = per_rank_json(tmp_path, converted, "rewind_ddp.py", "sums")
     assert sums[0] == sums[1]
 
 
@@ -1933,20 +1930,11 @@ def test_a_data_set_class_drawing_its_samples_unseeded_is_rank_0s(tmp_path: Path
     `RandomDataset`): a class of the script that draws its samples in `__init__`, torch
     unseeded: every rank built, sharded and validated on a data set of its own. Both sets
     are rank 0's in every process."""
-    import json
-
     result = convert_source(DRAWN_DATASET.encode(), "drawn.py", ConvertOptions())
     assert not result.refused, result.problems
     converted = result.output.decode()
     assert "    dist.broadcast_object_list(train_ds)" in converted, converted
-    probe = converted.replace(
-        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
-    )
-    assert "if True:" in probe
-    (tmp_path / "drawn_ddp.py").write_text(probe)
-    run_ = torchrun(["drawn_ddp.py"], cwd=tmp_path, timeout=240)
-    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
-    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
+    seen = per_rank_json(tmp_path, converted, "drawn_ddp.py", "seen")
     assert seen[0] == seen[1]
 
 
