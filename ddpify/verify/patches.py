@@ -705,6 +705,7 @@ def patch_data(
         finally:
             recorder.in_loader_setup -= 1
         self._ddpify_loader = getattr(loader, "_ddpify_ordinal", None)
+        self._ddpify_dataloader = loader
         # not id(self): a peek's iterator is freed and the loop's may reuse its address
         self._ddpify_serial = next(serials)
         pending: deque[list[int] | None] = deque()
@@ -720,11 +721,16 @@ def patch_data(
     def next_batch(self: Any) -> Any:
         if recorder.pass_is_over(
             getattr(self, "_ddpify_loader", None), getattr(self, "_ddpify_start", 0)
-        ) and _iterated_by_a_loop(sys._getframe(1)):
-            # the epoch, shortened for the check, ends here. Not where the script counts
-            # its batches itself (`for i in range(len(loader)): x, y = next(it)`, round-36
-            # audits A crnn and B dataloader_iter_next: a StopIteration crashed both runs):
-            # that pass runs on until the check has its steps
+        ) and (
+            _iterated_by_a_loop(sys._getframe(1))
+            or not getattr(getattr(self, "_ddpify_dataloader", None), "_ddpify_counted", False)
+        ):
+            # the epoch, shortened for the check, ends here: for a loop over the loader,
+            # and for `next(it)` that catches StopIteration to start the next pass. Not
+            # where the script counts its batches itself with the loader's length (`for i
+            # in range(len(loader)): x, y = next(it)`, round-36 audits A crnn and B
+            # dataloader_iter_next: a StopIteration crashed both runs): that pass runs on
+            # until the check has its steps
             raise StopIteration
         try:
             batch = real_next(self)
@@ -750,6 +756,15 @@ def patch_data(
         return iterator
 
     DataLoader.__iter__ = loader_iter  # type: ignore[method-assign]
+
+    real_loader_len = DataLoader.__len__
+
+    def loader_len(self: DataLoader[Any]) -> int:
+        """The script reads how many batches a pass has: it may count them out itself."""
+        self._ddpify_counted = True
+        return real_loader_len(self)
+
+    DataLoader.__len__ = loader_len  # type: ignore[method-assign]
     base.__init__ = iter_init  # type: ignore[method-assign]
     base._next_index = next_index  # type: ignore[method-assign]
     base.__next__ = next_batch  # type: ignore[method-assign]
