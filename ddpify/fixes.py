@@ -32,14 +32,16 @@ def take_rank_zeros(plan: EditPlan, after: cst.BaseStatement, name: str) -> None
     shared = f"dist.broadcast_object_list({name})"
     if any(shared in cst.Module([]).code_for_node(s) for s in plan.after.get(after, ())):
         return
-    plan.insert_after(
-        after,
-        [
-            statement(f"{name} = [{name}]\n"),
-            statement(f"dist.broadcast_object_list({name})  # every process takes rank 0's\n"),
-            statement(f"{name} = {name}[0]\n"),
-        ],
-    )
+    plan.insert_after(after, rank_zeros(name))
+
+
+def rank_zeros(name: str) -> list[cst.BaseStatement]:
+    """`name` made rank 0's in every process: a list of one, broadcast as an object."""
+    return [
+        statement(f"{name} = [{name}]\n"),
+        statement(f"dist.broadcast_object_list({name})  # every process takes rank 0's\n"),
+        statement(f"{name} = {name}[0]\n"),
+    ]
 
 
 def set_epoch_problem(loop: TrainLoop) -> str | None:
@@ -194,13 +196,7 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
         if any(split.draw is dataset.value for split in anatomy.script.split_draws):
             # a class of the script that draws its samples when it is made, unseeded
             # (DDP004 reports it): every process takes rank 0's
-            hoisted += [
-                statement(f"{dataset_code} = [{dataset_code}]\n"),
-                statement(
-                    f"dist.broadcast_object_list({dataset_code})  # every process takes rank 0's\n"
-                ),
-                statement(f"{dataset_code} = {dataset_code}[0]\n"),
-            ]
+            hoisted += rank_zeros(dataset_code)
         plan.insert_before(loader.statement, hoisted)
     shuffle_code = code(shuffle.value) if shuffle is not None else "False"
     holder = _shuffle_dict(anatomy, call)

@@ -1230,8 +1230,8 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
             ctx.add_import("torch.distributed", asname="dist")
         for closed in closing if handed else [line, *closing]:
             if not any(closed is done for done in guarded):
-                early_here = (closed is line and early) or not anatomy.script.after_setup(closed)
-                ctx.plan.guard(closed, expression(LAUNCHED_RANK_ZERO if early_here else RANK_ZERO))
+                after = anatomy.script.after_setup(closed)
+                ctx.plan.guard(closed, expression(RANK_ZERO if after else LAUNCHED_RANK_ZERO))
                 guarded.append(closed)
         ctx.changed(
             assign,
