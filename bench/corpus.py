@@ -68,7 +68,8 @@ CPU torch, and the stand-ins make it import anyway), built and checked from scra
     /work/main/.venv/bin/python -m venv /tmp/corpus-venv \
       && echo /work/main/.venv/lib/python3.11/site-packages \
          > /tmp/corpus-venv/lib/python3.11/site-packages/ddpify-main-venv.pth \
-      && /tmp/corpus-venv/bin/pip install torchvision==0.28.0 pillow tqdm six matplotlib tensorboard
+      && /tmp/corpus-venv/bin/pip install torchvision==0.28.0 pillow tqdm six matplotlib \
+         tensorboard tensorboardX einops timm thop pandas
 
 (about 10 s from the local package index; pip finds torch 2.13.0+cpu and numpy through the
 .pth and installs neither), then

@@ -33,7 +33,9 @@ DDPIFY_BENCH_STANDINS=1. Without that variable this module does nothing. With it
 * ``os.popen("stty size")`` answers ``24 80`` when there is no terminal to ask (kuangliu's
   and mixup-cifar10's ``utils.py`` read the terminal's width at import, and fail without one);
 * WANDB_MODE=disabled and MPLBACKEND=Agg unless set, and the ``fallback/`` folder is appended
-  to sys.path: a no-op ``wandb`` for when the real one is not installed.
+  to sys.path: a no-op ``wandb`` for when the real one is not installed, and a small
+  ``tensorboard_logger`` (the real one no longer imports with today's protobuf) that writes
+  its values as lines of text.
 
 The stand-ins write with ``os.open`` into a temporary name then ``os.replace``: several ranks
 writing the same data never see a half-written file, and ``ddpify verify`` (which records
