@@ -73,7 +73,7 @@ LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exceptio
 # The last parts of the names `SideEffects.of` resolves (print, torch.save, logging.*, ...).
 SIDE_EFFECT_NAMES = {
     "print", "pprint", "pp", "save", "dump", "savez", "savez_compressed", "savetxt", "savemat",
-    "save_image",
+    "save_image", "export", "configure", "log_value", "log_histogram", "log_images",
     *LOG_LEVELS,
 }  # fmt: skip
 ITER_WRAPPERS = {

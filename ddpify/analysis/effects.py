@@ -27,6 +27,12 @@ FILE_WRITERS = frozenset(
         "torch.onnx.export",
     }
 )  # fmt: skip
+# tensorboard_logger's module-level writer: `configure(logdir)` makes the event file that
+# `log_value(...)` then writes (xternalz/WideResNet-pytorch's `--tensorboard`).
+TENSORBOARD_LOGGER = frozenset(
+    {"tensorboard_logger.configure", "tensorboard_logger.log_value",
+     "tensorboard_logger.log_histogram", "tensorboard_logger.log_images"}
+)  # fmt: skip
 # Methods that write the file they are given: pathlib's, matplotlib's, pandas', numpy's
 # (`ids.tofile(path)` in nanoGPT's prepare.py, round-15 audit s02b), images' (`plt.imsave`,
 # `cv2.imwrite`, `imageio.mimsave`; round-16 audit s13).
@@ -162,6 +168,8 @@ class SideEffects:
             return "logging"
         if names & FILE_WRITERS:
             return "file write"
+        if names & TENSORBOARD_LOGGER:
+            return "TensorBoard write"
         return None
 
     def _own_method(self, call: cst.Call) -> bool:

@@ -8758,3 +8758,32 @@ main()
         b"broadcast_object_list"
         not in convert_source(seeded, "tutorial.py", ConvertOptions()).output
     )
+
+
+def test_onnx_exports_and_tensorboard_logger_writes_run_on_rank_0_only() -> None:
+    """`torch.onnx.export(model, x, "model.onnx")` after training wrote the file from every
+    rank, and tensorboard_logger's `configure(logdir)` / `log_value(...)` (xternalz's
+    WideResNet-pytorch, `--tensorboard`) made an event file per rank in one folder (corpus,
+    session 21)."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+from tensorboard_logger import configure, log_value
+
+configure("runs/exp")
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    log_value("loss", loss.item(), epoch)
+torch.onnx.export(model, torch.randn(1, 4), "model.onnx")
+"""
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    for line in ('configure("runs/exp")', 'log_value("loss"', "torch.onnx.export(model.module,"):
+        assert "dist.get_rank() == 0" in enclosing_line(text, line), line
+
