@@ -491,6 +491,68 @@ class Project:
         )  # fmt: skip
 
 
+# What a helper that only shows text calls besides its prints: builtins that format and
+# count, and modules that tell the time or do arithmetic.
+SHOWING = {
+    "len", "int", "float", "str", "round", "min", "max", "abs", "range", "enumerate",
+    "format", "repr", "sum", "divmod", "isinstance", "zip", "sorted", "list", "tuple", "bool",
+}  # fmt: skip
+SHOWING_MODULES = ("time.", "math.", "datetime.", "sys.stdout.", "sys.stderr.")
+# Methods of strings, numbers and the helper's own lists.
+SHOWING_METHODS = {
+    "format", "join", "ljust", "rjust", "center", "strip", "rstrip", "lstrip", "split",
+    "replace", "upper", "lower", "item", "append", "extend",
+}  # fmt: skip
+
+
+def only_prints(helper: Helper, script: SourceIndex) -> bool:
+    """Whether `helper` (and what of its project it calls) does nothing but show text:
+    prints, `sys.stdout.write`, formatting and arithmetic, and globals of its own module
+    that the script never names (kuangliu's `progress_bar(batch_idx, len(loader), msg)` and
+    its clock). Such a call, on a line of its own, runs on rank 0 alone and changes nothing
+    the other processes need."""
+    shows = False
+    for reached in _reached(helper):
+        if helper.index.class_of(reached.function) is not None:
+            return False  # an object's method may change what the object keeps
+        for node in walk(reached.function.body):
+            if (
+                isinstance(node, cst.Global)
+                and {name.name.value for name in node.names} & script.names_used
+            ):
+                return False
+            if not isinstance(node, cst.Call):
+                continue
+            name = dotted(node.func) or ""
+            func = node.func
+            last = func.attr.value if isinstance(func, cst.Attribute) else name  # `"".join`
+            if last in PRINTS or name in {"sys.stdout.write", "sys.stderr.write"}:
+                shows = True
+            elif (
+                name in SHOWING
+                or name.startswith(SHOWING_MODULES)
+                or _callee(reached, node) is not None
+                or (
+                    isinstance(func, cst.Attribute)
+                    and last in SHOWING_METHODS
+                    and (last not in {"append", "extend"} or _local(reached, func.value))
+                )
+            ):
+                continue
+            else:
+                return False
+    return shows
+
+
+def _local(helper: Helper, value: cst.BaseExpression) -> bool:
+    """`value` is a name the helper's function assigns (a list of its own, `L = []`)."""
+    return isinstance(value, cst.Name) and any(
+        isinstance(node, cst.Assign)
+        and any(is_name(target.target, value.value) for target in node.targets)
+        for node in walk(helper.function.body)
+    )
+
+
 def _alone_on_its_line(index: SourceIndex, call: cst.Call) -> bool:
     """`call` is a statement of its own (`save(model, epoch)`), its result kept by nothing."""
     statement = index.statement_of(call)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import cast
 
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import EXPORTS, MODEL_SAVES
 from ddpify.analysis.effects import FILE_WRITES, mode_flags, opens_for_writing
-from ddpify.analysis.project import PRINTS, Helper, runs_collective
-from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.analysis.project import PRINTS, Helper, only_prints, runs_collective
+from ddpify.analysis.tree import call_arg, dotted, is_lone, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import RANK_ZERO, expression, statement, statements, with_keyword
 from ddpify.options import Launcher
@@ -42,7 +43,9 @@ class RankZeroSideEffects(ConvertRule):
     what such a call computes (`print(f"acc {accuracy(model, loader)}")`) computes it first,
     into a variable, on every rank, and prints on rank 0; anything else is reported. A
     model built again after training (to reload the best weights) is a bare module: a
-    print that runs it goes on rank 0. A helper of another file that writes files and is
+    print that runs it goes on rank 0. A call of a helper of another file that writes files,
+    or that does nothing but print (kuangliu's `progress_bar(...)` from `utils.py`), goes on
+    rank 0 when it is given no model. A helper of another file that writes files and is
     given the model, called where it cannot go on rank 0 alone (its result is kept, or it
     is an object whose state every process reads: an imported `EarlyStopping` saving the
     best checkpoint), is refused, naming the file.
@@ -409,12 +412,7 @@ class RankZeroSideEffects(ConvertRule):
                 bar, lambda updated: with_keyword(updated, "disable", expression(NOT_RANK_ZERO))
             )
             ctx.changed(bar, "progress bar shown on rank 0 only")
-        helped = []
-        for line, helper, writes in _helpers_that_write(anatomy, model_names):
-            where = f"`{helper.name}()` ({anatomy.project.shown(helper.path)})"
-            ctx.plan.guard(line, expression(RANK_ZERO))
-            helped.append(line)
-            ctx.changed(line, f"{where} writes files ({writes}): on rank 0 only")
+        helped = _guard_helpers(ctx, model_names)
         _foreign_writers(ctx, [*guarded, *helped], model_names)
         _foreign_training(ctx)
         _kept_open(ctx)
@@ -1093,6 +1091,56 @@ def _helpers_that_write(
         ):
             continue
         found.append((line, helper, ", ".join(f"`{w}`" for w in effects.writes)))
+    return found
+
+
+def _guard_helpers(ctx: ConvertContext, models: set[str]) -> list[cst.CSTNode]:
+    """Calls of helpers of other project files that write files or only print, put on rank
+    0; the statements guarded."""
+    anatomy = ctx.anatomy
+    helped: list[cst.CSTNode] = []
+    found = [
+        (line, helper, f"writes files ({writes})")
+        for line, helper, writes in _helpers_that_write(anatomy, models)
+    ] + [(line, helper, "only prints") for line, helper in _helpers_that_print(anatomy, models)]
+    for line, helper, what in found:
+        where = f"`{helper.name}()` ({anatomy.project.shown(helper.path)})"
+        ctx.plan.guard(line, expression(RANK_ZERO))
+        helped.append(line)
+        ctx.changed(line, f"{where} {what}: on rank 0 only")
+    return helped
+
+
+def _helpers_that_print(
+    anatomy: Anatomy, models: set[str]
+) -> list[tuple[cst.SimpleStatementLine, Helper]]:
+    """Statements that call a function of another project file that does nothing but print
+    (kuangliu's pytorch-cifar `progress_bar(batch_idx, len(trainloader), msg)` from
+    `utils.py`, corpus, session 21): given nothing that runs a model or waits for the other
+    processes, the call goes on rank 0 alone, like a print."""
+    found = []
+    for line in anatomy.simple_statements:
+        if not (isinstance(line, cst.SimpleStatementLine) and is_lone(line, cst.Expr)):
+            continue
+        call = cast(cst.Expr, line.body[0]).value
+        if not isinstance(call, cst.Call) or anatomy.ranks.guard(line) is not None:
+            continue
+        if anatomy.graph.calls_script(call) or not anatomy.script.after_setup(line):
+            continue
+        helper = anatomy.project.helper(call)
+        if helper is None or not only_prints(helper, anatomy):
+            continue
+        if any(
+            (isinstance(node, cst.Name) and node.value in models)
+            or (
+                isinstance(node, cst.Call)
+                and node is not call
+                and (anatomy.graph.calls_script(node) or anatomy.distributed.is_collective(node))
+            )
+            for node in walk(call)
+        ):
+            continue  # `progress(evaluate(model, loader))`: every process runs the model
+        found.append((line, helper))
     return found
 
 

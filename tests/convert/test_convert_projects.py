@@ -2681,3 +2681,88 @@ def test_augmentations_a_builder_of_another_file_makes_are_drawn_apart(tmp_path:
     assert seeded in text, text
     assert text.index(seeded) < text.index("    for epoch in range(2):")
     assert any("augmentations" in note for note in notes), notes
+
+
+PRINTING_UTILS = """import sys
+import time
+
+steps = 0
+HISTORY = []
+last_time = time.time()
+
+
+def format_time(seconds):
+    return "%dms" % int(seconds * 1000)
+
+
+def progress_bar(current, total, msg=None):
+    global last_time
+    now = time.time()
+    parts = []
+    parts.append(" Step: %s" % format_time(now - last_time))
+    last_time = now
+    if msg:
+        parts.append(" | " + msg)
+    sys.stdout.write("PROGRESS [%d/%d]%s\\n" % (current + 1, total, "".join(parts)))
+    sys.stdout.flush()
+
+
+def count_step(loss):
+    global steps
+    steps += 1
+    print("step", steps, loss)
+
+
+def remember(loss):
+    HISTORY.append(loss)
+    print("loss", loss)
+"""
+
+PRINTING_TRAIN = b"""import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import utils
+from utils import progress_bar, remember
+
+torch.manual_seed(0)
+dataset = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = DataLoader(dataset, batch_size=4, shuffle=True)
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for i, (x, y) in enumerate(loader):
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        progress_bar(i, len(loader), "loss %.3f" % loss.item())
+        utils.count_step(loss.item())
+    remember(loss.item())
+print("steps", utils.steps, "history", len(utils.HISTORY))
+"""
+
+
+def test_a_helper_of_another_file_that_only_prints_runs_on_rank_0(tmp_path: Path) -> None:
+    """kuangliu's pytorch-cifar (and its many forks): `progress_bar(...)` from utils.py
+    wrote every rank's bar (corpus, session 21). A helper that only prints goes on rank 0;
+    one that changes a global the script reads (`utils.steps`) or a module-level list stays
+    on every rank."""
+    (tmp_path / "utils.py").write_text(PRINTING_UTILS)
+    (tmp_path / "train.py").write_bytes(PRINTING_TRAIN)
+    output, notes = convert(tmp_path / "train.py")
+    assert "`progress_bar()` (utils.py) only prints: on rank 0 only" in notes
+    assert not [note for note in notes if "count_step" in note or "remember" in note], notes
+    text = output.decode()
+    assert "    if dist.get_rank() == 0:\n            progress_bar(i" in text
+    assert "\n        utils.count_step(loss.item())" in text
+    assert "\n    remember(loss.item())" in text
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    printed = result.stdout.decode()  # the two processes' lines may interleave
+    # 32 samples, 2 processes, batches of 4: 4 steps an epoch, shown by rank 0 alone.
+    assert printed.count("PROGRESS [") == 8, printed
+    assert printed.count("steps 8 history 2") == 1, printed
+
