@@ -18,13 +18,16 @@ import libcst as cst
 
 from ddpify.analysis.api import TORCH_METHODS
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import call_arg, dotted, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, source_text, walk
 
 # How many calls (and hops through flags, helpers and aliases) an answer follows; past
 # that, "cannot tell".
 MAX_DEPTH = 4
 # What binds a function's first arguments, leaving the function called later.
 PARTIALS = ("functools.partial", "partial")
+# What calls the function it is given, with arguments of its own: absl's `app.run(main)`
+# (`main(argv)`, after parsing the flags), fire's `fire.Fire(main)` (the command line's).
+RUNNERS = frozenset({"absl.app.run", "fire.Fire"})
 
 
 class CallGraph:
@@ -85,6 +88,9 @@ class CallGraph:
         """The script's functions `call` may reach, matched as `call_sites` does."""
         index = self.index
         func = call.func
+        run = self.runs(call)
+        if run is not None:
+            return [f for f in index.functions.get(run, []) if index.class_of(f) is None]
         if isinstance(func, cst.Name):
             functions = [
                 f for f in index.functions.get(func.value, []) if index.class_of(f) is None
@@ -192,11 +198,31 @@ class CallGraph:
         return self.index.functions.get(name, [])
 
     def calls_script(self, call: cst.Call) -> bool:
-        """Whether `call` is `f()` for a function or class the script defines."""
+        """Whether `call` is `f()` for a function or class the script defines (or runs one
+        of its functions: `app.run(main)`)."""
         func = call.func
-        return isinstance(func, cst.Name) and (
-            func.value in self.index.functions or func.value in self.index.classes
+        return (isinstance(func, cst.Name) or self.runs(call) is not None) and (
+            (name := self.runs(call) or dotted(func)) in self.index.functions
+            or name in self.index.classes
         )
+
+    def runs(self, call: cst.Call) -> str | None:
+        """`main` for `app.run(main)` (`RUNNERS`) given a function of the script's."""
+        if not (self._runner_names and self.index.may_name(call, self._runner_names)):
+            return None
+        given = call.args[0].value if call.args and call.args[0].keyword is None else None
+        if not isinstance(given, cst.Name) or given.value not in self.index.functions:
+            return None
+        return given.value if self.index.qualified_names(call.func) & RUNNERS else None
+
+    @cached_property
+    def _runner_names(self) -> set[str]:
+        """The last parts of `RUNNERS`' names, when the script imports any of their modules."""
+        imported = " ".join(
+            source_text(node) for node in walk(self.index.module)
+            if isinstance(node, cst.Import | cst.ImportFrom)
+        )  # fmt: skip
+        return {"run", "Fire"} if "absl" in imported or "fire" in imported else set()
 
     def reaches(
         self,
@@ -344,6 +370,8 @@ class CallGraph:
         self, call: cst.Call, function: cst.FunctionDef, parameter: str
     ) -> cst.BaseExpression | None:
         """The argument `call` gives `function`'s `parameter`."""
+        if self.runs(call) is not None:
+            return None  # `app.run(main)` gives `main` its own arguments
         params = [p.name.value for p in function.params.params]
         if self.index.class_of(function) is not None and params and params[0] in {"self", "cls"}:
             params = params[1:]
@@ -374,6 +402,9 @@ class CallGraph:
         for call in self.index.calls:
             if isinstance(call.func, cst.Name):
                 by_name.setdefault(call.func.value, []).append(call)
+            run = self.runs(call)
+            if run is not None:
+                by_name.setdefault(run, []).append(call)
         return by_name
 
     @cached_property

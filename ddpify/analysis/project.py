@@ -801,6 +801,19 @@ def repasses(helper: Helper) -> tuple[Helper, cst.CSTNode] | None:
     return _repasses(helper, depth=0, seen=set(), looped=False)
 
 
+def generator_repasses(helper: Helper) -> cst.CSTNode | None:
+    """The loop of a generator (`helper` yields) that starts a new pass over what it is
+    given each time round an outer loop: `def infiniteloop(dataloader): while True: for x, _
+    in iter(dataloader): yield x` (pytorch-gan-collections' source/utils.py)."""
+    if not any(isinstance(node, cst.Yield) for node in walk(helper.function.body)):
+        return None
+    for node in walk(helper.function.body):
+        if isinstance(node, cst.For) and _in_loop(helper, node):
+            return node
+    found = repasses(helper)
+    return found[1] if found is not None else None
+
+
 def _repasses(
     helper: Helper, depth: int, seen: set[int], looped: bool
 ) -> tuple[Helper, cst.CSTNode] | None:

@@ -18,7 +18,7 @@ from ddpify.analysis.api import (
 )
 from ddpify.analysis.calls import MAX_DEPTH, passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, read_as, string_value, strip_iteration
-from ddpify.analysis.project import passes_over, repasses
+from ddpify.analysis.project import generator_repasses, passes_over, repasses
 from ddpify.analysis.script import ForeignTraining, TrainLoop, without_gradients
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
@@ -1948,6 +1948,8 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
     pass: the script never reshuffles, and neither need the sampler, unless the cycle is
     made again in a loop. False when the passes cannot all be found."""
     anatomy = ctx.anatomy
+    if _foreign_generator(ctx, loader):
+        return True
     starts: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
     cycles: list[cst.Call] = []
     owners: list[cst.ClassDef] = []
@@ -1968,6 +1970,8 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
             else:
                 continue
         elif isinstance(node, cst.For):
+            if isinstance(node.iter, cst.Call) and is_name(node.iter.func, "iter"):
+                continue  # `for x, _ in iter(loader)`: the `iter(...)` is the pass's start
             source, kind = node.iter, "for"
         else:
             continue
@@ -2037,6 +2041,34 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
             return True
         ctx.info(loader.call, "one pass over the data: no set_epoch needed")
     return True
+
+
+def _foreign_generator(ctx: ConvertContext, loader: Loader) -> bool:
+    """The loader handed to a generator of another project file that starts its passes
+    itself (pytorch-gan-collections' `looper = infiniteloop(dataloader)` from
+    source/utils.py): set_epoch belongs in that loop, which ddpify does not rewrite. Refused,
+    naming it."""
+    anatomy = ctx.anatomy
+    for call in anatomy.calls:
+        if not any(
+            anatomy.loaders.resolve(arg.value, anatomy.function_of(call)) is loader.call
+            for arg in call.args
+        ):
+            continue
+        helper = anatomy.project.helper(call)
+        found = generator_repasses(helper) if helper is not None else None
+        if helper is None or found is None:
+            continue
+        where = f"{anatomy.project.shown(helper.path)}, line {helper.index.line(found)}"
+        ctx.cannot(
+            call,
+            f"`{helper.name}()` ({where}) starts new passes over the loader itself: "
+            "`sampler.set_epoch(...)` belongs before each of them, in that file, which "
+            "ddpify does not rewrite; add it there by hand (or loop over the loader here)",
+            blocking=True,  # without it, every pass repeats the first one's order
+        )
+        return True
+    return False
 
 
 def _pass_object(
