@@ -197,6 +197,11 @@ class SourceIndex:
     def precedes(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         return self._order[first] < self._order[second]
 
+    def in_source(self, node: cst.CSTNode) -> bool:
+        """Whether `node` is the module's, not one an analysis made (`make()[1]` for the
+        second name of `a, b = make()`)."""
+        return node in self._order
+
     def inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return node is container or any(a is container for a in self.ancestors(node))
 

@@ -799,7 +799,20 @@ def _summed(
                         if found is not None:
                             break
         elif isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
-            for origin in anatomy.values.origins(node, scope):
+            # `loss = criterion(out, y)`, then `loss = loss / inputs.size(0)` (deepspeech.pytorch,
+            # round-37 audit A): the rebinding that reads the name, before this use, is the
+            # value used here, divisor and all; follow it first
+            origins = sorted(
+                anatomy.values.origins(node, scope),
+                key=lambda origin: (
+                    not (
+                        anatomy.in_source(origin)
+                        and anatomy.precedes(origin, node)
+                        and any(is_name(inner, node.value) for inner in walk(origin))
+                    )
+                ),
+            )
+            for origin in origins:
                 if origin is node:
                     continue
                 found = _summed(anatomy, origin, anatomy.function_of(origin), depth + 1)

@@ -8787,3 +8787,29 @@ torch.onnx.export(model, torch.randn(1, 4), "model.onnx")
     for line in ('configure("runs/exp")', 'log_value("loss"', "torch.onnx.export(model.module,"):
         assert "dist.get_rank() == 0" in enclosing_line(text, line), line
 
+
+def test_a_summed_loss_divided_by_the_batch_size_on_a_later_line_is_a_mean() -> None:
+    """deepspeech.pytorch: `loss = criterion(...)` with `reduction='sum'`, then `loss = loss
+    / inputs.size(0)` on the next line. The rebinding was not followed, and the mean was
+    multiplied by the world size: gradients twice the original's (round-37 audit A
+    deepspeech_sortagrad_bucketing)."""
+    source = b"""import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = nn.CrossEntropyLoss(reduction="sum")
+for epoch in range(2):
+    for inputs in loader:
+        loss = criterion(model(inputs), torch.zeros(len(inputs), dtype=torch.long))
+        loss = loss / inputs.size(0)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"        loss.backward()\n" in result.output
+    assert any("divided by its size: a mean" in note.message for note in result.notes)
