@@ -2668,6 +2668,15 @@ for tensor in {name}.state_dict().values():  # every process starts from rank 0'
 
 
 def _resync_after_resets(ctx: ConvertContext, model: Model) -> None:
+    for block, name in _initialised_from_data(ctx.anatomy, model):
+        ctx.add_import("torch.distributed", asname="dist")
+        ctx.plan.insert_after(block, statements(RESYNC.format(name=name)))
+        ctx.changed(
+            block,
+            "the model's forward sets its parameters from the batch it is given (a "
+            "data-dependent initialisation, Glow's ActNorm), and each process's batch is its "
+            "own: every process takes rank 0's, as DDP does when it wraps",
+        )
     for reset in _reinitialised_after_the_wrap(ctx.anatomy, model):
         ctx.add_import("torch.distributed", asname="dist")
         ctx.plan.insert_after(reset, statements(RESYNC.format(name=model.placed_name)))
@@ -2732,6 +2741,75 @@ def _reinitialised_after_the_wrap(anatomy: Anatomy, model: Model) -> list[cst.Ba
             continue  # (a helper's: the statement to follow is where it is called)
         found[id(statement_)] = statement_
     return list(found.values())
+
+
+def _initialised_from_data(anatomy: Anatomy, model: Model) -> list[tuple[cst.With, str]]:
+    """`with torch.no_grad(): model(first_batch)` once, outside any loop, after the wrap,
+    where a class of the script sets its parameters in its forward (`self.loc.data.copy_(
+    -mean)` in ActNorm's `initialize`, rosinality's glow-pytorch; round-37 audit A
+    glow_actnorm_data_dependent_init_c): each process initialises from its own batch and
+    the replicas start apart. The `with` block, and the name the model has there."""
+    assert model.placement is not None
+    if not any(_sets_parameters_in_forward(anatomy, owner) for owner in anatomy.classes.values()):
+        return []
+    found: list[tuple[cst.With, str]] = []
+    for call in anatomy.calls:
+        name = dotted(call.func)
+        if name is None or name not in model.names or name in model.bare:
+            continue
+        function = anatomy.function_of(call)
+        block = next(
+            (
+                a
+                for a in anatomy.ancestors(call)
+                if isinstance(a, cst.With)
+                and any(
+                    anatomy.is_call_to(item.item, {"torch.no_grad", "torch.inference_mode"})
+                    for item in a.items
+                    if isinstance(item.item, cst.Call)
+                )
+            ),
+            None,
+        )
+        if block is None or anatomy.function_of(block) is not function:
+            continue
+        if any(
+            isinstance(a, cst.For | cst.While) and anatomy.function_of(a) is function
+            for a in anatomy.ancestors(block)
+        ):
+            continue  # a pass of a loop: an evaluation, or an initialisation ddpify refuses
+        if anatomy.values.runs_after(model.placement, call, name):
+            found.append((block, name))
+    return found
+
+
+def _sets_parameters_in_forward(anatomy: Anatomy, owner: cst.ClassDef) -> bool:
+    """Whether the class's `forward`, or a method of its own it calls, writes a tensor of
+    its own in place through `.data` (`self.loc.data.copy_(...)`, `self.scale.data =
+    ...`)."""
+    methods = {
+        node.name.value: node for node in owner.body.body if isinstance(node, cst.FunctionDef)
+    }
+    todo, seen = ["forward"], set()
+    while todo:
+        method = methods.get(todo.pop())
+        if method is None or method.name.value in seen:
+            continue
+        seen.add(method.name.value)
+        for node in walk(method.body):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                target = dotted(node.func.value) or ""
+                if target.startswith("self.") and target.endswith(".data"):
+                    return True  # `self.loc.data.copy_(-mean)`
+                if dotted(node.func.value) == "self":
+                    todo.append(node.func.attr.value)
+            if isinstance(node, cst.Assign) and any(
+                (dotted(t.target) or "").startswith("self.")
+                and (dotted(t.target) or "").endswith(".data")
+                for t in node.targets
+            ):
+                return True
+    return False
 
 
 def _rewound(anatomy: Anatomy, call: cst.Call, model: Model) -> bool:

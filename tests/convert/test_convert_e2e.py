@@ -4000,3 +4000,73 @@ def test_ddp_averages_two_sparse_embeddings_wrongly_which_is_why_they_are_refuse
     gaps = json.loads((tmp_path / "gaps0.json").read_text())
     assert max(gaps) > 1e-3, gaps  # the other is right to rounding
     assert min(gaps) < 1e-6, gaps
+
+
+ACTNORM = """import json
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class ActNorm(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.loc = nn.Parameter(torch.zeros(1, channels))
+        self.scale = nn.Parameter(torch.ones(1, channels))
+        self.inited = False
+
+    def initialize(self, x):
+        with torch.no_grad():
+            self.loc.data.copy_(-x.mean(0, keepdim=True))
+            self.scale.data.copy_(1 / (x.std(0, keepdim=True) + 1e-6))
+
+    def forward(self, x):
+        if not self.inited:
+            self.initialize(x)
+            self.inited = True
+        return self.scale * (x + self.loc)
+
+
+def train(model, loader, optimizer):
+    first, _ = next(iter(loader))
+    with torch.no_grad():
+        model(first)
+
+    for epoch in range(2):
+        for x, y in loader:
+            loss = ((model(x).sum(1, keepdim=True) - y) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+def main():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=g) * 3 + 1
+    dataset = TensorDataset(x, torch.randn(64, 1, generator=g))
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = nn.Sequential(ActNorm(4), nn.Linear(4, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    train(model, loader, optimizer)
+    rank = os.environ.get("RANK", "0")
+    json.dump([p.sum().item() for p in model.parameters()], open(f"params{rank}.json", "w"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_data_dependent_initialisation_after_the_wrap_is_rank_0s(tmp_path: Path) -> None:
+    """Glow's ActNorm (round-37 audit A glow_actnorm_data_dependent_init_c): one forward
+    under `torch.no_grad()` before training sets `loc` and `scale` from the batch, after the
+    wrap, and each rank's first batch is its own: the replicas started apart and never met
+    (DDP broadcasts parameters only when it wraps). Rank 0's are broadcast after it."""
+    result = convert_source(ACTNORM.encode(), "glow.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert "        model(first)\n    for tensor in model.state_dict().values():" in converted
+    params = per_rank_json(tmp_path, converted, "glow_ddp.py", "params")
+    assert params[0] == params[1]
