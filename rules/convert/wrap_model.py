@@ -3205,6 +3205,14 @@ def _whole_model_saves(
                 for element in value.elements
                 if isinstance(element, cst.DictElement)
             ]
+        # `{"net": net.module if use_cuda else net}` (meliketoy/wide-resnet.pytorch's
+        # DataParallel on GPUs only): each branch on its own; the wrapper is there on CPUs too
+        candidates += [
+            branch
+            for candidate in candidates
+            if isinstance(candidate, cst.IfExp)
+            for branch in (candidate.body, candidate.orelse)
+        ]
         for candidate in candidates:
             # `tq.convert(model.eval(), inplace=False)`: what returns the module itself
             while is_method_call(candidate, *RETURN_SELF):

@@ -8813,3 +8813,30 @@ for epoch in range(2):
     assert not result.refused, result.problems
     assert b"        loss.backward()\n" in result.output
     assert any("divided by its size: a mean" in note.message for note in result.notes)
+
+
+def test_a_model_saved_through_a_conditional_is_the_bare_model_on_either_branch() -> None:
+    """meliketoy/wide-resnet.pytorch saves `{'net': net.module if use_cuda else net}` (its
+    DataParallel wraps only on GPUs): under DDP the model is wrapped on CPUs too, and the
+    CPU branch pickled the wrapper (corpus, session 21)."""
+    source = b"""import torch
+from torch.utils.data import DataLoader
+
+use_cuda = torch.cuda.is_available()
+loader = DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+net = torch.nn.Linear(4, 1)
+if use_cuda:
+    net.cuda()
+    net = torch.nn.DataParallel(net)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in loader:
+        loss = net(x).sum()
+        loss.backward()
+        optimizer.step()
+    state = {"net": net.module if use_cuda else net, "epoch": epoch}
+    torch.save(state, "ckpt.t7")
+"""
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b'"net": net.module if use_cuda else net.module,' in result.output
