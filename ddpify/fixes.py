@@ -113,6 +113,7 @@ def shard_problem(anatomy: Anatomy, loader: Loader) -> str | None:
     if any(samplers):
         if loader.key_var is None and (
             plain_sampler(anatomy, loader) is not None
+            or none_sampler(anatomy, loader) is not None
             or batched_sampler(anatomy, loader) is not None
             or subset_sampler(anatomy, loader) is not None
             or drawing_sampler(anatomy, loader) is not None
@@ -170,6 +171,14 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
     plain = plain_sampler(anatomy, loader) or batched_sampler(anatomy, loader)
     if plain is not None:
         _replace_sampler(plan, anatomy, plain, importer)
+        return
+    unset = none_sampler(anatomy, loader)
+    if unset is not None:
+        made, shuffled = unset
+        sampler_name = distributed_sampler_name(anatomy, call, importer)
+        dataset_code = cst.Module([]).code_for_node(call.args[0].value)
+        sampler = cst.parse_expression(f"{sampler_name}({dataset_code}, shuffle={shuffled})")
+        plan.replace(made, lambda _: sampler)
         return
     subset = subset_sampler(anatomy, loader)
     if subset is not None:
@@ -320,6 +329,53 @@ def plain_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
         return None
     only = call_arg(made, 0, "data_source")
     return made if only is not None and len(made.args) == 1 else None
+
+
+def none_sampler(anatomy: Anatomy, loader: Loader) -> tuple[cst.Name, bool] | None:
+    """`train_sampler = None`, then `DataLoader(train_dataset, shuffle=(train_sampler is None),
+    sampler=train_sampler)`: pytorch/examples' imagenet layout with its distributed branch
+    taken out (CutMix-PyTorch's ImageNet loader; corpus, session 21). The `None` becomes
+    `DistributedSampler(train_dataset, shuffle=<what the loader shuffled>)` and the test
+    turns `shuffle` off by itself. The `None`, and whether the loader shuffled."""
+    call = loader.call
+    passed = anatomy.loaders.argument(call, "sampler") or []
+    if len(passed) != 1 or anatomy.loaders.argument(call, "batch_sampler"):
+        return None
+    given = passed[0].value
+    scope = anatomy.function_of(call)
+    origins = (
+        [value for value, _ in anatomy.values.values_of(given.value, scope)]
+        if isinstance(given, cst.Name)
+        else []
+    )
+    dataset = call_arg(call, 0, "dataset")
+    if not (
+        isinstance(given, cst.Name)
+        and len(origins) == 1
+        and is_name(origins[0], "None")
+        and dataset is not None
+        and isinstance(dataset.value, cst.Name)
+        and all(
+            anatomy.precedes(value, origins[0])
+            for value, _ in anatomy.values.values_of(dataset.value.value, scope)
+        )
+    ):
+        return None
+    unset = origins[0]
+    assert isinstance(unset, cst.Name)
+    shuffle = call_arg(call, 2, "shuffle")
+    if shuffle is None:
+        return unset, False
+    test = shuffle.value
+    if (
+        isinstance(test, cst.Comparison)
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Is)
+        and is_name(test.left, given.value)
+        and is_name(test.comparisons[0].comparator, "None")
+    ):
+        return unset, True
+    return None
 
 
 BATCH_SAMPLERS = ("torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler")

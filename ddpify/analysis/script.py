@@ -368,6 +368,9 @@ class TrainingScript:
             return name if same_class and via_self else None
         return name  # a global
 
+    def alternatives(self, loader: Loader) -> list[Loader]:
+        return alternatives(self, loader)
+
     @cached_property
     def train_loaders(self) -> list[Loader]:
         """Loaders that feed a backward pass; by name and `shuffle=` when not traceable."""
@@ -376,6 +379,7 @@ class TrainingScript:
         traced += [t.loader for t in self.foreign_training if t.loader is not None]
         if traced:
             traced += _drawn_for_the_loss(self)
+            traced += [other for loader in traced for other in self.alternatives(loader)]
             for loader in traced:
                 loader.trains = True
             return list({id(loader): loader for loader in traced}.values())
@@ -742,6 +746,35 @@ def raw_optimizers(script: TrainingScript) -> list[cst.Call]:
         and call_arg(call, 0, "params") is not None
         and not script.builds_from_parameters(call)
     ]
+
+
+def alternatives(script: TrainingScript, loader: Loader) -> list[Loader]:
+    """The other `DataLoader(...)` calls the training loader's name is given in the same
+    function, one per branch (CutMix-PyTorch's `train_loader = DataLoader(...)` for CIFAR-100,
+    for CIFAR-10 and for ImageNet, under `if args.dataset == ...`; corpus, session 21): the
+    loop reads whichever ran, so each trains."""
+    if loader.name is None or not isinstance(loader.statement, cst.SimpleStatementLine):
+        return []
+    scope = script.index.function_of(loader.call)
+    return [
+        other
+        for other in script.loaders.all
+        if other is not loader
+        and other.name == loader.name
+        and other.key_var is None
+        and isinstance(other.statement, cst.SimpleStatementLine)
+        and script.index.function_of(other.call) is scope
+        and exclusive(script.index, loader.call, other.call)
+    ]
+
+
+def exclusive(index: SourceIndex, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether `first` and `second` are in different branches of one `if`/`elif`/`else`."""
+    for branch in index.ancestors(first):
+        if isinstance(branch, cst.If) and index.inside(second, branch):
+            # the innermost `if` holding both (an `elif` is its parent's `orelse`)
+            return index.inside(first, branch.body) != index.inside(second, branch.body)
+    return False
 
 
 def given_later(index: SourceIndex, origin: cst.CSTNode, read: cst.CSTNode) -> bool:

@@ -19,7 +19,7 @@ from ddpify.analysis.api import (
 from ddpify.analysis.calls import MAX_DEPTH, passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, read_as, string_value, strip_iteration
 from ddpify.analysis.project import generator_repasses, passes_over, repasses
-from ddpify.analysis.script import ForeignTraining, TrainLoop, without_gradients
+from ddpify.analysis.script import ForeignTraining, TrainLoop, exclusive, without_gradients
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import (
@@ -885,6 +885,12 @@ class DistributedSampler(ConvertRule):
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
         looped = {id(loop.loader) for loop in anatomy.script.train_loops if loop.loader is not None}
         looped |= {id(extra) for loop in anatomy.script.train_loops for extra in loop.also}
+        looped |= {  # the same name given another loader in another branch: the same loop's
+            id(other)
+            for loop in anatomy.script.train_loops
+            if loop.loader is not None
+            for other in anatomy.script.alternatives(loop.loader)
+        }
         for training in anatomy.script.foreign_training:
             if training.loader is not None and id(training.loader) in sharded:
                 looped.add(id(training.loader))
@@ -964,7 +970,10 @@ def _unshardable(anatomy: Anatomy) -> tuple[cst.CSTNode, str] | None:
                 "turn, so a process's next batch would not follow its last; give each "
                 "process a contiguous run of the data by hand"
             )
-        if len(made) > 1:  # SortaGrad (round-28 audit A deepspeech_sortagrad)
+        calls = list(made.values())
+        if len(made) > 1 and not all(  # not one per branch of an `if` (CutMix's datasets)
+            exclusive(anatomy, a, b) for a in calls for b in calls if a is not b
+        ):  # SortaGrad (round-28 audit A deepspeech_sortagrad)
             lines = ", ".join(str(anatomy.line(call)) for call in made.values())
             return loop.batch_loop, (
                 f"the training loop reads `{read.value}`, made by more than one DataLoader "

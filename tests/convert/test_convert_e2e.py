@@ -4070,3 +4070,71 @@ def test_a_data_dependent_initialisation_after_the_wrap_is_rank_0s(tmp_path: Pat
     assert "        model(first)\n    for tensor in model.state_dict().values():" in converted
     params = per_rank_json(tmp_path, converted, "glow_ddp.py", "params")
     assert params[0] == params[1]
+
+
+BRANCHED_LOADERS = """import json
+import os
+import sys
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(loader, model, optimizer):
+    seen = []
+    for (x,) in loader:
+        seen += [int(v) for v in x[:, 0]]
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return seen
+
+
+def main():
+    kind = sys.argv[1]
+    features = torch.arange(64.0).repeat(4, 1).T.contiguous()
+    if kind == "cifar":
+        train_loader = DataLoader(TensorDataset(features), batch_size=8, shuffle=True)
+    else:
+        train_dataset = TensorDataset(features)
+        train_sampler = None
+        train_loader = DataLoader(
+            train_dataset, batch_size=8, shuffle=(train_sampler is None), sampler=train_sampler
+        )
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    seen = []
+    for epoch in range(2):
+        seen.append(train(train_loader, model, optimizer))
+    rank = os.environ.get("RANK", "0")
+    json.dump(seen, open(f"seen{rank}.json", "w"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("kind", ["cifar", "imagenet"])
+def test_training_loaders_made_in_branches_are_each_sharded(tmp_path: Path, kind: str) -> None:
+    """CutMix-PyTorch makes `train_loader` in three branches (CIFAR-100, CIFAR-10, ImageNet);
+    only the first was sharded, and with `--dataset cifar10` the conversion crashed at
+    `train_loader.sampler.set_epoch` (a RandomSampler). The ImageNet branch is pytorch/
+    examples' `train_sampler = None` ... `shuffle=(train_sampler is None), sampler=
+    train_sampler`: the `None` becomes the DistributedSampler (corpus, session 21)."""
+    result = convert_source(BRANCHED_LOADERS.encode(), "branches.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert "train_sampler = DistributedSampler(train_dataset, shuffle=True)" in converted
+    assert converted.count("sampler=DistributedSampler(") == 1
+    probe = converted.replace(
+        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
+    )
+    (tmp_path / "branches_ddp.py").write_text(probe)
+    run_ = torchrun(["branches_ddp.py", kind], cwd=tmp_path, timeout=240)
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
+    for epoch in (0, 1):  # each pass: the 64 samples split between the ranks
+        assert sorted(seen[0][epoch] + seen[1][epoch]) == list(range(64))
+    assert seen[0][0] != seen[0][1]  # reshuffled
