@@ -108,6 +108,9 @@ _OPTIMIZER = re.compile(r"^(torch\.)?optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A
 WRITES = {
     "save", "savefig", "save_image", "savetxt", "to_csv", "copyfile", "rename", "unlink",
     "FileHandler",  # a log file, opened (and, with mode="w", truncated) when it is made
+    "savez", "savez_compressed", "savemat", "tofile", "write_text", "write_bytes", "imwrite",
+    "imsave", "mimsave", "to_parquet", "to_pickle", "to_feather", "to_excel", "copy2", "move",
+    "rmtree", "symlink", "export",
 }  # fmt: skip
 PRINTS = {"print", "info", "warning", "debug", "log", "write_line"}
 

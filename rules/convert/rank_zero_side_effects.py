@@ -1108,7 +1108,32 @@ def _guard_helpers(ctx: ConvertContext, models: set[str]) -> list[cst.CSTNode]:
         ctx.plan.guard(line, expression(RANK_ZERO))
         helped.append(line)
         ctx.changed(line, f"{where} {what}: on rank 0 only")
+        if what != "only prints" and _before_training(anatomy, line):
+            # data a helper prepares (round-37 audit C download_if_missing_data_module:
+            # `prepare_data(root)` writing the npz files the dataset then loads)
+            ctx.plan.insert_after(line, [statement(WAIT_FOR_RANK_ZERO)])
+            ctx.changed(line, "the other processes wait for what it writes before going on")
     return helped
+
+
+WAIT_FOR_RANK_ZERO = "dist.barrier()  # the others wait for the files rank 0 writes\n"
+
+
+def _before_training(anatomy: Anatomy, line: cst.CSTNode) -> bool:
+    """`line` runs once, outside any loop, before a backward pass of its function."""
+    function = anatomy.function_of(line)
+    if any(isinstance(a, cst.For | cst.While) for a in anatomy.ancestors(line)):
+        return False
+    return any(
+        anatomy.precedes(line, call) and anatomy.function_of(call) is function
+        for call in anatomy.script.training_calls
+    ) or any(
+        anatomy.precedes(line, node) and anatomy.function_of(node) is function
+        for node in [
+            *(loop.batch_loop for loop in anatomy.script.train_loops),
+            *(training.call for training in anatomy.script.foreign_training),
+        ]
+    )
 
 
 def _helpers_that_print(

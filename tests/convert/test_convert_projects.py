@@ -2901,3 +2901,63 @@ for step in range(100):
             "does not rewrite; add it there by hand (or loop over the loader here)",
         )
     ]
+
+
+def test_data_a_helper_of_another_file_writes_before_training_is_rank_0s(
+    tmp_path: Path,
+) -> None:
+    """Round-37 audit C download_if_missing_data_module: `prepare_data(root)` (data/
+    prepare.py) writes the npz files with `np.savez` when they are missing, and the dataset
+    then loads them. `np.savez` was not taken for a write: both ranks wrote the same files
+    at once, and one run in ten read a truncated archive. Rank 0 prepares; the others wait."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("")
+    (tmp_path / "data" / "prepare.py").write_text(
+        "import os\n\nimport numpy as np\n\n\n"
+        "def prepare_data(root):\n"
+        "    os.makedirs(root, exist_ok=True)\n"
+        '    if os.path.exists(os.path.join(root, "train.npz")):\n'
+        "        return\n"
+        "    rng = np.random.default_rng(0)\n"
+        '    x = rng.normal(size=(64, 4)).astype("float32")\n'
+        '    np.savez(os.path.join(root, "train.npz"), x=x, y=(x.sum(1) > 0).astype("int64"))\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_bytes(
+        b"""import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from data.prepare import prepare_data
+
+
+def main():
+    prepare_data("toy")
+    arrays = np.load("toy/train.npz")
+    dataset = TensorDataset(torch.from_numpy(arrays["x"]), torch.from_numpy(arrays["y"]))
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    )
+    output, notes = convert(script)
+    assert (
+        b'    if dist.get_rank() == 0:\n        prepare_data("toy")\n    dist.barrier()' in output
+    )
+    assert "`prepare_data()` (data/prepare.py) writes files (`np.savez`): on rank 0 only" in notes
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120, env=recording(tmp_path))
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert writers(tmp_path)["toy/train.npz"] == {"0"}
+
