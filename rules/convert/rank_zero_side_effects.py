@@ -1288,6 +1288,7 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
         line = anatomy.statement_of(assign)
         uses = _writer_uses(ctx, name, anatomy.function_of(assign), line, guarded, wrapping)
         if uses is None:
+            _handed_to_another_file(ctx, assign, name, value)
             continue  # read somewhere that runs on every rank: the writer must exist there
         closing, handed = uses
         here = LAUNCHED_RANK_ZERO if early else RANK_ZERO
@@ -1314,6 +1315,34 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
             else "TensorBoard writer made (and closed) on rank 0 only"
             + (" (None on the others, where it is tested or handed on)" if handed else ""),
         )
+
+
+def _handed_to_another_file(
+    ctx: ConvertContext, assign: cst.Assign, name: str, made: cst.Call
+) -> None:
+    """A writer (a SummaryWriter, a logger class of the project that writes a file) handed
+    to a helper of another file that uses it (round-37 audit C logger_print_to_file_module_b:
+    `train_one_epoch(..., logger, ...)` in engine.py calling `logger.write(...)`): every
+    process would write the file, and the helper cannot be given None. Refused."""
+    anatomy = ctx.anatomy
+    scope = anatomy.function_of(assign)
+    for call in anatomy.calls:
+        if anatomy.function_of(call) is not scope or not any(
+            is_name(arg.value, name) for arg in call.args
+        ):
+            continue
+        helper = anatomy.project.helper(call)
+        if helper is None:
+            continue
+        ctx.cannot(
+            call,
+            f"`{name}` (`{dotted(made.func)}(...)`, line {anatomy.line(assign)}) writes files "
+            f"and is handed to `{helper.name}()` ({anatomy.project.shown(helper.path)}), "
+            "which uses it on every process: each would write them; make it on rank 0 only "
+            "and give the other processes an object whose methods do nothing, by hand",
+            blocking=True,
+        )
+        return
 
 
 def _writer_uses(

@@ -2961,3 +2961,55 @@ if __name__ == "__main__":
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert writers(tmp_path)["toy/train.npz"] == {"0"}
 
+
+def test_a_writer_handed_to_a_helper_of_another_file_is_refused(tmp_path: Path) -> None:
+    """Round-37 audit C logger_print_to_file_module_b and tensorboard_optional_writer_module_b:
+    `logger = Logger("log.txt")` (a class of utils/log.py that opens the file) handed to
+    `train_one_epoch(..., logger)` of engine.py, which writes with it: the conversion left it
+    on every rank, silently, and both ranks wrote every line. The helper cannot be given
+    None, and ddpify does not rewrite engine.py: refused, naming both."""
+    (tmp_path / "log.py").write_text(
+        "class Logger:\n"
+        "    def __init__(self, path):\n"
+        '        self.f = open(path, "a")\n\n'
+        "    def write(self, msg):\n"
+        "        print(msg, file=self.f, flush=True)\n"
+    )
+    (tmp_path / "engine.py").write_text(
+        "def train_one_epoch(model, loader, optimizer, logger):\n"
+        "    for x in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        '        logger.write(f"loss {loss.item():.4f}")\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_bytes(
+        b"""import torch
+from torch.utils.data import DataLoader
+
+from engine import train_one_epoch
+from log import Logger
+
+logger = Logger("log.txt")
+loader = DataLoader(torch.randn(64, 4), batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    train_one_epoch(model, loader, optimizer, logger)
+    logger.write(f"epoch {epoch} done")
+"""
+    )
+    result = convert_source(script.read_bytes(), script.name, ConvertOptions(), script)
+    assert result.refused
+    assert [(note.line, note.message) for note in result.problems] == [
+        (
+            12,
+            "`logger` (`Logger(...)`, line 7) writes files and is handed to "
+            "`train_one_epoch()` (engine.py), which uses it on every process: each would "
+            "write them; make it on rank 0 only and give the other processes an object whose "
+            "methods do nothing, by hand",
+        )
+    ]
+
