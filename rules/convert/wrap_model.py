@@ -692,6 +692,18 @@ def _unwrappable(ctx: ConvertContext) -> bool:
             blocking=True,
         )
         return True
+    foreign = _foreign_buffer_updates(anatomy)
+    if foreign is not None:
+        made, where, buffer = foreign
+        ctx.cannot(
+            made,
+            f"`{where}'s forward writes its buffer `self.{buffer}` from this process's batch "
+            "(a memory bank, a queue of keys): each process would keep only what it wrote, "
+            "and the processes' losses would drift apart; gather what is written from every "
+            "process (dist.all_gather) first, in that file, by hand",
+            blocking=True,
+        )
+        return True
     sparse = _sparse_gradients(anatomy)
     if sparse is not None:
         ctx.cannot(
@@ -1987,43 +1999,66 @@ def _updates_buffers(anatomy: Anatomy) -> tuple[cst.CSTNode, str, str] | None:
     every forward, so what the other processes wrote is lost. (BatchNorm's running
     statistics are torch's own, and averaged out by the same broadcast.)"""
     for owner in anatomy.classes.values():
-        by_name = {method.name.value: method for method in methods(owner)}
-        forward, init = by_name.get("forward"), by_name.get("__init__")
-        if forward is None or init is None:
-            continue
-        buffers = {
-            node.args[0].value.raw_value
-            for node in walk(init.body)
-            if is_method_call(node, "register_buffer")
-            and isinstance(node, cst.Call)
-            and node.args
-            and isinstance(node.args[0].value, cst.SimpleString)
-        }
-        if not buffers:
-            continue
-        for method in methods_reached(forward, by_name):
-            for node in walk(method.body):
-                targets: list[cst.BaseExpression] = []
-                if isinstance(node, cst.Assign):
-                    targets = [t.target for t in node.targets]
-                elif isinstance(node, cst.AugAssign):
-                    targets = [node.target]
-                elif (
-                    isinstance(node, cst.Call)
-                    and isinstance(node.func, cst.Attribute)
-                    and node.func.attr.value.endswith("_")
-                    and node.func.attr.value != "requires_grad_"
+        found = _buffer_written(owner)
+        if found is not None:
+            return found[0], owner.name.value, found[1]
+    return None
+
+
+def _foreign_buffer_updates(anatomy: Anatomy) -> tuple[cst.Call, str, str] | None:
+    """`_updates_buffers` for a module class of another project file the script makes
+    (round-37 audit C memory_bank_loss_module: `criterion = MemoryBankLoss(...)` of
+    losses.py, whose forward writes `self.memory[index]`): the call that makes it, where
+    the write is, and the buffer."""
+    for call in anatomy.calls:
+        made = anatomy.project.class_made(call)
+        found = _buffer_written(made[0]) if made is not None else None
+        if made is not None and found is not None:
+            where = f"{made[0].name.value}` ({anatomy.project.shown(made[1])})"
+            return call, where, found[1]
+    return None
+
+
+def _buffer_written(owner: cst.ClassDef) -> tuple[cst.CSTNode, str] | None:
+    """Where the class's forward (or a method of its own it calls) writes one of the
+    buffers its `__init__` registers, and the buffer."""
+    by_name = {method.name.value: method for method in methods(owner)}
+    forward, init = by_name.get("forward"), by_name.get("__init__")
+    if forward is None or init is None:
+        return None
+    buffers = {
+        node.args[0].value.raw_value
+        for node in walk(init.body)
+        if is_method_call(node, "register_buffer")
+        and isinstance(node, cst.Call)
+        and node.args
+        and isinstance(node.args[0].value, cst.SimpleString)
+    }
+    if not buffers:
+        return None
+    for method in methods_reached(forward, by_name):
+        for node in walk(method.body):
+            targets: list[cst.BaseExpression] = []
+            if isinstance(node, cst.Assign):
+                targets = [t.target for t in node.targets]
+            elif isinstance(node, cst.AugAssign):
+                targets = [node.target]
+            elif (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value.endswith("_")
+                and node.func.attr.value != "requires_grad_"
+            ):
+                targets = [node.func.value]
+            for target in targets:
+                while isinstance(target, cst.Subscript):
+                    target = target.value
+                if (
+                    isinstance(target, cst.Attribute)
+                    and is_name(target.value, "self")
+                    and target.attr.value in buffers
                 ):
-                    targets = [node.func.value]
-                for target in targets:
-                    while isinstance(target, cst.Subscript):
-                        target = target.value
-                    if (
-                        isinstance(target, cst.Attribute)
-                        and is_name(target.value, "self")
-                        and target.attr.value in buffers
-                    ):
-                        return node, owner.name.value, target.attr.value
+                    return node, target.attr.value
     return None
 
 

@@ -3013,3 +3013,53 @@ for epoch in range(2):
         )
     ]
 
+
+def test_a_module_of_another_file_that_writes_its_buffer_in_forward_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Round-37 audit C memory_bank_loss_module: `criterion = MemoryBankLoss(...)` of
+    losses.py writes `self.memory[index]` (a registered buffer) in its forward. Converted,
+    each rank kept only its own shard's rows, and the losses drifted apart (exit 0). The
+    same write in a class of the script is refused already (MoCo's queue)."""
+    (tmp_path / "losses.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class MemoryBankLoss(nn.Module):\n"
+        "    def __init__(self, n, dim):\n"
+        "        super().__init__()\n"
+        '        self.register_buffer("memory", torch.zeros(n, dim))\n\n'
+        "    def forward(self, features, index):\n"
+        "        loss = -(features * self.memory[index]).sum(1).mean()\n"
+        "        self.memory[index] = features.detach()\n"
+        "        return loss\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_bytes(
+        b"""import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from losses import MemoryBankLoss
+
+dataset = TensorDataset(torch.randn(64, 4), torch.arange(64))
+loader = DataLoader(dataset, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 4)
+criterion = MemoryBankLoss(64, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, index in loader:
+        loss = criterion(model(x), index)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    )
+    result = convert_source(script.read_bytes(), script.name, ConvertOptions(), script)
+    assert result.refused
+    assert [(note.line, note.message) for note in result.problems] == [
+        (
+            9,
+            "`MemoryBankLoss` (losses.py)'s forward writes its buffer `self.memory` from this "
+            "process's batch (a memory bank, a queue of keys): each process would keep only "
+            "what it wrote, and the processes' losses would drift apart; gather what is "
+            "written from every process (dist.all_gather) first, in that file, by hand",
+        )
+    ]
