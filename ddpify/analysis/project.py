@@ -595,6 +595,18 @@ def _optimized_parameter(helper: Helper) -> str | None:
     ]
     if not made or any(optimizer is None for optimizer in made):
         return None
+    given = {
+        first.value.value
+        for optimizer in made
+        if optimizer is not None
+        and (first := call_arg(optimizer, 0, "params")) is not None
+        and isinstance(first.value, cst.Name)
+    }
+    parameters = {param.name.value for param in helper.function.params.params}
+    if len(given) == 1 and given <= parameters:
+        # `build_optimizer(params, cfg)` returning `AdamW(params, ...)`, called with
+        # `model.parameters()` (round-37 audit C scheduler_module_from_loader_len)
+        return given.pop()
     return _parameters_of_one(helper.function)
 
 

@@ -664,6 +664,8 @@ def _foreign_optimizers(script: TrainingScript) -> dict[int, cst.BaseExpression]
         if helper is None or parameter is None:
             continue
         model = helper.graph.bound_argument(call, helper.function, parameter)
+        if is_method_call(model, *PARAMETERS):  # `build_optimizer(model.parameters(), cfg)`
+            model = model.func.value  # type: ignore[union-attr]
         if isinstance(model, cst.Name | cst.Attribute):
             found[id(call)] = model
     return found
@@ -769,7 +771,15 @@ def alternatives(script: TrainingScript, loader: Loader) -> list[Loader]:
 
 
 def exclusive(index: SourceIndex, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-    """Whether `first` and `second` are in different branches of one `if`/`elif`/`else`."""
+    """Whether `first` and `second` are in different branches of one `if`/`elif`/`else`,
+    and run once: in no loop of their function (a loader made in order for the first epoch
+    and shuffled after, SortaGrad, is made again every epoch)."""
+    if any(
+        isinstance(a, cst.For | cst.While) and index.function_of(a) is index.function_of(node)
+        for node in (first, second)
+        for a in index.ancestors(node)
+    ):
+        return False
     for branch in index.ancestors(first):
         if isinstance(branch, cst.If) and index.inside(second, branch):
             # the innermost `if` holding both (an `elif` is its parent's `orelse`)

@@ -3063,3 +3063,51 @@ for epoch in range(2):
             "written from every process (dist.all_gather) first, in that file, by hand",
         )
     ]
+
+
+def test_an_optimizer_a_helper_of_another_file_makes_from_the_parameters_it_is_given(
+    tmp_path: Path,
+) -> None:
+    """Round-37 audit C scheduler_module_from_loader_len: `optimizer = build_optimizer(
+    model.parameters(), cfg)` of optim.py returning `AdamW(params, ...)` was not taken for
+    the model's optimizer, and the script was refused with "`train_one_epoch()` (engine.py)
+    makes the model it trains" (it does not). `build_optimizer(model, cfg)` converted."""
+    (tmp_path / "optim.py").write_text(
+        "import torch\n\n\n"
+        "def build_optimizer(params, cfg):\n"
+        '    return torch.optim.AdamW(params, lr=cfg["lr"])\n'
+    )
+    (tmp_path / "engine.py").write_text(
+        "def train_one_epoch(model, loader, optimizer):\n"
+        "    for x in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_bytes(
+        b"""import torch
+from torch.utils.data import DataLoader
+
+from engine import train_one_epoch
+from optim import build_optimizer
+
+loader = DataLoader(torch.randn(64, 4), batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = build_optimizer(model.parameters(), {"lr": 0.01})
+for epoch in range(2):
+    train_one_epoch(model, loader, optimizer)
+torch.save(model.state_dict(), "model.pt")
+"""
+    )
+    output, _ = convert(script)
+    assert b"model = DDP(model, device_ids=" in output
+    assert b"torch.save(model.module.state_dict()" in output
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    import torch
+
+    assert sorted(torch.load(tmp_path / "model.pt", weights_only=True)) == ["bias", "weight"]
