@@ -1404,7 +1404,10 @@ def _writer_uses(
                 if len(bound) == 1
                 else None
             )
-            if inner is not None and not inner[0]:
+            if inner is not None and (not inner[0] or wrapping):
+                # its uses there guarded too (round-37 audit C logger_print_to_file_module_c:
+                # `train_one_epoch(..., logger)` of the script calling `logger.write(...)`)
+                closing += inner[0]
                 handed = True
                 continue
         if _tests_the_writer(anatomy, node, name):

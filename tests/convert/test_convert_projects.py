@@ -3111,3 +3111,60 @@ torch.save(model.state_dict(), "model.pt")
     import torch
 
     assert sorted(torch.load(tmp_path / "model.pt", weights_only=True)) == ["bias", "weight"]
+
+
+def test_a_writer_handed_to_a_function_of_the_script_is_used_on_rank_0_there_too(
+    tmp_path: Path,
+) -> None:
+    """Round-37 audit C logger_print_to_file_module_c: `logger = Logger("log.txt")` (a class
+    of log.py that opens the file) handed to the script's own `train_one_epoch(...,
+    logger)`, which calls `logger.write(...)`: the guard was dropped, silently, and both
+    ranks wrote every line. The logger is made on rank 0 (None elsewhere) and its uses in
+    the function are guarded too."""
+    (tmp_path / "log.py").write_text(
+        "class Logger:\n"
+        "    def __init__(self, path):\n"
+        '        self.f = open(path, "a")\n\n'
+        "    def write(self, msg):\n"
+        "        print(msg, file=self.f, flush=True)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_bytes(
+        b"""import torch
+from torch.utils.data import DataLoader
+
+from log import Logger
+
+
+def train_one_epoch(model, loader, optimizer, logger):
+    for x in loader:
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        logger.write(f"loss {loss.item():.4f}")
+
+
+def main():
+    logger = Logger("log.txt")
+    loader = DataLoader(torch.randn(64, 4), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        train_one_epoch(model, loader, optimizer, logger)
+        logger.write(f"epoch {epoch} done")
+
+
+if __name__ == "__main__":
+    main()
+"""
+    )
+    output, _ = convert(script)
+    assert b'logger = Logger("log.txt") if dist.get_rank() == 0 else None' in output
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120, env=recording(tmp_path))
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert writers(tmp_path)["log.txt"] == {"0"}
+    lines = (tmp_path / "log.txt").read_text().splitlines()
+    assert len(lines) == 10  # 2 epochs of 4 steps (rank 0's) and 2 epoch lines
