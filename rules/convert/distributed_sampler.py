@@ -857,6 +857,7 @@ class DistributedSampler(ConvertRule):
         _make_foreign_loaders_again(ctx)
 
     def refuse(self, ctx: ConvertContext) -> None:
+        _refuse_inherited_drivers(ctx)
         _refuse_salted_hashes(ctx)
         _refuse_per_sample_state(ctx)
         _refuse_loaders_given_to_one_loop(ctx)
@@ -3212,6 +3213,30 @@ def _whole_name(anatomy: Anatomy, loader: Loader, read: cst.BaseExpression) -> c
     if not anatomy.precedes(loader.statement, read):
         return None
     return read
+
+
+def _refuse_inherited_drivers(ctx: ConvertContext) -> None:
+    """The training loop is a method of a class whose base is in another project file
+    (round-37 audit C trainer_subclass_hooks_b: `ClassifierTrainer(BaseTrainer)` here, its
+    `_train_epoch` called by trainer/base.py's `train()`, which loops over the epochs and
+    saves the checkpoints): the passes, their set_epoch and the writes are in that file,
+    which ddpify does not rewrite. Refused."""
+    anatomy = ctx.anatomy
+    for loop in anatomy.script.train_loops:
+        function = anatomy.function_of(loop.batch_loop)
+        owner = anatomy.class_of(function) if function is not None else None
+        base = anatomy.project.foreign_base(owner) if owner is not None else None
+        if owner is None or base is None:
+            continue
+        ctx.cannot(
+            loop.batch_loop,
+            f"`{owner.name.value}` trains in a method its base `{base[0]}` "
+            f"({anatomy.project.shown(base[1])}) may run: the epochs, their set_epoch and the "
+            "checkpoint writes would be in that file, which ddpify does not rewrite; convert "
+            "it by hand",
+            blocking=True,
+        )
+        return
 
 
 def _refuse_loaders_given_to_one_loop(ctx: ConvertContext) -> None:

@@ -3168,3 +3168,59 @@ if __name__ == "__main__":
     assert writers(tmp_path)["log.txt"] == {"0"}
     lines = (tmp_path / "log.txt").read_text().splitlines()
     assert len(lines) == 10  # 2 epochs of 4 steps (rank 0's) and 2 epoch lines
+
+
+def test_a_training_method_a_base_class_of_another_file_drives_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Round-37 audit C trainer_subclass_hooks_b: `ClassifierTrainer(BaseTrainer)` in the
+    script implements `_train_epoch`, and trainer/base.py's `train()` loops over the epochs
+    and saves the checkpoints. The conversion said "one pass over the data: no set_epoch
+    needed": no reshuffling, and both ranks saved `module.` keys (exit 0)."""
+    (tmp_path / "base.py").write_text(
+        "import torch\n\n\n"
+        "class BaseTrainer:\n"
+        "    def __init__(self, model, epochs):\n"
+        "        self.model = model\n"
+        "        self.epochs = epochs\n\n"
+        "    def train(self):\n"
+        "        for epoch in range(self.epochs):\n"
+        "            self._train_epoch(epoch)\n"
+        '            torch.save(self.model.state_dict(), f"epoch{epoch}.pt")\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_bytes(
+        b"""import torch
+from torch.utils.data import DataLoader
+
+from base import BaseTrainer
+
+
+class Trainer(BaseTrainer):
+    def __init__(self, model, optimizer, loader, epochs):
+        super().__init__(model, epochs)
+        self.optimizer = optimizer
+        self.loader = loader
+
+    def _train_epoch(self, epoch):
+        for x in self.loader:
+            loss = self.model(x).sum()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+
+loader = DataLoader(torch.randn(64, 4), batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+Trainer(model, optimizer, loader, 2).train()
+"""
+    )
+    result = convert_source(script.read_bytes(), script.name, ConvertOptions(), script)
+    assert result.refused
+    assert (
+        14,
+        "`Trainer` trains in a method its base `BaseTrainer` (base.py) may run: the epochs, "
+        "their set_epoch and the checkpoint writes would be in that file, which ddpify does "
+        "not rewrite; convert it by hand",
+    ) in [(note.line, note.message) for note in result.problems]
