@@ -3445,6 +3445,36 @@ def _given_whole(
     return names or None
 
 
+def _foreign_evaluation(anatomy: Anatomy, loader: Loader, call: cst.Call) -> list[cst.Name]:
+    """The training loader's name given to a helper of another project file that loops
+    over it without training (round-37 audit C eval_script_importable_b: `evaluate(model,
+    train_loader, device)` of evaluate.py after training read rank 0's shard and reported
+    it as the training set's accuracy)."""
+    helper = anatomy.project.helper(call) if anatomy.project.may_be_helper(call) else None
+    if helper is None or anatomy.project.effects(helper).trains:
+        return []
+    body = helper.function.body
+    if any(isinstance(node, cst.Yield) for node in walk(body)):
+        return []  # a generator: its batches go wherever its values go
+    looped = {
+        dotted(strip_iteration(node.iter, helper.graph))
+        for node in walk(body)
+        if isinstance(node, cst.For)
+    }
+    found = []
+    for arg in call.args:
+        name = _whole_name(anatomy, loader, arg.value)
+        if name is None:
+            continue
+        parameters = [
+            p for p in helper.graph.parameters_of(helper.function)
+            if helper.graph.bound_argument(call, helper.function, p) is arg.value
+        ]  # fmt: skip
+        if parameters and parameters[0] in looped:
+            found.append(name)
+    return found
+
+
 def _evaluate_whole(ctx: ConvertContext, loader: Loader) -> None:
     """A loader of its own, without the sampler, for each evaluation over the whole
     training set (`_given_whole`, `update_bn`), made right after the training loader."""
@@ -3456,6 +3486,7 @@ def _evaluate_whole(ctx: ConvertContext, loader: Loader) -> None:
         if anatomy.is_call_to(call, {"torch.optim.swa_utils.update_bn"}) and call.args:
             name = _whole_name(anatomy, loader, call.args[0].value)
             reads += [name] if name is not None else []
+        reads += _foreign_evaluation(anatomy, loader, call)
     if not reads or loader.name is None:
         return
     held = loader.name

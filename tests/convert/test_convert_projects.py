@@ -3224,3 +3224,55 @@ Trainer(model, optimizer, loader, 2).train()
         "their set_epoch and the checkpoint writes would be in that file, which ddpify does "
         "not rewrite; convert it by hand",
     ) in [(note.line, note.message) for note in result.problems]
+
+
+def test_an_evaluation_of_another_file_over_the_training_loader_reads_every_sample(
+    tmp_path: Path,
+) -> None:
+    """Round-37 audit C eval_script_importable_b: `evaluate(model, train_loader)` of
+    evaluate.py after training read the sharded loader, and rank 0 reported its half as the
+    training set's accuracy. It is given the same dataset without the sampler."""
+    (tmp_path / "evaluate.py").write_text(
+        "import torch\n\n\n"
+        "def evaluate(model, loader):\n"
+        "    seen = 0\n"
+        "    with torch.no_grad():\n"
+        "        for x in loader:\n"
+        "            model(x)\n"
+        "            seen += len(x)\n"
+        "    return seen\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_bytes(
+        b"""import torch
+from torch.utils.data import DataLoader
+
+from evaluate import evaluate
+
+
+def main():
+    train_loader = DataLoader(torch.randn(64, 4), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x in train_loader:
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    seen = evaluate(model, train_loader)
+    print("evaluated", seen)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    )
+    output, notes = convert(script)
+    assert b"    seen = evaluate(model, eval_train_loader)\n" in output
+    assert any(note.startswith("the training set is also evaluated") for note in notes)
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert "evaluated 64" in result.stdout.decode()
