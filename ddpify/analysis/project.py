@@ -230,33 +230,6 @@ class Project:
                 return found[0], found[2]
         return None
 
-    def foreign_base(self, owner: cst.ClassDef) -> tuple[str, Path] | None:
-        """A base class of `owner` that a file of the project defines and whose methods call
-        methods `owner` defines (`BaseTrainer` of trainer/base.py, whose `train()` runs
-        `self._train_epoch(epoch)`): its name and file."""
-        own = {m.name.value for m in methods(owner)}
-        if not self.imported:
-            return None
-        for base in owner.bases:
-            name = dotted(base.value)
-            if name is None or name.split(".")[0] not in self.imported:
-                continue
-            for qualified in self.index.qualified_names(base.value):
-                found = _definition(qualified, self.roots)
-                if (
-                    found is not None
-                    and isinstance(found[0], cst.ClassDef)
-                    and any(
-                        isinstance(node, cst.Call)
-                        and isinstance(node.func, cst.Attribute)
-                        and is_name(node.func.value, "self")
-                        and node.func.attr.value in own
-                        for node in walk(found[0].body)
-                    )
-                ):
-                    return found[0].name.value, found[2]
-        return None
-
     def called_instance(self, call: cst.Call) -> Helper | None:
         """The method of a project class (in another file) that `call` calls on an object
         of it: `__call__` for `early_stopping(valid_loss, model)` with `early_stopping =
@@ -581,6 +554,34 @@ def _local(helper: Helper, value: cst.BaseExpression) -> bool:
         and any(is_name(target.target, value.value) for target in node.targets)
         for node in walk(helper.function.body)
     )
+
+
+def foreign_base(project: Project, owner: cst.ClassDef) -> tuple[str, Path] | None:
+    """A base class of `owner` that a file of the project defines and whose methods call
+    methods `owner` defines (`BaseTrainer` of trainer/base.py, whose `train()` runs
+    `self._train_epoch(epoch)`): its name and file."""
+    own = {m.name.value for m in methods(owner)}
+    if not project.imported:
+        return None
+    for base in owner.bases:
+        name = dotted(base.value)
+        if name is None or name.split(".")[0] not in project.imported:
+            continue
+        for qualified in project.index.qualified_names(base.value):
+            found = _definition(qualified, project.roots)
+            if (
+                found is not None
+                and isinstance(found[0], cst.ClassDef)
+                and any(
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Attribute)
+                    and is_name(node.func.value, "self")
+                    and node.func.attr.value in own
+                    for node in walk(found[0].body)
+                )
+            ):
+                return found[0].name.value, found[2]
+    return None
 
 
 def _alone_on_its_line(index: SourceIndex, call: cst.Call) -> bool:

@@ -18,7 +18,7 @@ from ddpify.analysis.api import (
 )
 from ddpify.analysis.calls import MAX_DEPTH, passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, read_as, string_value, strip_iteration
-from ddpify.analysis.project import generator_repasses, passes_over, repasses
+from ddpify.analysis.project import foreign_base, generator_repasses, passes_over, repasses
 from ddpify.analysis.script import ForeignTraining, TrainLoop, exclusive, without_gradients
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
@@ -3225,7 +3225,7 @@ def _refuse_inherited_drivers(ctx: ConvertContext) -> None:
     for loop in anatomy.script.train_loops:
         function = anatomy.function_of(loop.batch_loop)
         owner = anatomy.class_of(function) if function is not None else None
-        base = anatomy.project.foreign_base(owner) if owner is not None else None
+        base = foreign_base(anatomy.project, owner) if owner is not None else None
         if owner is None or base is None:
             continue
         ctx.cannot(
