@@ -1108,7 +1108,12 @@ def _guard_helpers(ctx: ConvertContext, models: set[str]) -> list[cst.CSTNode]:
         ctx.plan.guard(line, expression(RANK_ZERO))
         helped.append(line)
         ctx.changed(line, f"{where} {what}: on rank 0 only")
-        if what != "only prints" and _before_training(anatomy, line):
+        writes = anatomy.project.effects(helper).writes
+        if (
+            what != "only prints"
+            and any(write.rsplit(".", 1)[-1] not in LOGS_AND_FIGURES for write in writes)
+            and _before_training(anatomy, line)
+        ):
             # data a helper prepares (round-37 audit C download_if_missing_data_module:
             # `prepare_data(root)` writing the npz files the dataset then loads)
             ctx.plan.insert_after(line, [statement(WAIT_FOR_RANK_ZERO)])
@@ -1117,6 +1122,8 @@ def _guard_helpers(ctx: ConvertContext, models: set[str]) -> list[cst.CSTNode]:
 
 
 WAIT_FOR_RANK_ZERO = "dist.barrier()  # the others wait for the files rank 0 writes\n"
+# What a helper writes that nothing reads back: a log file set up, a figure.
+LOGS_AND_FIGURES = {"FileHandler", "savefig", "save_image", "imsave", "imwrite", "mimsave"}
 
 
 def _before_training(anatomy: Anatomy, line: cst.CSTNode) -> bool:
