@@ -177,7 +177,7 @@ def main(argv: list[str]) -> int:
         patches.patch_rnn_inputs()
     patches.patch_writes(recorder)
     patches.patch_loads(recorder)
-    patches.patch_output(recorder)
+    patches.patch_output(recorder, options.script)
     skipped = {int(line) for line in options.skip_seeds.split(",") if line}
     if skipped:
         patches.skip_seeds(recorder, options.script, skipped)

@@ -1099,6 +1099,24 @@ class _SideEffectsOnce(_AfterEquivalence):
         if not original:
             return Status.NOT_EXERCISED, label, "the original printed nothing within the run"
         printed = [mask(p.stdout) for p in facts.converted.processes]
+        # what other files of the script's folder print (engine.py's `print`): a conversion
+        # rewrites the script alone, and reports those prints; they are noted, not failed
+        elsewhere = {
+            masked(text): where
+            for process in facts.converted.processes
+            for text, where in process.record.elsewhere.items()
+        }
+        noted: dict[str, str] = {}
+        for rank in range(1, facts.n):
+            for line in printed[rank]:
+                if line in elsewhere and similar_to_any(line, original):
+                    noted.setdefault(elsewhere[line], line)
+            printed[rank] = [line for line in printed[rank] if line not in elsewhere]
+        besides = "".join(
+            f"; {line!r} is printed by every rank from {where}, which the conversion leaves "
+            "as it is (and reports)"
+            for where, line in sorted(noted.items())
+        )
         for rank in range(1, facts.n):
             repeated = next(
                 (line for line in printed[rank] if similar_to_any(line, original)), None
@@ -1128,7 +1146,7 @@ class _SideEffectsOnce(_AfterEquivalence):
         return (
             Status.PASS,
             label,
-            (f"the original's {len(original)} line(s) printed once each, by rank 0 only"),
+            (f"the original's {len(original)} line(s) printed once each, by rank 0 only{besides}"),
         )
 
     def _files(self) -> tuple[Status, str, str]:

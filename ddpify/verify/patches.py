@@ -24,6 +24,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -806,29 +807,48 @@ NUMPY_PER_SAMPLE = (
 
 class PrintedLines:
     """`sys.stdout` or `sys.stderr`, passing everything on, and telling the recorder each
-    line written through it (a progress bar's redrawn line: its last state)."""
+    line written through it (a progress bar's redrawn line: its last state), and the lines
+    another file of the script's folder wrote (`print` in engine.py, which a conversion
+    leaves as it is and reports)."""
 
-    def __init__(self, stream: Any, recorder: Recorder) -> None:
+    def __init__(self, stream: Any, recorder: Recorder, script: Path | None = None) -> None:
         self._stream = stream
         self._recorder = recorder
         self._partial = ""
+        self._script = script.resolve() if script is not None else None
 
     def write(self, text: str) -> int:
         written: int = self._stream.write(text)
         lines = (self._partial + text).split("\n")
         self._partial = lines.pop()[-1000:]
+        origin = self._origin(sys._getframe(1)) if lines else None
         for line in lines:
             self._recorder.printed(line.rsplit("\r", 1)[-1])
+            if origin is not None and line.strip():
+                self._recorder.event("printed_elsewhere", text=line, file=origin)
         return written
+
+    def _origin(self, frame: Any) -> str | None:
+        """The file of the script's folder other than the script whose code is writing,
+        past the library frames between (print, logging, tqdm); None for the script's own."""
+        if self._script is None:
+            return None
+        folder = self._script.parent
+        while frame is not None:
+            path = Path(frame.f_code.co_filename)
+            if path.is_absolute() and path.is_relative_to(folder) and path.suffix == ".py":
+                return None if path == self._script else path.relative_to(folder).as_posix()
+            frame = frame.f_back
+        return None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
-def patch_output(recorder: Recorder) -> None:
+def patch_output(recorder: Recorder, script: Path | None = None) -> None:
     """What the script prints or logs, line by line, for the evaluation check."""
-    sys.stdout = PrintedLines(sys.stdout, recorder)
-    sys.stderr = PrintedLines(sys.stderr, recorder)
+    sys.stdout = PrintedLines(sys.stdout, recorder, script)
+    sys.stderr = PrintedLines(sys.stderr, recorder, script)
 
 
 def patch_rnn_dropout(recorder: Recorder) -> None:

@@ -206,6 +206,8 @@ class ProcessRecord:
     # Files of the working directory the script looked for (os.path.exists, Path.exists...)
     # and did not find: a script that finds its checkpoint there next time resumes from it.
     missing: list[str] = field(default_factory=list)
+    # Lines another file of the script's folder printed (engine.py's), by that file.
+    elsewhere: dict[str, str] = field(default_factory=dict)
     started: bool = False
     cuda: bool = False
     backend: str | None = None
@@ -303,6 +305,8 @@ class ProcessRecord:
             )
         elif kind == "missing":
             self.missing.append(str(event["path"]))
+        elif kind == "printed_elsewhere":
+            self.elsewhere[str(event["text"])] = str(event["file"])
         elif kind == "draw":
             self.draws.append(
                 DrawRecord(
