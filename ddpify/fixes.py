@@ -213,7 +213,10 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
         # The dict's `shuffle` goes to the sampler; DataLoader refuses both at once.
         shuffle_code = f'{holder.value}.pop("shuffle", False)'
     sampler_name = distributed_sampler_name(anatomy, call, importer)
-    sampler = cst.parse_expression(f"{sampler_name}({dataset_code}, shuffle={shuffle_code})")
+    seeded = _seed_given(anatomy, call)
+    sampler = cst.parse_expression(
+        f"{sampler_name}({dataset_code}, shuffle={shuffle_code}{seeded})"
+    )
     if loader.key_var is not None:
         _shard_one_key(plan, loader, sampler, shuffle)
         return
@@ -329,6 +332,42 @@ def plain_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
         return None
     only = call_arg(made, 0, "data_source")
     return made if only is not None and len(made.args) == 1 else None
+
+
+def _seed_given(anatomy: Anatomy, call: cst.Call) -> str:
+    """`, seed=<seed>` when the function that makes the loader seeds torch, itself or
+    through a function of the script (`set_seed(seed)`), with one of its parameters, before
+    (`def main(seed)`, called once per seed of a sweep): the original's order changes with
+    that seed, and so must the sampler's, whose own seed is 0 whatever torch's is (round-37
+    audit B seed_sweep_main_loop: three runs, one order)."""
+    scope = anatomy.function_of(call)
+    seeds: list[cst.BaseExpression] = []
+    for seed in anatomy.calls:
+        if not (seed.args and anatomy.function_of(seed) is scope and anatomy.precedes(seed, call)):
+            continue
+        if anatomy.is_call_to(seed, {"torch.manual_seed"}):
+            seeds.append(seed.args[0].value)
+            continue
+        helper = anatomy.graph.callee(seed)  # `set_seed(seed)`, seeding torch with its own
+        for inner in walk(helper.body) if helper is not None else ():
+            given = inner.args[0].value if isinstance(inner, cst.Call) and inner.args else None
+            if (
+                isinstance(inner, cst.Call)
+                and anatomy.is_call_to(inner, {"torch.manual_seed"})
+                and isinstance(given, cst.Name)
+                and given.value in anatomy.graph.parameters_of(helper)  # type: ignore[arg-type]
+            ):
+                bound = anatomy.graph.bound_argument(seed, helper, given.value)  # type: ignore[arg-type]
+                if bound is not None:
+                    seeds.append(bound)
+    last = seeds[-1] if seeds else None
+    if not (
+        isinstance(last, cst.Name)
+        and scope is not None
+        and last.value in anatomy.graph.parameters_of(scope)
+    ):
+        return ""  # a seed the process takes once (`args.seed`, a number): one order a run
+    return f", seed={last.value}"
 
 
 def none_sampler(anatomy: Anatomy, loader: Loader) -> tuple[cst.Name, bool] | None:

@@ -4138,3 +4138,62 @@ def test_training_loaders_made_in_branches_are_each_sharded(tmp_path: Path, kind
     for epoch in (0, 1):  # each pass: the 64 samples split between the ranks
         assert sorted(seen[0][epoch] + seen[1][epoch]) == list(range(64))
     assert seen[0][0] != seen[0][1]  # reshuffled
+
+
+SEED_SWEEP = """import json
+import os
+import random
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def set_seed(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def main(seed):
+    set_seed(seed)
+    dataset = TensorDataset(torch.arange(32.0).reshape(32, 1))
+    loader = DataLoader(dataset, batch_size=4, shuffle=True)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    order = []
+    for (x,) in loader:
+        order += [int(v) for v in x[:, 0]]
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return order
+
+
+if __name__ == "__main__":
+    orders = [main(seed) for seed in (0, 1, 2)]
+    rank = os.environ.get("RANK", "0")
+    json.dump(orders, open(f"orders{rank}.json", "w"))
+"""
+
+
+def test_a_seed_sweep_in_one_process_gives_each_run_its_own_order(tmp_path: Path) -> None:
+    """Round-37 audit B seed_sweep_main_loop: `for seed in [0, 1, 2]: main(seed)`, each run
+    seeding torch with `set_seed(seed)` before it makes its loader. The DistributedSampler's
+    own seed is 0 whatever torch's: all three runs read the same order. It is given the
+    run's seed."""
+    result = convert_source(SEED_SWEEP.encode(), "sweep.py", ConvertOptions())
+    assert not result.refused, result.problems
+    converted = result.output.decode()
+    assert "sampler=DistributedSampler(dataset, shuffle=True, seed=seed)" in converted
+    probe = converted.replace(
+        "        if dist.get_rank() == 0:\n            json.dump(",
+        "        if True:\n            json.dump(",
+    )
+    assert "if True:" in probe
+    (tmp_path / "sweep_ddp.py").write_text(probe)
+    run_ = torchrun(["sweep_ddp.py"], cwd=tmp_path, timeout=240)
+    assert run_.returncode == 0, run_.stderr.decode()[-3000:]
+    orders = [json.loads((tmp_path / f"orders{rank}.json").read_text()) for rank in (0, 1)]
+    assert len({tuple(order) for order in orders[0]}) == 3  # three seeds, three orders
+    for seed in range(3):
+        assert sorted(orders[0][seed] + orders[1][seed]) == list(range(32))
