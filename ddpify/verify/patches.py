@@ -815,17 +815,28 @@ class PrintedLines:
         self._stream = stream
         self._recorder = recorder
         self._partial = ""
+        # the line being written began while training, before an evaluation ended: a
+        # progress line redrawn with '\r' and ended by the evaluation's first print
+        # (meliketoy/wide-resnet.pytorch's `sys.stdout.write('\r| Epoch ...')`) is training's
+        self._began_training = False
         self._script = script.resolve() if script is not None else None
 
     def write(self, text: str) -> int:
         written: int = self._stream.write(text)
+        carried = bool(self._partial)
         lines = (self._partial + text).split("\n")
         self._partial = lines.pop()[-1000:]
         origin = self._origin(sys._getframe(1)) if lines else None
-        for line in lines:
-            self._recorder.printed(line.rsplit("\r", 1)[-1])
+        for number, line in enumerate(lines):
+            shown = line.rsplit("\r", 1)[-1]
+            if number == 0 and carried and self._began_training:
+                self._recorder.printed(shown, training=True)
+            else:
+                self._recorder.printed(shown)
             if origin is not None and line.strip():
                 self._recorder.event("printed_elsewhere", text=line, file=origin)
+        if self._partial and (lines or not carried):
+            self._began_training = self._recorder.evaluated is None
         return written
 
     def _origin(self, frame: Any) -> str | None:

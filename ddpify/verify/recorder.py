@@ -159,9 +159,10 @@ class Recorder:
         if loader is not None and loader != self.train_loader:
             self.evaluated = loader
 
-    def printed(self, line: str) -> None:
-        """A line the script printed: kept when it reports an evaluation."""
-        if self.evaluated is not None and line.strip():
+    def printed(self, line: str, training: bool = False) -> None:
+        """A line the script printed: kept when it reports an evaluation (not one begun
+        while training, `training`, and ended after)."""
+        if self.evaluated is not None and line.strip() and not training:
             self.event("reported", step=self.step, loader=self.evaluated, text=line)
 
     def pass_is_over(self, loader: int | None, started_at: int) -> bool:

@@ -2253,3 +2253,41 @@ def test_lines_another_file_prints_on_every_rank_are_noted_not_failed(tmp_path: 
     assert statuses(outcome)["side-effects-once"] is Status.PASS, table
     text = check(outcome, "side-effects-once")
     assert "'engine: epoch # loss #' is printed by every rank from engine.py" in text, text
+
+
+def test_a_progress_line_the_evaluation_s_first_print_ends_is_not_an_evaluation(
+    tmp_path: Path,
+) -> None:
+    """meliketoy/wide-resnet.pytorch redraws its training line with `sys.stdout.write('\\r|
+    Epoch ... Loss: ... Acc@1: ...')` and no newline; the validation's first print starts
+    with '\\n' and ends it. That line was taken for the evaluation's report, and its rank-0
+    training numbers failed the evaluation check (corpus, session 21)."""
+    original = tmp_path / "train.py"
+    original.write_text(
+        "import sys\n\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "torch.manual_seed(0)\n"
+        "train = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))\n"
+        "test = TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,)))\n"
+        "loader = DataLoader(train, batch_size=8, shuffle=True)\n"
+        "test_loader = DataLoader(test, batch_size=8)\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for i, (x, y) in enumerate(loader):\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        sys.stdout.write('\\r')\n"
+        "        sys.stdout.write(f'| Epoch {epoch} Iter {i} Loss: {loss.item():.4f}')\n"
+        "        sys.stdout.flush()\n"
+        "    with torch.no_grad():\n"
+        "        correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)\n"
+        "    print(f'\\n| Validation Epoch {epoch} accuracy {correct}/32')\n"
+    )
+    _, outcome, table = converted_and_verified(original)
+    assert statuses(outcome)["evaluation"] is Status.PASS, table
+    text = check(outcome, "evaluation")
+    assert "Loss" not in text, text
