@@ -2710,12 +2710,12 @@ def progress_bar(current, total, msg=None):
 def count_step(loss):
     global steps
     steps += 1
-    print("step", steps, loss)
+    print("step", steps, loss, file=sys.stderr)
 
 
 def remember(loss):
     HISTORY.append(loss)
-    print("loss", loss)
+    print("loss", loss, file=sys.stderr)
 """
 
 PRINTING_TRAIN = b"""import torch
@@ -2761,7 +2761,9 @@ def test_a_helper_of_another_file_that_only_prints_runs_on_rank_0(tmp_path: Path
     (tmp_path / "train_ddp.py").write_bytes(output)
     result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=180)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    printed = result.stdout.decode()  # the two processes' lines may interleave
+    # Only rank 0 writes to stdout; the helpers that stay on every rank print to stderr, so
+    # their lines cannot interleave with the ones counted here.
+    printed = result.stdout.decode()
     # 32 samples, 2 processes, batches of 4: 4 steps an epoch, shown by rank 0 alone.
     assert printed.count("PROGRESS [") == 8, printed
     assert printed.count("steps 8 history 2") == 1, printed
