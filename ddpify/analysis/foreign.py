@@ -206,12 +206,6 @@ def _made_again(
             return _problem(loader, f"{loader.where} is given `{keyword}=`")
     if not made.args:
         return _problem(loader, f"{loader.where} is given no dataset")
-    if "generator" in kept:
-        return _problem(
-            loader,
-            f"{loader.where} is given a `generator=`, seeded alike in every process: its "
-            "workers would draw alike in every process",
-        )
     why = _unshardable(index, helper, made, site)
     if why is not None:
         return _problem(loader, why)

@@ -2365,7 +2365,7 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
                 "(full batch), so every process would compute the same gradient, with no "
                 "speed-up; split them by rank by hand, or feed them through a DataLoader"
             )
-        elif feeding == "untraced" and any(f.problem for f in anatomy.foreign_loaders):
+        elif any(f.problem for f in anatomy.foreign_loaders):
             foreign = next(f for f in anatomy.foreign_loaders if f.problem)
             where = foreign.statement
             reason = (
