@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import libcst as cst
@@ -533,10 +534,11 @@ def _plain(value: cst.BaseExpression) -> bool:
     return False
 
 
-def own_sampler(anatomy: Anatomy, loader: Loader) -> tuple[str, cst.Arg, str] | None:
+def own_sampler(anatomy: Anatomy, loader: Loader) -> OwnSampler | None:
     """The loader's `sampler=` or `batch_sampler=`, given directly and made in one place by a
-    class of the script's own whose `__iter__` ends (a bucketing batch sampler, a balanced
-    sampler): the keyword, the argument, and the class's name."""
+    class of the script's own (or of another file of its project) whose `__iter__` ends (a
+    bucketing batch sampler, a balanced sampler) or yields forever (Detectron2's
+    TrainingSampler)."""
     given = [
         (keyword, passed)
         for keyword in SAMPLER_ARGUMENTS
@@ -553,27 +555,49 @@ def own_sampler(anatomy: Anatomy, loader: Loader) -> tuple[str, cst.Arg, str] | 
     if made is None:  # a sampler class of another file (round-34 audit C's sampler.py)
         found = anatomy.project.class_made(origins[0])
         made = found[0] if found is not None else None
-    if made is None or not _ends(made):
+    passes = _passes(made) if made is not None else None
+    if made is None or passes is None:
         return None
     assert isinstance(passed.where, cst.Arg)
-    return keyword, passed.where, made.name.value
+    return OwnSampler(keyword, passed.where, made.name.value, endless=passes == "endless")
 
 
-def _ends(made: cst.ClassDef) -> bool:
-    """A class with `__len__` whose `__iter__` runs out: no `while True`, no `cycle` or
-    `count` of itertools (Detectron2's TrainingSampler yields forever)."""
+@dataclass(frozen=True)
+class OwnSampler:
+    """A sampler of the script's own class given to a loader: the keyword it is given as,
+    the argument, the class's name, and whether its `__iter__` yields forever."""
+
+    keyword: str
+    given: cst.Arg
+    made: str
+    endless: bool
+
+
+def _passes(made: cst.ClassDef) -> str | None:
+    """ "ends" for a class with `__len__` whose `__iter__` runs out; "endless" for one whose
+    `__iter__`, or a method of the class it calls (Detectron2's TrainingSampler: `yield from
+    islice(self._infinite_indices(), ...)`), loops `while True`, cycles or counts with
+    itertools; None otherwise."""
     found = {function.name.value: function for function in methods(made)}
     passes = found.get("__iter__")
-    if passes is None or "__len__" not in found:
-        return False
-    for node in walk(passes):
-        if isinstance(node, cst.While) and (
-            is_name(node.test, "True") or isinstance(node.test, cst.Integer)
-        ):
-            return False
-        if isinstance(node, cst.Call) and dotted(node.func) in ENDLESS:
-            return False
-    return True
+    if passes is None:
+        return None
+    called = {
+        node.func.attr.value
+        for node in walk(passes)
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and is_name(node.func.value, "self")
+    }
+    for function in [passes, *(found[name] for name in sorted(called) if name in found)]:
+        for node in walk(function):
+            if isinstance(node, cst.While) and (
+                is_name(node.test, "True") or isinstance(node.test, cst.Integer)
+            ):
+                return "endless"
+            if isinstance(node, cst.Call) and dotted(node.func) in ENDLESS:
+                return "endless"
+    return "ends" if "__len__" in found else None
 
 
 ENDLESS = {"cycle", "count", "itertools.cycle", "itertools.count", "repeat", "itertools.repeat"}

@@ -386,6 +386,11 @@ class TrainingScript:
         if len(self.loaders.all) == 1:
             self.loaders.all[0].trains = True
             return list(self.loaders.all)
+        drawn = list({id(loader): loader for loader in _drawn_for_the_loss(self)}.values())
+        if drawn:  # `x, y = next(data_iter)` in a step loop (detectron2's do_train)
+            for loader in drawn:
+                loader.trains = True
+            return drawn
         guessed = [
             loader
             for loader in self.loaders.all

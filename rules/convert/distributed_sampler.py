@@ -44,6 +44,7 @@ from ddpify.emit import (
 )
 from ddpify.fixes import (
     PER_PROCESS_GENERATOR,
+    OwnSampler,
     draw_per_process,
     drawing_sampler,
     insert_set_epoch,
@@ -388,6 +389,99 @@ OWN_BATCH_SAMPLER = Example(
     """,
 )
 
+# A sampler of the script's own that yields forever (Detectron2's TrainingSampler, round-37
+# audit C infinite_sampler_module_iter_loop), read through `next()` in a step loop: rank 0's
+# stream, dealt out a batch at a time.
+ENDLESS_SAMPLER = Example(
+    """
+    import itertools
+
+    import torch
+    from torch.utils.data import DataLoader, Sampler
+
+
+    class TrainingSampler(Sampler):
+        def __init__(self, size, seed=0):
+            self._size = size
+            self._seed = seed
+
+        def __iter__(self):
+            yield from itertools.islice(self._infinite_indices(), 0, None)
+
+        def _infinite_indices(self):
+            g = torch.Generator()
+            g.manual_seed(self._seed)
+            while True:
+                yield from torch.randperm(self._size, generator=g).tolist()
+
+
+    loader = DataLoader(dataset, batch_size=16, sampler=TrainingSampler(len(dataset)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data_iter = iter(loader)
+    for iteration in range(max_iter):
+        x, y = next(data_iter)
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    """,
+    """
+    import itertools
+
+    import torch
+    from torch.utils.data import DataLoader, Sampler
+    import torch.distributed as dist
+
+
+    class TrainingSampler(Sampler):
+        def __init__(self, size, seed=0):
+            self._size = size
+            self._seed = seed
+
+        def __iter__(self):
+            yield from itertools.islice(self._infinite_indices(), 0, None)
+
+        def _infinite_indices(self):
+            g = torch.Generator()
+            g.manual_seed(self._seed)
+            while True:
+                yield from torch.randperm(self._size, generator=g).tolist()
+
+
+    class ShardStreamByRank:
+        \"\"\"What `sampler` yields without end (its indices), in rank 0's order, dealt out in runs of
+        `block` (a batch: what it draws for one batch stays together), every world_size-th run
+        to this process: drawn `chunk` runs for every process at a time.\"\"\"
+
+        def __init__(self, sampler, block=1, chunk=64):
+            self.sampler = sampler
+            self.block = block
+            self.chunk = chunk
+
+        def __iter__(self):
+            world_size, rank, step = dist.get_world_size(), dist.get_rank(), self.block
+            stream = iter(self.sampler)
+            while True:
+                # every process draws, so random streams stay in step; rank 0's are dealt out
+                drawn = [list(itertools.islice(stream, self.chunk * world_size * step))]
+                dist.broadcast_object_list(drawn, src=0)
+                runs = len(drawn[0]) // (world_size * step) * world_size * step
+                if not runs:
+                    return
+                for start in range(rank * step, runs, world_size * step):
+                    yield from drawn[0][start:start + step]
+
+
+    loader = DataLoader(dataset, batch_size=16, sampler=ShardStreamByRank(TrainingSampler(len(dataset)), 16))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data_iter = iter(loader)
+    for iteration in range(max_iter):
+        x, y = next(data_iter)
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    """,  # noqa: E501
+)
+
 # torchvision's detection reference: a batch sampler around a RandomSampler, the loop
 # reading the loader through a generator that passes each batch on (`log_every`).
 BATCH_SAMPLER = Example(
@@ -622,18 +716,20 @@ class DistributedSampler(ConvertRule):
     fix_safety = """
         Safe. A sampler of the script's own class whose passes end is dealt out by rank
         (`ShardByRank`, written beside it: rank 0's order, every world_size-th index or
-        batch to each process). A loader with another sampler of its own, over an
-        IterableDataset (which takes no
-        sampler), given `**kwargs` that cannot be followed, or built in a comprehension from
-        a computed dataset, or an epoch loop where `set_epoch` cannot be placed, is reported
-        and nothing is converted: sharding it needs a human. A `shuffle` the loader gets from
-        a `**` dict moves into the sampler with `dict.pop("shuffle", False)`, only when
-        nothing reads the dict afterwards. A sampler drawing with replacement is not split:
-        each process draws its own stream, so an epoch draws world_size times the samples.
+        batch to each process); one that yields forever, as it streams
+        (`ShardStreamByRank`). A loader with another sampler of its own, over an
+        IterableDataset (which takes no sampler), given `**kwargs` that cannot be followed,
+        or built in a comprehension from a computed dataset, or an epoch loop where
+        `set_epoch` cannot be placed, is reported and nothing is converted: sharding it
+        needs a human. A `shuffle` the loader gets from a `**` dict moves into the sampler
+        with `dict.pop("shuffle", False)`, only when nothing reads the dict afterwards. A
+        sampler drawing with replacement is not split: each process draws its own stream, so
+        an epoch draws world_size times the samples.
     """
     examples = (
         FULL_BATCH,
         OWN_BATCH_SAMPLER,
+        ENDLESS_SAMPLER,
         PARTED_BY_A_WRITE,
         RANGE_TEST_PASSES,
         ITER_LOADER_CLASS,
@@ -913,7 +1009,7 @@ class DistributedSampler(ConvertRule):
         """Give the loader a DistributedSampler; False (and why, reported) when it cannot."""
         own = own_sampler(ctx.anatomy, loader) if loader.key_var is None else None
         if own is not None:
-            _deal_out(ctx, loader, *own)
+            _deal_out(ctx, loader, own)
             return False  # rank 0's sampler draws afresh every pass: no set_epoch
         problem = shard_problem(ctx.anatomy, loader) or _not_only_training(ctx.anatomy, loader)
         if problem:
@@ -1092,21 +1188,53 @@ class {name}:
         return len(self.sampler) // dist.get_world_size()
 """
 
+SHARD_STREAM_BY_RANK = """
+class {name}:
+    \"\"\"What `sampler` yields without end ({what}), in rank 0's order, dealt out in runs of
+    `block` (a batch: what it draws for one batch stays together), every world_size-th run
+    to this process: drawn `chunk` runs for every process at a time.\"\"\"
 
-def _deal_out(ctx: ConvertContext, loader: Loader, keyword: str, given: cst.Arg, made: str) -> None:
+    def __init__(self, sampler, block=1, chunk=64):
+        self.sampler = sampler
+        self.block = block
+        self.chunk = chunk
+
+    def __iter__(self):
+        world_size, rank, step = dist.get_world_size(), dist.get_rank(), self.block
+        stream = iter(self.sampler)
+        while True:
+            # every process draws, so random streams stay in step; rank 0's are dealt out
+            drawn = [list(itertools.islice(stream, self.chunk * world_size * step))]
+            dist.broadcast_object_list(drawn, src=0)
+            runs = len(drawn[0]) // (world_size * step) * world_size * step
+            if not runs:
+                return
+            for start in range(rank * step, runs, world_size * step):
+                yield from drawn[0][start:start + step]
+"""
+
+
+def _deal_out(ctx: ConvertContext, loader: Loader, own: OwnSampler) -> None:
     """A sampler of the script's own class (`batch_sampler=BucketBatchSampler(lengths, bs)`,
     round-20 audit B bucket_sampler): wrapped in a class written beside it that deals out
     rank 0's indices, or batches, every pass. Refused when another loop reads the loader,
     or, for batches, when the script counts the samples (no count per process is known
-    before the pass)."""
+    before the pass). One that yields forever (Detectron2's TrainingSampler, round-37 audit
+    C infinite_sampler_module_iter_loop) is dealt out as it streams, a chunk at a time."""
     anatomy = ctx.anatomy
+    keyword, given, made = own.keyword, own.given, own.made
     problem = _not_only_training(anatomy, loader)
     if problem is None and _other_loops(anatomy, loader):
         problem = (
             "the training DataLoader, with a sampler of the script's own, is also read by "
             "another loop"
         )
-    if problem is None and keyword == "batch_sampler" and _counts_samples(anatomy, loader):
+    if (
+        problem is None
+        and keyword == "batch_sampler"
+        and not own.endless
+        and _counts_samples(anatomy, loader)
+    ):
         problem = (
             f"the training DataLoader's batches come from `{made}`, and the script counts the "
             "samples: how many of them each process reads is not known before its pass"
@@ -1114,10 +1242,14 @@ def _deal_out(ctx: ConvertContext, loader: Loader, keyword: str, given: cst.Arg,
     if problem is not None:
         ctx.cannot(loader.call, f"{problem}: shard it by hand", blocking=True)
         return
-    wrapper = anatomy.free_name(("ShardByRank", "RankShards"))
+    if own.endless:
+        wrapper = anatomy.free_name(("ShardStreamByRank", "RankStreamShards"))
+        ctx.add_import("itertools")
+    else:
+        wrapper = anatomy.free_name(("ShardByRank", "RankShards"))
     what = "its batches" if keyword == "batch_sampler" else "its indices"
     ctx.add_import("torch.distributed", asname="dist")
-    code = SHARD_BY_RANK.format(name=wrapper, what=what)
+    code = (SHARD_STREAM_BY_RANK if own.endless else SHARD_BY_RANK).format(name=wrapper, what=what)
     written = [_two_blank_lines(s) for s in statements(code)]
     if made in anatomy.classes:
         ctx.plan.insert_after(anatomy.classes[made], written)
@@ -1156,6 +1288,15 @@ def _deal_out(ctx: ConvertContext, loader: Loader, keyword: str, given: cst.Arg,
 
     ctx.plan.replace(given.value, dealt)
     runs = "a batch's indices at a time, " if block else ""
+    if own.endless:
+        ctx.changed(
+            loader.call,
+            f"training DataLoader sharded: its own `{keyword}` (`{made}`) yields forever; it "
+            f"is drawn on every process, rank 0's stream broadcast a chunk at a time, and "
+            f"`{wrapper}` deals out {what}, {runs}every world_size-th to each process (no "
+            "passes: no set_epoch)",
+        )
+        return
     ctx.changed(
         loader.call,
         f"training DataLoader sharded: its own `{keyword}` (`{made}`) is drawn on every "
