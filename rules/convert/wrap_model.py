@@ -10,6 +10,7 @@ from ddpify.analysis.api import (
     DDP_RENAMED,
     DDP_TRANSPARENT,
     EXPORTS,
+    IN_PLACE_DRAWS,
     MODEL_COPIES,
     PARAMETERS,
     REINITIALISE,
@@ -1934,14 +1935,19 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
         layers = _layer_names(forward)
         computed = _computed_names(forward) - layers
         for node in walk(forward.body):
-            # `if idx.numel() > 0: self.experts[e](...)` (round-26 audit A MoE, LayerDrop)
+            # `if idx.numel() > 0: self.experts[e](...)` (round-26 audit A MoE, LayerDrop),
+            # or `if idx.numel() == 0: continue` before it (round-38 audit A
+            # moe_topk_router_unused_experts)
             if (
                 isinstance(node, cst.If | cst.IfExp)
                 and any(is_name(n, *computed) for n in _read_names(node.test))
-                and any(
-                    _calls_submodule(inner, layers)
-                    for inner in walk(node)
-                    if inner is not node.test
+                and (
+                    any(
+                        _calls_submodule(inner, layers)
+                        for inner in walk(node)
+                        if inner is not node.test
+                    )
+                    or _exits_past_layers(node, forward, layers)
                 )
             ):
                 return (
@@ -2433,7 +2439,7 @@ def _output_discarded(anatomy: Anatomy, model: Model) -> str | None:
     (`out, h = self.rnn(x, h); return self.fc(out), h`: round-16 s02, round-17 s07)."""
     for loop in (train.batch_loop for train in anatomy.script.train_loops):
         thrown: list[tuple[cst.Assign, set[int]]] = []
-        kept: set[int] = set()
+        kept: dict[int, set[int]] = {}  # per call: the outputs it keeps
         for assign in anatomy.assigns:
             value = assign.value
             if not (isinstance(value, cst.Call) and dotted(value.func) in model.names):
@@ -2445,11 +2451,25 @@ def _output_discarded(anatomy: Anatomy, model: Model) -> str | None:
                     continue
                 elements = target.target.elements
                 away = {i for i, e in enumerate(elements) if is_name(e.value, "_")}
-                kept |= set(range(len(elements))) - away
+                kept.setdefault(id(value), set()).update(set(range(len(elements))) - away)
                 if away:
                     thrown.append((assign, away))
         for assign, away in thrown:
-            if not _made_by_the_kept(anatomy, model, away, kept):
+            # what the calls feeding the same backward pass keep (InfoGAN's three steps,
+            # each keeping other outputs of the discriminator: round-38 audit A
+            # infogan_latent_codes); every call's when no backward is traced to it
+            feeding = [
+                nodes
+                for backward in anatomy.script.backward_calls
+                if id(assign.value) in (nodes := anatomy.script.loss_nodes_of(backward))
+            ]
+            together = {
+                index
+                for call, indices in kept.items()
+                if not feeding or any(call in nodes for nodes in feeding)
+                for index in indices
+            }
+            if not _made_by_the_kept(anatomy, model, away, together):
                 call = assign.value
                 assert isinstance(call, cst.Call)
                 return (
@@ -2594,10 +2614,18 @@ def _frozen(owner: cst.ClassDef) -> set[str | None]:
 def _skips_at_random(anatomy: Anatomy) -> cst.If | None:
     """`if self.training and random.random() < self.p: return x` in a forward of the
     script's modules (stochastic depth, round-15 audit s13b): a random draw decides an early
-    exit (`return`, `continue`, `break`) past layers, or which branch's layers run."""
+    exit (`return`, `continue`, `break`) past layers, or which branch's layers run. The draw
+    may be named first (fairseq's LayerDrop: `dropout_probability = random.random()`, then
+    `if self.training and dropout_probability < self.layerdrop: continue`, round-38 audit A
+    layerdrop_fairseq_style), and the skip may be a module list's `__iter__` that yields a
+    layer only when a draw says so (fairseq's `LayerDropModuleList`)."""
     for forward in anatomy.graph.defined("forward"):
+        drawn = _drawn_names(anatomy, forward)
         for node in walk(forward.body):
-            if not isinstance(node, cst.If) or not _draws_at_random(anatomy, node.test):
+            if not isinstance(node, cst.If) or not (
+                _draws_at_random(anatomy, node.test)
+                or any(is_name(n, *drawn) for n in _read_names(node.test))
+            ):
                 continue
             exits = any(
                 isinstance(inner, cst.Return | cst.Continue | cst.Break)
@@ -2605,7 +2633,65 @@ def _skips_at_random(anatomy: Anatomy) -> cst.If | None:
             )
             if exits or any(_calls_submodule(inner) for inner in walk(node)):
                 return node
+    for owner in anatomy.classes.values():
+        passes = next((m for m in methods(owner) if m.name.value == "__iter__"), None)
+        modules = any(
+            (dotted(base.value) or "").endswith(("ModuleList", "Module")) for base in owner.bases
+        )
+        if passes is None or not modules:
+            continue
+        drawn = _drawn_names(anatomy, passes)
+        for node in walk(passes.body):
+            if (
+                isinstance(node, cst.If)
+                and any(isinstance(inner, cst.Yield) for inner in walk(node.body))
+                and (
+                    _draws_at_random(anatomy, node.test)
+                    or any(is_name(n, *drawn) for n in _read_names(node.test))
+                )
+            ):
+                return node
     return None
+
+
+def _exits_past_layers(
+    node: cst.If | cst.IfExp, forward: cst.FunctionDef, layers: frozenset[str]
+) -> bool:
+    """An `if` whose body leaves (`continue`, `break`, `return`) before a layer of the
+    module that the loop around it, or the forward, runs after it."""
+    if isinstance(node, cst.IfExp) or not any(
+        isinstance(inner, cst.Return | cst.Continue | cst.Break) for inner in walk(node.body)
+    ):
+        return False
+    bodies = [
+        scope.body.body
+        for scope in walk(forward.body)
+        if isinstance(scope, cst.For | cst.While) and any(n is node for n in walk(scope))
+    ]
+    for body in [*bodies, forward.body.body]:
+        for position, statement_ in enumerate(body):
+            if any(n is node for n in walk(statement_)):
+                later = [inner for after in body[position + 1 :] for inner in walk(after)]
+                if any(_calls_submodule(inner, layers) for inner in later):
+                    return True
+                break
+    return False
+
+
+def _drawn_names(anatomy: Anatomy, function: cst.FunctionDef) -> set[str]:
+    """The names `function` binds to a random draw (`p = random.random()`, `probs =
+    torch.empty(n).uniform_()`)."""
+    names: set[str] = set()
+    for node in walk(function.body):
+        if not isinstance(node, cst.Assign):
+            continue
+        draws = _draws_at_random(anatomy, node.value) or any(
+            is_method_call(call, *IN_PLACE_DRAWS) for call in walk(node.value)
+        )
+        if draws:
+            names |= {n.value for t in node.targets for n in _read_names(t.target)}
+    return names
+
 
 
 def _reentrant_checkpoint(anatomy: Anatomy) -> cst.Call | None:

@@ -4278,3 +4278,129 @@ def test_a_seed_sweep_in_one_process_gives_each_run_its_own_order(tmp_path: Path
     assert len({tuple(order) for order in orders[0]}) == 3  # three seeds, three orders
     for seed in range(3):
         assert sorted(orders[0][seed] + orders[1][seed]) == list(range(32))
+
+
+SOME_PARAMETERS_UNUSED = """\
+import json
+import random
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+MODULES
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 8)
+        LAYERS
+        self.head = torch.nn.Linear(8, 3)
+        self.aux = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.body(x)
+        FORWARD
+        return self.head(h), self.aux(h)
+
+
+torch.manual_seed(0)
+random.seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,)))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        STEP
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+PROBE
+"""
+
+UNUSED_CASES = {
+    # round-38 audit A moe_topk_router_unused_experts: an expert with no tokens is skipped
+    "moe-continue": (
+        "",
+        "self.experts = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))",
+        "top = h.argmax(-1) % 4\n"
+        "        out = torch.zeros_like(h)\n"
+        "        for i, expert in enumerate(self.experts):\n"
+        "            idx = (top == i).nonzero(as_tuple=True)[0]\n"
+        "            if idx.numel() == 0:\n"
+        "                continue\n"
+        "            out[idx] = expert(h[idx])\n"
+        "        h = h + out",
+        "logits, aux = model(x)\n        loss = F.cross_entropy(logits, y) + 0.1 * aux.mean()",
+        "runs a layer under a condition on what it computes",
+    ),
+    # round-38 audit A layerdrop_fairseq_style: the draw named before the test
+    "layerdrop": (
+        "",
+        "self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))",
+        "for layer in self.layers:\n"
+        "            dropout_probability = random.random()\n"
+        "            if self.training and dropout_probability < 0.5:\n"
+        "                continue\n"
+        "            h = h + layer(h)",
+        "logits, aux = model(x)\n        loss = F.cross_entropy(logits, y) + 0.1 * aux.mean()",
+        "draws at random whether to skip its layers",
+    ),
+    # layerdrop_fairseq_style_b: fairseq's LayerDropModuleList
+    "layerdrop-module-list": (
+        "class LayerDropModuleList(torch.nn.ModuleList):\n"
+        "    def __init__(self, p, modules=None):\n"
+        "        super().__init__(modules)\n"
+        "        self.p = p\n\n"
+        "    def __iter__(self):\n"
+        "        dropout_probs = torch.empty(len(self)).uniform_()\n"
+        "        for i, m in enumerate(super().__iter__()):\n"
+        "            if not self.training or (dropout_probs[i] > self.p):\n"
+        "                yield m\n\n\n",
+        "self.layers = LayerDropModuleList(0.5, [torch.nn.Linear(8, 8) for _ in range(4)])",
+        "for layer in self.layers:\n            h = h + layer(h)",
+        "logits, aux = model(x)\n        loss = F.cross_entropy(logits, y) + 0.1 * aux.mean()",
+        "draws at random whether to skip its layers",
+    ),
+    # round-38 audit A infogan_latent_codes: each backward keeps other outputs
+    "outputs-per-step": (
+        "",
+        "",
+        "",
+        "logits, _ = model(x)\n        loss = F.cross_entropy(logits, y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+        "        _, aux = model(x)\n        loss = aux.pow(2).mean()",
+        "an output of `model` is thrown away",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(UNUSED_CASES))
+def test_parameters_left_without_a_gradient_get_find_unused_parameters(
+    tmp_path: Path, case: str
+) -> None:
+    """Round-38 audit A: four conversions without find_unused_parameters=True that DDP
+    stopped at the second step ("Expected to have finished reduction"), or ran out of step:
+    an expert skipped by `continue` when it gets no tokens, LayerDrop's draw named before
+    its test, fairseq's LayerDropModuleList (its `__iter__` yields a layer when a draw says
+    so), and outputs thrown away in one backward that another backward keeps (InfoGAN)."""
+    modules, layers, forward, step, why = UNUSED_CASES[case]
+    source = (
+        SOME_PARAMETERS_UNUSED.replace("MODULES\n", modules)
+        .replace("LAYERS", layers)
+        .replace("FORWARD", forward)
+        .replace("STEP", step)
+    )
+    result = convert_source(source.encode(), "net.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b", find_unused_parameters=True)" in result.output
+    assert any(why in note.message for note in result.notes), result.notes
+    probe = (
+        "flat = torch.cat([p.detach().flatten() for p in model.parameters()])\n"
+        "json.dump(flat.tolist(), open(f'params{dist.get_rank()}.json', 'w'))"
+    )
+    (tmp_path / "net.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["net.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    params = [json.loads((tmp_path / f"params{rank}.json").read_text()) for rank in (0, 1)]
+    assert params[0] == params[1]
