@@ -91,6 +91,10 @@ class RandomBatches:
     anchor: cst.BaseStatement | None = None
     # Drawn out of the loop's sight (a module's forward, the dataset's `__getitem__`).
     hidden: bool = False
+    # A draw that picks which loader the step reads (`task = random.choices(tasks)[0]`, then
+    # `next(iters[task])`): it must stay alike in every process, which a seed per process of
+    # its generator would undo.
+    keyed_choice: cst.Call | None = None
 
     def needs_seed(self, family: str) -> bool:
         return family in ALIKE_UNSEEDED or bool(self.seeds.get(family))
@@ -219,6 +223,19 @@ class Streams:
                 return False  # look at every node
 
             self.graph.reaches(batch_loop.body, collect)
+            # a draw that picks the loader a step reads stays alike in every process, so
+            # every process counts its passes over each loader alike (round-38 audit A
+            # multitask_head_per_batch_task_b: the ranks' tasks, then their shards, parted)
+            keyed = [
+                (family, call)
+                for family, calls in draws.items()
+                for call in calls
+                if self._chooses_a_loader(call, batch_loop)
+            ]
+            for family, call in keyed:
+                draws[family].remove(call)
+                if not draws[family]:
+                    del draws[family]
             # Python's and NumPy's generators start from OS entropy: only a script that seeds
             # them draws alike in every process (timm's mixup λ with `np.random.beta`, b05).
             families = {f for f in draws if f == "torch" or self._seeds(f)}
@@ -243,11 +260,39 @@ class Streams:
             seeded.add(id(batch_loop))
             drawn = [call for family in sorted(families) for call in draws.get(family, [])]
             stream = RandomBatches(batch_loop, drawn, families, hidden=hidden)
+            stream.keyed_choice = next((c for f, c in keyed if f in families), None)
             stream.anchor = self._anchor(batch_loop)
             for family in families:
                 stream.seeds[family] = self._seeds(family)
             found.append(stream)
         return found
+
+    def _chooses_a_loader(self, draw: cst.Call, loop: cst.For | cst.While) -> bool:
+        """`task = random.choices(tasks, weights)[0]` whose value is the key of what a
+        `next(...)` or `iter(...)` in `loop` reads (`next(iters[task])`)."""
+        statement = self.index.parent(draw)
+        while statement is not None and not isinstance(statement, cst.Assign):
+            if isinstance(statement, cst.BaseStatement):
+                return False
+            statement = self.index.parent(statement)
+        if statement is None or len(statement.targets) != 1:
+            return False
+        target = statement.targets[0].target
+        if not isinstance(target, cst.Name):
+            return False
+        name = target.value
+        for node in walk(loop.body):
+            if (
+                isinstance(node, cst.Call)
+                and is_name(node.func, "next", "iter")
+                and node.args
+                and isinstance(node.args[0].value, cst.Subscript)
+                and any(
+                    is_name(n, name) for element in node.args[0].value.slice for n in walk(element)
+                )
+            ):
+                return True
+        return False
 
     def _step_loops(self) -> list[tuple[cst.For | cst.While, Loader]]:
         """Loops of steps that take their batches with `next(...)` from the training loaders

@@ -2091,6 +2091,50 @@ def _foreign_set_epoch(ctx: ConvertContext, training: ForeignTraining) -> None:
     ctx.changed(training.epoch_loop, "set_epoch at the start of every epoch")
 
 
+def _comprehension_over(
+    anatomy: Anatomy, node: cst.CSTNode, source: cst.BaseExpression
+) -> cst.ListComp | cst.SetComp | cst.DictComp | cst.GeneratorExp | None:
+    """The comprehension `node` is in whose `for` names what `source` reads (`t` of
+    `train_loaders[t]`)."""
+    for ancestor in anatomy.ancestors(node):
+        if isinstance(ancestor, cst.BaseStatement):
+            return None
+        if isinstance(ancestor, cst.ListComp | cst.SetComp | cst.DictComp | cst.GeneratorExp):
+            bound = {n.value for n in walk(ancestor.for_in.target) if isinstance(n, cst.Name)}
+            if any(is_name(n, *bound) for n in walk(source)):
+                return ancestor
+    return None
+
+
+def _named_outside_comprehensions(
+    anatomy: Anatomy, target: cst.BaseAssignTargetExpression, comprehension: cst.CSTNode
+) -> bool:
+    """Whether a name `target` binds is read after the comprehension in its scope, outside
+    any comprehension, before a `for` or an assignment binds it again: a loop over the same
+    name would change what that reads."""
+    bound = {n.value for n in walk(target) if isinstance(n, cst.Name)}
+    scope = anatomy.function_of(comprehension)
+    bindings = {
+        id(n)
+        for node in walk(scope.body if scope is not None else anatomy.module)
+        if isinstance(node, cst.For | cst.AssignTarget)
+        for n in walk(node.target)
+    }
+    for node in walk(scope.body if scope is not None else anatomy.module):
+        if (
+            not is_name(node, *bound)
+            or anatomy.function_of(node) is not scope
+            or not anatomy.precedes(comprehension, node)
+            or any(
+                isinstance(a, cst.ListComp | cst.SetComp | cst.DictComp | cst.GeneratorExp)
+                for a in anatomy.ancestors(node)
+            )
+        ):
+            continue
+        return id(node) not in bindings  # read before bound again: it sees the loop's
+    return False
+
+
 def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
     """A loader read through `next()` in a step loop: `it = iter(loader)` made again when it
     runs out, or a generator's `while True: for batch in loader: yield batch`. Each pass
@@ -2175,7 +2219,28 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
             continue
         sampler = f"{read_as(source)}.{loader.sampler_path}"
         where = node if isinstance(node, cst.For) else anatomy.statement_of(node)
-        ctx.plan.insert_before(where, [statement(f"{sampler}.set_epoch({sampler}.epoch + 1)\n")])
+        text = f"{sampler}.set_epoch({sampler}.epoch + 1)\n"
+        comprehension = _comprehension_over(anatomy, node, source)
+        if comprehension is not None:
+            # `iters = {t: iter(train_loaders[t]) for t in task_names}` (round-38 audit A
+            # multitask_head_per_batch_task_b: the set_epoch read `t` before the
+            # comprehension, and raised NameError): a loop over what it runs over
+            clause = comprehension.for_in
+            if (
+                clause.ifs
+                or clause.inner_for_in is not None
+                or _named_outside_comprehensions(anatomy, clause.target, comprehension)
+            ):
+                ctx.cannot(
+                    node,
+                    "the passes start in a comprehension with conditions, more than one "
+                    "`for`, or a variable the code around it uses too: call "
+                    "`sampler.set_epoch(...)` for each loader it starts by hand",
+                    blocking=True,
+                )
+                return True
+            text = f"for {source_text(clause.target)} in {source_text(clause.iter)}:\n    {text}"
+        ctx.plan.insert_before(where, [statement(text)])
         ctx.changed(where, "set_epoch before every new pass over the loader")
     if not again:
         outrun = _steps_may_outrun(ctx, starts)
@@ -3015,6 +3080,18 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
         return
     if stream.anchor is None:
         ctx.cannot(stream.loop, "found no statement to seed the processes before", blocking=True)
+        return
+    if stream.keyed_choice is not None:
+        choice = stream.keyed_choice
+        ctx.cannot(
+            choice,
+            f"`{dotted(choice.func)}(...)` picks which loader a step reads, and must draw "
+            "alike in every process (so every process counts its passes over each loader "
+            "alike, and trains the same task in a step), while the other draws of its "
+            "generator must differ per process: draw the pick from a generator of its own, "
+            "seeded alike (`random.Random(seed)`), by hand",
+            blocking=True,
+        )
         return
     if not items and not _generators_apart(ctx, stream):
         return

@@ -2693,7 +2693,6 @@ def _drawn_names(anatomy: Anatomy, function: cst.FunctionDef) -> set[str]:
     return names
 
 
-
 def _reentrant_checkpoint(anatomy: Anatomy) -> cst.Call | None:
     """`torch.utils.checkpoint.checkpoint(block, x, use_reentrant=True)` (or without it,
     reentrant by default)."""

@@ -4404,3 +4404,79 @@ def test_parameters_left_without_a_gradient_get_find_unused_parameters(
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     params = [json.loads((tmp_path / f"params{rank}.json").read_text()) for rank in (0, 1)]
     assert params[0] == params[1]
+
+
+TASK_DRAWN_PER_STEP = """\
+import json
+import random
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+random.seed(0)
+torch.manual_seed(0)
+TASKS = {"a": 3, "b": 2}
+loaders = {}
+for t, c in TASKS.items():
+    ds = TensorDataset(torch.arange(24.0).unsqueeze(1), torch.randint(0, c, (24,)))
+    loaders[t] = DataLoader(ds, batch_size=4, shuffle=True)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = torch.nn.Linear(1, 8)
+        self.heads = torch.nn.ModuleDict({t: torch.nn.Linear(8, c) for t, c in TASKS.items()})
+
+    def forward(self, x, task):
+        return self.heads[task](self.trunk(x))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+names = list(TASKS)
+picked, seen = [], {t: [] for t in TASKS}
+for epoch in range(2):
+    iters = {t: iter(loaders[t]) for t in names}
+    for step in range(6):
+        task = random.choices(names, weights=[1, 1])[0]
+        try:
+            x, y = next(iters[task])
+        except StopIteration:
+            iters[task] = iter(loaders[task])
+            x, y = next(iters[task])
+        picked.append(task)
+        seen[task].append(x.flatten().tolist())
+        loss = F.cross_entropy(model(x, task), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+PROBE
+"""
+
+
+def test_passes_started_in_a_comprehension_and_a_drawn_task_stay_alike(tmp_path: Path) -> None:
+    """Round-38 audit A multitask_head_per_batch_task_b: `iters = {t: iter(loaders[t]) for
+    t in names}` got its set_epoch before the comprehension, reading `t` (NameError at the
+    first epoch); and the task drawn each step (`random.choices`) was seeded per process,
+    so the ranks trained different heads in a step and counted their passes over each
+    loader apart. The set_epoch goes in a loop over the same names, and the draw stays
+    alike: every rank picks the same task each step and reads its own shard of it."""
+    result = convert_source(TASK_DRAWN_PER_STEP.encode(), "tasks.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "    for t in names:\n        loaders[t].sampler.set_epoch(loaders[t].sampler.epoch + 1)\n"
+        "    iters = {t: iter(loaders[t]) for t in names}\n"
+    ) in text, text
+    assert "dist.get_rank())" not in text.split("for epoch")[0].split("random.seed(0)")[1]
+    probe = "json.dump([picked, seen], open(f'seen{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "tasks.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["tasks.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    ranks = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0][0] == ranks[1][0]  # the same task in every step
+    for task in ("a", "b"):
+        for mine, theirs in zip(ranks[0][1][task], ranks[1][1][task], strict=True):
+            assert not set(mine) & set(theirs)  # each its own shard, step by step
