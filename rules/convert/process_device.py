@@ -37,6 +37,10 @@ class ProcessDevice(ConvertRule):
     Names are told by how they end (`device`, `gpu_id`, `cuda_device`): a name that only
     mentions one (`per_device_train_batch_size`) is left alone.
 
+    A GPU index that is a function's parameter with a number for its default, which no
+    call passes (Dive into Deep Learning's `def try_gpu(i=0): return
+    torch.device(f"cuda:{i}")`, called as `try_gpu()`), is dropped the same way.
+
     A device that already falls back (`"cuda" if torch.cuda.is_available() else "cpu"`) is
     left alone: after `torch.cuda.set_device(local_rank)`, an index-free `"cuda"` already
     means the process's own GPU.
@@ -206,6 +210,52 @@ class ProcessDevice(ConvertRule):
                 optimizer.step()
             """,
         ),
+        # Dive into Deep Learning's `try_gpu(i=0)`, called without an index: GPU 0 in every
+        # process (round-38 audit B d2l_train_ch6_accumulator).
+        Example(
+            """
+            import torch
+
+
+            def try_gpu(i=0):
+                if torch.cuda.device_count() >= i + 1:
+                    return torch.device(f"cuda:{i}")
+                return torch.device("cpu")
+
+
+            def train(net, train_iter, device):
+                net.to(device)
+                optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+                for x, y in train_iter:
+                    loss = net(x.to(device)).sum()
+                    loss.backward()
+                    optimizer.step()
+
+
+            train(Net(), loader, try_gpu())
+            """,
+            """
+            import torch
+
+
+            def try_gpu(i=0):
+                if torch.cuda.device_count() >= i + 1:
+                    return torch.device("cuda")
+                return torch.device("cpu")
+
+
+            def train(net, train_iter, device):
+                net.to(device)
+                optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+                for x, y in train_iter:
+                    loss = net(x.to(device)).sum()
+                    loss.backward()
+                    optimizer.step()
+
+
+            train(Net(), loader, try_gpu())
+            """,
+        ),
         # PyTorch's multi-GPU tutorial's `gpu_id` (GPU 0 unless there is none), and an
         # option whose default falls back to the CPU: each names GPU 0.
         Example(
@@ -284,7 +334,16 @@ class ProcessDevice(ConvertRule):
                 ctx.changed(call, "`.cuda()` moves to the process's device")
             elif anatomy.is_call_to(call, {"torch.device"}) and call.args:
                 first = call.args[0].value
-                if is_cuda_literal(first) and _chosen_when_cuda(anatomy, call):
+                if _fixed_gpu_by_default(anatomy, call):
+                    # d2l's `def try_gpu(i=0): ... return torch.device(f"cuda:{i}")`, called
+                    # as `try_gpu()` (round-38 audit B d2l_train_ch6_accumulator)
+                    ctx.plan.replace(call, _current_cuda)
+                    ctx.changed(
+                        call,
+                        "`torch.device(...)` of a GPU index that is always its default (no "
+                        'call passes another) drops it: `"cuda"` is the process\'s GPU',
+                    )
+                elif is_cuda_literal(first) and _chosen_when_cuda(anatomy, call):
                     if _indexed_cuda(first):  # "cuda:0" if available: the index goes
                         ctx.plan.replace(first, partial(_constant, _plain_cuda(first)))
                         ctx.changed(call, '`torch.device("cuda:N")` drops its fixed GPU index')
@@ -437,6 +496,40 @@ def _gpu_index(anatomy: Anatomy, value: cst.BaseExpression) -> bool:
                 for site in anatomy.graph.call_sites(function)
             )
     return False
+
+
+def _fixed_gpu_by_default(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`torch.device(f"cuda:{i}")` or `torch.device("cuda", i)` where `i` is a parameter whose
+    default is a number and no call passes it: GPU `i` in every process."""
+    first = call.args[0].value
+    if isinstance(first, cst.FormattedString):
+        parts = first.parts
+        return (
+            len(parts) == 2
+            and isinstance(parts[0], cst.FormattedStringText)
+            and parts[0].value == "cuda:"
+            and isinstance(parts[1], cst.FormattedStringExpression)
+            and isinstance(parts[1].expression, cst.Name)
+            and _gpu_index(anatomy, parts[1].expression)
+        )
+    index = call.args[1].value if len(call.args) == 2 else None
+    return (
+        isinstance(first, cst.SimpleString)
+        and first.evaluated_value == "cuda"
+        and isinstance(index, cst.Name)
+        and _gpu_index(anatomy, index)
+    )
+
+
+def _current_cuda(updated: cst.CSTNode) -> cst.CSTNode:
+    """`torch.device(f"cuda:{i}")` or `torch.device("cuda", i)` as `torch.device("cuda")`,
+    in the quotes the script uses."""
+    assert isinstance(updated, cst.Call)
+    first = updated.args[0].value
+    quote = first.start[-1] if isinstance(first, cst.FormattedString) else '"'
+    if isinstance(first, cst.SimpleString):
+        quote = first.value[-1]
+    return updated.with_changes(args=[cst.Arg(cst.SimpleString(f"{quote}cuda{quote}"))])
 
 
 def _indexed_cuda(node: cst.BaseExpression) -> bool:
