@@ -1275,10 +1275,11 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
     (makemore's `writer = SummaryWriter(log_dir=args.work_dir)` at the top of its `__main__`
     block), rank 0 is torchrun's `RANK` there."""
     anatomy = ctx.anatomy
+    done: set[int] = set()
     for assign in anatomy.assigns:
         value = assign.value
         wrapping = isinstance(value, cst.Call) and anatomy.project.writer_class(value)
-        if not (
+        if id(assign) in done or not (
             isinstance(value, cst.Call)
             and (wrapping or anatomy.is_call_to(value, SUMMARY_WRITERS))
             and len(assign.targets) == 1
@@ -1292,8 +1293,13 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
         ):
             continue  # made in mp.spawn's parent process, before the workers start
         name = assign.targets[0].target.value
-        line = anatomy.statement_of(assign)
-        uses = _writer_uses(ctx, name, anatomy.function_of(assign), line, guarded, wrapping)
+        # the same writer made in each branch of an `if` (bearpaw's `Logger(..., resume=True)`
+        # or a fresh one, round-38 audit C bearpaw_classification_logger_resume_b): made,
+        # and used, on rank 0 together
+        makers = _fellow_makers(anatomy, assign, name, wrapping)
+        done |= {id(maker) for maker in makers}
+        lines = [anatomy.statement_of(maker) for maker in makers]
+        uses = _writer_uses(ctx, name, anatomy.function_of(assign), lines, guarded, wrapping)
         if uses is None:
             _handed_to_another_file(ctx, assign, name, value)
             continue  # read somewhere that runs on every rank: the writer must exist there
@@ -1302,14 +1308,17 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
         if early:
             ctx.add_import("os")
         if handed:
-            made = expression(f"{anatomy.module.code_for_node(value)} if {here} else None")
+            for maker in makers:
+                made = expression(
+                    f"{anatomy.module.code_for_node(maker.value)} if {here} else None"
+                )
 
-            def on_rank_zero(_: cst.CSTNode, made: cst.BaseExpression = made) -> cst.CSTNode:
-                return made
+                def on_rank_zero(_: cst.CSTNode, made: cst.BaseExpression = made) -> cst.CSTNode:
+                    return made
 
-            ctx.plan.replace(value, on_rank_zero)
+                ctx.plan.replace(maker.value, on_rank_zero)
             ctx.add_import("torch.distributed", asname="dist")
-        for closed in closing if handed else [line, *closing]:
+        for closed in closing if handed else [*lines, *closing]:
             if not any(closed is done for done in guarded):
                 after = anatomy.script.after_setup(closed)
                 ctx.plan.guard(closed, expression(RANK_ZERO if after else LAUNCHED_RANK_ZERO))
@@ -1352,11 +1361,35 @@ def _handed_to_another_file(
         return
 
 
+def _fellow_makers(
+    anatomy: Anatomy, assign: cst.Assign, name: str, wrapping: bool
+) -> list[cst.Assign]:
+    """`assign` and the other statements of its scope that bind `name` to a writer made by
+    the same class, when every binding of `name` there is one; `assign` alone otherwise."""
+    scope = anatomy.function_of(assign)
+    bindings = [
+        other
+        for other in anatomy.assigns
+        if anatomy.function_of(other) is scope
+        and any(is_name(target.target, name) for target in other.targets)
+    ]
+    alike = all(
+        isinstance(other.value, cst.Call)
+        and len(other.targets) == 1
+        and anatomy.ranks.guard(other) is None
+        and isinstance(assign.value, cst.Call)
+        and dotted(other.value.func) == dotted(assign.value.func)
+        and (wrapping or anatomy.is_call_to(other.value, SUMMARY_WRITERS))
+        for other in bindings
+    )
+    return bindings if alike and len(bindings) > 1 else [assign]
+
+
 def _writer_uses(
     ctx: ConvertContext,
     name: str,
     scope: cst.FunctionDef | None,
-    line: cst.CSTNode | None,
+    lines: list[cst.BaseStatement],
     guarded: list[cst.CSTNode],
     wrapping: bool,
     depth: int = 0,
@@ -1370,7 +1403,7 @@ def _writer_uses(
     for node in walk(scope.body if scope is not None else anatomy.module):
         if not isinstance(node, cst.Name) or node.value != name:
             continue
-        if line is not None and anatomy.inside(node, line):
+        if any(anatomy.inside(node, line) for line in lines):
             continue
         if anatomy.is_attribute_name(node):
             continue  # `self.writer`: another object
@@ -1407,7 +1440,7 @@ def _writer_uses(
                 if anatomy.graph.bound_argument(call, function, p) is node
             ]
             inner = (
-                _writer_uses(ctx, bound[0], function, None, guarded, wrapping, depth + 1)
+                _writer_uses(ctx, bound[0], function, [], guarded, wrapping, depth + 1)
                 if len(bound) == 1
                 else None
             )

@@ -3247,6 +3247,80 @@ if __name__ == "__main__":
     assert len(lines) == 10  # 2 epochs of 4 steps (rank 0's) and 2 epoch lines
 
 
+def test_a_logger_made_in_either_branch_of_a_resume_test_is_made_on_rank_0(
+    tmp_path: Path,
+) -> None:
+    """Round-38 audit C bearpaw_classification_logger_resume_b: bearpaw's `Logger` (utils/
+    logger.py, re-exported by `from .logger import *`) made in each branch of `if
+    args.resume:` (appending, or writing a new file) was left on every rank: both ranks
+    wrote log.txt. The two makers, and every use, go on rank 0 together."""
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("from .logger import *\n")
+    (tmp_path / "utils" / "logger.py").write_text(
+        "__all__ = ['Logger']\n\n\n"
+        "class Logger(object):\n"
+        "    def __init__(self, fpath, resume=False):\n"
+        "        self.file = open(fpath, 'a' if resume else 'w')\n\n"
+        "    def set_names(self, names):\n"
+        "        self.file.write('\\t'.join(names) + '\\n')\n\n"
+        "    def append(self, numbers):\n"
+        "        self.file.write('\\t'.join('%.4f' % n for n in numbers) + '\\n')\n"
+        "        self.file.flush()\n\n"
+        "    def close(self):\n"
+        "        self.file.close()\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_bytes(
+        b"""import argparse
+
+import torch
+from torch.utils.data import DataLoader
+
+from utils import Logger
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--resume", action="store_true")
+args = parser.parse_args()
+
+
+def main():
+    loader = DataLoader(torch.randn(64, 4), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if args.resume:
+        logger = Logger("log.txt", resume=True)
+    else:
+        logger = Logger("log.txt")
+        logger.set_names(["Epoch", "Loss"])
+    for epoch in range(3):
+        for x in loader:
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        logger.append([epoch, loss.item()])
+    logger.close()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    )
+    output, _ = convert(script)
+    text = output.decode()
+    assert text.count("if dist.get_rank() == 0:\n            logger = Logger(") == 2, text
+    assert "if dist.get_rank() == 0:\n            logger.append(" in text
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    for resume, rows in (([], 4), (["--resume"], 7)):
+        result = torchrun(
+            ["train_ddp.py", *resume], cwd=tmp_path, timeout=120, env=recording(tmp_path)
+        )
+        assert result.returncode == 0, result.stderr.decode()[-3000:]
+        assert writers(tmp_path)["log.txt"] == {"0"}
+        assert len((tmp_path / "log.txt").read_text().splitlines()) == rows
+
+
 def test_a_training_method_a_base_class_of_another_file_drives_is_refused(
     tmp_path: Path,
 ) -> None:
