@@ -363,6 +363,19 @@ class Project:
                     return path if _class_trains(owner, graph, path) else None
         return None
 
+    def trainer_base(self, owner: cst.ClassDef) -> Path | None:
+        """The file of a base class of `owner` (a class of the script) that a file of the
+        project defines and that trains in its own methods (SpeechBrain's `Brain`, whose
+        `fit` runs `fit_batch`'s backward pass)."""
+        for base in owner.bases:
+            for qualified in self.index.qualified_names(self._aliased(base.value)):
+                found = _definition(qualified, self.roots)
+                if found is not None:
+                    made, graph, path = found
+                    if isinstance(made, cst.ClassDef) and _class_trains(made, graph, path):
+                        return path
+        return None
+
     def training_elsewhere(self) -> tuple[cst.Call, Path] | None:
         """For a script in which no training is found: a call of a function or class of
         another project file that loops, from whose file a file of the project that runs a

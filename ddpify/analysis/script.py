@@ -121,6 +121,13 @@ class TrainingScript:
                 path = self.project.trainer_class(call)
                 if path is not None:
                     found.append((call, path))
+            elif call.args and (owner := self.index.classes.get(dotted(call.func) or "")):
+                # a class of the script whose base, of another file, trains (a SpeechBrain
+                # recipe's `SpkIdBrain(Brain)`: round-38 audit C speechbrain_brain_class_stages
+                # was "not a training script", left as it was)
+                path = self.project.trainer_base(owner)
+                if path is not None:
+                    found.append((call, path))
         return found
 
     @cached_property

@@ -365,11 +365,16 @@ class WrapModel(ConvertRule):
         _refuse_lazy_modules(ctx)
         _refuse_models_made_elsewhere(ctx)
         for call, path in anatomy.script.trainer_classes:
+            made = dotted(call.func) or ""
+            whose = (
+                f"`{made}`'s base class ({anatomy.project.shown(path)})"
+                if made in anatomy.classes
+                else f"`{made}` ({anatomy.project.shown(path)})"
+            )
             ctx.cannot(
                 call,
-                f"`{dotted(call.func)}` ({anatomy.project.shown(path)}) trains in its own "
-                "methods: the training loop, its writes and its prints are in that file, "
-                "which ddpify does not rewrite; convert it by hand",
+                f"{whose} trains in its own methods: the training loop, its writes and its "
+                "prints are in that file, which ddpify does not rewrite; convert it by hand",
                 blocking=True,
             )
 

@@ -3321,6 +3321,42 @@ if __name__ == "__main__":
         assert len((tmp_path / "log.txt").read_text().splitlines()) == rows
 
 
+def test_a_script_class_whose_base_of_another_file_trains_is_refused(tmp_path: Path) -> None:
+    """Round-38 audit C speechbrain_brain_class_stages: a SpeechBrain recipe subclasses
+    `Brain` (brain.py), whose `fit` runs the backward pass and the optimizer step; the
+    recipe only overrides `compute_forward`. It was "not a training script" and written out
+    unchanged (exit 0): under torchrun every rank trained on all of the data. Refused, naming
+    the base class's file."""
+    (tmp_path / "brain.py").write_text(
+        "import torch\n\n\n"
+        "class Brain:\n"
+        "    def __init__(self, modules, opt_class):\n"
+        "        self.modules = modules\n"
+        "        self.optimizer = opt_class(modules.parameters())\n\n"
+        "    def fit(self, epochs, loader):\n"
+        "        for epoch in range(epochs):\n"
+        "            for batch in loader:\n"
+        "                loss = self.compute_forward(batch)\n"
+        "                loss.backward()\n"
+        "                self.optimizer.step()\n"
+        "                self.optimizer.zero_grad()\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\nfrom brain import Brain\n\n\n"
+        "class Recipe(Brain):\n"
+        "    def compute_forward(self, batch):\n"
+        "        return self.modules(batch).pow(2).mean()\n\n\n"
+        "recipe = Recipe(torch.nn.Linear(4, 1), lambda p: torch.optim.SGD(p, lr=0.1))\n"
+        "recipe.fit(2, DataLoader(torch.randn(16, 4), batch_size=4, shuffle=True))\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.code == "DDP003"]
+    assert problem.line == 12
+    assert "`Recipe`'s base class (brain.py) trains in its own methods" in problem.message
+
+
 def test_a_training_method_a_base_class_of_another_file_drives_is_refused(
     tmp_path: Path,
 ) -> None:
