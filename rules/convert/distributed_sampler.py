@@ -1468,21 +1468,54 @@ def _refuse_per_sample_state(ctx: ConvertContext) -> None:
                     isinstance(target, cst.Subscript)
                     and isinstance(target.value, cst.Name)
                     and target.value.value not in batch | made_here
-                    and any(
-                        isinstance(n, cst.Name) and n.value in batch
-                        for element in target.slice
-                        for n in walk(element)
+                    and (
+                        any(
+                            isinstance(n, cst.Name) and n.value in batch
+                            for element in target.slice
+                            for n in walk(element)
+                        )
+                        or _by_sample_position(loop.batch_loop, target)
                     )
                 ):
+                    where = (
+                        "by the samples' positions in the epoch (in a process, positions in "
+                        "its own shard)"
+                        if _by_sample_position(loop.batch_loop, target)
+                        else "updated from the batch's samples"
+                    )
                     ctx.cannot(
                         node,
                         f"`{source_text(target)}` keeps a value per sample across the run, "
-                        "updated from the batch's samples: each process would update only "
-                        "its own share of the data, and keep stale values for the rest; "
-                        "gather the updates from every process (dist.all_gather) by hand",
+                        f"{where}: each process would update only its own share of the data, "
+                        "and keep stale values for the rest; gather the updates from every "
+                        "process (dist.all_gather) by hand",
                         blocking=True,
                     )
                     return
+
+
+def _by_sample_position(loop: cst.For, target: cst.Subscript) -> bool:
+    """`outputs[i * bs:(i + 1) * bs] = ...` with `i` the batch loop's `enumerate` counter:
+    the samples' positions in the epoch's order (Temporal Ensembling's ensemble buffer,
+    round-38 audit A temporal_ensembling_per_sample_targets_b), which under DDP are
+    positions in each process's shard."""
+    iterable, bound = loop.iter, loop.target
+    if not (
+        isinstance(iterable, cst.Call)
+        and is_name(iterable.func, "enumerate")
+        and isinstance(bound, cst.Tuple)
+        and bound.elements
+        and isinstance(bound.elements[0].value, cst.Name)
+    ):
+        return False
+    counter = bound.elements[0].value.value
+    return any(
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Multiply)
+        and any(is_name(n, counter) for n in walk(node))
+        for element in target.slice
+        for node in walk(element)
+    )
 
 
 def _sample_names(loop: cst.For) -> set[str]:

@@ -3757,6 +3757,20 @@ def test_a_value_stored_by_the_step_counter_is_not_kept_per_sample() -> None:
     assert convert_source(source.encode(), "train.py", ConvertOptions()).refused
 
 
+def test_a_value_stored_by_the_samples_position_in_the_epoch_is_kept_per_sample() -> None:
+    """Round-38 audit A temporal_ensembling_per_sample_targets_b: Temporal Ensembling's
+    buffer written at `outputs[i * bs:(i + 1) * bs]`, `i` the batch counter (an unshuffled
+    loader: position is the sample), converted and saved with half its rows zero and the
+    rest misplaced (rank 0's row p held sample 2p). Refused, naming the positions."""
+    counted = PER_SAMPLE_STATE.replace(
+        "for x, y, idx in loader:", "for i, (x, y, idx) in enumerate(loader):"
+    )
+    source = counted.replace("UPDATE", "ema_loss[i * 8:(i + 1) * 8] = per_sample.detach()")
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert result.refused
+    assert "by the samples' positions in the epoch" in result.problems[0].message
+
+
 LOSS_AWARE = """\
 import numpy as np
 import torch
