@@ -1620,6 +1620,12 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
             continue
         if _made_per_call(ctx, loop):
             continue
+        inner = _wrapped_loader(anatomy, loop)
+        if inner is not None:
+            # the PyTorch tutorial's `train_dl = WrappedDataLoader(train_dl, preprocess)`:
+            # the sampler is the wrapped loader's (round-38 audit B nn_really_fit_loss_batch)
+            loop = replace(loop, loader_at_epoch=f"{loop.loader_at_epoch}.{inner}")
+        assert loop.loader is not None
         problem = set_epoch_problem(loop)
         if problem and _counted_at_the_pass(ctx, loop):
             continue
@@ -1673,6 +1679,52 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
             ctx.changed(loop.epoch_loop, f"set_epoch of `{name}` too (read in `zip(...)`)")
         _set_epoch_in_other_loops(ctx, loop)
         _iterated_again_elsewhere(ctx, loop)
+
+
+def _wrapped_loader(anatomy: Anatomy, loop: TrainLoop) -> str | None:
+    """The attribute of an object of the script's own class, the epoch loop's loader name,
+    that holds the loader it wraps: `dl` of `WrappedDataLoader(train_dl, preprocess)`,
+    whose `__init__` keeps it as `self.dl` and whose `__iter__` passes its batches on."""
+    name = loop.loader_at_epoch
+    if loop.epoch_loop is None or name is None or not name.isidentifier():
+        return None
+    scope = anatomy.function_of(loop.epoch_loop)
+    values: list[cst.BaseExpression] = []
+    if scope is not None and name in anatomy.graph.parameters_of(scope):
+        for site in anatomy.graph.call_sites(scope):
+            given = anatomy.graph.bound_argument(site, scope, name)
+            if isinstance(given, cst.Name):
+                values += anatomy.values.assignments(given.value, anatomy.function_of(site))
+    else:
+        values = anatomy.values.assignments(name, scope)
+    for value in values:
+        if not isinstance(value, cst.Call):
+            continue
+        owner = anatomy.classes.get(dotted(value.func) or "")
+        if owner is None:
+            continue
+        found = {m.name.value: m for m in methods(owner)}
+        init, passes = found.get("__init__"), found.get("__iter__")
+        if init is None or passes is None:
+            continue
+        params = {param.name.value for param in init.params.params[1:]}
+        kept = {
+            dotted(target.target): node.value.value
+            for node in walk(init.body)
+            if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name)
+            for target in node.targets
+        }
+        for node in walk(passes.body):
+            read = dotted(node.iter) if isinstance(node, cst.For) else None
+            if (
+                isinstance(node, cst.For)
+                and read is not None
+                and read.startswith("self.")
+                and kept.get(read) in params
+                and _passes_through(node)
+            ):
+                return read.removeprefix("self.")
+    return None
 
 
 def _iterated_again_elsewhere(ctx: ConvertContext, loop: TrainLoop) -> None:
@@ -3777,8 +3829,13 @@ def _passes_through(loop: cst.For | cst.CompFor) -> bool:
     ):
         return False
     # `yield batch` of `for batch in dl`, or of `for (batch,) in dl` (a TensorDataset's
-    # one-tensor tuples, round-9 audit b14): what it yields is what the loop reads
-    yielded = {n.value for n in walk(body[0].body[0].value.value) if isinstance(n, cst.Name)}
+    # one-tensor tuples, round-9 audit b14): what it yields is what the loop reads; or what
+    # a function makes of it alone (the PyTorch tutorial's `WrappedDataLoader.__iter__`:
+    # `yield (self.func(*b))`, round-38 audit B nn_really_fit_loss_batch)
+    value = body[0].body[0].value.value
+    if isinstance(value, cst.Call):
+        value = cst.Tuple([cst.Element(arg.value) for arg in value.args]) if value.args else value
+    yielded = {n.value for n in walk(value) if isinstance(n, cst.Name)}
     bound = {n.value for n in walk(loop.target) if isinstance(n, cst.Name)}
     return bool(yielded) and yielded <= bound
 

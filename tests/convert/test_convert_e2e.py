@@ -4480,3 +4480,95 @@ def test_passes_started_in_a_comprehension_and_a_drawn_task_stay_alike(tmp_path:
     for task in ("a", "b"):
         for mine, theirs in zip(ranks[0][1][task], ranks[1][1][task], strict=True):
             assert not set(mine) & set(theirs)  # each its own shard, step by step
+
+
+WRAPPED_LOADER = """\
+import json
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import optim
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_data(train_ds, valid_ds, bs):
+    return (
+        DataLoader(train_ds, batch_size=bs, shuffle=True),
+        DataLoader(valid_ds, batch_size=bs * 2),
+    )
+
+
+def loss_batch(model, loss_func, xb, yb, opt=None):
+    loss = loss_func(model(xb), yb)
+    if opt is not None:
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return loss.item(), len(xb)
+
+
+def fit(epochs, model, loss_func, opt, train_dl, valid_dl):
+    for epoch in range(epochs):
+        model.train()
+        for xb, yb in train_dl:
+            seen.append(xb[:, 0].tolist())
+            loss_batch(model, loss_func, xb, yb, opt)
+        model.eval()
+        with torch.no_grad():
+            losses, nums = zip(*[loss_batch(model, loss_func, xb, yb) for xb, yb in valid_dl])
+        val_loss = np.sum(np.multiply(losses, nums)) / np.sum(nums)
+        print(epoch, val_loss)
+
+
+class WrappedDataLoader:
+    def __init__(self, dl, func):
+        self.dl = dl
+        self.func = func
+
+    def __len__(self):
+        return len(self.dl)
+
+    def __iter__(self):
+        for b in self.dl:
+            yield (self.func(*b))
+
+
+def preprocess(x, y):
+    return x.view(-1, 4), y
+
+
+torch.manual_seed(0)
+seen = []
+train_ds = TensorDataset(torch.randn(32, 4), torch.arange(32) % 3)
+valid_ds = TensorDataset(torch.randn(8, 4), torch.arange(8) % 3)
+train_dl, valid_dl = get_data(train_ds, valid_ds, 4)
+train_dl = WrappedDataLoader(train_dl, preprocess)
+valid_dl = WrappedDataLoader(valid_dl, preprocess)
+model = torch.nn.Linear(4, 3)
+opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+fit(2, model, F.cross_entropy, opt, train_dl, valid_dl)
+PROBE
+"""
+
+
+def test_the_tutorial_s_wrapped_data_loader_gets_set_epoch_on_the_loader_it_wraps(
+    tmp_path: Path,
+) -> None:
+    """Round-38 audit B nn_really_fit_loss_batch: PyTorch's "What is torch.nn really?" in its
+    final form wraps the loader in `WrappedDataLoader`, whose `__iter__` passes the batches
+    on through `preprocess`. It was refused as "another loop that trains"; converted, the
+    set_epoch goes on the wrapped loader (`train_dl.dl.sampler`, the wrapper has none)."""
+    result = convert_source(WRAPPED_LOADER.encode(), "nn_really.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"        train_dl.dl.sampler.set_epoch(epoch)\n" in result.output
+    probe = "json.dump(seen, open(f'seen{dist.get_rank()}.json', 'w'))"
+    (tmp_path / "nn_really.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["nn_really.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    ranks = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    assert [len(batches) for batches in ranks] == [8, 8]  # 4 batches of 4 an epoch, each
+    for epoch in (0, 1):
+        mine, theirs = ({x for b in r[epoch * 4 : epoch * 4 + 4] for x in b} for r in ranks)
+        assert len(mine) == len(theirs) == 16 and not mine & theirs  # each its own half
+    assert ranks[0][:4] != ranks[0][4:]  # reshuffled
