@@ -113,22 +113,7 @@ class TrainingScript:
     def trainer_classes(self) -> list[tuple[cst.Call, Path]]:
         """Objects made from a class of another project file that trains in its own methods
         (pytorch-template's `Trainer(model, criterion, optimizer, ...)`), with its file."""
-        if self.project is None or self.project.path is None or self.index.other_framework:
-            return []
-        found = []
-        for call in self.index.calls:
-            if call.args and not self.graph.calls_script(call):
-                path = self.project.trainer_class(call)
-                if path is not None:
-                    found.append((call, path))
-            elif call.args and (owner := self.index.classes.get(dotted(call.func) or "")):
-                # a class of the script whose base, of another file, trains (a SpeechBrain
-                # recipe's `SpkIdBrain(Brain)`: round-38 audit C speechbrain_brain_class_stages
-                # was "not a training script", left as it was)
-                path = self.project.trainer_base(owner)
-                if path is not None:
-                    found.append((call, path))
-        return found
+        return _trainer_classes(self)
 
     @cached_property
     def training_calls(self) -> list[cst.Call]:
@@ -1368,3 +1353,23 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
         return False
     assert isinstance(statement, cst.SimpleStatementLine)
     return isinstance(cast(cst.Expr, statement.body[0]).value, cst.SimpleString)
+
+
+def _trainer_classes(script: TrainingScript) -> list[tuple[cst.Call, Path]]:
+    """`TrainingScript.trainer_classes`."""
+    if script.project is None or script.project.path is None or script.index.other_framework:
+        return []
+    found = []
+    for call in script.index.calls:
+        if call.args and not script.graph.calls_script(call):
+            path = script.project.trainer_class(call)
+            if path is not None:
+                found.append((call, path))
+        elif call.args and (owner := script.index.classes.get(dotted(call.func) or "")):
+            # a class of the script whose base, of another file, trains (a SpeechBrain
+            # recipe's `SpkIdBrain(Brain)`: round-38 audit C speechbrain_brain_class_stages
+            # was "not a training script", left as it was)
+            path = script.project.trainer_base(owner)
+            if path is not None:
+                found.append((call, path))
+    return found
