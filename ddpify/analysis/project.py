@@ -679,6 +679,17 @@ def _made_optimizer(helper: Helper, value: cst.BaseExpression) -> cst.Call | Non
         return made[0] if made and all(made) else None
     if not isinstance(value, cst.Call):
         return None
+    chosen = value.func
+    if (
+        isinstance(chosen, cst.Call)
+        and is_name(chosen.func, "getattr")
+        and chosen.args
+        and "torch.optim"
+        in helper.index.qualified_names(chosen.args[0].value) | {dotted(chosen.args[0].value)}
+    ):
+        # `getattr(torch.optim, cfg.pop("type"))(model.parameters(), **cfg)`: an mmcv-like
+        # builder (round-38 audit C config_py_file_runpy_loaded)
+        return value
     named = helper.index.qualified_names(value.func) | {dotted(value.func) or ""}
     return value if any(_OPTIMIZER.match(name) for name in named) else None
 

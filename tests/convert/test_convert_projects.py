@@ -1620,6 +1620,46 @@ def test_an_optimizer_a_helper_of_another_file_makes_trains_the_wrapped_model(
     assert sorted(saved["model"]) == ["body.bias", "body.weight", "head.bias", "head.weight"]
 
 
+def test_an_optimizer_a_builder_of_another_file_picks_by_name_trains_the_wrapped_model(
+    tmp_path: Path,
+) -> None:
+    """Round-38 audit C config_py_file_runpy_loaded: an mmcv-like builder.py's
+    `getattr(torch.optim, args.pop("type"))(model.parameters(), **args)` was "where
+    `optimizer` is made is not found"; it is a torch.optim optimizer over the model it is
+    given."""
+    (tmp_path / "builder.py").write_text(
+        "import torch\n\n\n"
+        "def build_optimizer(model, cfg):\n"
+        "    args = dict(cfg)\n"
+        "    return getattr(torch.optim, args.pop('type'))(model.parameters(), **args)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "from builder import build_optimizer\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(torch.randn(64, 4), batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = build_optimizer(model, dict(type='SGD', lr=0.1))\n"
+        "    for epoch in range(2):\n"
+        "        for x in loader:\n"
+        "            loss = model(x).pow(2).mean()\n"
+        "            optimizer.zero_grad()\n"
+        "            loss.backward()\n"
+        "            optimizer.step()\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, notes = convert(script)
+    assert "    optimizer = build_optimizer(model.module, dict(type='SGD', lr=0.1))\n" in (
+        output.decode()
+    )
+    assert (
+        "`build_optimizer()` (builder.py) makes the optimizer from the bare model's parameters"
+        in notes
+    )
+
+
 def test_a_helper_that_makes_and_trains_its_own_model_is_refused(tmp_path: Path) -> None:
     """Round-33 audit C kfold_engine_module_b: engine.py's `train_fold(fold, train_idx,
     val_idx, dataset, args)` makes the loaders, the model and the optimizer and trains; the
