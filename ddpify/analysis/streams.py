@@ -138,7 +138,7 @@ class Streams:
             if found is not None:
                 return None
             anchor: cst.BaseStatement | None
-            if self._walks_the_data(loop):
+            if _walks_the_data(self, loop):
                 drawn = _drawn_before(self, loop)
                 if drawn is None:
                     return None
@@ -230,7 +230,7 @@ class Streams:
                 (family, call)
                 for family, calls in draws.items()
                 for call in calls
-                if self._chooses_a_loader(call, batch_loop)
+                if _chooses_a_loader(self, call, batch_loop)
             ]
             for family, call in keyed:
                 draws[family].remove(call)
@@ -266,33 +266,6 @@ class Streams:
                 stream.seeds[family] = self._seeds(family)
             found.append(stream)
         return found
-
-    def _chooses_a_loader(self, draw: cst.Call, loop: cst.For | cst.While) -> bool:
-        """`task = random.choices(tasks, weights)[0]` whose value is the key of what a
-        `next(...)` or `iter(...)` in `loop` reads (`next(iters[task])`)."""
-        statement = self.index.parent(draw)
-        while statement is not None and not isinstance(statement, cst.Assign):
-            if isinstance(statement, cst.BaseStatement):
-                return False
-            statement = self.index.parent(statement)
-        if statement is None or len(statement.targets) != 1:
-            return False
-        target = statement.targets[0].target
-        if not isinstance(target, cst.Name):
-            return False
-        name = target.value
-        for node in walk(loop.body):
-            if (
-                isinstance(node, cst.Call)
-                and is_name(node.func, "next", "iter")
-                and node.args
-                and isinstance(node.args[0].value, cst.Subscript)
-                and any(
-                    is_name(n, name) for element in node.args[0].value.slice for n in walk(element)
-                )
-            ):
-                return True
-        return False
 
     def _step_loops(self) -> list[tuple[cst.For | cst.While, Loader]]:
         """Loops of steps that take their batches with `next(...)` from the training loaders
@@ -475,7 +448,7 @@ class Streams:
             assert isinstance(loop, cst.For | cst.While)
             if isinstance(loop, cst.For) and counted_range(loop) is None:
                 return "untraced"
-            return "ordered" if self._walks_the_data(loop) else "whole"
+            return "ordered" if _walks_the_data(self, loop) else "whole"
         return None
 
     def _draws(self, loop: cst.For | cst.While) -> list[cst.Call]:
@@ -506,28 +479,6 @@ class Streams:
             if name in SEEDS:
                 return SEEDS[name]
         return None
-
-    def _walks_the_data(self, loop: cst.For | cst.While) -> bool:
-        """Whether the loop makes passes over the data in order: it iterates over something
-        other than `range(n)`, steps through a range (`range(0, len(x), bs)`), or indexes
-        with its own counter (`x[i:i + bs]`)."""
-        if isinstance(loop, cst.While):
-            return False
-        iterable = counted_range(loop)
-        counting = isinstance(loop.iter, cst.Call) and self.index.is_call_to(
-            loop.iter, {"itertools.count"}
-        )  # `for batch_idx in count(1):` (pytorch/examples regression), an endless counter
-        if iterable is None and not counting:
-            return True
-        if iterable is not None and len(iterable.args) > 2:
-            return True
-        counters = {dotted(node) for node in walk(loop.target)} - {None}
-        for node in walk(loop.body):
-            if isinstance(node, cst.SubscriptElement) and any(
-                dotted(inner) in counters for inner in walk(node.slice)
-            ):
-                return True
-        return False
 
     def _anchor(self, loop: cst.For | cst.While) -> cst.BaseStatement | None:
         """The outermost loop around `loop`, through the calls of the function it is in
@@ -589,6 +540,55 @@ def _drawn_before(
     return (draws, statement) if draws and statement is not None else None
 
 
+def _chooses_a_loader(streams: Streams, draw: cst.Call, loop: cst.For | cst.While) -> bool:
+    """`task = random.choices(tasks, weights)[0]` whose value is the key of what a
+    `next(...)` or `iter(...)` in `loop` reads (`next(iters[task])`)."""
+    statement = streams.index.parent(draw)
+    while statement is not None and not isinstance(statement, cst.Assign):
+        if isinstance(statement, cst.BaseStatement):
+            return False
+        statement = streams.index.parent(statement)
+    if statement is None or len(statement.targets) != 1:
+        return False
+    target = statement.targets[0].target
+    if not isinstance(target, cst.Name):
+        return False
+    name = target.value
+    for node in walk(loop.body):
+        if (
+            isinstance(node, cst.Call)
+            and is_name(node.func, "next", "iter")
+            and node.args
+            and isinstance(node.args[0].value, cst.Subscript)
+            and any(is_name(n, name) for element in node.args[0].value.slice for n in walk(element))
+        ):
+            return True
+    return False
+
+
+def _walks_the_data(streams: Streams, loop: cst.For | cst.While) -> bool:
+    """Whether the loop makes passes over the data in order: it iterates over something
+    other than `range(n)`, steps through a range (`range(0, len(x), bs)`), or indexes
+    with its own counter (`x[i:i + bs]`)."""
+    if isinstance(loop, cst.While):
+        return False
+    iterable = counted_range(loop)
+    counting = isinstance(loop.iter, cst.Call) and streams.index.is_call_to(
+        loop.iter, {"itertools.count"}
+    )  # `for batch_idx in count(1):` (pytorch/examples regression), an endless counter
+    if iterable is None and not counting:
+        return True
+    if iterable is not None and len(iterable.args) > 2:
+        return True
+    counters = {dotted(node) for node in walk(loop.target)} - {None}
+    for node in walk(loop.body):
+        if isinstance(node, cst.SubscriptElement) and any(
+            dotted(inner) in counters for inner in walk(node.slice)
+        ):
+            return True
+    return False
+
+
 def _sampled(streams: Streams, loop: cst.For | cst.While) -> list[cst.Call]:
     """The draws of the script's own functions `loop` calls that make samples from
     nothing but random numbers."""
@@ -601,7 +601,33 @@ def _sampled(streams: Streams, loop: cst.For | cst.While) -> list[cst.Call]:
                 for call in walk(callee)
                 if isinstance(call, cst.Call) and streams._family(call, SAMPLE_MAKERS)
             ]
+        # or drawn in the loop itself, into a name the loss is computed from (a PINN's
+        # collocation points, `xt_f = torch.rand(n_f, 2, requires_grad=True)`, round-38
+        # audit B pinn_collocation_adam_then_lbfgs_b)
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Call)
+            and streams._family(node.value, SAMPLE_MAKERS)
+            and _read_before_backward(streams, node, loop)
+        ):
+            draws.append(node.value)
     return draws
+
+
+def _read_before_backward(streams: Streams, assign: cst.Assign, loop: cst.For | cst.While) -> bool:
+    """Whether the one name `assign` binds is read in `loop` after it and before a backward
+    pass of the loop: what the step trains on."""
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return False
+    name = assign.targets[0].target.value
+    backwards = [b for b in streams.script.backward_calls if streams.index.inside(b, loop)]
+    return any(
+        is_name(node, name)
+        and not streams.index.inside(node, assign)
+        and streams.index.precedes(assign, node)
+        and any(streams.index.precedes(node, backward) for backward in backwards)
+        for node in walk(loop.body)
+    )
 
 
 def makes_samples(index: SourceIndex, graph: CallGraph, function: cst.FunctionDef) -> bool:

@@ -4572,3 +4572,57 @@ def test_the_tutorial_s_wrapped_data_loader_gets_set_epoch_on_the_loader_it_wrap
         mine, theirs = ({x for b in r[epoch * 4 : epoch * 4 + 4] for x in b} for r in ranks)
         assert len(mine) == len(theirs) == 16 and not mine & theirs  # each its own half
     assert ranks[0][:4] != ranks[0][4:]  # reshuffled
+
+
+COLLOCATION = """\
+import json
+
+import torch
+
+torch.manual_seed(1234)
+x_b = torch.rand(16, 1)  # boundary points, fixed
+u_b = torch.zeros(16, 1)
+model = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+
+def loss_fn(x_f):
+    u = model(x_f)
+    u_x = torch.autograd.grad(u, x_f, torch.ones_like(u), create_graph=True)[0]
+    return (u_x - 1).pow(2).mean() + (model(x_b) - u_b).pow(2).mean()
+
+
+drawn = []
+for it in range(5):
+    x_f = torch.rand(32, 1, requires_grad=True)
+    drawn.append(x_f.detach().flatten().tolist())
+    optimizer.zero_grad()
+    loss = loss_fn(x_f)
+    loss.backward()
+    optimizer.step()
+PROBE
+"""
+
+
+def test_points_drawn_afresh_every_step_beside_fixed_ones_are_drawn_per_process(
+    tmp_path: Path,
+) -> None:
+    """Round-38 audit B pinn_collocation_adam_then_lbfgs_b: a PINN draws its collocation
+    points every step (`torch.rand(n_f, 2, requires_grad=True)`) beside fixed boundary
+    points. It was refused as a full batch ("cannot tell that `device` holds samples").
+    Each process draws points of its own, seeded with the seed plus its rank; the fixed
+    points are every process's."""
+    result = convert_source(COLLOCATION.encode(), "pinn.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"torch.manual_seed(1234 + dist.get_rank())" in result.output
+    probe = (
+        "flat = torch.cat([p.detach().flatten() for p in model.parameters()])\n"
+        "json.dump([drawn, flat.tolist()], open(f'drawn{dist.get_rank()}.json', 'w'))"
+    )
+    (tmp_path / "pinn.py").write_bytes(result.output.replace(b"PROBE", probe.encode()))
+    ran = torchrun(["pinn.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    ranks = [json.loads((tmp_path / f"drawn{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0][1] == ranks[1][1]  # replicas in step
+    for mine, theirs in zip(ranks[0][0], ranks[1][0], strict=True):
+        assert not set(mine) & set(theirs)  # points of its own, every step
