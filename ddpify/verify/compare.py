@@ -19,6 +19,7 @@ from ddpify.verify.records import (
     COMPARISON,
     ProcessRecord,
     as_named_by,
+    by_position,
     save_copy_name,
     snapshot_name,
     unwrapped_keys,
@@ -180,6 +181,8 @@ def compare_checkpoints(
                 b = load(original / save_copy_name(save.index))
                 if a is None or b is None:
                     break
+                a = {by_position(list(a))[key]: value for key, value in a.items()}
+                b = {by_position(list(b))[key]: value for key, value in b.items()}
                 renamed = unwrapped_keys(b, a)  # the original saved a DataParallel's keys
                 if renamed is not None:
                     b = {renamed[key]: value for key, value in b.items()}

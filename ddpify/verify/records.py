@@ -46,6 +46,21 @@ def unwrapped_keys(original: Iterable[str], converted: Iterable[str]) -> dict[st
     return renamed
 
 
+_OBJECT_ID = re.compile(r"(?<![^.])\d{9,}(?![^.])")
+
+
+def by_position(keys: Sequence[str]) -> dict[str, str]:
+    """Each checkpoint key with the object ids in it (`slow_state.139827980988688.slow_param`:
+    a Lookahead wrapper keys its state by `id(param)`, different in every process, round-38
+    audit A lookahead_optimizer_wrapper) named by the order they first come in instead."""
+    order: dict[str, str] = {}
+
+    def numbered(found: re.Match[str]) -> str:
+        return order.setdefault(found.group(0), f"<id {len(order)}>")
+
+    return {key: _OBJECT_ID.sub(numbered, key) for key in keys}
+
+
 def as_named_by(mine: Sequence[str], theirs: Sequence[str]) -> dict[str, str]:
     """Each of `mine`'s paths under the name the other run gives the same file, where the two
     name it differently with the time or a process id in it (a run folder stamped with the

@@ -2291,3 +2291,71 @@ def test_a_progress_line_the_evaluation_s_first_print_ends_is_not_an_evaluation(
     assert statuses(outcome)["evaluation"] is Status.PASS, table
     text = check(outcome, "evaluation")
     assert "Loss" not in text, text
+
+
+SAMPLES_SAVED = """import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+os.makedirs("images", exist_ok=True)
+for epoch in range(2):
+    for i, (x, y) in enumerate(loader):
+        out = model(x)
+        loss = torch.nn.functional.mse_loss(out, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if i == 0:
+            torch.save(out.data[:4], "images/%d.pt" % epoch)
+"""
+
+
+def test_a_tensor_the_model_made_from_rank_0_s_batch_is_no_checkpoint_that_differs(
+    tmp_path: Path,
+) -> None:
+    """Round-38 audit B eriklindernoren_pytorch_gan_tensor_type: PyTorch-GAN saves
+    `gen_imgs.data[:25]` every `sample_interval` batches; rank 0's come from its own batch,
+    and the check failed them as a checkpoint whose values differ. One tensor, not a state,
+    that differs is what the model made: reported, not failed."""
+    original = tmp_path / "samples.py"
+    original.write_text(SAMPLES_SAVED)
+    _, outcome, _ = converted_and_verified(original)
+    assert "images/0.pt, images/1.pt: one tensor each, not a state, that differs" in check(
+        outcome, "side-effects-once"
+    )
+
+
+KEYED_BY_ID = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+slow = {p: p.detach().clone() for p in model.parameters()}
+for epoch in range(2):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    state = {id(p): s for p, s in slow.items()}  # a Lookahead's `slow_state`
+    torch.save({"model": model.state_dict(), "slow_state": state}, "ckpt.pt")
+"""
+
+
+def test_checkpoint_keys_that_are_object_ids_are_compared_by_their_order(tmp_path: Path) -> None:
+    """Round-38 audit A lookahead_optimizer_wrapper: a Lookahead's `state_dict()` keys its
+    slow weights by `id(param)`, different in every process: "keys differ", a false "not
+    equivalent". Such keys are compared by the order they come in."""
+    original = tmp_path / "lookahead.py"
+    original.write_text(KEYED_BY_ID)
+    _, _, table = converted_and_verified(original)
+    assert "ckpt.pt: 1 save(s), same keys" in table, table
