@@ -19,7 +19,13 @@ from ddpify.analysis.api import (
 from ddpify.analysis.calls import MAX_DEPTH, passing_loop
 from ddpify.analysis.loaders import Loader, keyed_read, read_as, string_value, strip_iteration
 from ddpify.analysis.project import foreign_base, generator_repasses, passes_over, repasses
-from ddpify.analysis.script import ForeignTraining, TrainLoop, exclusive, without_gradients
+from ddpify.analysis.script import (
+    ForeignTraining,
+    TrainLoop,
+    epoch_variable,
+    exclusive,
+    without_gradients,
+)
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
 from ddpify.analysis.tree import (
@@ -994,7 +1000,11 @@ class DistributedSampler(ConvertRule):
                 _foreign_set_epoch(ctx, training)
         for loader in loaders:
             if id(loader) in sharded and id(loader) not in looped:
-                if _passes_by_hand(ctx, loader) or _never_shuffles(ctx, loader):
+                if (
+                    _passes_by_hand(ctx, loader)
+                    or _never_shuffles(ctx, loader)
+                    or _collected_passes(ctx, loader)
+                ):
                     continue
                 where = _why_unlooped(anatomy, loader)
                 ctx.cannot(
@@ -1860,6 +1870,75 @@ def _set_epoch_in_other_loops(ctx: ConvertContext, loop: TrainLoop) -> None:
 
 def _counted_in(part: str) -> Callable[[cst.CSTNode], cst.BaseExpression]:
     return lambda _: expression(f"len({part})")
+
+
+def _collected_passes(ctx: ConvertContext, loader: Loader) -> bool:
+    """Passes over the loader that only collect its batches into a list in the epoch loop,
+    the training loop then reading the list (MT-DNN's `for task, loader in loaders.items():
+    for batch in loader: batches.append((task, batch))`, then `random.shuffle(batches)`,
+    round-38 audit A multitask_head_per_batch_task): `set_epoch(epoch)` before each such
+    pass, the epoch being the loop's counter around it."""
+    anatomy = ctx.anatomy
+    found: list[tuple[cst.For, str, str]] = []
+    for node in walk(anatomy.module):
+        if not isinstance(node, cst.For) or not isinstance(node.body, cst.IndentedBlock):
+            continue
+        if _resolved_in_items(anatomy, node.iter) is not loader.call:
+            continue
+        name = read_as(node.iter)
+        collects = all(
+            isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+            and isinstance(line.body[0], cst.Expr)
+            and is_method_call(line.body[0].value, "append", "extend")
+            for line in node.body.body
+        )
+        epoch = next(
+            (
+                outer
+                for outer in anatomy.ancestors(node)
+                if isinstance(outer, cst.For)
+                and outer is not node
+                and any(anatomy.inside(b, outer) for b in anatomy.script.backward_calls)
+            ),
+            None,
+        )
+        counter = epoch_variable(epoch, anatomy.graph) if epoch is not None else None
+        if not collects or name is None or counter is None:
+            return False
+        found.append((node, name, counter))
+    for node, name, counter in found:
+        sampler = f"{name}.{loader.sampler_path}"
+        ctx.plan.insert_before(node, [statement(f"{sampler}.set_epoch({counter})\n")])
+        ctx.changed(node, "set_epoch before every pass that collects the loader's batches")
+    return bool(found)
+
+
+def _resolved_in_items(anatomy: Anatomy, read: cst.BaseExpression) -> cst.Call | None:
+    """The `DataLoader(...)` `read` is: also a loop's name for the values of a dict of
+    loaders (`for task, loader in train_loaders.items():`), the one loader made under every
+    key."""
+    scope = anatomy.function_of(read)
+    made = anatomy.loaders.resolve(read, scope)
+    if made is not None or not isinstance(read, cst.Name):
+        return made
+    for outer in anatomy.ancestors(read):
+        if not (
+            isinstance(outer, cst.For)
+            and isinstance(outer.iter, cst.Call)
+            and is_method_call(outer.iter, "items", "values")
+            and isinstance(outer.iter.func, cst.Attribute)
+        ):
+            continue
+        names = [n.value for n in walk(outer.target) if isinstance(n, cst.Name)]
+        if read.value != names[-1]:
+            continue
+        keyed = cst.Subscript(
+            outer.iter.func.value,
+            [cst.SubscriptElement(cst.Index(cst.Name(names[0] if len(names) > 1 else "_")))],
+        )
+        return anatomy.loaders.resolve(keyed, scope)
+    return None
 
 
 def _never_shuffles(ctx: ConvertContext, loader: Loader) -> bool:
