@@ -375,7 +375,7 @@ class TrainingScript:
             for loader in traced:
                 loader.trains = True
             return list({id(loader): loader for loader in traced}.values())
-        if len(self.loaders.all) == 1:
+        if len(self.loaders.all) == 1 and not _named_to_evaluate(self.loaders.all[0]):
             self.loaders.all[0].trains = True
             return list(self.loaders.all)
         drawn = list({id(loader): loader for loader in _drawn_for_the_loss(self)}.values())
@@ -1192,11 +1192,21 @@ def _made_to_evaluate(index: SourceIndex, loader: Loader) -> bool:
     )
 
 
+def _named_to_evaluate(loader: Loader) -> bool:
+    """`valid_loader = DataLoader(valid_dataset, ...)`: named, or made over a dataset named,
+    for evaluation (clovaai's validation loader shuffles, round-38 audit C: taken for the
+    training loader, the only one the script makes)."""
+    text = " ".join(
+        filter(None, [loader.name, dotted(loader.call.args[0].value) if loader.call.args else None])
+    ).lower()
+    return any(word in text for word in ("val", "test", "eval", "dev"))
+
+
 def _looks_like_training(loader: Loader) -> bool:
     text = " ".join(
         filter(None, [loader.name, dotted(loader.call.args[0].value) if loader.call.args else None])
     ).lower()
-    if any(word in text for word in ("val", "test", "eval", "dev")):
+    if _named_to_evaluate(loader):
         return False
     shuffle = call_arg(loader.call, 2, "shuffle")
     return "train" in text or (shuffle is not None and is_name(shuffle.value, "True"))

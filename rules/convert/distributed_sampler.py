@@ -973,7 +973,11 @@ class DistributedSampler(ConvertRule):
                 _seed_per_process(ctx, stream)
             return
         if not loaders:
-            if anatomy.streams.without_loader not in ("whole", "ordered") or not _split(ctx):
+            if (
+                _batches_of_a_project_object(anatomy) is not None
+                or anatomy.streams.without_loader not in ("whole", "ordered")
+                or not _split(ctx)
+            ):
                 _refuse_unsharded(ctx)
             return
         unshardable = _unshardable(anatomy)
@@ -2716,8 +2720,17 @@ def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call, shared: set[int]) 
 def _refuse_unsharded(ctx: ConvertContext) -> None:
     """No training loader to shard, and no random stream: say how the data does come."""
     anatomy = ctx.anatomy
-    if anatomy.loaders.all:
-        where: cst.CSTNode = anatomy.loaders.all[0].call
+    drawn = _batches_of_a_project_object(anatomy)
+    if drawn is not None:
+        where: cst.CSTNode = drawn[0]
+        reason = (
+            f"found no DataLoader to shard: the training batches come from "
+            f"`{source_text(drawn[0].func)}()`, a method of `{drawn[1]}` ({drawn[2]}), which "
+            "reads the data its own way (DataLoaders it makes itself, say): shard that "
+            "class's loaders by hand"
+        )
+    elif anatomy.loaders.all:
+        where = anatomy.loaders.all[0].call
         reason = "cannot tell which DataLoader trains: every process would train on the same data"
     else:
         where = anatomy.script.training_calls[0]
@@ -2760,6 +2773,37 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
         else:
             reason = "found no DataLoader to shard: every process would train on the same data"
     ctx.cannot(where, reason, blocking=True)
+
+
+def _batches_of_a_project_object(anatomy: Anatomy) -> tuple[cst.Call, str, str] | None:
+    """`image_tensors, labels = train_dataset.get_batch()` in the training loop, with
+    `train_dataset = Batch_Balanced_Dataset(opt)` of dataset.py (clovaai's
+    deep-text-recognition-benchmark, round-38 audit C): the call, the class, its file."""
+    loops = {
+        id(found): found
+        for backward in anatomy.script.backward_calls
+        for found, kind in anatomy.graph.loops_around(backward)[:1]
+        if kind == "loop" and isinstance(found, cst.For | cst.While)
+    }
+    for loop in loops.values():
+        for node in walk(loop.body):
+            if not (
+                isinstance(node, cst.Assign)
+                and isinstance(node.value, cst.Call)
+                and isinstance(node.value.func, cst.Attribute)
+                and isinstance(node.value.func.value, cst.Name)
+            ):
+                continue
+            if id(node.value) not in anatomy.script.loss_nodes:
+                continue  # not what the step trains on (a scheduler's rate, a meter's mean)
+            scope = anatomy.function_of(node)
+            made = anatomy.values.assignments(node.value.func.value.value, scope)
+            if len(made) != 1 or not isinstance(made[0], cst.Call):
+                continue
+            found = anatomy.project.class_made(made[0])
+            if found is not None:
+                return node.value, found[0].name.value, anatomy.project.shown(found[1])
+    return None
 
 
 def _counts_through_a_helper(anatomy: Anatomy) -> bool:

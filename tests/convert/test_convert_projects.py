@@ -3397,6 +3397,56 @@ def test_a_script_class_whose_base_of_another_file_trains_is_refused(tmp_path: P
     assert "`Recipe`'s base class (brain.py) trains in its own methods" in problem.message
 
 
+def test_batches_a_project_object_draws_itself_are_refused_naming_it(tmp_path: Path) -> None:
+    """Round-38 audit C clovaai_text_recognition_batch_balanced: the training batches come
+    from `train_dataset.get_batch()` of dataset.py's `Batch_Balanced_Dataset`, which makes
+    and re-iterates its own DataLoaders; the script's one DataLoader, the validation one
+    (shuffled, as clovaai's is), was taken for the training loader, and the refusal pointed
+    at it. It names the method and its class's file."""
+    (tmp_path / "dataset.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n\n"
+        "class Balanced:\n"
+        "    def __init__(self, n):\n"
+        "        self.loader = DataLoader(torch.randn(n, 4), batch_size=8, shuffle=True)\n"
+        "        self.it = iter(self.loader)\n\n"
+        "    def get_batch(self):\n"
+        "        try:\n"
+        "            return next(self.it)\n"
+        "        except StopIteration:\n"
+        "            self.it = iter(self.loader)\n"
+        "            return next(self.it)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\nfrom dataset import Balanced\n\n"
+        "train_dataset = Balanced(64)\n"
+        "valid_loader = DataLoader(torch.randn(16, 4), batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "iteration = 0\n"
+        "while True:\n"
+        "    x = train_dataset.get_batch()\n"
+        "    loss = model(x).pow(2).mean()\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    iteration += 1\n"
+        "    if iteration % 4 == 0:\n"
+        "        with torch.no_grad():\n"
+        "            print(sum(model(v).mean().item() for v in valid_loader))\n"
+        "    if iteration == 8:\n"
+        "        break\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    [problem] = [p for p in result.problems if p.code == "DDP004"]
+    assert problem.line == 12
+    assert (
+        "the training batches come from `train_dataset.get_batch()`, a method of `Balanced` "
+        "(dataset.py)"
+    ) in problem.message
+
+
 def test_a_training_method_a_base_class_of_another_file_drives_is_refused(
     tmp_path: Path,
 ) -> None:
