@@ -984,7 +984,7 @@ class DistributedSampler(ConvertRule):
         if unshardable is not None:
             ctx.cannot(*unshardable, blocking=True)
             return
-        sharded = {id(loader) for loader in loaders if self._shard(ctx, loader)}
+        sharded = {id(loader) for loader in loaders if _shard(ctx, loader)}
         _share_draws(ctx)
         _own_generators(ctx)
         for loader in anatomy.loaders.all:
@@ -1019,25 +1019,26 @@ class DistributedSampler(ConvertRule):
                 )
         _insert_set_epochs(ctx, sharded)
 
-    def _shard(self, ctx: ConvertContext, loader: Loader) -> bool:
-        """Give the loader a DistributedSampler; False (and why, reported) when it cannot."""
-        own = own_sampler(ctx.anatomy, loader) if loader.key_var is None else None
-        if own is not None:
-            _deal_out(ctx, loader, own)
-            return False  # rank 0's sampler draws afresh every pass: no set_epoch
-        problem = shard_problem(ctx.anatomy, loader) or _not_only_training(ctx.anatomy, loader)
-        if problem:
-            ctx.cannot(loader.call, problem, blocking=True)
-            return False
-        drawing = drawing_sampler(ctx.anatomy, loader)
-        if drawing is not None:
-            _draw_apart(ctx, drawing)
-            return False  # nothing split, no set_epoch: every pass draws afresh
-        shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
-        ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
-        _evaluate_whole(ctx, loader)
-        _last_batch_of_one(ctx, loader)
-        return True
+
+def _shard(ctx: ConvertContext, loader: Loader) -> bool:
+    """Give the loader a DistributedSampler; False (and why, reported) when it cannot."""
+    own = own_sampler(ctx.anatomy, loader) if loader.key_var is None else None
+    if own is not None:
+        _deal_out(ctx, loader, own)
+        return False  # rank 0's sampler draws afresh every pass: no set_epoch
+    problem = shard_problem(ctx.anatomy, loader) or _not_only_training(ctx.anatomy, loader)
+    if problem:
+        ctx.cannot(loader.call, problem, blocking=True)
+        return False
+    drawing = drawing_sampler(ctx.anatomy, loader)
+    if drawing is not None:
+        _draw_apart(ctx, drawing)
+        return False  # nothing split, no set_epoch: every pass draws afresh
+    shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
+    ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
+    _evaluate_whole(ctx, loader)
+    _last_batch_of_one(ctx, loader)
+    return True
 
 
 def _unshardable(anatomy: Anatomy) -> tuple[cst.CSTNode, str] | None:
