@@ -197,6 +197,10 @@ class SideEffects:
         process id (`with TemporaryDirectory() as tmp:` ... `torch.save(s, f"{tmp}/best.pt")`).
         Each process writes its own and reads back its own: nothing to guard or wait for."""
         scope = self.index.function_of(write)
+        for path in path_arguments(write):
+            named = names_the_process(path)
+            if named:
+                return named
         return next(
             (
                 made
@@ -208,6 +212,9 @@ class SideEffects:
 
     def private_path(self, path: cst.BaseExpression, scope: cst.FunctionDef | None) -> str | None:
         """`private` for a path expression (what `torch.load` reads)."""
+        named = names_the_process(path)
+        if named:
+            return named
         return next(
             (
                 made
@@ -322,16 +329,38 @@ def _exist_ok(call: cst.Call) -> bool:
 
 def path_names(write: cst.CSTNode) -> set[str]:
     """The names in the arguments that say where a write goes: all but the object saved."""
+    return set().union(*(root_names(arg) for arg in path_arguments(write)))
+
+
+def path_arguments(write: cst.CSTNode) -> list[cst.CSTNode]:
+    """The arguments that say where a write goes: all but the object saved."""
     if isinstance(write, cst.With):
         calls = [item.item for item in write.items if isinstance(item.item, cst.Call)]
-        return set().union(*(root_names(call.args[0]) for call in calls if call.args))
+        return [call.args[0] for call in calls if call.args]
     assert isinstance(write, cst.SimpleStatementLine)
     expr = write.body[0]
     if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
-        return set()
+        return []
     args = expr.value.args
-    where = args[1:] if len(args) > 1 else args
-    return set().union(*(root_names(arg) for arg in where))
+    return list(args[1:] if len(args) > 1 else args)
+
+
+def names_the_process(path: cst.CSTNode) -> str | None:
+    """What in a path expression names this process, if anything: its id or its rank
+    (`f"probe.{os.getpid()}"`, `f"log.{dist.get_rank()}.txt"`,
+    `f"seen.{os.environ['RANK']}"`)."""
+    for node in walk(path):
+        if isinstance(node, cst.Call):
+            func = dotted(node.func) or ""
+            if func.endswith(PRIVATE) or func.rsplit(".", 1)[-1] == "get_rank":
+                return func
+        if isinstance(node, cst.SimpleString) and node.evaluated_value in PROCESS_VARIABLES:
+            return f"os.environ[{node.value}]"
+    return None
+
+
+# The launcher's variables that differ between processes.
+PROCESS_VARIABLES = frozenset({"RANK", "LOCAL_RANK"})
 
 
 def root_names(node: cst.CSTNode) -> set[str]:

@@ -23,6 +23,49 @@ DEVICE_NAME = re.compile(r"(device|gpu)(_?(id|ids|index|idx|no|number))?\d*$")
 COUNT_NAME = re.compile(r"^(n|num|n_|num_)(gpu|device)s?$|(gpus|devices|count)$")
 
 
+# `torch.distributed.launch`'s `--local_rank`, which torchrun never passes: its
+# default reads LOCAL_RANK (round-39 audit B local_rank_arg_half_converted).
+LOCAL_RANK_OPTION = Example(
+    """
+    import argparse
+
+    import torch
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--local_rank", type=int, default=0)
+    args = p.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    model = Net().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x.cuda()).sum()
+        loss.backward()
+        optimizer.step()
+    if args.local_rank == 0:
+        print("done")
+    """,
+    """
+    import argparse
+
+    import torch
+    import os
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+    args = p.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x.to(device)).sum()
+        loss.backward()
+        optimizer.step()
+    if args.local_rank == 0:
+        print("done")
+    """,
+)
+
+
 class ProcessDevice(ConvertRule):
     """
     ## What it does
@@ -33,6 +76,9 @@ class ProcessDevice(ConvertRule):
     An option's default (`parser.add_argument("--device", default="cuda:0")`, also `"cuda:0"
     if available else "cpu"`) drops its index the same way, and a GPU id that is 0 unless
     there is no GPU (`gpu_id = 0 if torch.cuda.is_available() else "cpu"`) becomes `"cuda"`.
+
+    A `--local_rank` option (what `torch.distributed.launch` passed; torchrun never does)
+    gets `default=int(os.environ.get("LOCAL_RANK", 0))`: each process reads its own.
 
     Names are told by how they end (`device`, `gpu_id`, `cuda_device`): a name that only
     mentions one (`per_device_train_batch_size`) is left alone.
@@ -183,6 +229,7 @@ class ProcessDevice(ConvertRule):
             main(args)
             """,
         ),
+        LOCAL_RANK_OPTION,
         # A GPU count is not a GPU; a fixed index in a conditional device is.
         Example(
             """
@@ -354,6 +401,8 @@ class ProcessDevice(ConvertRule):
                 elif isinstance(first, cst.IfExp) and _indexed_cuda(first.body):
                     ctx.plan.replace(first.body, partial(_constant, _plain_cuda(first.body)))
                     ctx.changed(call, '`torch.device("cuda:N" if ...)` drops its fixed GPU index')
+            elif is_attribute(func, "add_argument") and _local_rank_option(call):
+                _local_rank_from_environment(ctx, call)
             elif is_attribute(func, "add_argument"):
                 default = next(
                     (a.value for a in call.args if a.keyword and a.keyword.value == "default"),
@@ -379,47 +428,93 @@ class ProcessDevice(ConvertRule):
                         target = ctx.device(call)
                         ctx.plan.replace(arg.value, partial(_constant, target))
                         ctx.changed(arg, "hard-coded CUDA device is the process's device")
-        # and a dataclass's or class's annotated field (`device: str = "cuda:0" if cuda else
-        # "cpu"`, round-17 audit s21)
-        annotated = [n for n in walk(anatomy.module) if isinstance(n, cst.AnnAssign) and n.value]
-        plain: list[cst.Assign | cst.AnnAssign] = [
-            a for a in anatomy.assigns if len(a.targets) == 1
-        ]
-        for node in [*plain, *annotated]:
-            target = node.target if isinstance(node, cst.AnnAssign) else node.targets[0].target
-            name = dotted(target) or ""
-            last = name.rsplit(".", 1)[-1].lower()
-            if not DEVICE_NAME.search(last) or COUNT_NAME.search(last):
-                continue
-            value = node.value
-            if value is None:
-                continue
-            if isinstance(value, cst.Integer) or is_cuda_literal(value):
-                ctx.plan.replace(value, lambda _: expression(FALLBACK_DEVICE))
-                ctx.add_import("torch")
-                ctx.changed(node, f"`{name}` is the process's device, not a fixed GPU")
-            elif isinstance(value, cst.IfExp) and is_cuda_literal(value.body):
-                body = value.body
-                assert isinstance(body, cst.SimpleString)
-                if _indexed_cuda(body):  # "cuda:1" if ... else "cpu": the index goes
-                    ctx.plan.replace(body, partial(_constant, _plain_cuda(body)))
-                    ctx.changed(node, f"`{name}` drops its fixed GPU index")
-            elif isinstance(value, cst.IfExp) and isinstance(value.body, cst.Integer):
-                # `0 if torch.cuda.is_available() else "cpu"` (PyTorch's multi-GPU tutorial's
-                # `gpu_id`, round-20 audit B trainer_class): the current GPU instead
-                quote = next(
-                    (n.value[-1] for n in walk(value) if isinstance(n, cst.SimpleString)), '"'
-                )
-                current = cst.SimpleString(f"{quote}cuda{quote}")
-                ctx.plan.replace(value.body, partial(_constant, current))
-                ctx.changed(node, f"`{name}` is the process's GPU, not GPU {value.body.value}")
-            elif (
-                isinstance(value, cst.Call)
-                and anatomy.graph.calls_script(value)
-                and isinstance(node, cst.Assign)
-                and isinstance(target, cst.Name)
-            ):
-                _this_processs_gpu(ctx, node, name)
+        _device_names(ctx)
+
+
+def _device_names(ctx: ConvertContext) -> None:
+    """Names that say which device (`device`, `gpu_id`), set to a fixed GPU: assignments,
+    and a dataclass's or class's annotated field (`device: str = "cuda:0" if cuda else
+    "cpu"`, round-17 audit s21)."""
+    anatomy = ctx.anatomy
+    annotated = [n for n in walk(anatomy.module) if isinstance(n, cst.AnnAssign) and n.value]
+    plain: list[cst.Assign | cst.AnnAssign] = [a for a in anatomy.assigns if len(a.targets) == 1]
+    for node in [*plain, *annotated]:
+        target = node.target if isinstance(node, cst.AnnAssign) else node.targets[0].target
+        name = dotted(target) or ""
+        last = name.rsplit(".", 1)[-1].lower()
+        if not DEVICE_NAME.search(last) or COUNT_NAME.search(last):
+            continue
+        value = node.value
+        if value is None:
+            continue
+        if isinstance(value, cst.Integer) or is_cuda_literal(value):
+            ctx.plan.replace(value, lambda _: expression(FALLBACK_DEVICE))
+            ctx.add_import("torch")
+            ctx.changed(node, f"`{name}` is the process's device, not a fixed GPU")
+        elif isinstance(value, cst.IfExp) and is_cuda_literal(value.body):
+            body = value.body
+            assert isinstance(body, cst.SimpleString)
+            if _indexed_cuda(body):  # "cuda:1" if ... else "cpu": the index goes
+                ctx.plan.replace(body, partial(_constant, _plain_cuda(body)))
+                ctx.changed(node, f"`{name}` drops its fixed GPU index")
+        elif isinstance(value, cst.IfExp) and isinstance(value.body, cst.Integer):
+            # `0 if torch.cuda.is_available() else "cpu"` (PyTorch's multi-GPU tutorial's
+            # `gpu_id`, round-20 audit B trainer_class): the current GPU instead
+            quote = next((n.value[-1] for n in walk(value) if isinstance(n, cst.SimpleString)), '"')
+            current = cst.SimpleString(f"{quote}cuda{quote}")
+            ctx.plan.replace(value.body, partial(_constant, current))
+            ctx.changed(node, f"`{name}` is the process's GPU, not GPU {value.body.value}")
+        elif (
+            isinstance(value, cst.Call)
+            and anatomy.graph.calls_script(value)
+            and isinstance(node, cst.Assign)
+            and isinstance(target, cst.Name)
+        ):
+            _this_processs_gpu(ctx, node, name)
+
+
+def _local_rank_option(call: cst.Call) -> bool:
+    """`parser.add_argument("--local_rank", type=int, default=0)`: the option
+    `torch.distributed.launch` passed, which torchrun never passes."""
+    return any(
+        isinstance(arg.value, cst.SimpleString)
+        and arg.keyword is None
+        and arg.value.evaluated_value in {"--local_rank", "--local-rank"}
+        for arg in call.args
+    )
+
+
+def _local_rank_from_environment(ctx: ConvertContext, call: cst.Call) -> None:
+    """The `--local_rank` option's default reads `LOCAL_RANK`, which torchrun sets: left a
+    plain 0, `torch.cuda.set_device(args.local_rank)` takes GPU 0 in every process and
+    `if args.local_rank == 0:` is true in all of them (round-39 audit B
+    local_rank_arg_half_converted)."""
+    default = next((a.value for a in call.args if a.keyword and a.keyword.value == "default"), None)
+    if default is not None and "LOCAL_RANK" in cst.Module([]).code_for_node(default):
+        return  # already `default=int(os.environ.get("LOCAL_RANK", 0))`
+    if ctx.options.launcher is not Launcher.TORCHRUN:
+        ctx.cannot(
+            call,
+            "the script takes its local rank from a `--local_rank` option, which `mp.spawn` "
+            "does not pass: convert with the default launcher (torchrun), where the option's "
+            "default reads LOCAL_RANK",
+        )
+        return
+    if default is None or not isinstance(default, cst.Integer):
+        ctx.cannot(
+            call,
+            "the `--local_rank` option's default is not a number: torchrun passes no "
+            '`--local_rank`; make its default `int(os.environ.get("LOCAL_RANK", 0))`',
+        )
+        return
+    value = default.value
+    ctx.plan.replace(default, lambda _: expression(f'int(os.environ.get("LOCAL_RANK", {value}))'))
+    ctx.add_import("os")
+    ctx.changed(
+        call,
+        "the `--local_rank` option's default reads LOCAL_RANK: torchrun sets it and passes "
+        "no `--local_rank` (a plain default would make every process local rank 0)",
+    )
 
 
 def _pins_one_gpu(anatomy: Anatomy) -> cst.CSTNode | None:
