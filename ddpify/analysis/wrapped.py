@@ -19,7 +19,7 @@ from ddpify.analysis.api import DDP_WRAPPER
 from ddpify.analysis.calls import MAX_DEPTH, CallGraph
 from ddpify.analysis.distributed import DistributedCode
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import dotted
+from ddpify.analysis.tree import dotted, is_name
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,10 @@ class DdpBindings:
     def _binding_holds(self, binding: Binding, depth: int) -> bool:
         if binding.wraps:
             return True
-        alias = dotted(binding.value)  # `ddp_model = model`
-        return alias is not None and self.holds(alias, binding.node, depth + 1)
+        sources = _sources(binding.value)  # `ddp_model = model`, `best = a if ... else b`
+        return bool(sources) and all(
+            self.holds(source, binding.node, depth + 1) for source in sources
+        )
 
     def _every_call_passes_ddp(
         self, function: cst.FunctionDef, name: str, parameter: str, depth: int
@@ -177,7 +179,7 @@ class DdpBindings:
         given = [
             (name, source)
             for name, bindings in by_name.items()
-            for source in {dotted(b.value) or "" for b in bindings if not b.wraps} - {""}
+            for source in {s for b in bindings if not b.wraps for s in _sources(b.value)}
         ]
         for call in self.index.calls:
             for function in self.graph.callees(call):
@@ -228,3 +230,14 @@ def _names_bound(
                     yield name, None
             else:
                 yield from _names_bound(element.value, inner)
+
+
+def _sources(value: cst.BaseExpression | None) -> list[str]:
+    """The names a binding's value is another name for: `model` in `ddp_model = model`, both
+    models in `best = model_a if score_a < score_b else model_b` (round-39 audit B
+    alternating_two_models_per_epoch), a `None` branch left out."""
+    if isinstance(value, cst.IfExp):
+        branches = [_sources(b) for b in (value.body, value.orelse) if not is_name(b, "None")]
+        return [] if any(not b for b in branches) else [s for b in branches for s in b]
+    name = dotted(value) if value is not None else None
+    return [name] if name else []

@@ -537,24 +537,7 @@ class WrapModel(ConvertRule):
                 ctx.changed(item, "an item of the bare model (`model[i]`) via `.module`")
             for call, argument in _handed_to_helpers(anatomy, model):
                 _through_helper(ctx, call, argument)
-            for attribute, every in _loop_uses(anatomy, model):
-                if id(attribute) in routed:
-                    continue
-                routed.add(id(attribute))
-                if every:
-                    ctx.plan.replace(attribute.value, _through_module)
-                    ctx.changed(
-                        attribute, f"`.{attribute.attr.value}` of each bare model via `.module`"
-                    )
-                else:
-                    ctx.cannot(
-                        attribute,
-                        f"`{dotted(attribute.value)}` runs over the DDP-wrapped "
-                        f"`{model.placed_name}` and other objects: its "
-                        f"`.{attribute.attr.value}` would be the wrapper's; route the models "
-                        "through `.module` by hand",
-                        blocking=True,
-                    )
+            _route_loop_uses(ctx, model, routed)
             for attribute, owner in _held_by_objects(anatomy, model):
                 ctx.cannot(
                     attribute,
@@ -3150,6 +3133,67 @@ def _loop_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool
                     and is_name(node.value, target)
                 ):
                     found.append((node, every))
+    return found
+
+
+def _route_loop_uses(ctx: ConvertContext, model: Model, routed: set[int]) -> None:
+    """`.state_dict()` of a name that runs over the models, or is chosen among them: through
+    `.module` when every one is a wrapped model, refused otherwise (once for all models)."""
+    anatomy = ctx.anatomy
+    for attribute, every in [*_loop_uses(anatomy, model), *_chosen_uses(anatomy, model)]:
+        if id(attribute) in routed:
+            continue
+        routed.add(id(attribute))
+        if every:
+            ctx.plan.replace(attribute.value, _through_module)
+            ctx.changed(attribute, f"`.{attribute.attr.value}` of each bare model via `.module`")
+        else:
+            ctx.cannot(
+                attribute,
+                f"`{dotted(attribute.value)}` holds the DDP-wrapped "
+                f"`{model.placed_name}` or other objects (it runs over them, or is "
+                "chosen among them): its "
+                f"`.{attribute.attr.value}` would be the wrapper's; route the models "
+                "through `.module` by hand",
+                blocking=True,
+            )
+
+
+def _chosen_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool]]:
+    """`best.state_dict()` after `best = model_a if score_a < score_b else model_b`, made
+    after the wrap with the model on a branch (round-39 audit B
+    alternating_two_models_per_epoch: saved with `module.` keys): True when every branch is
+    a wrapped model (or `None`), False when some are not."""
+    assert model.placement is not None
+    wrapped = {name for m in anatomy.models.all for name in m.names - m.bare}
+    named = set().union(*(m.names for m in anatomy.models.all))
+    found = []
+    for assign in anatomy.assigns:
+        if not (
+            len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and isinstance(assign.value, cst.IfExp)
+            and assign.targets[0].target.value not in named
+            and anatomy.precedes(model.placement, assign)
+        ):
+            continue
+        branches = {
+            dotted(branch) or "?"
+            for branch in (assign.value.body, assign.value.orelse)
+            if not is_name(branch, "None")
+        }
+        if not branches & (model.names - model.bare):
+            continue
+        target = assign.targets[0].target.value
+        scope = anatomy.function_of(assign)
+        for node in walk(scope.body if scope is not None else anatomy.module):
+            if (
+                isinstance(node, cst.Attribute)
+                and node.attr.value in STATE_METHODS
+                and is_name(node.value, target)
+                and anatomy.precedes(assign, node)
+            ):
+                found.append((node, branches <= wrapped))
     return found
 
 

@@ -4752,3 +4752,47 @@ def test_a_local_rank_option_torchrun_never_passes_reads_the_environment(tmp_pat
     assert single.returncode == 0, single.stderr.decode()[-3000:]
     assert (tmp_path / "local_rank.-").read_text() == "0"
 
+
+TWO_MODELS_BEST = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+model_a = torch.nn.Linear(4, 1)
+model_b = torch.nn.Linear(4, 1)
+opt_a = torch.optim.SGD(model_a.parameters(), lr=0.1)
+opt_b = torch.optim.SGD(model_b.parameters(), lr=0.1)
+scores = {}
+for epoch in range(4):
+    model, opt = (model_a, opt_a) if epoch % 2 == 0 else (model_b, opt_b)
+    total = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total += loss.item()
+    scores[epoch % 2] = total
+best = model_a if scores[0] < scores[1] else model_b
+torch.save(best.state_dict(), "best.pt")
+"""
+
+
+def test_the_better_of_two_wrapped_models_saves_the_bare_model_s_keys(tmp_path: Path) -> None:
+    """Round-39 audit B alternating_two_models_per_epoch: `best = model_a if ... else
+    model_b`, then `torch.save(best.state_dict(), ...)`: `best` is a DDP wrapper either way,
+    and the checkpoint's keys carried `module.`. Both branches are wrapped models: the save
+    goes through `.module`; a branch that is not one is refused."""
+    result = convert_source(TWO_MODELS_BEST.encode(), "best.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"best.module.state_dict()" in result.output
+    (tmp_path / "best.py").write_bytes(result.output)
+    ran = torchrun(["best.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert sorted(torch.load(tmp_path / "best.pt")) == ["bias", "weight"]
+    mixed = TWO_MODELS_BEST.replace("else model_b\n", "else torch.nn.Linear(4, 1)\n")
+    refused = convert_source(mixed.encode(), "best.py", ConvertOptions())
+    assert refused.refused
+    assert any("`best` holds the DDP-wrapped `model_a`" in p.message for p in refused.problems)
+
