@@ -14,6 +14,7 @@ from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.project import iterable_class
 from ddpify.analysis.script import TrainLoop
+from ddpify.analysis.splits import per_process_draw
 from ddpify.analysis.tree import call_arg, dotted, is_name, methods, source_text, walk
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
@@ -25,15 +26,16 @@ class Importer(Protocol):
     ) -> None: ...
 
 
-def take_rank_zeros(plan: EditPlan, after: cst.BaseStatement, name: str) -> None:
+def take_rank_zeros(plan: EditPlan, after: cst.BaseStatement, name: str) -> bool:
     """After `after`, every process takes rank 0's value of `name`, broadcast as an object:
     a value each process would draw or compute for itself (a clock, a random draw). Once:
     a value two rules or two uses ask for (an LR finder's `best_lr` given to the optimizer
-    and to its OneCycleLR, round-36 audit B) is broadcast once."""
+    and to its OneCycleLR, round-36 audit B) is broadcast once: False when it already was."""
     shared = f"dist.broadcast_object_list({name})"
     if any(shared in cst.Module([]).code_for_node(s) for s in plan.after.get(after, ())):
-        return
+        return False
     plan.insert_after(after, rank_zeros(name))
+    return True
 
 
 def rank_zeros(name: str) -> list[cst.BaseStatement]:
@@ -793,3 +795,25 @@ def sort_the_set(plan: EditPlan, call: cst.Call) -> None:
 def _sorted(node: cst.CSTNode) -> cst.CSTNode:
     assert isinstance(node, cst.BaseExpression)
     return cst.Call(cst.Name("sorted"), [cst.Arg(node)])
+
+
+def family_seeded(anatomy: Anatomy, family: str, before: cst.CSTNode) -> bool:
+    """A seed of `family`'s global generator with a value every process has alike, run
+    before `before`."""
+    return any(
+        anatomy.streams.seed_family(call) == family
+        and bool(call.args)
+        and per_process_draw(anatomy, call.args[0].value) is None
+        and runs_before(anatomy, call, before)
+        for call in anatomy.calls
+    )
+
+
+def runs_before(anatomy: Anatomy, node: cst.CSTNode, later: cst.CSTNode) -> bool:
+    """`node` comes first in the file, or is in a function a call of which does."""
+    if anatomy.precedes(node, later):
+        return True
+    function = anatomy.function_of(node)
+    return function is not None and any(
+        anatomy.precedes(site, later) for site in anatomy.graph.call_sites(function)
+    )

@@ -53,9 +53,11 @@ from ddpify.fixes import (
     OwnSampler,
     draw_per_process,
     drawing_sampler,
+    family_seeded,
     insert_set_epoch,
     own_sampler,
     plain_sampler,
+    runs_before,
     set_epoch_problem,
     shard_loader,
     shard_problem,
@@ -2707,7 +2709,7 @@ def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call, shared: set[int]) 
         take_rank_zeros(ctx.plan, statement_, name)
     shown = ", ".join(f"`{name}`" for name in names)
     family = anatomy.streams.drawn_from(draw)
-    seeded = family is not None and _family_seeded(anatomy, family, draw)
+    seeded = family is not None and family_seeded(anatomy, family, draw)
     ctx.changed(
         draw,
         f"the samples {shown} are drawn at random (`{dotted(draw.func)}`)"
@@ -2951,7 +2953,7 @@ def _share_setup_draws(ctx: ConvertContext, stream: RandomBatches) -> bool:
         statement_ = anatomy.statement_of(call)
         if not any(statement_ is line for line in body) or not anatomy.precedes(statement_, anchor):
             continue
-        if _family_seeded(anatomy, family, call):
+        if family_seeded(anatomy, family, call):
             continue
         small = statement_.body[0] if isinstance(statement_, cst.SimpleStatementLine) else None
         target = (
@@ -2983,18 +2985,6 @@ def _share_setup_draws(ctx: ConvertContext, stream: RandomBatches) -> bool:
             "every process takes rank 0's, so all of them train on the same data and task",
         )
     return True
-
-
-def _family_seeded(anatomy: Anatomy, family: str, before: cst.CSTNode) -> bool:
-    """A seed of `family`'s global generator with a value every process has alike, run
-    before `before`."""
-    return any(
-        anatomy.streams.seed_family(call) == family
-        and bool(call.args)
-        and per_process_draw(anatomy, call.args[0].value) is None
-        and _runs_before(anatomy, call, before)
-        for call in anatomy.calls
-    )
 
 
 def _averaged_before(anatomy: Anatomy, exit_: cst.Break, names: set[str]) -> bool:
@@ -3973,16 +3963,6 @@ def _seeded(anatomy: Anatomy, before: cst.CSTNode | None = None) -> bool:
         anatomy.is_call_to(call, {"torch.manual_seed"})
         and bool(call.args)
         and per_process_draw(anatomy, call.args[0].value) is None
-        and (before is None or _runs_before(anatomy, call, before))
+        and (before is None or runs_before(anatomy, call, before))
         for call in anatomy.calls
-    )
-
-
-def _runs_before(anatomy: Anatomy, node: cst.CSTNode, later: cst.CSTNode) -> bool:
-    """`node` comes first in the file, or is in a function a call of which does."""
-    if anatomy.precedes(node, later):
-        return True
-    function = anatomy.function_of(node)
-    return function is not None and any(
-        anatomy.precedes(site, later) for site in anatomy.graph.call_sites(function)
     )

@@ -26,7 +26,7 @@ from ddpify.analysis.tree import (
 )
 from ddpify.analysis.values import constant_index
 from ddpify.emit import statements
-from ddpify.fixes import take_rank_zeros
+from ddpify.fixes import family_seeded, take_rank_zeros
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
@@ -98,6 +98,55 @@ HELPER_MEAN = Example(
 )
 
 
+# A hyperparameter search drawing each trial's settings unseeded: rank 0's in every process.
+DRAWN_SETTINGS = Example(
+    """
+    import random
+
+    import torch
+
+
+    def train(config):
+        model = Net(config["hidden"])
+        optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+        for x, y in loader:
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+    for trial in range(10):
+        config = {"lr": 10 ** random.uniform(-4, -1), "hidden": random.choice([64, 128])}
+        train(config)
+    """,
+    """
+    import random
+
+    import torch
+    import torch.distributed as dist
+
+
+    def train(config):
+        model = Net(config["hidden"])
+        optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+        for x, y in loader:
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+    for trial in range(10):
+        config = {"lr": 10 ** random.uniform(-4, -1), "hidden": random.choice([64, 128])}
+        config = [config]
+        dist.broadcast_object_list(config)  # every process takes rank 0's
+        config = config[0]
+        train(config)
+    """,
+)
+
+
 class ShardDecisions(ConvertRule):
     """
     ## What it does
@@ -126,7 +175,9 @@ class ShardDecisions(ConvertRule):
     left as they are; but a `break` on an evaluation of a model with BatchNorm (whose
     running statistics are each process's own), or on a patience counter set on one, gets
     the flag too. A learning rate picked once before training from each process's own losses
-    (an LR finder's `best_lr`) is rank 0's in every process.
+    (an LR finder's `best_lr`) is rank 0's in every process, and so are the settings a
+    hyperparameter search draws unseeded for each run of training (`config = {"lr": 10 **
+    random.uniform(-4, -1)}`, then `train(config)`).
 
     ## Why is this bad?
     Under DDP each process sums the loss of its own shard: the values differ between
@@ -324,6 +375,7 @@ class ShardDecisions(ConvertRule):
             """,  # noqa: E501
         ),
         HELPER_MEAN,
+        DRAWN_SETTINGS,
         # A dry run's `break` on the batch index: every process counts the same batches.
         Example(
             """
@@ -343,6 +395,7 @@ class ShardDecisions(ConvertRule):
 
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
+        _share_drawn_settings(ctx)
         steered = _draws_steered_by_losses(anatomy)
         if steered is not None:
             call, owner = steered
@@ -1615,3 +1668,92 @@ def _counted_on_an_evaluation(
             ):
                 return name
     return None
+
+
+# NumPy draws that make an array when given any argument (`np.random.rand(3)`), and those
+# whose third positional argument is the array's size (`np.random.uniform(0, 1, 8)`).
+ARRAY_WITH_ARGUMENTS = frozenset(
+    {"rand", "randn", "random", "random_sample", "standard_normal", "permutation", "shuffle"}
+)
+
+
+def _drawn_settings(anatomy: Anatomy) -> list[tuple[cst.Call, cst.BaseStatement, str]]:
+    """Single values drawn at random, unseeded, from NumPy's or Python's generator, before a
+    run of training they are given to (a hyperparameter search's `config = {"lr": 10 **
+    np.random.uniform(-4, -1), "hidden": random.choice([64, 128])}`, then
+    `train(config)`): the draw, its statement and the name it is bound to."""
+    training = {id(call) for call in anatomy.script.training_calls}
+    loops = [loop.batch_loop or loop.epoch_loop for loop in anatomy.script.train_loops]
+    found = []
+    for call in anatomy.calls:
+        family = anatomy.streams.drawn_from(call)
+        if family not in {"numpy", "random"} or not _one_value(call):
+            continue
+        statement = anatomy.statement_of(call)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if not (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+        ):
+            continue
+        name = small.targets[0].target.value
+        drawn = call
+        if any(
+            loop is not None
+            and (
+                anatomy.inside(drawn, loop)
+                or anatomy.graph.reaches(loop, lambda n, c=drawn: n is c)
+            )
+            for loop in loops
+        ):
+            continue  # drawn while training (noise, augmentation): each process its own
+        body = list(anatomy.body_of(statement))
+        later = body[body.index(statement) + 1 :]
+        # read later (perhaps to build what trains, `model = Net(config)`), then training
+        read = [i for i, line in enumerate(later) if any(is_name(n, name) for n in walk(line))]
+        given = bool(read) and any(
+            anatomy.graph.reaches(line, lambda n: id(n) in training) for line in later[read[0] :]
+        )
+        if given and not family_seeded(anatomy, family, call):
+            found.append((call, statement, name))
+    return found
+
+
+def _one_value(call: cst.Call) -> bool:
+    """A draw of one value (`random.choice(xs)`, `np.random.uniform(-4, -1)`), not of an
+    array (`size=`, `np.random.rand(3)`)."""
+    if any(arg.keyword is not None and arg.keyword.value == "size" for arg in call.args):
+        return False
+    last = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    positional = [arg for arg in call.args if arg.keyword is None]
+    if last in ARRAY_WITH_ARGUMENTS:
+        return not positional
+    return len(positional) <= 2 or last in {"choice", "choices", "sample"}
+
+
+def _share_drawn_settings(ctx: ConvertContext) -> None:
+    """Every process takes rank 0's draws of `_drawn_settings` (round-39 audit B
+    hyperparameter_tuning_tutorial_without_ray: each process drew its own trial, built a
+    model of another shape and crashed at the wrap; a learning rate alone would have
+    trained each replica its own way)."""
+    anatomy = ctx.anatomy
+    for call, statement, name in _drawn_settings(anatomy):
+        if not anatomy.script.after_setup(statement):
+            ctx.cannot(
+                call,
+                f"`{name}` is drawn at random (`{dotted(call.func)}`), unseeded, before the "
+                "process group exists, and training is given it: every process would draw "
+                "its own; seed the generator alike in every process first, or take rank "
+                "0's by hand",
+                blocking=True,
+            )
+            continue
+        ctx.add_import("torch.distributed", asname="dist")
+        if take_rank_zeros(ctx.plan, statement, name):
+            ctx.changed(
+                call,
+                f"`{name}` is drawn at random (`{dotted(call.func)}`), unseeded, and training "
+                "is given it: every process takes rank 0's, so all of them train the same "
+                "settings",
+            )

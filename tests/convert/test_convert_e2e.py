@@ -4796,3 +4796,56 @@ def test_the_better_of_two_wrapped_models_saves_the_bare_model_s_keys(tmp_path: 
     assert refused.refused
     assert any("`best` holds the DDP-wrapped `model_a`" in p.message for p in refused.problems)
 
+
+TRIALS = """\
+import os
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_trial(config):
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=config["batch_size"], shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(4, config["hidden"]), torch.nn.Linear(config["hidden"], 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return loss.item()
+
+
+trials = []
+for trial in range(3):
+    config = {
+        "lr": 10 ** np.random.uniform(-3, -1),
+        "hidden": int(np.random.choice([2, 4, 8, 16, 32])),
+        "batch_size": int(np.random.choice([2, 4, 8])),
+    }
+    trials.append((config, train_trial(config)))
+with open(f"trials.{os.environ.get('RANK', '-')}", "w") as probe:
+    probe.write(repr([config for config, _ in trials]))
+"""
+
+
+def test_settings_a_search_draws_for_each_trial_are_rank_0_s_in_every_process(
+    tmp_path: Path,
+) -> None:
+    """Round-39 audit B hyperparameter_tuning_tutorial_without_ray: each trial's settings
+    drawn from NumPy's unseeded generator differed in every process: the models had other
+    shapes (DDP's construction failed) or trained with other learning rates. Every process
+    now takes rank 0's draws."""
+    result = convert_source(TRIALS.encode(), "trials.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"dist.broadcast_object_list(config)" in result.output
+    (tmp_path / "trials.py").write_bytes(result.output)
+    ran = torchrun(["trials.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    rank0, rank1 = ((tmp_path / f"trials.{r}").read_text() for r in (0, 1))
+    assert rank0 == rank1
+    assert len(eval(rank0)) == 3
