@@ -42,6 +42,14 @@ class StateDictPrefix(CheckRule):
         model = DDP(model)
         state = model.module.state_dict()
         """,
+        # One branch may be the bare model: nothing certain to flag.
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(net)
+        best = model if use_ddp else net
+        state = best.state_dict()
+        """,
         # Before the wrap.
         """
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -91,6 +99,25 @@ class StateDictPrefix(CheckRule):
         """,
     )
     invalid = (
+        # The better of two wrapped models (round-39 audit B alternating_two_models_per_epoch).
+        Example(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model_a = DDP(net_a)
+            model_b = DDP(net_b)
+            best = model_a if score_a < score_b else model_b
+            state = best.state_dict()
+            """,
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model_a = DDP(net_a)
+            model_b = DDP(net_b)
+            best = model_a if score_a < score_b else model_b
+            state = best.module.state_dict()
+            """,
+        ),
         Example(
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
