@@ -3568,7 +3568,7 @@ def _one_pass_that_trains(anatomy: Anatomy, loader: Loader, loop: cst.For | cst.
     s20's `for step, batch in enumerate(loader): train_step(*batch); if step >= 5: break`):
     it trains on this process's shard too, as it should. Not in a loop of passes of its own,
     which would need `set_epoch`; not through a closure the training loop does not call."""
-    if not isinstance(loop, cst.For) or anatomy.function_of(loop) is None:
+    if not isinstance(loop, cst.For):
         return False
     if any(
         isinstance(outer, cst.For | cst.While)

@@ -4849,3 +4849,51 @@ def test_settings_a_search_draws_for_each_trial_are_rank_0_s_in_every_process(
     rank0, rank1 = ((tmp_path / f"trials.{r}").read_text() for r in (0, 1))
     assert rank0 == rank1
     assert len(eval(rank0)) == 3
+
+
+PROFILED_FIRST_PASS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+model = torch.nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def train(data):
+    inputs, labels = data
+    loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=2)) as prof:
+    for step, batch_data in enumerate(train_loader):
+        prof.step()
+        if step >= 4:
+            break
+        train(batch_data)
+
+for epoch in range(2):
+    for batch_data in train_loader:
+        train(batch_data)
+torch.save(model.state_dict(), "model.pt")
+"""
+
+
+def test_a_profiled_first_pass_at_module_level_trains_on_the_shard_too(tmp_path: Path) -> None:
+    """Round-39 audit A pytorch_profiler_tensorboard_trace_handler (PyTorch's profiler
+    recipe): a profiled pass of a few steps through the same train() before the epochs, at
+    module level, was refused as "a loop whose backward pass ddpify does not follow" (the
+    single pass before the epochs was only recognised inside a function). Its steps are
+    the shard's too; the epochs count from the sampler's epoch 1."""
+    result = convert_source(PROFILED_FIRST_PASS.encode(), "prof.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"train_loader.sampler.set_epoch(epoch + 1)" in result.output
+    (tmp_path / "prof.py").write_bytes(result.output)
+    ran = torchrun(["prof.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert sorted(torch.load(tmp_path / "model.pt")) == ["bias", "weight"]
