@@ -4715,7 +4715,8 @@ args = parser.parse_args()
 torch.manual_seed(0)
 if torch.cuda.is_available():
     torch.cuda.set_device(args.local_rank)
-loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = DataLoader(data, batch_size=4, shuffle=True)
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(2):
@@ -4758,7 +4759,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 torch.manual_seed(0)
-loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4, shuffle=True)
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = DataLoader(data, batch_size=4, shuffle=True)
 model_a = torch.nn.Linear(4, 1)
 model_b = torch.nn.Linear(4, 1)
 opt_a = torch.optim.SGD(model_a.parameters(), lr=0.1)
@@ -4809,7 +4811,8 @@ def train_trial(config):
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
     loader = DataLoader(data, batch_size=config["batch_size"], shuffle=True)
-    model = torch.nn.Sequential(torch.nn.Linear(4, config["hidden"]), torch.nn.Linear(config["hidden"], 1))
+    hidden = config["hidden"]
+    model = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.Linear(hidden, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
     for epoch in range(2):
         for x, y in loader:
