@@ -142,6 +142,48 @@ MADE_IN_DATA_PARALLEL = Example(
 
 
 # Weights drawn afresh after the wrap (one model reset per fold): rank 0's in every process.
+# Parameters frozen before the wrap and unfrozen later: wrapped again after the change.
+UNFROZEN_LATER = Example(
+    """
+    import torch
+
+    model = Net()
+    for p in model.backbone.parameters():
+        p.requires_grad = False
+    optimizer = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    for epoch in range(10):
+        if epoch == 5:
+            for p in model.backbone.parameters():
+                p.requires_grad = True
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = Net()
+    for p in model.backbone.parameters():
+        p.requires_grad = False
+    optimizer = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    model = DDP(model, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
+    for epoch in range(10):
+        if epoch == 5:
+            for p in model.module.backbone.parameters():
+                p.requires_grad = True
+            model = DDP(model.module, device_ids=[local_rank] if next(model.parameters()).is_cuda else None)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+    """,  # noqa: E501
+)
+
+
 RESET_AFTER_THE_WRAP = Example(
     """
     import torch
@@ -200,7 +242,8 @@ class WrapModel(ConvertRule):
     a gradient (a layer called under a condition, one it never uses, a backbone run under
     `torch.no_grad()` that is never frozen, in its class here or in another file of the
     project, or parts frozen after the wrap while every parameter trained at it) is wrapped
-    with `find_unused_parameters=True`. Weights drawn afresh after the
+    with `find_unused_parameters=True`; parts frozen before the wrap and unfrozen after it
+    are followed by a second wrap, `model = DDP(model.module, ...)`. Weights drawn afresh after the
     wrap (`model.apply(reset_weights)` once per fold, a layer's `reset_parameters()`) are
     followed by a broadcast of rank 0's, as DDP does when it wraps. Copies (`deepcopy`,
     `AveragedModel`, `ModelEma`, your class built on one) are made from the bare model; a
@@ -222,6 +265,7 @@ class WrapModel(ConvertRule):
     """
     examples = (
         SWAPPED_HEAD,
+        UNFROZEN_LATER,
         MADE_IN_DATA_PARALLEL,
         # A loop over the models saves each: each one's bare module (CycleGAN's checkpoints).
         Example(
@@ -437,7 +481,11 @@ class WrapModel(ConvertRule):
             wrap = WRAP.format(name=model.placed_name, rank=ctx.local_rank(model.placement))
             partial_reason, calls = _runs_in_part(anatomy, model)
             frozen_later = _trainable_changed_later(anatomy, model)
-            if partial_reason is None and frozen_later is not None:
+            if (
+                partial_reason is None
+                and frozen_later is not None
+                and _all_train_at_the_wrap(anatomy, model)  # (else wrapped again after it)
+            ):
                 partial_reason = (
                     f"which of its parameters train changes after the wrap (line "
                     f"{anatomy.line(frozen_later)}: `requires_grad`), all of them training when "
@@ -472,6 +520,7 @@ class WrapModel(ConvertRule):
             ctx.plan.insert_after(model.placement, [statement(wrap)])
             ctx.changed(model.placement, f"`{model.placed_name}` wrapped in DDP")
             _wrap_again(ctx, model, wrap)
+            _wrap_after_changes(ctx, model, wrap)
             if partial_reason is not None:
                 ctx.changed(
                     model.placement,
@@ -833,6 +882,12 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
     """A change of which of the model's parameters train, after the wrap: `for p in
     model.backbone.parameters(): p.requires_grad = True` at some epoch (fine-tuning that
     unfreezes), `model.encoder.requires_grad_(False)`."""
+    changes = _trainable_changes(anatomy, model)
+    return changes[0] if changes else None
+
+
+def _trainable_changes(anatomy: Anatomy, model: Model) -> list[cst.CSTNode]:
+    """Every change of `_trainable_changed_later`, in the file's order."""
     assert model.placement is not None
     parts = _parts_of(anatomy, model)
 
@@ -889,11 +944,39 @@ def _trainable_changed_later(anatomy: Anatomy, model: Model) -> cst.CSTNode | No
         and all(whole for _, _, whole in toggles)
         and not any(_before(anatomy, node, model.placement) for node, _, _ in toggles)
     ):
-        return None
-    for node, root, _ in toggles:
-        if anatomy.values.runs_after(model.placement, node, root, some=True):
-            return node
-    return None
+        return []
+    return [
+        node
+        for node, root, _ in toggles
+        if anatomy.values.runs_after(model.placement, node, root, some=True)
+    ]
+
+
+def _rewrap_points(anatomy: Anatomy, model: Model) -> list[cst.BaseStatement]:
+    """Where the model is wrapped again after a change of which of its parameters train,
+    made after the wrap (the backbone unfrozen at some epoch, round-39 audit A
+    resnet_unfreeze_after_wrap): DDP registered only the parameters that needed a gradient
+    when it wrapped, and a new wrapper registers the ones that need one now. Each change
+    must be a statement of the wrap's own function, on the model's plain name, outside the
+    batch loop (a wrap costs a broadcast of the parameters), with no object of the script
+    holding the old wrapper; else none (refused)."""
+    assert model.placement is not None
+    name = model.placed_name
+    if name is None or "." in name or _held_by_objects(anatomy, model):
+        return []
+    here = anatomy.function_of(model.placement)
+    batch_loops = [loop.batch_loop for loop in anatomy.script.train_loops]
+    points: list[cst.BaseStatement] = []
+    for node in _trainable_changes(anatomy, model):
+        point = node if isinstance(node, cst.For) else anatomy.statement_of(node)
+        if (
+            anatomy.function_of(point) is not here
+            or not anatomy.precedes(model.placement, point)
+            or any(loop is not None and anatomy.inside(point, loop) for loop in batch_loops)
+        ):
+            return []
+        points.append(point)
+    return points
 
 
 def _built_again_to_train(anatomy: Anatomy, model: Model) -> cst.Call | None:
@@ -929,6 +1012,23 @@ def _wrap_again(ctx: ConvertContext, model: Model, wrap: str) -> None:
         f"`{model.placed_name}` built again after the wrap and trained with a new "
         "optimizer (a second round): the new build is wrapped in DDP too",
     )
+
+
+def _wrap_after_changes(ctx: ConvertContext, model: Model, wrap: str) -> None:
+    """The model wrapped again after each change of which of its parameters train (see
+    `_rewrap_points`), when some of them did not train at the first wrap."""
+    anatomy = ctx.anatomy
+    if _all_train_at_the_wrap(anatomy, model):
+        return  # (find_unused_parameters=True carries the change)
+    name = model.placed_name
+    again = wrap.replace(f"DDP({name},", f"DDP({name}.module,", 1)
+    for point in _rewrap_points(anatomy, model):
+        ctx.plan.insert_after(point, [statement(again)])
+        ctx.changed(
+            point,
+            f"`{name}` wrapped again once the parameters that train change: DDP averages "
+            "only the ones that needed a gradient when it wrapped",
+        )
 
 
 def _rebuilt(anatomy: Anatomy, model: Model, again: cst.Call) -> cst.BaseStatement | None:
@@ -1184,7 +1284,11 @@ def _trained_past_the_wrapper(anatomy: Anatomy, model: Model) -> tuple[cst.CSTNo
             "after the model is wrapped"
         )
     changed = _trainable_changed_later(anatomy, model)
-    if changed is not None and not _all_train_at_the_wrap(anatomy, model):
+    if (
+        changed is not None
+        and not _all_train_at_the_wrap(anatomy, model)
+        and not _rewrap_points(anatomy, model)
+    ):
         return changed, (
             f"which parameters of `{name}` train changes after the DDP wrap (`requires_grad`): "
             "DDP averages only the ones that needed a gradient when it wrapped, so the others "

@@ -4900,3 +4900,80 @@ def test_a_profiled_first_pass_at_module_level_trains_on_the_shard_too(tmp_path:
     ran = torchrun(["prof.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert sorted(torch.load(tmp_path / "model.pt")) == ["bias", "weight"]
+
+
+UNFROZEN_AFTER_THE_WRAP = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU())
+        self.fc = torch.nn.Linear(16, 2)
+
+    def forward(self, x):
+        return self.fc(self.backbone(x))
+
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = Net()
+for p in model.backbone.parameters():
+    p.requires_grad = False
+optimizer = torch.optim.SGD(model.fc.parameters(), lr=0.1)
+for epoch in range(4):
+    if epoch == 2:
+        for p in model.backbone.parameters():
+            p.requires_grad = True
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+torch.save(model.state_dict(), "model.pt")
+"""
+
+
+def test_a_backbone_unfrozen_after_the_wrap_is_wrapped_again_and_trains_in_sync(
+    tmp_path: Path,
+) -> None:
+    """Round-39 audit A resnet_unfreeze_after_wrap: the backbone frozen before the wrap and
+    unfrozen at epoch 2 was refused ("wrap the model again after the change by hand"): DDP
+    registers only the parameters that need a gradient when it wraps, so the backbone would
+    train apart in every process. The model is now wrapped again right after the change:
+    the backbone's gradients are averaged and the replicas end alike."""
+    result = convert_source(UNFROZEN_AFTER_THE_WRAP.encode(), "unfreeze.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        model = DDP(model.module, " in text
+    assert "find_unused_parameters" not in text
+    probe = (
+        "flat = torch.cat([p.detach().flatten() for p in model.module.parameters()])\n"
+        "torch.save(flat, f\"flat.{os.environ.get('RANK', '-')}.pt\")\n"
+    )
+    assert "\ndel model" in text
+    (tmp_path / "unfreeze.py").write_text(text.replace("\ndel model", "\n" + probe + "del model"))
+    ran = torchrun(["unfreeze.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    flat0, flat1 = (torch.load(tmp_path / f"flat.{r}.pt") for r in (0, 1))
+    assert torch.equal(flat0, flat1)
+    start = backbone_at_start()
+    assert not torch.equal(flat0[: start.numel()], start)  # the backbone trained
+    unwrapped = text.replace("        model = DDP(model.module, ", "        _ = dict(")
+    (tmp_path / "naive.py").write_text(unwrapped.replace("\ndel model", "\n" + probe + "del model"))
+    naive = torchrun(["naive.py"], cwd=tmp_path, timeout=240)
+    assert naive.returncode == 0, naive.stderr.decode()[-3000:]
+    apart0, apart1 = (torch.load(tmp_path / f"flat.{r}.pt") for r in (0, 1))
+    assert not torch.equal(apart0, apart1)  # without the second wrap the replicas drift
+
+
+def backbone_at_start() -> torch.Tensor:
+    """The backbone's first layer as `UNFROZEN_AFTER_THE_WRAP` makes it (seed 0)."""
+    torch.manual_seed(0)
+    torch.randn(64, 8), torch.randint(0, 2, (64,))
+    layer = torch.nn.Linear(8, 16)
+    return torch.cat([layer.weight.detach().flatten(), layer.bias.detach().flatten()])
