@@ -1710,10 +1710,18 @@ def _drawn_settings(anatomy: Anatomy) -> list[tuple[cst.Call, cst.BaseStatement,
             continue  # drawn while training (noise, augmentation): each process its own
         body = list(anatomy.body_of(statement))
         later = body[body.index(statement) + 1 :]
-        # read later (perhaps to build what trains, `model = Net(config)`), then training
+        # read later (perhaps to build what trains, `model = Net(config)`), then a run of
+        # training: a loop of steps, not the one step a draw of batch indices feeds
         read = [i for i, line in enumerate(later) if any(is_name(n, name) for n in walk(line))]
         given = bool(read) and any(
-            anatomy.graph.reaches(line, lambda n: id(n) in training) for line in later[read[0] :]
+            anatomy.graph.reaches(
+                line,
+                lambda n: (
+                    isinstance(n, cst.For | cst.While)
+                    and anatomy.graph.reaches(n.body, lambda m: id(m) in training)
+                ),
+            )
+            for line in later[read[0] :]
         )
         if given and not family_seeded(anatomy, family, call):
             found.append((call, statement, name))
@@ -1723,13 +1731,17 @@ def _drawn_settings(anatomy: Anatomy) -> list[tuple[cst.Call, cst.BaseStatement,
 def _one_value(call: cst.Call) -> bool:
     """A draw of one value (`random.choice(xs)`, `np.random.uniform(-4, -1)`), not of an
     array (`size=`, `np.random.rand(3)`)."""
-    if any(arg.keyword is not None and arg.keyword.value == "size" for arg in call.args):
+    if any(arg.keyword is not None and arg.keyword.value in {"size", "k"} for arg in call.args):
         return False
     last = (dotted(call.func) or "").rsplit(".", 1)[-1]
     positional = [arg for arg in call.args if arg.keyword is None]
     if last in ARRAY_WITH_ARGUMENTS:
         return not positional
-    return len(positional) <= 2 or last in {"choice", "choices", "sample"}
+    if last == "sample":  # `random.sample(population, k)`: k of them
+        return False
+    if last == "choice":  # `np.random.choice(a, size)`; Python's takes one argument
+        return len(positional) <= 1
+    return len(positional) <= 2
 
 
 def _share_drawn_settings(ctx: ConvertContext) -> None:
