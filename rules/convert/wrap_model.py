@@ -2024,6 +2024,7 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
     for forward in _forwards(anatomy, model, nested=True):
         # after self and the input; a nested layer's arguments are its caller's to choose
         params = [p.name.value for p in forward.params.params][2:] if forward in top else []
+        params += _looped_over(forward, params)  # `{t: self.heads[t](h) for t in tasks}`
         layers = _layer_names(forward)
         computed = _computed_names(forward) - layers
         for node in walk(forward.body):
@@ -2075,6 +2076,21 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                     f"argument (line {line})"
                 ), most
     return None, most
+
+
+def _looped_over(forward: cst.FunctionDef, params: list[str]) -> list[str]:
+    """The names a loop or comprehension of the forward binds as it runs over one of the
+    arguments `params` (`for t in tasks:`, `{t: ... for t in tasks}`): what they pick is
+    the argument's choice (round-40 audit B multitask: heads run by the tasks given)."""
+    found = []
+    for node in walk(forward.body):
+        if (
+            isinstance(node, cst.For | cst.CompFor)
+            and any(is_name(n, *params) for n in walk(node.iter))
+            and params
+        ):
+            found += [n.value for n in walk(node.target) if isinstance(n, cst.Name)]
+    return found
 
 
 # Layers that hold parameters: one the forward never runs gets no gradient.

@@ -4977,3 +4977,53 @@ def backbone_at_start() -> torch.Tensor:
     torch.randn(64, 8), torch.randint(0, 2, (64,))
     layer = torch.nn.Linear(8, 16)
     return torch.cat([layer.weight.detach().flatten(), layer.bias.detach().flatten()])
+
+
+HEADS_BY_TASK = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = torch.nn.Linear(8, 16)
+        self.heads = torch.nn.ModuleDict({"a": torch.nn.Linear(16, 2), "b": torch.nn.Linear(16, 1)})
+
+    def forward(self, x, tasks):
+        h = self.trunk(x).relu()
+        return {t: self.heads[t](h) for t in tasks}
+
+
+data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for step, (x, y) in enumerate(loader):
+        out = model(x, ["a", "b"] if step % 2 == 0 else ["a"])
+        loss = torch.nn.functional.cross_entropy(out["a"], y)
+        if "b" in out:
+            loss = loss + out["b"].pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+torch.save(model.state_dict(), "heads.pt")
+"""
+
+
+def test_heads_a_forward_runs_for_the_tasks_it_is_given_may_get_no_gradient(
+    tmp_path: Path,
+) -> None:
+    """Round-40 audit B multitask: `{t: self.heads[t](h) for t in tasks}` runs only the
+    heads of the tasks given; on a step without task "b" its head gets no gradient, and DDP
+    stopped at the next step ("Expected to have finished reduction"). A loop or
+    comprehension over a forward argument chooses what runs, as `self.heads[task]` does:
+    find_unused_parameters=True."""
+    result = convert_source(HEADS_BY_TASK.encode(), "heads.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b", find_unused_parameters=True)" in result.output
+    (tmp_path / "heads.py").write_bytes(result.output)
+    ran = torchrun(["heads.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert sorted(torch.load(tmp_path / "heads.pt"))[0] == "heads.a.bias"
