@@ -22,7 +22,8 @@ FILE_OPERATIONS = frozenset(
 # Functions that write the file they are given (by their qualified names).
 FILE_WRITERS = frozenset(
     {
-        "json.dump", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
+        "json.dump", "pickle.dump", "numpy.save", "numpy.savez", "numpy.savez_compressed",
+        "numpy.savetxt",
         "joblib.dump", "scipy.io.savemat", "torchvision.utils.save_image", "torch.jit.save",
         "torch.onnx.export",
     }

@@ -3166,10 +3166,35 @@ def _forward_in_the_same_loss(anatomy: Anatomy, attribute: cst.Attribute, model:
             and id(node) in nodes
             and isinstance(node.func, cst.Name)
             and _holds_wrapper(anatomy, model, node, node.func.value)
+            and _run_together(anatomy, attribute, node)
             for node in anatomy.calls
         ):
             return True
     return False
+
+
+def _run_together(anatomy: Anatomy, one: cst.CSTNode, other: cst.CSTNode) -> bool:
+    """Whether two calls a loss may be computed from run in the same step: in the same
+    innermost loop, not on two branches of one `if` (round-40 audit A finetune: `logits =
+    model.head(model.backbone(x))` while frozen, `else: logits = model(x)`, or a linear
+    probe's loop before the fine-tuning loop: the step through the parts alone bypassed
+    DDP's averaging)."""
+    loop = next((a for a in anatomy.ancestors(one) if isinstance(a, cst.For | cst.While)), None)
+    if loop is not None and not anatomy.inside(other, loop):
+        return False
+    for ancestor in anatomy.ancestors(one):
+        if isinstance(ancestor, cst.If | cst.IfExp) and anatomy.inside(other, ancestor):
+            branches = (ancestor.body, ancestor.orelse)
+            sides = [
+                i
+                for i, branch in enumerate(branches)
+                if branch is not None
+                for node in (one, other)
+                if anatomy.inside(node, branch)
+            ]
+            if len(sides) == 2 and sides[0] != sides[1]:
+                return False
+    return True
 
 
 def _parameter_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bool]]:

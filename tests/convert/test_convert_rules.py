@@ -8854,3 +8854,57 @@ for epoch in range(2):
     result = convert_source(source, "train.py", ConvertOptions())
     assert not result.refused, result.problems
     assert b'"net": net.module if use_cuda else net.module,' in result.output
+
+
+def test_a_pickle_dump_into_a_file_opened_in_its_call_is_rank_0_s() -> None:
+    """Round-40 audit A kfold_pickle: `pickle.dump(x, open("oof.pkl", "wb"))` stayed on
+    every rank (json.dump's twin was guarded)."""
+    source = (
+        "import pickle\n\nimport torch\n\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n"
+        "    loss = model(x).sum()\n    loss.backward()\n    optimizer.step()\n"
+        'pickle.dump(history, open("history.pkl", "wb"))\n'
+    )
+    options = ConvertOptions(select=frozenset({"DDP005"}))
+    result = convert_source(source.encode(), "train.py", options)
+    assert (
+        'if dist.get_rank() == 0:\n    pickle.dump(history, open("history.pkl", "wb"))'
+        in result.output.decode()
+    )
+
+
+def test_parts_of_the_model_trained_on_another_branch_than_its_forward_are_refused() -> None:
+    """Round-40 audit A finetune: `logits = model.head(model.backbone(x))` while the
+    backbone is frozen, `else: logits = model(x)`. The loss of the one backward pass reads
+    both, but they never run in the same step: through `.module` the first bypassed DDP's
+    gradient averaging and the heads trained apart (exit 0). Refused, as when the parts are
+    the only way the model trains."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "model = Net()\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(4):\n"
+        "    for x, y in loader:\n"
+        "        if epoch < 2:\n"
+        "            logits = model.head(model.backbone(x))\n"
+        "        else:\n"
+        "            logits = model(x)\n"
+        "        loss = torch.nn.functional.cross_entropy(logits, y)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"
+    )
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert result.refused
+    assert any(
+        "computes the loss outside the model's forward" in p.message for p in result.problems
+    )
+    together = source.replace(
+        "        if epoch < 2:\n"
+        "            logits = model.head(model.backbone(x))\n"
+        "        else:\n"
+        "            logits = model(x)\n",
+        "        logits = model(x) + 0.1 * model.head(model.backbone(x))\n",
+    )
+    converted = convert_source(together.encode(), "train.py", ConvertOptions())
+    assert not converted.refused, converted.problems
