@@ -3329,6 +3329,8 @@ def _chosen_uses(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute, bo
         }
         if not branches & (model.names - model.bare):
             continue
+        if any("." in branch and branch.split(".", 1)[0] in named for branch in branches):
+            continue  # `raw_model = model._orig_mod if compile else model`: both branches'
         target = assign.targets[0].target.value
         scope = anatomy.function_of(assign)
         for node in walk(scope.body if scope is not None else anatomy.module):
