@@ -10,7 +10,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import is_cuda_literal
-from ddpify.analysis.tree import dotted, is_attribute, walk
+from ddpify.analysis.tree import dotted, is_attribute, source_text, walk
 from ddpify.emit import FALLBACK_DEVICE, expression, statements
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -490,7 +490,7 @@ def _local_rank_from_environment(ctx: ConvertContext, call: cst.Call) -> None:
     `if args.local_rank == 0:` is true in all of them (round-39 audit B
     local_rank_arg_half_converted)."""
     default = next((a.value for a in call.args if a.keyword and a.keyword.value == "default"), None)
-    if default is not None and "LOCAL_RANK" in cst.Module([]).code_for_node(default):
+    if default is not None and "LOCAL_RANK" in source_text(default):
         return  # already `default=int(os.environ.get("LOCAL_RANK", 0))`
     if ctx.options.launcher is not Launcher.TORCHRUN:
         ctx.cannot(
