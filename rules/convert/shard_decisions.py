@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
@@ -1698,13 +1701,10 @@ def _drawn_settings(anatomy: Anatomy) -> list[tuple[cst.Call, cst.BaseStatement,
         ):
             continue
         name = small.targets[0].target.value
-        drawn = call
+        is_drawn = functools.partial(operator.is_, call)
         if any(
             loop is not None
-            and (
-                anatomy.inside(drawn, loop)
-                or anatomy.graph.reaches(loop, lambda n, c=drawn: n is c)
-            )
+            and (anatomy.inside(call, loop) or anatomy.graph.reaches(loop, is_drawn))
             for loop in loops
         ):
             continue  # drawn while training (noise, augmentation): each process its own
