@@ -413,11 +413,21 @@ class TrainingScript:
     def trains_at_module_level(self) -> bool:
         """A tutorial-style script: the training loop is module-level code."""
         loops = self.train_loops
-        return any(
-            self.index.function_of(loop.batch_loop) is None
-            or (loop.epoch_loop is not None and self.index.function_of(loop.epoch_loop) is None)
-            for loop in loops
-        ) or (not loops and not self.index.functions)
+        return (
+            any(
+                self.index.function_of(loop.batch_loop) is None
+                or (loop.epoch_loop is not None and self.index.function_of(loop.epoch_loop) is None)
+                for loop in loops
+            )
+            or (not loops and not self.index.functions)
+            or (
+                # nanoGPT's `while iter_num < max_iters:` at module level, around the backward
+                # (under `if __name__ == "__main__":`, makemore's, the guard is the entry)
+                not loops
+                and self.main_guard is None
+                and any(self.index.function_of(call) is None for call in self.backward_calls)
+            )
+        )
 
     @cached_property
     def entry(self) -> Entry | None:

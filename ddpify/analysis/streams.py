@@ -16,7 +16,7 @@ not such a stream: it makes passes, and those must be sharded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -144,7 +144,8 @@ class Streams:
                     return None
                 draws, anchor = drawn
             else:
-                draws, anchor = draws_of(loop), self._anchor(loop)
+                draws = draws_of(loop)
+                anchor = _anchor(self, loop, draws)
             if not draws:
                 return None
             families = {self._family(draw) or self._family(draw, SAMPLE_MAKERS) for draw in draws}
@@ -189,7 +190,7 @@ class Streams:
                 continue
             families = {family for draw in draws if (family := self._family(draw))}
             stream = RandomBatches(batch_loop, draws, families | {"torch"})
-            stream.anchor = self._anchor(batch_loop)
+            stream.anchor = _anchor(self, batch_loop)
             for call in self.index.calls:
                 family = self.seed_family(call)
                 if family in stream.families and call.args:
@@ -261,7 +262,7 @@ class Streams:
             drawn = [call for family in sorted(families) for call in draws.get(family, [])]
             stream = RandomBatches(batch_loop, drawn, families, hidden=hidden)
             stream.keyed_choice = next((c for f, c in keyed if f in families), None)
-            stream.anchor = self._anchor(batch_loop)
+            stream.anchor = _anchor(self, batch_loop)
             for family in families:
                 stream.seeds[family] = self._seeds(family)
             found.append(stream)
@@ -480,18 +481,40 @@ class Streams:
                 return SEEDS[name]
         return None
 
-    def _anchor(self, loop: cst.For | cst.While) -> cst.BaseStatement | None:
-        """The outermost loop around `loop`, through the calls of the function it is in
-        (`for epoch in ...: train(epoch)`), or `loop` itself: the statement a per-process
-        seed goes before, once (seeded again at every call, each epoch would draw the same
-        numbers as the one before: round-8 audit a16)."""
-        outermost: cst.CSTNode = loop
-        for node, kind in self.graph.loops_around(loop):
-            if kind == "loop":
-                outermost = node
-        if isinstance(outermost, cst.BaseStatement):
-            return outermost
+
+def _anchor(
+    streams: Streams, loop: cst.For | cst.While, draws: Sequence[cst.Call] = ()
+) -> cst.BaseStatement | None:
+    """The outermost loop around `loop`, through the calls of the function it is in
+    (`for epoch in ...: train(epoch)`), or `loop` itself: the statement a per-process
+    seed goes before, once (seeded again at every call, each epoch would draw the same
+    numbers as the one before: round-8 audit a16). Or, when a statement before it in its
+    block draws one of `draws` after the last seed, that statement: nanoGPT's first
+    batch, `X, Y = get_batch('train')`, drawn before its loop (round-40 audit B nanogpt:
+    the first step trained on the same batch in every process)."""
+    outermost: cst.CSTNode = loop
+    for node, kind in streams.graph.loops_around(loop):
+        if kind == "loop":
+            outermost = node
+    if not isinstance(outermost, cst.BaseStatement):
         return None
+    holder = streams.index.parent(outermost)
+    if not draws or not isinstance(holder, cst.IndentedBlock | cst.Module):
+        return outermost
+    drawn = {id(draw) for draw in draws}
+    anchor = outermost
+    before = list(holder.body)[: list(holder.body).index(outermost)]
+    for statement in reversed(before):
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+            continue
+        if any(
+            isinstance(node, cst.Call) and streams.seed_family(node) is not None
+            for node in walk(statement)
+        ):
+            break
+        if streams.graph.reaches(statement, lambda node: id(node) in drawn):
+            anchor = statement
+    return anchor
 
 
 def _drawn_before(

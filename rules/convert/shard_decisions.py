@@ -13,6 +13,7 @@ from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
 from ddpify.analysis.means import batch_mean
 from ddpify.analysis.project import draws_at_random
+from ddpify.analysis.script import given_later
 from ddpify.analysis.tree import (
     assigned,
     call_arg,
@@ -101,6 +102,80 @@ HELPER_MEAN = Example(
 )
 
 
+# Early stopping on a loss estimated on batches drawn at random (nanoGPT's
+# `estimate_loss()`): each process draws its own, so the estimate is averaged over them.
+RANDOM_ESTIMATE = Example(
+    """
+    import torch
+
+
+    def get_batch():
+        ix = torch.randint(len(data) - 8, (4,))
+        return data[ix], data[ix + 1]
+
+
+    @torch.no_grad()
+    def estimate_loss():
+        x, y = get_batch()
+        return model(x, y).item()
+
+
+    optimizer = torch.optim.AdamW(model.parameters())
+    best, bad = 1e9, 0
+    for step in range(1000):
+        if step % 100 == 0:
+            val_loss = estimate_loss()
+            if val_loss < best:
+                best, bad = val_loss, 0
+            else:
+                bad += 1
+                if bad >= 3:
+                    break
+        x, y = get_batch()
+        loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """,
+    """
+    import torch
+    import torch.distributed as dist
+
+
+    def get_batch():
+        ix = torch.randint(len(data) - 8, (4,))
+        return data[ix], data[ix + 1]
+
+
+    @torch.no_grad()
+    def estimate_loss():
+        x, y = get_batch()
+        return model(x, y).item()
+
+
+    optimizer = torch.optim.AdamW(model.parameters())
+    best, bad = 1e9, 0
+    for step in range(1000):
+        if step % 100 == 0:
+            val_loss = estimate_loss()
+            mean = torch.tensor(float(val_loss))
+            dist.all_reduce(mean)
+            val_loss = mean.item() / dist.get_world_size()  # the mean over all processes
+            if val_loss < best:
+                best, bad = val_loss, 0
+            else:
+                bad += 1
+                if bad >= 3:
+                    break
+        x, y = get_batch()
+        loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """,
+)
+
+
 # A hyperparameter search drawing each trial's settings unseeded: rank 0's in every process.
 DRAWN_SETTINGS = Example(
     """
@@ -161,9 +236,11 @@ class ShardDecisions(ConvertRule):
     batches' losses (`loss.item()`, `running / len(train_loader)`, `sum(losses) /
     len(losses)`, `np.mean(losses)`, an AverageMeter's `.avg`, or what a function of the
     script or of another file of its project returns when it is one: `train_loss =
-    train_one_epoch(model, train_loader, ...)`) tested there, handed to an early-stopping
-    object, or given to a `ReduceLROnPlateau`, is averaged over the processes first, right
-    after it is computed, which is the value the single-process script computed; a mean per
+    train_one_epoch(model, train_loader, ...)`, or a loss estimated on batches drawn at
+    random, which each process draws apart: nanoGPT's `estimate_loss()`) tested there,
+    handed to an early-stopping object, or given to a `ReduceLROnPlateau`, is averaged over
+    the processes first, right after it is computed, which is the value the single-process
+    script computed (or, for an estimate, one made of more batches); a mean per
     sample made of two sums (`total / n`, with `total += loss.item() * len(x)` and `n +=
     len(x)` in the batch loop) is divided after both sums are all-reduced. A `while` test or
     an `elif` decided on such a value, and a `ReduceLROnPlateau` stepped on a sum
@@ -379,6 +456,7 @@ class ShardDecisions(ConvertRule):
         ),
         HELPER_MEAN,
         DRAWN_SETTINGS,
+        RANDOM_ESTIMATE,
         # A dry run's `break` on the batch index: every process counts the same batches.
         Example(
             """
@@ -930,6 +1008,9 @@ def _loop_exits(anatomy: Anatomy) -> list[tuple[cst.BaseExpression, str]]:
     for training in anatomy.script.foreign_training:
         if training.epoch_loop is not None and training.epoch_loop not in loops:
             loops.append(training.epoch_loop)
+    stream = anatomy.streams.random_batches  # nanoGPT's `while iter_num < max_iters:`
+    if stream is not None and stream.loop not in loops:
+        loops.append(stream.loop)
     found: list[tuple[cst.BaseExpression, str]] = []
     seen: set[int] = set()
     for loop in loops:
@@ -1101,6 +1182,11 @@ def _shard_value(
                     return dotted(node.func) or "the call"
             if _reads_what_training_recorded(anatomy, node):
                 return dotted(node.func) or "the call"
+            if _draws_per_process(anatomy, node):
+                # nanoGPT's `estimate_loss()` over batches drawn at random, which every
+                # process draws apart once converted (round-40 audit B nanogpt_es: one
+                # process ran out of patience alone, the other died in its all-reduce)
+                return dotted(node.func) or "the call"
         if isinstance(node, cst.Name) and anatomy.is_attribute_name(node):
             continue  # `lr` of `opt.lr` (round-23 audit A pix2pix: a local `lr` elsewhere)
         if isinstance(node, cst.Name) and node.value in _signal_flags(anatomy):
@@ -1116,14 +1202,28 @@ def _shard_value(
                 return fed
             continue
         for value, where in anatomy.values.values_of(name, scope):
+            if given_later(anatomy, value, node):
+                continue  # (round-40 audit B nanogpt_es: `iter_num = checkpoint['iter_num']`,
+                # a resume before the loop, does not read the `checkpoint = {...}` it makes)
             if any(id(inner) in trainings for inner in walk(value)):
                 return name  # what a helper of another file that trains returns
             if _shard_value(anatomy, value, where, depth + 1, settled) is not None:
                 return name
-        decided = _decided_on(anatomy, name, scope, depth, settled)
+        decided = _decided_on(anatomy, name, scope, depth, settled, node)
         if decided is not None:
             return decided
     return None
+
+
+def _draws_per_process(anatomy: Anatomy, call: cst.Call) -> bool:
+    """Whether `call` runs, in a function of the script, a draw of the batches the training
+    loop draws at random (`get_batch(split)`'s `torch.randint`): each process draws its own
+    once converted, so what the call computes from them is this process's own."""
+    stream = anatomy.streams.random_batches
+    if stream is None or not anatomy.graph.callees(call):
+        return False
+    draws = {id(draw) for draw in stream.draws}
+    return anatomy.graph.reaches(call, lambda node: id(node) in draws)
 
 
 def _signal_flags(anatomy: Anatomy) -> set[str]:
@@ -1274,7 +1374,12 @@ def _reads_a_whole_loader(
 
 
 def _decided_on(
-    anatomy: Anatomy, name: str, scope: cst.FunctionDef | None, depth: int, settled: frozenset[int]
+    anatomy: Anatomy,
+    name: str,
+    scope: cst.FunctionDef | None,
+    depth: int,
+    settled: frozenset[int],
+    read: cst.CSTNode | None = None,
 ) -> str | None:
     """The shard value that decides what `name` is given: a patience counter reset or
     incremented under `if epoch_loss < best_loss:` follows `epoch_loss` (round-7 audit: one
@@ -1296,6 +1401,8 @@ def _decided_on(
                 dotted(target) == name for target in targets
             ):
                 continue  # (a nested function's)
+            if read is not None and given_later(anatomy, node, read):
+                continue
             for ancestor in anatomy.ancestors(node):
                 if isinstance(ancestor, cst.FunctionDef | cst.For | cst.While):
                     break

@@ -222,6 +222,36 @@ def test_random_batches_are_drawn_apart_and_the_replicas_stay_in_sync(tmp_path: 
     assert all(torch.equal(params[0][key], params[1][key]) for key in params[0])
 
 
+def test_random_batches_stop_early_together_and_the_first_batch_is_each_ones(
+    tmp_path: Path,
+) -> None:
+    """nanoGPT's first batch fetched before the loop, and a `break` when the loss estimated
+    on random batches stops improving: the per-process seed comes before the first draw
+    (the first batches differ), and every process leaves at the same step (before, one ran
+    out of patience alone and the other died in its all-reduce, round-40 audit B)."""
+    source = (EXPECTED / "random_batches_early_stop.py").read_text()
+    draw = "    ix = torch.randint(len(data) - block_size, (batch_size,))\n"
+    end = "if dist.get_rank() == 0:\n    torch.save("
+    assert draw in source and end in source
+    dump = (
+        "torch.save(model.module.state_dict(), f'params{dist.get_rank()}.pt')\n"
+        "json.dump([drawn, iter_num], open(f'drawn{dist.get_rank()}.json', 'w'))\n"
+    )
+    record = draw + "    drawn.append(ix.tolist())\n"
+    probe = "import json\ndrawn = []\n" + source.replace(draw, record).replace(end, dump + end)
+    (tmp_path / "probe.py").write_text(probe)
+    result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    (drawn0, stop0), (drawn1, stop1) = (
+        json.loads((tmp_path / f"drawn{rank}.json").read_text()) for rank in (0, 1)
+    )
+    assert stop0 == stop1 < 300  # stopped early, together
+    assert drawn0[0] != drawn1[0]  # the first batch, fetched ahead, is each process's own
+    assert len(drawn0) == len(drawn1)
+    params = [torch.load(tmp_path / f"params{rank}.pt", weights_only=True) for rank in (0, 1)]
+    assert all(torch.equal(params[0][key], params[1][key]) for key in params[0])
+
+
 def test_a_step_loop_reshuffles_at_every_new_iterator(tmp_path: Path) -> None:
     """`next(it)` with the iterator made again on StopIteration: every pass reads the shard
     `set_epoch(pass)` promises, the ranks' shards are disjoint, and the order changes."""
