@@ -142,6 +142,9 @@ class Samples:
     lengths: list[cst.Name] = field(default_factory=list)
     # An unseeded draw it is made by (`x = torch.randn(N, D)`): rank 0's is shared.
     drawn: cst.Call | None = None
+    # The dimension the loop's counter slices: 1 for `ids[:, i:i + seq_len]` (a language
+    # model's streams in rows, time in columns), else 0.
+    axis: int = 0
 
 
 @dataclass
@@ -168,6 +171,9 @@ class WholeBatch:
     # A name the loop counts to that holds the samples' length (`n` of `perm =
     # torch.randperm(n)`, `for i in range(0, n, bs)`): with the sample name it measures.
     length_names: dict[str, Samples] = field(default_factory=dict)
+    # A number the loop counts to that is not the samples' length (`for b in range(0,
+    # n_train, bs)`, TCN's copy-memory task): the rows it walks, `x[:n_train]`, are split.
+    bound: cst.Name | None = None
 
 
 # Calls that make an array of row indices.
@@ -220,7 +226,7 @@ class WholeBatches:
         if found.ordered and found.problem is None:
             self._counted.keep_sliced(found)
         if found.ordered and found.problem is None:
-            self._walked(found)
+            _walked(self, found)
         if found.problem is None:
             self._place(found, loops)
         layer = _sequence_first(self.index) if found.problem is None else None
@@ -233,38 +239,6 @@ class WholeBatches:
                 "be the second dimension, not the first",
             )
         return found
-
-    def _walked(self, found: WholeBatch) -> None:
-        """A loop `for i in range(0, len(x), bs)` must count to the length of samples it
-        splits (`len(x)`, `x.shape[0]`, `x.size(0)`): its reads of them are this process's
-        part too. Counting to anything else (`N`), it would walk past its part."""
-        steps = _steps_through(found.loop)
-        assert steps is not None
-        stop = steps.args[1].value
-        names = {samples.name: samples for samples in found.samples}
-        if (
-            isinstance(stop, cst.BinaryOperation)
-            and isinstance(stop.operator, cst.Subtract)
-            and _constant(stop.right)
-        ):  # `len(x) - 1`: the last row is only read as the one after (`x[i + 1]`)
-            stop = stop.left
-        if _permutation_counted(self.values, found, stop):
-            return
-        measured = _measured(stop)
-        permutation = _permutation_measured(self.values, found, measured)
-        if permutation is not None:  # `X.size()[0]`: its length, `permutation_part.size()[0]`
-            assert measured is not None
-            names[permutation].reads.append(measured)
-            return
-        if measured is None or measured.value not in names:
-            _refused(
-                found,
-                stop,
-                f"the loop counts to `{source_text(stop)}`, not to the length of the samples it "
-                "slices: each process would walk past its part",
-            )
-            return
-        names[measured.value].reads.append(measured)
 
     def _place(self, found: WholeBatch, loops: list[cst.CSTNode]) -> None:
         """The statement the split goes before: the outermost loop around the training loop,
@@ -285,6 +259,14 @@ class WholeBatches:
             anchor = outer
         assert isinstance(anchor, cst.BaseStatement)
         found.anchor = anchor
+        if found.bound is not None and not _bound_readable(self, found):
+            _refused(
+                found,
+                found.bound,
+                f"the loop counts to `{found.bound.value}`, not to the length of the samples "
+                "it slices, and that number is not known where the samples are split",
+            )
+            return
         counted = {name: name for name in names}
         for samples in found.samples:  # `perm = np.random.permutation(len(X))`: `len(X)`
             if (measured := _permutation_of(self.values, samples.name, scope)) is not None:
@@ -306,6 +288,14 @@ class WholeBatches:
         counters = (
             {dotted(inner) for inner in walk(loop.target)} if isinstance(loop, cst.For) else set()
         )
+        # a comprehension's own variables (`[s.detach() for s in states]`): its iterable is read
+        comprehended = {
+            inner.value
+            for node in walk(expr)
+            if isinstance(node, cst.CompFor)
+            for inner in walk(node.target)
+            if isinstance(inner, cst.Name)
+        }
         for node in walk(expr):
             if found.problem is not None:
                 return
@@ -320,6 +310,8 @@ class WholeBatches:
             if not isinstance(node, cst.Name) or index.is_attribute_name(node):
                 continue
             if _is_keyword(index, node) or _loss_setting(index, node) or node.value in seen:
+                continue
+            if node.value in comprehended:
                 continue
             name = node.value
             if _given_to_a_sampler(self.index, self.graph, node):
@@ -569,10 +561,87 @@ class WholeBatches:
         return (
             name in self.index.import_aliases
             or name in self.index.imports
+            or self.index.imported(name)  # `from data_utils import Corpus`
             or name in self.index.functions
             or name in self.index.classes
             or hasattr(builtins, name)
         )
+
+
+def _walked(whole: WholeBatches, found: WholeBatch) -> None:
+    """A loop `for i in range(0, len(x), bs)` must count to the length of samples it
+    splits (`len(x)`, `x.shape[0]`, `x.size(0)`): its reads of them are this process's
+    part too. Counting to anything else (`N`), it would walk past its part."""
+    steps = _steps_through(found.loop)
+    assert steps is not None
+    stop = steps.args[1].value
+    names = {samples.name: samples for samples in found.samples}
+    scope = whole.index.function_of(found.loop)
+    if (
+        isinstance(stop, cst.BinaryOperation)
+        and isinstance(stop.operator, cst.Subtract)
+        and _numeric(whole.values, stop.right, scope, 0)
+    ):  # `len(x) - 1`: the last row is only read as the one after (`x[i + 1]`)
+        stop = stop.left
+    if _permutation_counted(whole.values, found, stop):
+        return
+    axes = {samples.axis for samples in found.samples}
+    if axes != {0}:  # `ids.size(1) - seq_length`, walking the columns
+        measured = _measured_along(stop, 1) if axes == {1} else None
+        if measured is None or measured.value not in names:
+            _refused(
+                found,
+                stop,
+                f"the loop counts to `{source_text(stop)}`, not to the length of the "
+                "dimension its counter slices",
+            )
+            return
+        names[measured.value].reads.append(measured)
+        return
+    measured = _measured(stop)
+    permutation = _permutation_measured(whole.values, found, measured)
+    if permutation is not None:  # `X.size()[0]`: its length, `permutation_part.size()[0]`
+        assert measured is not None
+        names[permutation].reads.append(measured)
+        return
+    if measured is None and isinstance(stop, cst.Name) and _a_number(whole, stop, found):
+        found.bound = stop  # the rows it walks are split: readable where the split goes?
+        return
+    if measured is None or measured.value not in names:
+        _refused(
+            found,
+            stop,
+            f"the loop counts to `{source_text(stop)}`, not to the length of the samples it "
+            "slices: each process would walk past its part",
+        )
+        return
+    names[measured.value].reads.append(measured)
+
+
+def _a_number(whole: WholeBatches, stop: cst.Name, found: WholeBatch) -> bool:
+    """Whether the loop's `stop` is a number given before the loop and not in it."""
+    scope = whole.index.function_of(found.loop)
+    made = whole.values.values_of(stop.value, scope)
+    return bool(made) and all(
+        _numeric(whole.values, value, where, 0)
+        and not whole.index.inside(value, found.loop)
+        and not given_later(whole.index, value, found.loop)
+        for value, where in made
+    )
+
+
+def _bound_readable(whole: WholeBatches, found: WholeBatch) -> bool:
+    """Whether the number the loop counts to (`found.bound`) holds its value where the
+    split goes: given at module level, or before the split in its function."""
+    assert found.bound is not None and found.anchor is not None
+    where = whole.index.function_of(found.anchor)
+    for value, _ in whole.values.values_of(found.bound.value, whole.index.function_of(found.loop)):
+        given_in = whole.index.function_of(value)
+        if given_in is None and where is not None:
+            continue  # a module's number, read in a function
+        if given_in is not where or not whole.index.precedes(value, found.anchor):
+            return False
+    return True
 
 
 class _Counted:
@@ -599,6 +668,20 @@ class _Counted:
             for samples in found.samples
             if any(self.sliced_by(read, counters) for read in samples.reads)
         ]
+        for samples in found.samples:
+            axes = {
+                axis
+                for read in samples.reads
+                if (axis := self.sliced_along(read, counters)) is not None
+            }
+            if len(axes) > 1:
+                _refused(
+                    found,
+                    samples.reads[0],
+                    f"its counter slices `{samples.name}` along more than one dimension",
+                )
+                return
+            samples.axis = axes.pop() if axes else 0
         if not found.samples:
             _refused(
                 found,
@@ -606,12 +689,22 @@ class _Counted:
                 "its counter slices none of the tensors the loss is computed from",
             )
 
+    def sliced_along(self, read: cst.Name, counters: set[str | None]) -> int | None:
+        """The dimension a counter slices `read` along, read directly: 0 for `x[i:i + bs]`,
+        1 for `ids[:, i:i + seq_len]` (yunjey's language model); None otherwise."""
+        parent = self.index.parent(read)
+        if not (isinstance(parent, cst.Subscript) and parent.value is read):
+            return None
+        if _slices_by(parent, counters):
+            return 0
+        return 1 if _slices_columns_by(parent, counters) else None
+
     def sliced_by(self, read: cst.Name, counters: set[str | None]) -> bool:
         """`x[i:i + bs]` with `i` a counter, or `x` given to a function of the script that
         slices it by the parameter a counter is given to."""
         parent = self.index.parent(read)
         if isinstance(parent, cst.Subscript) and parent.value is read:
-            return _slices_by(parent, counters)
+            return _slices_by(parent, counters) or _slices_columns_by(parent, counters)
         call = self.index.parent(parent) if isinstance(parent, cst.Arg) else None
         if not isinstance(call, cst.Call):
             return False
@@ -896,6 +989,29 @@ def _steps_through(loop: cst.CSTNode) -> cst.Call | None:
     return None
 
 
+def _measured_along(stop: cst.BaseExpression, axis: int) -> cst.Name | None:
+    """`x` in `x.size(axis)` or `x.shape[axis]`."""
+    if (
+        isinstance(stop, cst.Call)
+        and isinstance(stop.func, cst.Attribute)
+        and stop.func.attr.value == "size"
+        and len(stop.args) == 1
+        and isinstance(stop.args[0].value, cst.Integer)
+        and stop.args[0].value.evaluated_value == axis
+        and isinstance(stop.func.value, cst.Name)
+    ):
+        return stop.func.value
+    if (
+        isinstance(stop, cst.Subscript)
+        and constant_index(stop) == axis
+        and isinstance(stop.value, cst.Attribute)
+        and stop.value.attr.value == "shape"
+        and isinstance(stop.value.value, cst.Name)
+    ):
+        return stop.value.value
+    return None
+
+
 def _measured(stop: cst.BaseExpression) -> cst.Name | None:
     """`x` in `len(x)`, `x.shape[0]`, `x.size(0)`."""
     if isinstance(stop, cst.Call) and is_name(stop.func, "len") and len(stop.args) == 1:
@@ -1080,6 +1196,24 @@ def _slices_by(subscript: cst.Subscript, counters: set[str | None]) -> bool:
     """`x[i:i + bs]`, `x[i]`: the first index reads a counter."""
     first = subscript.slice[0].slice
     return any(dotted(inner) in counters for inner in walk(first))
+
+
+def _slices_columns_by(subscript: cst.Subscript, counters: set[str | None]) -> bool:
+    """`ids[:, i:i + seq_len]`: every row, and the columns a counter slices."""
+    if len(subscript.slice) != 2:
+        return False
+    first, second = (element.slice for element in subscript.slice)
+    whole = (
+        isinstance(first, cst.Slice)
+        and first.lower is None
+        and first.upper is None
+        and first.step is None
+    )
+    return (
+        whole
+        and isinstance(second, cst.Slice)
+        and any(dotted(inner) in counters for inner in walk(second))
+    )
 
 
 def _loss_setting(index: SourceIndex, node: cst.Name) -> bool:

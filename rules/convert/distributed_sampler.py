@@ -671,10 +671,11 @@ class DistributedSampler(ConvertRule):
     A script without a DataLoader that draws every step's batch at random (nanoGPT's
     `get_batch` with `torch.randint`, `random.choice` of a training pair) has no passes to
     shard: each process draws a stream of its own instead, from generators seeded just
-    before training with the script's seed plus the rank (`torch.manual_seed(1337 +
-    dist.get_rank())`; torch's generator is given one even unseeded, since older releases
-    start it alike in every process; Python's and NumPy's start from OS entropy). Each step
-    then sees world_size times the batch.
+    before training (before a first batch fetched ahead of the loop, too) with the
+    script's seed plus the rank (`torch.manual_seed(1337 + dist.get_rank())`; torch's
+    generator is given one even unseeded, since older releases start it alike in every
+    process; Python's and NumPy's start from OS entropy). Each step then sees world_size
+    times the batch.
 
     An unseeded random draw the training data is built from (`perm =
     np.random.permutation(n)` splitting off a validation set, `random.shuffle(pairs)`) would
@@ -710,7 +711,9 @@ class DistributedSampler(ConvertRule):
     the loop calls. A loop slicing its batches by its counter (`data[i:i + bs]` for `i in
     range(0, len(data), bs)`) walks `data_part`, this process's run of `n_part = len(data) //
     world_size` samples in their order, so `data[i + 1:]` is still the next time step; as
-    many samples in every process, with the script's batch size.
+    many samples in every process, with the script's batch size. Counting to a number of
+    its own (`range(0, n_train, bs)`), it walks its run of `data[:n_train]`; slicing the
+    columns of streams in rows (`ids[:, i:i + seq_len]`), its run of the columns.
 
     ## Why is this bad?
     Without the sampler every process trains on the same batches: N GPUs do the work of
@@ -2608,12 +2611,16 @@ def _split(ctx: ConvertContext) -> bool:
             return True
     lines = []
     length = ""
+    # the rows the loop walks, when it counts to a number of its own (`x[:n_train]`)
+    walked = f"[:{batch.bound.value}]" if batch.bound is not None else ""
+    columns = batch.samples[0].axis == 1  # `ids[:, i:i + seq_len]`: split the columns
     if batch.ordered:  # as many samples in every process, or one would step once more
         first = batch.samples[0].name
         length = anatomy.free_name(["n_part"])
+        measure = f"{first}.size(1)" if columns else f"len({first}{walked})"
+        counted = "columns" if columns else "samples"
         lines.append(
-            f"{length} = len({first}) // dist.get_world_size()"
-            "  # as many samples in every process\n"
+            f"{length} = {measure} // dist.get_world_size()  # as many {counted} in every process\n"
         )
     parts = {}
     for samples in batch.samples:
@@ -2621,7 +2628,12 @@ def _split(ctx: ConvertContext) -> bool:
         parts[samples.name] = part
         if batch.ordered:  # a run of neighbours: `x[i + 1]` is still the sample after `x[i]`
             rank = "dist.get_rank()"
-            lines.append(f"{part} = {samples.name}[{rank} * {length}:({rank} + 1) * {length}]\n")
+            run = f"{rank} * {length}:({rank} + 1) * {length}"
+            lines.append(
+                f"{part} = {samples.name}[:, {run}]\n"
+                if columns
+                else f"{part} = {samples.name}{walked}[{run}]\n"
+            )
         else:
             lines.append(f"{part} = {samples.name}[dist.get_rank()::dist.get_world_size()]\n")
         for read in samples.reads:
@@ -2630,12 +2642,28 @@ def _split(ctx: ConvertContext) -> bool:
             ctx.plan.replace(count, _counted_in(part))
     for read, counted in batch.counts:
         ctx.plan.replace(read, _renamed(parts[counted]))
+    if batch.bound is not None:  # the loop counts to the length of this process's part
+        ctx.plan.replace(batch.bound, _counted_in(parts[batch.samples[0].name]))
     first_part = 1 if batch.ordered else 0
-    lines[first_part] = lines[first_part].rstrip("\n") + "  # this process's part of the samples\n"
+    lines[first_part] = lines[first_part].rstrip("\n") + (
+        "  # this process's run of the columns\n"
+        if columns
+        else "  # this process's part of the samples\n"
+    )
     assert batch.anchor is not None
     ctx.plan.insert_before(batch.anchor, statements("".join(lines)))
     ctx.add_import("torch.distributed", asname="dist")
     names = ", ".join(f"`{samples.name}`" for samples in batch.samples)
+    if batch.ordered and columns:
+        ctx.changed(
+            batch.loop,
+            f"{how}, along their columns ({names}: `x[:, i:i + n]`, time steps of the "
+            "streams in its rows): each process walks its own run of size(1) // world_size "
+            "columns of every row, in their order, as many in every process (the last "
+            "size(1) % world_size are left out); each step sees world_size times the "
+            "columns, a batch of world_size times the rows",
+        )
+        return True
     if batch.ordered:
         ctx.changed(
             batch.loop,

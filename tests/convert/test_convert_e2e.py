@@ -252,6 +252,59 @@ def test_random_batches_stop_early_together_and_the_first_batch_is_each_ones(
     assert all(torch.equal(params[0][key], params[1][key]) for key in params[0])
 
 
+def test_a_loop_counting_to_a_number_of_its_own_splits_the_rows_it_walks(
+    tmp_path: Path,
+) -> None:
+    """TCN's `for b in range(0, n_train, bs)` over samples with more rows than `n_train`:
+    the rows the loop walks, `x[:n_train]`, are split in two runs, one per process, each
+    walked whole every epoch (before: refused, "the loop counts to `n_train`")."""
+    source = (EXPECTED / "counted_to_a_number.py").read_text()
+    read = "        x = train_x_part[batch:batch + batch_size]\n"
+    end = "if dist.get_rank() == 0:\n    torch.save("
+    assert read in source and end in source
+    dump = (
+        "torch.save(model.module.state_dict(), f'params{dist.get_rank()}.pt')\n"
+        "json.dump([seen, train_x[:, 0].tolist()], open(f'seen{dist.get_rank()}.json', 'w'))\n"
+    )
+    probe = source.replace(read, read + "        seen.extend(x[:, 0].tolist())\n")
+    (tmp_path / "probe.py").write_text("import json\nseen = []\n" + probe.replace(end, dump + end))
+    result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    (seen0, rows), (seen1, rows1) = (
+        json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)
+    )
+    assert rows == rows1 and len(rows) == 80
+    assert seen0 == rows[:32] * 3  # three epochs of its own run
+    assert seen1 == rows[32:64] * 3  # the other run; the rows past n_train stay unread
+    params = [torch.load(tmp_path / f"params{rank}.pt", weights_only=True) for rank in (0, 1)]
+    assert all(torch.equal(params[0][key], params[1][key]) for key in params[0])
+
+
+def test_streams_in_rows_are_split_along_their_columns(tmp_path: Path) -> None:
+    """yunjey's language model, `ids[:, i:i + seq_length]` over streams in rows: each
+    process walks its own run of the columns of every row, in order, and the replicas stay
+    in sync (before: refused, "its counter slices none of the tensors")."""
+    source = (EXPECTED / "streams_in_rows.py").read_text()
+    read = "        inputs = ids_part[:, i:i + seq_length]\n"
+    end = "if dist.get_rank() == 0:\n    torch.save("
+    assert read in source and end in source
+    dump = (
+        "torch.save(model.module.state_dict(), f'params{dist.get_rank()}.pt')\n"
+        "json.dump(seen, open(f'seen{dist.get_rank()}.json', 'w'))\n"
+    )
+    probe = source.replace(read, read + "        seen.append(inputs.tolist())\n")
+    (tmp_path / "probe.py").write_text("import json\nseen = []\n" + probe.replace(end, dump + end))
+    result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    ids = (torch.arange(808) % 50).view(4, -1)  # 202 columns: 101 for each process
+    for rank in (0, 1):
+        part = ids[:, rank * 101 : (rank + 1) * 101]
+        epoch = [part[:, i : i + 5].tolist() for i in range(0, 101 - 5, 5)]
+        assert json.loads((tmp_path / f"seen{rank}.json").read_text()) == epoch * 2
+    params = [torch.load(tmp_path / f"params{rank}.pt", weights_only=True) for rank in (0, 1)]
+    assert all(torch.equal(params[0][key], params[1][key]) for key in params[0])
+
+
 def test_a_step_loop_reshuffles_at_every_new_iterator(tmp_path: Path) -> None:
     """`next(it)` with the iterator made again on StopIteration: every pass reads the shard
     `set_epoch(pass)` promises, the ranks' shards are disjoint, and the order changes."""
