@@ -232,7 +232,11 @@ class Models:
                     target = dotted(target_node)
                     if target is not None and dotted(value) in model.names:
                         model.names.add(target)
-                    elif target in model.names and isinstance(value, cst.Name):
+                    elif (
+                        target in model.names
+                        and isinstance(value, cst.Name)
+                        and value.value not in {"None", "True", "False"}
+                    ):
                         # `self.dls, self.model = dls, model` (a fastai-like Learner, round-30
                         # audit A): one object, as for `self.model = model`
                         model.names.add(value.value)

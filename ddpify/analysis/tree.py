@@ -125,6 +125,18 @@ def is_lone(
     )
 
 
+def integer_index(node: cst.CSTNode | None) -> int | None:
+    """`N` for `x[N]`, a subscript by one integer literal."""
+    if (
+        isinstance(node, cst.Subscript)
+        and len(node.slice) == 1
+        and isinstance(node.slice[0].slice, cst.Index)
+        and isinstance(node.slice[0].slice.value, cst.Integer)
+    ):
+        return int(node.slice[0].slice.value.value)
+    return None
+
+
 def call_arg(call: cst.Call, position: int | None, keyword: str) -> cst.Arg | None:
     """The argument passed as `keyword=` or at `position` (not counting keywords)."""
     for arg in call.args:

@@ -210,6 +210,10 @@ class Values:
                     last = value
         if last is None or depth >= MAX_STEPS:
             return None
+        if isinstance(last, cst.Name) and last.value != name and index.in_source(last):
+            # `best_loss, best_model = loss, model` after `loss, model = train(lr)` (round-41
+            # audit B c6_hpsearch: `best_model.state_dict()` kept the wrapper's keys)
+            return self.runs_after(anchor, last, last.value, depth + 1, some=some)
         position = constant_index(last)
         call = last.value if isinstance(last, cst.Subscript) and position is not None else last
         callee = self.graph.callee(call) if isinstance(call, cst.Call) else None

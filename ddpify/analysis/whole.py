@@ -41,6 +41,7 @@ from ddpify.analysis.tree import (
     call_arg,
     counted_range,
     dotted,
+    integer_index,
     is_method_call,
     is_name,
     source_text,
@@ -1003,7 +1004,7 @@ def _measured_along(stop: cst.BaseExpression, axis: int) -> cst.Name | None:
         return stop.func.value
     if (
         isinstance(stop, cst.Subscript)
-        and constant_index(stop) == axis
+        and integer_index(stop) == axis
         and isinstance(stop.value, cst.Attribute)
         and stop.value.attr.value == "shape"
         and isinstance(stop.value.value, cst.Name)

@@ -23,6 +23,7 @@ from ddpify.analysis.tree import (
     call_arg,
     child_nodes,
     dotted,
+    integer_index,
     is_attribute,
     is_method_call,
     is_name,
@@ -563,6 +564,9 @@ class WrapModel(ConvertRule):
             _functional_elsewhere(ctx, model)
             _resync_after_resets(ctx, model)
             _average_outside_parameters(ctx, model)
+            for kept in _kept_in_tuples(anatomy, model):
+                ctx.plan.replace(kept.value, _through_module)
+                ctx.changed(kept, f"`.{kept.attr.value}` of the bare model via `.module`")
             for shown in _shown(anatomy, model):
                 ctx.plan.replace(shown, _through_module)
                 ctx.changed(shown, "the model printed is the bare one (via `.module`)")
@@ -1489,6 +1493,40 @@ def _given_on_one_branch(anatomy: Anatomy, model: Model) -> bool:
                 if ancestor is source or isinstance(ancestor, cst.BaseStatement):
                     break
     return False
+
+
+def _kept_in_tuples(anatomy: Anatomy, model: Model) -> list[cst.Attribute]:
+    """`best[2].state_dict()` where `best = (acc, config, model)` keeps the wrapper (round-41
+    audit B c6_hpsearch: the best trial's checkpoint kept `module.` keys): every value of
+    `best` is a tuple or list whose element there is a name holding the wrapper, or None."""
+    found = []
+    for node in walk(anatomy.module):
+        if not (
+            isinstance(node, cst.Attribute)
+            and node.attr.value in {"state_dict", "load_state_dict"}
+            and isinstance(node.value, cst.Subscript)
+            and isinstance(node.value.value, cst.Name)
+        ):
+            continue
+        position = integer_index(node.value)
+        if position is None:
+            continue
+        scope = anatomy.function_of(node)
+        held: list[bool] = []
+        for value, _ in anatomy.values.values_of(node.value.value.value, scope):
+            if not isinstance(value, cst.Tuple | cst.List) or position >= len(value.elements):
+                held = []
+                break
+            element = value.elements[position].value
+            if is_name(element, "None"):
+                continue
+            held.append(
+                isinstance(element, cst.Name)
+                and _holds_wrapper(anatomy, model, element, element.value)
+            )
+        if held and all(held):
+            found.append(node)
+    return found
 
 
 def _through_module(value: cst.BaseExpression) -> cst.BaseExpression:
@@ -3505,7 +3543,9 @@ def _whole_model_saves(
         ):
             continue
         first = call.args[0].value
-        candidates = [first]
+        # a model whose state_dict a saver of the script takes is routed in the saver's body
+        # (round-41 audit B c4_stepckpt: `.module` at both ends, `model.module.module`)
+        candidates = [] if saver and _state_taken_inside(anatomy, call) else [first]
         if calls is None:  # a checkpoint dict holding the model itself: {"net": net, ...}
             scope = anatomy.function_of(call)
             given = [arg.value for arg in call.args] if saver else [first]
@@ -3544,6 +3584,24 @@ def _whole_model_saves(
             ):
                 saves.append(candidate)
     return saves
+
+
+def _state_taken_inside(anatomy: Anatomy, call: cst.Call) -> bool:
+    """Whether the script's function `call` calls takes `.state_dict()` of the parameter
+    its first argument is given to (`def save_ckpt(model, step): torch.save(model.
+    state_dict(), ...)`): that use is routed through `.module` there."""
+    callee = anatomy.graph.callee(call)
+    if callee is None:
+        return False
+    given = [
+        parameter
+        for parameter in anatomy.graph.parameters_of(callee)
+        if anatomy.graph.bound_argument(call, callee, parameter) is call.args[0].value
+    ]
+    return bool(given) and any(
+        is_method_call(node, "state_dict") and dotted(node.func.value) == given[0]  # type: ignore[attr-defined]
+        for node in walk(callee.body)
+    )
 
 
 def _saver_of_the_script(anatomy: Anatomy, call: cst.Call) -> bool:
