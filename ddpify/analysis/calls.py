@@ -383,6 +383,9 @@ class CallGraph:
         """The iterable `call` gives a generator of the script that yields each of its items
         once, in order (torchvision's `metric_logger.log_every(data_loader, print_freq)`:
         `for obj in iterable: ... yield obj`); None for any other call."""
+        owner = self.index.classes.get(dotted(call.func) or "")
+        if owner is not None:  # `Bar(loader)`, its `__iter__` walking what it was given
+            return _passed_through_object(self, call, owner)
         callees = self.callees(call)
         passing = passing_loop(callees[0]) if len(callees) == 1 else None
         if passing is None:
@@ -415,6 +418,84 @@ class CallGraph:
             if isinstance(call.func, cst.Attribute):
                 by_attribute.setdefault(call.func.attr.value, []).append(call)
         return by_attribute
+
+
+def _passed_through_object(
+    graph: CallGraph, call: cst.Call, owner: cst.ClassDef
+) -> cst.BaseExpression | None:
+    """The iterable a class of the script is made with, when its `__iter__` yields each
+    item of it once, in order, as tqdm does (`for obj in self.iterable: yield obj`, or
+    `yield from self.iterable` when the bar is disabled): `__init__` keeps the parameter
+    in that attribute (round-41, corpus Cutout's `tqdm(loader, disable=...)`)."""
+    body = owner.body.body if isinstance(owner.body, cst.IndentedBlock) else ()
+    by_name = {line.name.value: line for line in body if isinstance(line, cst.FunctionDef)}
+    init, iterate = by_name.get("__init__"), by_name.get("__iter__")
+    if init is None or iterate is None:
+        return None
+    walked = _iterated_attribute(iterate)
+    if walked is None:
+        return None
+    kept = {
+        value.value
+        for node in walk(init.body)
+        if isinstance(node, cst.Assign) and len(node.targets) == 1
+        for target, value in _pairs(node.targets[0].target, node.value)
+        if dotted(target) == f"self.{walked}" and isinstance(value, cst.Name)
+    }
+    if len(kept) != 1:
+        return None
+    return graph.bound_argument(call, init, kept.pop())
+
+
+def _pairs(
+    target: cst.BaseExpression, value: cst.BaseExpression
+) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """What each target of an assignment is given: `self.a, self.b = a, b` pairs them."""
+    if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple):
+        if len(target.elements) == len(value.elements):
+            return [
+                (t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)
+            ]
+        return []
+    return [(target, value)]
+
+
+def _iterated_attribute(function: cst.FunctionDef) -> str | None:
+    """The attribute of `self` an `__iter__` yields every item of, once and in order: each
+    yield is `yield from self.a`, or `yield x` in the body of a `for x in self.a` of the
+    method; None for anything else."""
+    walked: set[str] = set()
+    yields = [node for node in walk(function.body) if isinstance(node, cst.Yield)]
+    if not yields:
+        return None
+    loops = [node for node in walk(function.body) if isinstance(node, cst.For)]
+    for found in yields:
+        if isinstance(found.value, cst.From):
+            read = dotted(found.value.item)
+        else:
+            loop = next(
+                (
+                    loop
+                    for loop in loops
+                    if isinstance(loop.body, cst.IndentedBlock)
+                    and any(
+                        isinstance(line, cst.SimpleStatementLine)
+                        and any(
+                            isinstance(small, cst.Expr) and small.value is found
+                            for small in line.body
+                        )
+                        for line in loop.body.body
+                    )
+                ),
+                None,
+            )
+            if loop is None or found.value is None or not loop.target.deep_equals(found.value):
+                return None
+            read = dotted(loop.iter)
+        if read is None or not read.startswith("self.") or read.count(".") != 1:
+            return None
+        walked.add(read.removeprefix("self."))
+    return walked.pop() if len(walked) == 1 else None
 
 
 def passing_loop(function: cst.FunctionDef) -> tuple[cst.For, str] | None:

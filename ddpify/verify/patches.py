@@ -495,13 +495,21 @@ def as_indices(index: object) -> list[int] | None:
 
 def _iterated_by_a_loop(frame: Any) -> bool:
     """Whether the code asking for the next batch is a loop's iteration (`for batch in
-    loader`, through `enumerate`, `zip` or a generator such as tqdm's), not a call of
-    `next(iterator)`, whose caller expects a batch and would fail on StopIteration."""
+    loader`, through `enumerate`, `zip` or a generator such as tqdm's), or a generator's
+    `yield from loader` (a disabled tqdm bar's: `tqdm(loader, disable=rank != 0)`, which
+    ended no pass in the processes without the bar), not a call of `next(iterator)`, whose
+    caller expects a batch and would fail on StopIteration."""
     import dis
 
     code: bytes = frame.f_code.co_code
     at: int = frame.f_lasti
-    return 0 <= at < len(code) and dis.opname[code[at]] == "FOR_ITER"
+    if not 0 <= at < len(code):
+        return False
+    operation = dis.opname[code[at]]
+    delegating = operation in {"SEND", "YIELD_FROM"} and bool(
+        frame.f_code.co_flags & inspect.CO_GENERATOR
+    )
+    return operation == "FOR_ITER" or delegating
 
 
 def _in_the_dataset(dataset: Any, indices: list[int] | None) -> list[int] | None:

@@ -649,6 +649,71 @@ def test_a_saver_taking_the_state_dict_gets_the_model_once(tmp_path: Path) -> No
     bare.load_state_dict(torch.load(saved[-1], weights_only=True)["model"])
 
 
+BAR_CLASS = """import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Recorded(Dataset):
+    def __init__(self):
+        self.x = torch.randn(32, 4)
+        self.read = []
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        self.read.append(i)
+        return self.x[i]
+
+
+class Bar:
+    def __init__(self, iterable, disable=False):
+        self.iterable, self.disable, self.total = iterable, disable, len(iterable)
+
+    def __iter__(self):
+        if self.disable:
+            yield from self.iterable
+            return
+        for obj in self.iterable:
+            yield obj
+
+
+torch.manual_seed(0)
+train_set = Recorded()
+loader = DataLoader(train_set, batch_size=4, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(3):
+    for xb in Bar(loader):
+        optimizer.zero_grad()
+        model(xb).pow(2).mean().backward()
+        optimizer.step()
+"""
+
+
+def test_a_pass_through_a_progress_bar_class_of_the_script_gets_set_epoch(
+    tmp_path: Path,
+) -> None:
+    """`for xb in Bar(loader)` with a tqdm-like class of the script (its `__iter__` yields
+    each batch of what it was given): the epochs are passes, each with `set_epoch` (before:
+    "one pass over the data: no set_epoch needed", every epoch the same order)."""
+    result = convert_source(BAR_CLASS.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    probe = "json.dump(train_set.read, open(f\"read{os.environ['RANK']}.json\", 'w'))\n"
+    (tmp_path / "train.py").write_text("import json, os\n" + result.output.decode() + probe)
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    read = [json.loads((tmp_path / f"read{rank}.json").read_text()) for rank in (0, 1)]
+    for rank, seen in enumerate(read):
+        assert len(seen) == 3 * 16
+        for epoch in range(3):
+            sampler = torch.utils.data.DistributedSampler(
+                range(32), num_replicas=2, rank=rank, shuffle=True
+            )
+            sampler.set_epoch(epoch)
+            assert seen[epoch * 16 : (epoch + 1) * 16] == list(sampler)
+
+
 BEST_GLOBBED = """import glob
 import os
 
