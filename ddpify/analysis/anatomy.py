@@ -33,7 +33,7 @@ from ddpify.analysis.foreign import ForeignLoader, foreign_loaders
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.loaders import Loaders
 from ddpify.analysis.models import Models
-from ddpify.analysis.project import Project
+from ddpify.analysis.project import Project, defines_iterable
 from ddpify.analysis.ranks import Ranks
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.streams import RandomBatches, Streams
@@ -62,7 +62,9 @@ class Anatomy(SourceIndex):
 
     @cached_property
     def loaders(self) -> Loaders:
-        return Loaders(self, self.graph, self.values)
+        return Loaders(
+            self, self.graph, self.values, lambda base: defines_iterable(self.project, base)
+        )
 
     @cached_property
     def script(self) -> TrainingScript:

@@ -4,6 +4,7 @@ dataset is an IterableDataset (which takes no sampler)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -56,10 +57,18 @@ class Passed:
 class Loaders:
     """The script's DataLoaders and what they are given."""
 
-    def __init__(self, index: SourceIndex, graph: CallGraph, values: Values) -> None:
+    def __init__(
+        self,
+        index: SourceIndex,
+        graph: CallGraph,
+        values: Values,
+        iterable_base: Callable[[cst.BaseExpression], bool] | None = None,
+    ) -> None:
         self.index = index
         self.graph = graph
         self.values = values
+        # whether a base class from another project file is an IterableDataset
+        self.iterable_base = iterable_base
 
     def resolve(
         self, expr: cst.BaseExpression, scope: cst.FunctionDef | None, depth: int = 0
@@ -414,7 +423,7 @@ class Loaders:
                 return True
             name = dotted(end.func)
             owner = self.index.classes.get(name) if name else None
-            if owner is not None and self._derives_from_iterable(owner, set()):
+            if owner is not None and _derives_from_iterable(self, owner, set()):
                 return True
         return False
 
@@ -436,18 +445,25 @@ class Loaders:
                     return name
         return None
 
-    def _derives_from_iterable(self, owner: cst.ClassDef, seen: set[str]) -> bool:
-        seen.add(owner.name.value)
-        for base in owner.bases:
-            if base.keyword is not None or base.star:
-                continue
-            if self.index.qualified_names(base.value) & ITERABLE_DATASETS:
-                return True
-            name = dotted(base.value)
-            parent = self.index.classes.get(name) if name and name not in seen else None
-            if parent is not None and self._derives_from_iterable(parent, seen):
-                return True
-        return False
+
+def _derives_from_iterable(loaders: Loaders, owner: cst.ClassDef, seen: set[str]) -> bool:
+    seen.add(owner.name.value)
+    for base in owner.bases:
+        if base.keyword is not None or base.star:
+            continue
+        if loaders.index.qualified_names(base.value) & ITERABLE_DATASETS:
+            return True
+        name = dotted(base.value)
+        parent = loaders.index.classes.get(name) if name and name not in seen else None
+        if parent is not None and _derives_from_iterable(loaders, parent, seen):
+            return True
+        if (
+            parent is None
+            and loaders.iterable_base is not None
+            and loaders.iterable_base(base.value)
+        ):
+            return True
+    return False
 
 
 def _keyed_read(expr: cst.BaseExpression) -> tuple[str, cst.BaseExpression] | None:

@@ -952,6 +952,19 @@ def _makes_a_writer(function: cst.FunctionDef, *, opened: bool = True) -> bool:
     )
 
 
+def defines_iterable(project: Project, base: cst.BaseExpression) -> bool:
+    """Whether `base`, a base class a class of the script names, is an IterableDataset of
+    another project file (round-41 audit A iterable: `class MyStream(Stream)` with `Stream`
+    from streams.py was given a DistributedSampler, TypeError: no len())."""
+    if not project.imported:
+        return False
+    for qualified in project.index.qualified_names(base):
+        found = _definition(qualified, project.roots)
+        if found is not None and isinstance(found[0], cst.ClassDef):
+            return iterable_class(found[0])
+    return False
+
+
 def iterable_class(owner: cst.ClassDef) -> bool:
     """Whether a dataset class read from a project file's text is an IterableDataset (by
     its base's name, or an `__iter__` without `__getitem__`): it has no indices to split."""

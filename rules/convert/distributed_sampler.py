@@ -2609,6 +2609,11 @@ def _split(ctx: ConvertContext) -> bool:
     for samples in batch.samples:
         if samples.drawn is not None and not _share_drawn_samples(ctx, samples.drawn, shared):
             return True
+    for draw in _drawn_alike(anatomy, [s.drawn for s in batch.samples if s.drawn is not None]):
+        # `X_test, Y_test = make_data(n_test)` beside the training samples (round-41 audit A
+        # utils_data: each process drew its own test set, and an LR cut on its loss parted)
+        if not _share_drawn_samples(ctx, draw, shared):
+            return True
     lines = []
     length = ""
     # the rows the loop walks, when it counts to a number of its own (`x[:n_train]`)
@@ -2705,6 +2710,25 @@ def _renamed(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
         return node.with_changes(value=name)
 
     return rename
+
+
+def _drawn_alike(anatomy: Anatomy, draws: list[cst.Call]) -> list[cst.Call]:
+    """Other calls of the functions the training samples are drawn by, unseeded, in the same
+    block (the evaluation data: `X_test, Y_test = make_data(n_test)`)."""
+    found = []
+    for draw in draws:
+        statement_ = anatomy.statement_of(draw)
+        block = anatomy.parent(statement_)
+        for call in anatomy.calls:
+            if (
+                call is not draw
+                and dotted(call.func) == dotted(draw.func)
+                and anatomy.parent(anatomy.statement_of(call)) is block
+                and anatomy.statement_of(call) is not statement_
+                and call not in found
+            ):
+                found.append(call)
+    return found
 
 
 def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call, shared: set[int]) -> bool:

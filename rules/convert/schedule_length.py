@@ -317,6 +317,7 @@ class ScheduleLength(ConvertRule):
 
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
+        _sized_from_split_samples(ctx)
         loaders = [loader for loader in anatomy.script.train_loaders if loader.name]
         if not loaders:
             return
@@ -600,6 +601,53 @@ def _computed_from(function: cst.FunctionDef, names: set[str]) -> set[str]:
                         found.add(inner.value)
                         grew = True
     return found
+
+
+def _sized_from_split_samples(ctx: ConvertContext) -> None:
+    """A schedule sized from the samples a loop slices by its counter, which DDP004 splits
+    between the processes (`OneCycleLR(..., steps_per_epoch=(N + bs - 1) // bs)` with `N =
+    X_train.shape[0]`, or `total_steps` from `ids.size(1)`): each process takes 1/world_size
+    of those steps, so the schedule would stop part way (round-41 audit A manual_perm and
+    char_rnn: the last learning rate was 80% of the maximum). Refused, naming the value."""
+    anatomy = ctx.anatomy
+    batch = anatomy.whole.batch
+    if (
+        batch is None
+        or batch.problem is not None
+        or not batch.ordered
+        or not batch.samples
+        or anatomy.streams.without_loader != "ordered"
+    ):
+        return
+    split = {samples.name for samples in batch.samples} | set(batch.length_names)
+    for call in anatomy.calls:
+        if not _schedules(anatomy, call):
+            continue
+        scope = anatomy.function_of(call)
+        names = [n.value for arg in call.args for n in walk(arg.value) if isinstance(n, cst.Name)]
+        seen: set[str] = set()
+        while names:
+            name = names.pop()
+            if name in seen or len(seen) > 50:
+                continue
+            seen.add(name)
+            if name in split:
+                ctx.cannot(
+                    call,
+                    f"the learning-rate schedule is sized from `{name}`, the samples the "
+                    "training loop slices by its counter, which each process now takes a "
+                    "part of (DDP004): it would take 1/world_size of the steps and stop part "
+                    "way; size it from this process's part by hand",
+                    blocking=True,
+                )
+                break
+            for value, _ in anatomy.values.values_of(name, scope):
+                if _arithmetic(value) or isinstance(value, cst.Call | cst.Subscript):
+                    names += [
+                        n.value
+                        for n in walk(value)
+                        if isinstance(n, cst.Name) and not anatomy.is_attribute_name(n)
+                    ]
 
 
 def _schedules(anatomy: Anatomy, call: cst.Call) -> bool:

@@ -812,6 +812,48 @@ def test_the_best_of_trials_is_saved_bare(tmp_path: Path) -> None:
     bare.load_state_dict(saved["state_dict"])
 
 
+DRAWN_TEST_SET = """import torch
+
+
+def make_data(n):
+    x = torch.randn(n, 4)
+    return x, x.sum(dim=1, keepdim=True)
+
+
+X_train, Y_train = make_data(64)
+X_test, Y_test = make_data(32)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+for epoch in range(3):
+    for i in range(0, len(X_train), 8):
+        loss = ((model(X_train[i:i + 8]) - Y_train[i:i + 8]) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        test_loss = ((model(X_test) - Y_test) ** 2).mean().item()
+    print(f"epoch {epoch}: test {test_loss:.6f}")
+"""
+
+
+def test_a_test_set_drawn_like_the_training_samples_is_rank_zeros_too(tmp_path: Path) -> None:
+    """Unseeded `X_test, Y_test = make_data(n_test)` beside `X_train, Y_train =
+    make_data(n_train)`: every process takes rank 0's test set too, so the test loss (and
+    a decision on it) is the same everywhere (round-41 audit A utils_data: each process
+    drew its own, an LR cut on its loss parted the replicas)."""
+    result = convert_source(DRAWN_TEST_SET.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    probe = "print(f'rank {dist.get_rank()} {float(X_test.sum()):.6f}', flush=True)\n"
+    text = result.output.decode()
+    marker = "model = torch.nn.Linear(4, 1)\n"
+    assert marker in text
+    (tmp_path / "train.py").write_text(text.replace(marker, probe + marker, 1))
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    sums = {line.split()[2] for line in ran.stdout.decode().splitlines() if line.startswith("rank")}
+    assert len(sums) == 1, ran.stdout.decode()  # one test set in every process
+
+
 TASK_GIVEN = """import torch
 import torch.nn.functional as F
 

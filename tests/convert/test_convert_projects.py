@@ -3553,3 +3553,37 @@ if __name__ == "__main__":
     result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert "evaluated 64" in result.stdout.decode()
+
+
+def test_a_dataset_built_on_an_iterable_dataset_of_another_file_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Round-41 audit A iterable: `class MyStream(Stream)` with `Stream(IterableDataset)` in
+    streams.py was given a DistributedSampler (TypeError: no len(), in every process).
+    Refused, as the same class defined in the script is."""
+    (tmp_path / "streams.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import IterableDataset\n\n\n"
+        "class Stream(IterableDataset):\n"
+        "    def __iter__(self):\n"
+        "        for _ in range(64):\n"
+        "            yield torch.randn(4)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "from streams import Stream\n\n\n"
+        "class MyStream(Stream):\n"
+        "    pass\n\n\n"
+        "loader = DataLoader(MyStream(), batch_size=8)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x in loader:\n"
+        "        model(x).sum().backward()\n"
+        "        optimizer.step()\n"
+    )
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert result.refused
+    assert any("reads an IterableDataset" in p.message for p in result.problems)

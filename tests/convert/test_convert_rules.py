@@ -8908,3 +8908,36 @@ def test_parts_of_the_model_trained_on_another_branch_than_its_forward_are_refus
     )
     converted = convert_source(together.encode(), "train.py", ConvertOptions())
     assert not converted.refused, converted.problems
+
+
+def test_a_schedule_sized_from_samples_split_by_the_counter_is_refused() -> None:
+    """Round-41 audit A manual_perm: `OneCycleLR(steps_per_epoch=(N + bs - 1) // bs)` with
+    `N = X.shape[0]`, and the loop's batches `perm[i:i + bs]` split between the processes:
+    each takes half the steps, and the schedule stopped at 80% of its maximum. Refused,
+    naming `N`; the same script with a schedule of constants converts."""
+    source = """import torch
+
+X = torch.randn(64, 4)
+Y = X.sum(dim=1, keepdim=True)
+N = X.shape[0]
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.OneCycleLR(
+    optimizer, max_lr=0.1, epochs=4, steps_per_epoch=(N + 7) // 8
+)
+for epoch in range(4):
+    perm = torch.randperm(N)
+    for i in range(0, N, 8):
+        idx = perm[i:i + 8]
+        loss = ((model(X[idx]) - Y[idx]) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+"""
+    refused = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert refused.refused
+    assert any("schedule is sized from `N`" in p.message for p in refused.problems)
+    constant = source.replace("steps_per_epoch=(N + 7) // 8", "steps_per_epoch=4")
+    converted = convert_source(constant.encode(), "train.py", ConvertOptions())
+    assert not converted.refused, converted.problems
