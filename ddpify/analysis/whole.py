@@ -1018,27 +1018,9 @@ def _measured(stop: cst.BaseExpression) -> cst.Name | None:
     if isinstance(stop, cst.Call) and is_name(stop.func, "len") and len(stop.args) == 1:
         inner = stop.args[0].value
         return inner if isinstance(inner, cst.Name) else None
-    if (
-        isinstance(stop, cst.Call)
-        and isinstance(stop.func, cst.Attribute)
-        and stop.func.attr.value == "size"
-        and len(stop.args) == 1
-        and isinstance(stop.args[0].value, cst.Integer)
-        and stop.args[0].value.value == "0"
-        and isinstance(stop.func.value, cst.Name)
-    ):
-        return stop.func.value
-    if (
-        isinstance(stop, cst.Subscript)
-        and isinstance(stop.value, cst.Attribute)
-        and stop.value.attr.value == "shape"
-        and isinstance(stop.value.value, cst.Name)
-        and len(stop.slice) == 1
-        and isinstance(stop.slice[0].slice, cst.Index)
-        and isinstance(stop.slice[0].slice.value, cst.Integer)
-        and stop.slice[0].slice.value.value == "0"
-    ):
-        return stop.value.value
+    along = _measured_along(stop, 0)  # `x.size(0)`, `x.shape[0]`
+    if along is not None:
+        return along
     if (
         isinstance(stop, cst.Subscript)
         and isinstance(stop.value, cst.Call)
