@@ -2612,7 +2612,7 @@ def _split(ctx: ConvertContext) -> bool:
     for draw in _drawn_alike(anatomy, [s.drawn for s in batch.samples if s.drawn is not None]):
         # `X_test, Y_test = make_data(n_test)` beside the training samples (round-41 audit A
         # utils_data: each process drew its own test set, and an LR cut on its loss parted)
-        if not _share_drawn_samples(ctx, draw, shared):
+        if not _share_drawn_samples(ctx, draw, shared, alike=True):
             return True
     lines = []
     length = ""
@@ -2731,9 +2731,12 @@ def _drawn_alike(anatomy: Anatomy, draws: list[cst.Call]) -> list[cst.Call]:
     return found
 
 
-def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call, shared: set[int]) -> bool:
+def _share_drawn_samples(
+    ctx: ConvertContext, draw: cst.Call, shared: set[int], *, alike: bool = False
+) -> bool:
     """Samples drawn at random, unseeded (`x = torch.randn(N, D)`): every process takes rank
-    0's, right after they are drawn, so the processes split one set of samples."""
+    0's, right after they are drawn, so the processes split one set of samples (`alike`:
+    drawn like them, not trained on, every process then holds the same ones)."""
     anatomy = ctx.anatomy
     statement_ = anatomy.statement_of(draw)
     if id(statement_) in shared:
@@ -2762,6 +2765,13 @@ def _share_drawn_samples(ctx: ConvertContext, draw: cst.Call, shared: set[int]) 
     shown = ", ".join(f"`{name}`" for name in names)
     family = anatomy.streams.drawn_from(draw)
     seeded = family is not None and family_seeded(anatomy, family, draw)
+    if alike:
+        ctx.changed(
+            draw,
+            f"{shown} drawn at random like the training samples (`{dotted(draw.func)}`): every "
+            "process takes rank 0's, so every process evaluates on the same ones",
+        )
+        return True
     ctx.changed(
         draw,
         f"the samples {shown} are drawn at random (`{dotted(draw.func)}`)"
