@@ -290,13 +290,7 @@ class WholeBatches:
             {dotted(inner) for inner in walk(loop.target)} if isinstance(loop, cst.For) else set()
         )
         # a comprehension's own variables (`[s.detach() for s in states]`): its iterable is read
-        comprehended = {
-            inner.value
-            for node in walk(expr)
-            if isinstance(node, cst.CompFor)
-            for inner in walk(node.target)
-            if isinstance(inner, cst.Name)
-        }
+        comprehended = _comprehended(expr)
         for node in walk(expr):
             if found.problem is not None:
                 return
@@ -740,6 +734,7 @@ class _Counted:
         it does not know, from names made so too. A call of the script that draws (TCN's
         `data_generator(N, seq_len)` from utils.py) is returned: every process can take
         rank 0's."""
+        own = _comprehended(value)  # `[stoi[c] for c in text]`: `text` is read, not `c`
         for node in walk(value):
             if isinstance(node, cst.Call):
                 if _unseeded_draw(self.index, node) is not None or is_method_call(
@@ -774,7 +769,7 @@ class _Counted:
                 and not _is_keyword(self.index, node)
             ):
                 name = node.value
-                if name in seen or self.whole.is_import_or_definition(name):
+                if name in seen or name in own or self.whole.is_import_or_definition(name):
                     continue
                 seen.add(name)
                 made = self.values.values_of(name, scope)
@@ -792,6 +787,17 @@ class _Counted:
 
     def _draws_unseeded(self, node: cst.CSTNode) -> bool:
         return isinstance(node, cst.Call) and _unseeded_draw(self.index, node) is not None
+
+
+def _comprehended(expr: cst.BaseExpression) -> set[str]:
+    """The names the comprehensions in `expr` bind (`c` in `[stoi[c] for c in text]`)."""
+    return {
+        inner.value
+        for node in walk(expr)
+        if isinstance(node, cst.CompFor)
+        for inner in walk(node.target)
+        if isinstance(inner, cst.Name)
+    }
 
 
 class _OneSample(Exception):

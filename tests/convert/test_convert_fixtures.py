@@ -1326,3 +1326,21 @@ def test_the_diff_size_measure_counts_a_body_reindented_into_a_try() -> None:
     )
     size = diff_size(before, after)
     assert size.reindented == {"guard": 1, "no_sync": 0, "try": 2, "other": 0}
+
+
+def test_a_corpus_tensor_made_by_a_comprehension_is_split_like_any_other() -> None:
+    """Round-41 audit A char_rnn: `torch.tensor([stoi[c] for c in text])`, a corpus read
+    from the script's own file, is the same in every process; the comprehension's variable
+    (`c`) is not an unknown name (before: refused, "cannot tell that `ids` holds samples")."""
+    made = "data = torch.arange(808) % vocab_size"
+    corpus = (
+        'text = "".join(chr(97 + k % 26) for k in range(808))\n'
+        "stoi = {ch: i for i, ch in enumerate(sorted(set(text)))}\n"
+        "data = torch.tensor([stoi[c] for c in text], dtype=torch.long)"
+    )
+    source = (FIXTURES / "convert" / "scripts" / "streams_in_rows.py").read_text()
+    expected = (FIXTURES / "convert" / "expected" / "streams_in_rows.py").read_text()
+    assert made in source and made in expected
+    result = convert_source(source.replace(made, corpus).encode(), "lm.py", ConvertOptions())
+    assert not result.problems
+    assert result.output.decode() == expected.replace(made, corpus)
