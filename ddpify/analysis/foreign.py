@@ -186,6 +186,14 @@ def _made_again(
     shuffle: cst.BaseExpression | None = None
     for i, arg in enumerate(made.args):
         keyword = arg.keyword.value if arg.keyword is not None else None
+        if arg.star == "**":  # `**kwargs`, `{"num_workers": 1, "pin_memory": True}`
+            keys = _star_keys(helper, arg.value)
+            unkept = sorted(set(keys or ()) - set(KEPT))
+            if keys is None or unkept:
+                what = f"`{unkept[0]}=` in `**`" if unkept else f"`{arg.star}` arguments"
+                return _problem(loader, f"{loader.where} is given {what}")
+            kept.extend(key for key in keys if key not in kept)
+            continue
         if arg.star:
             return _problem(loader, f"{loader.where} is given `{arg.star}` arguments")
         if (keyword is None and i == 0) or keyword == "dataset":
@@ -321,6 +329,48 @@ def _entry(value: cst.BaseExpression | None, key: str) -> cst.BaseExpression | N
     for element in value.elements:
         if isinstance(element, cst.DictElement) and string_value(element.key) == key:
             return element.value
+    return None
+
+
+def _star_keys(helper: Helper, expr: cst.BaseExpression, depth: int = 0) -> list[str] | None:
+    """The keys a `**` dict of the helper may hold: a literal, `dict(k=...)`, either branch
+    of `a if c else b`, or a name the helper assigns once and reads only there; None when
+    it cannot be told (the loader keeps each setting, so their values need not be known)."""
+    if depth > MAX_STEPS:
+        return None
+    if isinstance(expr, cst.Dict):
+        keys = [
+            string_value(element.key) if isinstance(element, cst.DictElement) else None
+            for element in expr.elements
+        ]
+        return None if None in keys else [key for key in keys if key is not None]
+    if isinstance(expr, cst.Call) and dotted(expr.func) == "dict":
+        if helper.index.qualified_names(expr.func) != {"builtins.dict"}:
+            return None
+        if any(arg.keyword is None for arg in expr.args):
+            return None
+        return [arg.keyword.value for arg in expr.args if arg.keyword is not None]
+    if isinstance(expr, cst.IfExp):
+        body = _star_keys(helper, expr.body, depth + 1)
+        orelse = _star_keys(helper, expr.orelse, depth + 1)
+        return None if body is None or orelse is None else body + orelse
+    if isinstance(expr, cst.Name):
+        given = _given_in(helper, expr.value)
+        reads = [
+            node
+            for node in walk(helper.function.body)
+            if isinstance(node, cst.Name)
+            and node.value == expr.value
+            and not helper.index.is_attribute_name(node)
+        ]
+        spread = [
+            node
+            for node in reads
+            if isinstance(arg := helper.index.parent(node), cst.Arg) and arg.star == "**"
+        ]
+        if len(given) != 1 or len(reads) != len(spread) + 1:  # bound once, read at `**`s
+            return None
+        return _star_keys(helper, given[0], depth + 1)
     return None
 
 

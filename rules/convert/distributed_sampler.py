@@ -2902,7 +2902,13 @@ def _make_foreign_loaders_again(ctx: ConvertContext) -> None:
             return
         name = foreign.name
         arguments = [f"{name}.dataset"]
+        named = {arg.keyword.value for arg in foreign.made.args if arg.keyword is not None}
         for arg in foreign.made.args[1:]:
+            if arg.star == "**":  # `**kwargs`: the settings it holds, kept by the loader
+                spread = [key for key in foreign.kept if key not in named]
+                arguments.extend(f"{key}={name}.{key}" for key in spread)
+                named.update(spread)
+                continue
             assert arg.keyword is not None
             keyword = arg.keyword.value
             if keyword == "shuffle" and foreign.shuffle is not None:

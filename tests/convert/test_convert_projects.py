@@ -392,7 +392,8 @@ def test_a_loader_made_in_another_file_is_made_again_with_a_sampler() -> None:
     ("change", "replacement", "why"),
     [
         ("shuffle=shuffle,", "batch_sampler=make(dataset),", "is given `batch_sampler=`"),
-        ("collate_fn=collate,", "**{'collate_fn': collate},", "is given `**` arguments"),
+        ("collate_fn=collate,", "**loader_settings(),", "is given `**` arguments"),
+        ("collate_fn=collate,", "**{'sampler': None},", "is given `sampler=` in `**`"),
         # m11: an IterableDataset has no indices to split (every rank crashed)
         ("class Numbers(Dataset):", "class Numbers(IterableDataset):", "is an IterableDataset"),
         # m13: an unseeded split would differ in every process
@@ -408,7 +409,7 @@ def test_a_loader_made_in_another_file_is_made_again_with_a_sampler() -> None:
             "its dataset, `Numbers`, draws at random in `__getitem__`",
         ),
     ],
-    ids=["batch-sampler", "kwargs", "iterable", "random-split", "draws-per-item"],
+    ids=["batch-sampler", "kwargs", "kwargs-sampler", "iterable", "random-split", "draws-per-item"],
 )
 def test_a_loader_of_another_file_that_cannot_be_made_again_is_refused(
     tmp_path: Path, change: str, replacement: str, why: str
@@ -445,6 +446,45 @@ def test_the_loader_made_again_shards_the_data_under_torchrun(tmp_path: Path) ->
         parts = [set(indices[epoch * 8 : epoch * 8 + 8]) for indices in seen]
         assert not parts[0] & parts[1] and parts[0] | parts[1] == set(range(16))
     assert any(indices[:8] != indices[8:] for indices in seen)  # reshuffled
+    state = torch.load(project / "encoder.pt", weights_only=True)
+    assert sorted(state) == ["backbone.bias", "backbone.weight", "head.bias", "head.weight"]
+
+
+def test_a_loader_of_another_file_given_settings_in_a_kwargs_dict_is_made_again_with_them(
+    tmp_path: Path,
+) -> None:
+    """Round-41 audit A get_loaders: `**kwargs` with `kwargs = {"num_workers": 1,
+    "pin_memory": True} if use_cuda else {}` in data.py was refused ("is given `**`
+    arguments"). Every key the dict may hold is a setting the loader keeps, so the loader made
+    again reads each from it, and the data is sharded."""
+    torch = pytest.importorskip("torch")
+    project = tmp_path / "captioner"
+    shutil.copytree(CAPTIONER, project)
+    data = project / "data.py"
+    settings = (
+        "    settings = {'collate_fn': collate, 'pin_memory': True} if torch.cuda.is_available()"
+        " else {'collate_fn': collate}\n"
+    )
+    text = data.read_text().replace("collate_fn=collate,", "**settings,")
+    made = "    loader = DataLoader(\n"
+    data.write_text(text.replace(made, settings + made))
+    script = project / "train.py"
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert not result.refused, result.problems
+    expected = (CAPTIONER / "train.expected.py").read_text()
+    collate = "        collate_fn=loader.collate_fn,\n"
+    pinned = collate + "        pin_memory=loader.pin_memory,\n"
+    assert result.output.decode() == expected.replace(collate, pinned)
+    (project / "train_ddp.py").write_bytes(result.output)
+    run = torchrun(["train_ddp.py"], cwd=project, timeout=240)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    seen = [
+        [int(line) for line in (project / f"seen-{rank}.txt").read_text().split()]
+        for rank in (0, 1)
+    ]
+    for epoch in (0, 1):
+        parts = [set(indices[epoch * 8 : epoch * 8 + 8]) for indices in seen]
+        assert not parts[0] & parts[1] and parts[0] | parts[1] == set(range(16))
     state = torch.load(project / "encoder.pt", weights_only=True)
     assert sorted(state) == ["backbone.bias", "backbone.weight", "head.bias", "head.weight"]
 
