@@ -223,6 +223,10 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
     if loader.key_var is not None:
         _shard_one_key(plan, loader, sampler, shuffle)
         return
+    switch = anatomy.switches.get(id(loader))
+    if switch is not None:  # `make_loader(x, y, train)`: where `train` is true
+        _shard_one_key(plan, loader, sampler, shuffle, (switch.test, switch.other))
+        return
 
     def shard(updated: cst.Call) -> cst.Call:
         if shuffle is None:
@@ -240,17 +244,22 @@ def shard_loader(plan: EditPlan, anatomy: Anatomy, loader: Loader, importer: Imp
 
 
 def _shard_one_key(
-    plan: EditPlan, loader: Loader, sampler: cst.BaseExpression, shuffle: cst.Arg | None
+    plan: EditPlan,
+    loader: Loader,
+    sampler: cst.BaseExpression,
+    shuffle: cst.Arg | None,
+    tests: tuple[str, str] | None = None,
 ) -> None:
     """A loader made per key in a comprehension (`{x: DataLoader(...) for x in ["train",
     "val"]}`): the training key's loader gets the sampler, the others keep their
     `shuffle=`: `shuffle=x != "train", sampler=DistributedSampler(...) if x == "train" else
-    None`."""
+    None`. `tests`: the conditions for a loader a function's parameter tells apart
+    (`train` and `not train`)."""
     key, train = loader.key_var, loader.train_key
-    chosen = cst.parse_expression(f'0 if {key} == "{train}" else None')
+    test, others = tests or (f'{key} == "{train}"', f'{key} != "{train}"')
+    chosen = cst.parse_expression(f"0 if {test} else None")
     assert isinstance(chosen, cst.IfExp)
     chosen = chosen.with_changes(body=sampler)
-    others = f'{key} != "{train}"'
 
     def shard(updated: cst.Call) -> cst.Call:
         if shuffle is None:
@@ -259,11 +268,13 @@ def _shard_one_key(
         for arg in updated.args:
             if arg.keyword is not None and arg.keyword.value == "shuffle":
                 value = arg.value
-                kept = (
-                    cst.parse_expression(others)
-                    if is_name(value, "True")
-                    else cst.parse_expression(f"{cst.Module([]).code_for_node(value)} and {others}")
-                )
+                written = cst.Module([]).code_for_node(value)
+                if is_name(value, "True"):
+                    kept = cst.parse_expression(others)
+                elif written == test:  # `shuffle=train`: never with the sampler
+                    kept = cst.Name("False")
+                else:
+                    kept = cst.parse_expression(f"{written} and {others}")
                 comma = arg.comma
                 if not isinstance(comma, cst.Comma):
                     comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))

@@ -37,6 +37,7 @@ from ddpify.analysis.project import Project, defines_iterable
 from ddpify.analysis.ranks import Ranks
 from ddpify.analysis.script import TrainingScript
 from ddpify.analysis.streams import RandomBatches, Streams
+from ddpify.analysis.switches import Switch, loader_switches
 from ddpify.analysis.values import Values
 from ddpify.analysis.whole import WholeBatch, WholeBatches
 from ddpify.analysis.wrapped import DdpBindings
@@ -103,6 +104,12 @@ class Anatomy(SourceIndex):
     @cached_property
     def whole(self) -> WholeBatches:
         return WholeBatches(self, self.graph, self.values, self.script, self.models, self.project)
+
+    @cached_property
+    def switches(self) -> dict[int, Switch]:
+        """Training loaders (by id) that one function makes with others, told apart by
+        what its calls give a parameter (`make_loader(x, y, train=True)`)."""
+        return loader_switches(self.script)
 
     @cached_property
     def foreign_loaders(self) -> list[ForeignLoader]:

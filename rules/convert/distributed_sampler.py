@@ -28,6 +28,7 @@ from ddpify.analysis.script import (
 )
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
 from ddpify.analysis.streams import RandomBatches
+from ddpify.analysis.switches import reads_only_others
 from ddpify.analysis.tree import (
     call_arg,
     catches,
@@ -923,6 +924,52 @@ class DistributedSampler(ConvertRule):
                             optimizer.step()
             """,  # noqa: E501
         ),
+        # One function makes every split's loader, told apart by a parameter each call
+        # gives a literal: the sampler goes where the training call's value is.
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+
+            def make_loader(x, y, split):
+                return DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
+
+
+            train_loader = make_loader(x[:800], y[:800], "train")
+            val_loader = make_loader(x[800:], y[800:], "val")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                for x, y in val_loader:
+                    print(model(x).sum())
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset, DistributedSampler
+
+
+            def make_loader(x, y, split):
+                dataset = TensorDataset(x, y)
+                return DataLoader(dataset, batch_size=4, shuffle=split != "train", sampler=DistributedSampler(dataset, shuffle=True) if split == "train" else None)
+
+
+            train_loader = make_loader(x[:800], y[:800], "train")
+            val_loader = make_loader(x[800:], y[800:], "val")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                train_loader.sampler.set_epoch(epoch)
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                for x, y in val_loader:
+                    print(model(x).sum())
+            """,  # noqa: E501
+        ),
         WEIGHTED,
         # Options chosen by a conditional expression; a progress bar made each epoch.
         Example(
@@ -1040,7 +1087,15 @@ def _shard(ctx: ConvertContext, loader: Loader) -> bool:
         _draw_apart(ctx, drawing)
         return False  # nothing split, no set_epoch: every pass draws afresh
     shard_loader(ctx.plan, ctx.anatomy, loader, ctx)
-    ctx.changed(loader.call, "training DataLoader sharded with DistributedSampler")
+    switch = ctx.anatomy.switches.get(id(loader))
+    where = ""
+    if switch is not None:  # `make_loader(x, y, train)`, called for every split
+        lines = ", ".join(str(ctx.anatomy.line(site)) for site in switch.train_sites)
+        where = (
+            f" where `{switch.test}` holds (the loader made at line {lines}); the other calls' "
+            "loaders are read whole"
+        )
+    ctx.changed(loader.call, f"training DataLoader sharded with DistributedSampler{where}")
     _evaluate_whole(ctx, loader)
     _last_batch_of_one(ctx, loader)
     return True
@@ -3678,6 +3733,9 @@ def _other_loops(anatomy: Anatomy, loader: Loader) -> list[cst.For | cst.CompFor
             key = string_value(read[1]) if read is not None else None
             if key is not None and key != loader.train_key:
                 continue  # `loaders["val"]`: the comprehension's loader for another key
+            switch = anatomy.switches.get(id(loader))
+            if reads_only_others(anatomy.script, switch, loader, node):
+                continue  # `make_loader(x, y, train=False)`: made without the sampler
             found.append(node)
     return found
 
