@@ -3436,6 +3436,8 @@ def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute
     assert model.placement is not None
     found: list[tuple[cst.Attribute, str]] = []
     reported: set[int] = set()
+    # copies made from the bare model (`copy.deepcopy(model.module)`) hold no wrapper
+    copied = {id(node) for node in _whole_model_saves(anatomy, model, MODEL_COPIES)}
     for call in anatomy.calls:
         name = dotted(call.func)
         if name is None or not anatomy.values.runs_after(model.placement, call, name):
@@ -3450,7 +3452,7 @@ def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute
         for cls in walk(anatomy.module):
             if not isinstance(cls, cst.ClassDef) or cls.name.value != name:
                 continue
-            held = set().union(*(_attributes_given(anatomy, cls, i, k) for i, k in given))
+            held = set().union(*(_attributes_given(anatomy, cls, i, k, copied) for i, k in given))
             # in the class (`self.net.state_dict()`), and reached through another object
             # that holds one of its instances (a callback's `self.model.net.state_dict()`,
             # round-20 audit A c07)
@@ -3469,11 +3471,20 @@ def _held_by_objects(anatomy: Anatomy, model: Model) -> list[tuple[cst.Attribute
     return found
 
 
+# A module's methods whose result is not the module (`Adam(model.parameters())`).
+NOT_THE_MODULE = (
+    *PARAMETERS, "buffers", "named_buffers", "state_dict", "modules", "named_modules",
+    "children", "named_children",
+)  # fmt: skip
+
+
 def _attributes_given(
-    anatomy: Anatomy, cls: cst.ClassDef, index: int, keyword: str | None
+    anatomy: Anatomy, cls: cst.ClassDef, index: int, keyword: str | None, copied: set[int]
 ) -> set[str]:
     """The `self.x` that `__init__` assigns from its argument at `index` or `keyword`: the
-    parameter itself, or `kwargs["keyword"]`."""
+    parameter itself, or `kwargs["keyword"]`; not what is made from its parameters
+    (`self.opt = Adam(model.parameters())`) or from a copy of the bare model (`copied`,
+    round-41 audit A diffusion's `EMA(model)`)."""
     attributes: set[str] = set()
     for init in walk(cls):
         if not isinstance(init, cst.FunctionDef) or init.name.value != "__init__":
@@ -3492,7 +3503,10 @@ def _attributes_given(
             reads = {
                 n.value
                 for n in walk(assign.value)
-                if isinstance(n, cst.Name) and not anatomy.is_attribute_name(n)
+                if isinstance(n, cst.Name)
+                and not anatomy.is_attribute_name(n)
+                and id(n) not in copied
+                and not _receiver_of(anatomy, n, NOT_THE_MODULE)
             } & names
             keys = {
                 n.slice[0].slice.value.value.strip("'\"")
@@ -3520,6 +3534,19 @@ def _attributes_given(
                 ):
                     attributes.add(held.attr.value)
     return attributes
+
+
+def _receiver_of(anatomy: Anatomy, name: cst.Name, methods: tuple[str, ...]) -> bool:
+    """`model` in `model.parameters()`: the object one of `methods` is called on."""
+    attribute = anatomy.parent(name)
+    call = anatomy.parent(attribute) if isinstance(attribute, cst.Attribute) else None
+    return (
+        isinstance(call, cst.Call)
+        and call.func is attribute
+        and isinstance(attribute, cst.Attribute)
+        and attribute.value is name
+        and attribute.attr.value in methods
+    )
 
 
 def _whole_model_saves(

@@ -122,6 +122,70 @@ if __name__ == "__main__":
     assert not any("`self.optimizer` may hold" in note.message for note in result.notes)
 
 
+HELD_BY_A_TRAINER = """import copy
+
+import torch
+
+
+class EMA:
+    def __init__(self, model):
+        self.ema_model = copy.deepcopy(model)
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.ema = EMA(model)
+        self.opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        self.full = HELD
+
+    def train(self, loader):
+        for epoch in range(2):
+            for x in loader:
+                self.model(x).mean().backward()
+                self.opt.step()
+            state = {"model": self.model.state_dict(), "ema": self.ema.ema_model.state_dict(),
+                     "opt": self.opt.state_dict(), "full": self.full.state_dict()}
+            torch.save(state, "ckpt.pt")
+
+
+def main():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = torch.nn.Linear(4, 4).to(device)
+    loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2, shuffle=True)
+    Trainer(model).train(loader)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("held", "refused"),
+    [("None", False), ("torch.nn.Sequential(model, torch.nn.ReLU())", True)],
+    ids=["optimizer-and-ema-copy", "sequential-of-the-model"],
+)
+def test_what_is_made_from_the_parameters_or_a_bare_copy_holds_no_wrapper(
+    held: str, refused: bool
+) -> None:
+    """Round-41 audit A diffusion (lucidrains' Trainer): `self.opt = Adam(model.
+    parameters())` and `self.ema = EMA(model)`, whose `copy.deepcopy(model)` the conversion
+    makes from `model.module`, were said to "may hold the DDP-wrapped" model, and the
+    script refused. A module made *of* the model still holds the wrapper."""
+    source = HELD_BY_A_TRAINER.replace("HELD", held).encode()
+    result = convert_source(source, "trainer.py", ConvertOptions())
+    blocking = [note for note in result.notes if note.blocking]
+    assert [note.line for note in blocking] == ([24] if refused else []), blocking
+    if refused:
+        assert "`self.full` may hold the DDP-wrapped `model`" in blocking[0].message
+        return
+    text = result.output.decode()
+    assert "self.ema_model = copy.deepcopy(model.module)" in text
+    assert '"model": self.model.module.state_dict()' in text
+    assert '"opt": self.opt.state_dict()' in text
+
+
 def test_a_callback_saving_the_state_dict_of_an_object_given_the_wrapped_model_is_refused() -> None:
     """Round-20 audit A c07 (a Keras-like `fit()` with callbacks): the callback's
     `self.model.net.state_dict()` reaches the wrapped `net` through the object it was given;
