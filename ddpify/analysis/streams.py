@@ -439,7 +439,8 @@ class Streams:
     def without_loader(self) -> str | None:
         """How a training loop without a DataLoader or random draws gets its data, for the
         refusal: "ordered" (it slices tensors in order, `x[i:i + bs]`), "whole" (every step
-        the same whole tensors: full-batch training), "untraced" (it iterates over something
+        the same whole tensors: full-batch training), "stepped" (a `while` loop walking them
+        by a counter of its own, `i += seq_len`), "untraced" (it iterates over something
         not traced to a DataLoader), or None when there is no such loop."""
         for backward in self.script.backward_calls:
             loops = [node for node, kind in self.graph.loops_around(backward) if kind == "loop"]
@@ -449,6 +450,8 @@ class Streams:
             assert isinstance(loop, cst.For | cst.While)
             if isinstance(loop, cst.For) and counted_range(loop) is None:
                 return "untraced"
+            if isinstance(loop, cst.While) and stepping_counter(loop) is not None:
+                return "stepped"
             return "ordered" if _walks_the_data(self, loop) else "whole"
         return None
 
@@ -587,6 +590,28 @@ def _chooses_a_loader(streams: Streams, draw: cst.Call, loop: cst.For | cst.Whil
         ):
             return True
     return False
+
+
+def stepping_counter(loop: cst.While) -> cst.AugAssign | None:
+    """`i += seq_len` in `while i < train_data.size(0) - 2:` (AWD-LSTM's loop, its stride
+    drawn every step), when the loop also slices by `i` or hands it to a function
+    (`get_batch(train_data, i, seq_len)`): the counter walks the data."""
+    tested = {node.value for node in walk(loop.test) if isinstance(node, cst.Name)}
+    for node in walk(loop.body):
+        if not (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and isinstance(node.target, cst.Name)
+            and node.target.value in tested
+        ):
+            continue
+        counter = node.target.value
+        for read in walk(loop.body):
+            if isinstance(read, cst.SubscriptElement | cst.Arg) and any(
+                isinstance(inner, cst.Name) and inner.value == counter for inner in walk(read)
+            ):
+                return node
+    return None
 
 
 def _walks_the_data(streams: Streams, loop: cst.For | cst.While) -> bool:

@@ -126,6 +126,41 @@ for epoch in range(3):
     assert "the loop counts to `64`, not to the length of the samples" in result.problems[0].message
 
 
+def test_a_while_loop_walking_the_data_by_its_own_counter_is_refused_for_that() -> None:
+    """Round-41 audit A awd_lm: AWD-LSTM's `while i < train_data.size(0) - 2:`, its stride
+    drawn each step, was refused as "every step trains on the same whole tensors (full
+    batch)", which it does not; the refusal names the loop and its counter."""
+    source = b"""\
+import numpy as np
+import torch
+
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_data = torch.randn(400, 4)
+
+
+def get_batch(source, i, seq_len):
+    return source[i : i + seq_len], source[i + 1 : i + 1 + seq_len]
+
+
+for epoch in range(2):
+    i = 0
+    while i < train_data.size(0) - 2:
+        seq_len = max(5, int(np.random.normal(35, 5)))
+        data, targets = get_batch(train_data, i, seq_len)
+        loss = ((model(data) - targets) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        i += seq_len
+"""
+    result = convert_source(source, "awd.py", ConvertOptions())
+    assert result.refused and result.output == source
+    [problem] = result.problems
+    assert (problem.code, problem.line) == ("DDP004", 21)
+    assert "a `while` loop that walks whole tensors by a counter of its own" in problem.message
+    assert "(`i += seq_len`)" in problem.message and "full batch" not in problem.message
+
+
 def test_a_print_that_runs_the_model_computes_on_every_rank_and_prints_on_rank_0() -> None:
     """DDP's forward must run on every rank (it synchronises buffers); only the print is
     rank 0's (issue 12's compute, then print; round-5 audit: a recall printed by both
