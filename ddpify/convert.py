@@ -12,6 +12,7 @@ from ddpify.analysis.project import trains_by_name
 from ddpify.analysis.script import (
     grads_by_hand,
     grads_set_after_backward,
+    line_search,
     steps_in_backward,
     unknown_step,
 )
@@ -149,6 +150,18 @@ def _convert_source(
             "step on its own gradient before it is averaged, and the replicas drift apart; "
             "average each gradient in the hook (dist.all_reduce) instead of wrapping in DDP, "
             "by hand",
+        )
+    searching = line_search(anatomy.script) if skipped in (None, NOT_TRAINING) else None
+    if searching is not None:
+        return _refused(
+            source,
+            anatomy.line(searching),
+            "the model trains with L-BFGS (`optimizer.step(closure)`): its line search "
+            "evaluates the closure as often as each process's own loss asks for, and stops "
+            "on it (`tolerance_change`), so with the data split the processes would run "
+            "different numbers of backward passes and hang in DDP's all-reduce; L-BFGS is "
+            "full-batch: keep it on one process, or average the loss inside the closure "
+            "(dist.all_reduce) on every process by hand",
         )
     if skipped == NOT_TRAINING and step is not None:
         optimizer = source_text(step.func.value)  # type: ignore[attr-defined]

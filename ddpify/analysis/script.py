@@ -1348,6 +1348,31 @@ def steps_in_backward(script: TrainingScript) -> cst.Call | None:
     return None
 
 
+def line_search(script: TrainingScript) -> cst.Call | None:
+    """`torch.optim.LBFGS(model.parameters(), ...)` whose `.step(closure)` the script calls,
+    with a backward pass somewhere: L-BFGS evaluates the closure as often as its line search
+    asks for, on each process's own loss (round-41 audit A lbfgs)."""
+    if not script.backward_calls:
+        return None
+    for call in script.index.calls:
+        if not script.index.is_call_to(call, {"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"}):
+            continue
+        if not any(
+            is_method_call(node, *PARAMETERS) for arg in call.args[:1] for node in walk(arg)
+        ):
+            continue
+        parent = script.index.parent(call)
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1):
+            continue
+        name = dotted(parent.targets[0].target)
+        if any(
+            is_method_call(step, "step") and step.args and dotted(step.func.value) == name  # type: ignore[attr-defined]
+            for step in script.index.calls
+        ):
+            return call
+    return None
+
+
 def unknown_step(script: TrainingScript) -> cst.Call | None:
     """`optimizer.step()` in a function that runs a backward pass, when no optimizer the
     script makes is found (built by a helper of another file, a factory given as an

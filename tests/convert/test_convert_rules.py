@@ -4247,7 +4247,32 @@ for x, y in loader:
 """
     result = convert_source(source.encode(), "lbfgs.py", ConvertOptions())
     assert result.refused
-    assert any("another loop that trains (line 14" in n.message for n in result.problems)
+    [problem] = result.problems
+    assert problem.line == 13 and "the model trains with L-BFGS" in problem.message
+
+
+def test_a_full_batch_lbfgs_fit_is_refused_for_its_line_search() -> None:
+    """Round-41 audit A lbfgs: a module-level `for it in range(15): optimizer.step(closure)`
+    was refused with "found no statement that starts training", which is false; the reason
+    is L-BFGS's line search, run on each process's own loss."""
+    source = """import torch
+
+x, y = torch.randn(64, 3), torch.randn(64, 1)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, line_search_fn="strong_wolfe")
+for it in range(15):
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+    loss = optimizer.step(closure)
+torch.save(model.state_dict(), "fit.pt")
+"""
+    result = convert_source(source.encode(), "lbfgs.py", ConvertOptions())
+    assert result.refused and result.output == source.encode()
+    [problem] = result.problems
+    assert problem.line == 5 and "its line search evaluates the closure" in problem.message
 
 
 def test_a_device_a_function_of_the_script_picks_becomes_this_processs_gpu() -> None:
