@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import cast
@@ -1158,16 +1158,19 @@ def _passes_parameters(call: cst.Call) -> bool:
 
 
 def _drawn_evaluation_sets(script: TrainingScript) -> list[DrawnSplit]:
-    """A validation set a class of the script draws when it is made: alike in every process
-    too, or each would evaluate (and decide on) a set of its own."""
+    """A validation set drawn unseeded (a class of the script drawing it when it is made,
+    `Subset(pool, np.random.permutation(n)[:k])`): alike in every process too, or each
+    would evaluate (and decide on: early stopping, round-42 audit A weighted_imbalance,
+    hung) a set of its own."""
     found: list[DrawnSplit] = []
     for loader in script.loaders.all:
         dataset = call_arg(loader.call, 0, "dataset")
         if dataset is not None and loader not in script.train_loaders:
             found += [
                 split
-                for split in drawn_splits(script.index, script.values, dataset.value)
                 if dotted(split.draw.func) in script.index.classes
+                else replace(split, evaluates=True)
+                for split in drawn_splits(script.index, script.values, dataset.value)
             ]
     return found
 

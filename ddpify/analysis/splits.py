@@ -87,6 +87,7 @@ class DrawnSplit:
     names: tuple[str, ...]
     # For a seeded draw: a draw from its generator before it that rank 0 alone makes.
     parted_by: cst.Call | None = None
+    evaluates: bool = False  # the data an evaluation loader reads, not the training data
 
 
 @dataclass(frozen=True)

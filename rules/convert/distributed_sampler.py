@@ -2212,6 +2212,10 @@ def _share_split_draws(ctx: ConvertContext) -> None:
                 f"data set of its own; make it first (`dataset = {what}(...)`), or seed torch "
                 "alike in every process"
                 if what in anatomy.classes
+                else f"the evaluation data is built from `{what}(...)`, unseeded: every process "
+                "would evaluate, and decide on (early stopping, the best model), a set of its "
+                "own; seed it with a fixed seed first, or take rank 0's draw by hand"
+                if split.evaluates
                 else f"the training data is built from `{what}(...)`, unseeded: every process "
                 "would draw its own split; seed it with a fixed seed first, or take rank "
                 "0's draw by hand",
@@ -2239,8 +2243,13 @@ def _share_split_draws(ctx: ConvertContext) -> None:
         ctx.changed(
             split.draw,
             f"{shown} {'is' if len(split.names) == 1 else 'are'} drawn at random (`{what}`)"
-            f"{parted} and the training data is built from it: every process takes rank 0's, "
-            "so all of them shard one training set",
+            f"{parted} and the {'evaluation' if split.evaluates else 'training'} data is built "
+            "from it: every process takes rank 0's, so all of them "
+            + (
+                "evaluate, and decide on, the same set"
+                if split.evaluates
+                else "shard one training set"
+            ),
         )
 
 

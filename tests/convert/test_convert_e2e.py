@@ -5435,3 +5435,61 @@ def test_a_loader_factory_called_for_every_split_shards_the_training_call_only(
         assert val == list(range(32, 48)) * 2  # the whole validation set, in order
     printed = progress_lines(ran.stdout)
     assert len(printed) == 2, printed  # rank 0 prints
+
+
+DRAWN_VALIDATION = """import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.randn(256, 4)
+    y = (x[:, 0] > 0).long()
+    pool = TensorDataset(torch.randn(400, 4), torch.randint(0, 2, (400,)))
+    val_ds = Subset(pool, np.random.permutation(len(pool))[:60])
+    train_loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+    val_loader = DataLoader(val_ds, batch_size=32)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    best, bad, stopped = 1e9, 0, 0
+    for epoch in range(40):
+        for xb, yb in train_loader:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+        with torch.no_grad():
+            val = sum(float(torch.nn.functional.cross_entropy(model(a), b)) for a, b in val_loader)
+        stopped = epoch
+        if val < best - 1e-3:
+            best, bad = val, 0
+        else:
+            bad += 1
+            if bad >= 2:
+                break
+    print(f"epoch {stopped} val {best:.6f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_validation_set_drawn_unseeded_is_rank_0s_so_early_stopping_stops_together(
+    tmp_path: Path,
+) -> None:
+    """Round-42 audit A weighted_imbalance: `Subset(pool, np.random.permutation(n)[:k])`
+    with numpy unseeded: each process validated on a set of its own, rank 0 stopped early
+    alone and rank 1 hung in its next all-reduce. Every process takes rank 0's set."""
+    result = convert_source(DRAWN_VALIDATION.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    dist.broadcast_object_list(val_ds)  # every process takes rank 0's\n" in text
+    guarded = '    if dist.get_rank() == 0:\n        print(f"epoch {stopped} val {best:.6f}")\n'
+    assert guarded in text
+    every = '    print(f"rank {dist.get_rank()} epoch {stopped} val {best:.6f}", flush=True)\n'
+    (tmp_path / "train_ddp.py").write_text(text.replace(guarded, every))
+    ran = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    lines = sorted(line.split(" ", 2)[2] for line in ran.stdout.decode().splitlines())
+    assert len(lines) == 2 and lines[0] == lines[1], lines  # same epoch, same value
