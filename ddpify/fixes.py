@@ -14,7 +14,7 @@ from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.project import iterable_class
 from ddpify.analysis.script import TrainLoop
-from ddpify.analysis.splits import per_process_draw
+from ddpify.analysis.splits import per_process_draw, surely_runs
 from ddpify.analysis.tree import call_arg, dotted, is_name, methods, source_text, walk
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
@@ -816,6 +816,7 @@ def family_seeded(anatomy: Anatomy, family: str, before: cst.CSTNode) -> bool:
         and bool(call.args)
         and per_process_draw(anatomy, call.args[0].value) is None
         and runs_before(anatomy, call, before)
+        and surely_runs(anatomy, call, anatomy.graph)  # not `if args.seed is not None:`
         for call in anatomy.calls
     )
 

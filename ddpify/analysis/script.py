@@ -151,8 +151,10 @@ class TrainingScript:
                 found += drawn_splits(self.index, self.values, dataset.value, self.effects)
             for made in _sampler_arguments(self, loader):  # `SubsetRandomSampler(train_idx)`
                 found += drawn_splits(self.index, self.values, made)
-        found += _drawn_evaluation_sets(self)
-        return list({id(split.statement): split for split in found}.values())
+        unique = {id(split.statement): split for split in found}
+        for split in _drawn_evaluation_sets(self):  # the training data's draws stay so
+            unique.setdefault(id(split.statement), split)
+        return list(unique.values())
 
     @cached_property
     def optimizer_calls(self) -> list[cst.Call]:

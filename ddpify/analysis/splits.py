@@ -278,7 +278,34 @@ def _seeded_before(
         and bool(call.args)
         and per_process_draw(index, call.args[0].value) is None
         and any(index.precedes(call, point) for point in points)
+        and surely_runs(index, call, graph)
         for call in index.calls
+    )
+
+
+def surely_runs(index: SourceIndex, node: cst.CSTNode, graph: CallGraph | None = None) -> bool:
+    """Whether `node` runs whenever the script does: under no `if` but the main guard,
+    and, in a function of the script, called somewhere so too. `if args.seed is not None:
+    torch.manual_seed(args.seed)`, with `--seed` None by default, may not (round-42 audit A
+    refs_engine: the data, drawn unseeded, was taken for seeded and not shared)."""
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            if graph is None:
+                return True
+            sites = graph.call_sites(ancestor)
+            return any(surely_runs(index, site) for site in sites) if sites else True
+        if isinstance(ancestor, cst.If | cst.IfExp) and not _main_guard(ancestor):
+            return False
+    return True
+
+
+def _main_guard(node: cst.CSTNode) -> bool:
+    """`if __name__ == "__main__":`"""
+    test = node.test if isinstance(node, cst.If) else None
+    return (
+        isinstance(test, cst.Comparison)
+        and isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
     )
 
 

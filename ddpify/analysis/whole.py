@@ -36,6 +36,7 @@ from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.models import Models
 from ddpify.analysis.project import Project
 from ddpify.analysis.script import TrainingScript, given_later
+from ddpify.analysis.splits import surely_runs
 from ddpify.analysis.streams import makes_samples
 from ddpify.analysis.tree import (
     call_arg,
@@ -954,7 +955,10 @@ def _seeded_before(index: SourceIndex, draw: cst.Call) -> bool:
         seeds = {"random.seed"}
     else:
         seeds = {"torch.manual_seed"}
-    return any(index.is_call_to(call, seeds) and index.precedes(call, draw) for call in index.calls)
+    return any(
+        index.is_call_to(call, seeds) and index.precedes(call, draw) and surely_runs(index, call)
+        for call in index.calls
+    )
 
 
 def _numeric(

@@ -26,7 +26,7 @@ from ddpify.analysis.script import (
     exclusive,
     without_gradients,
 )
-from ddpify.analysis.splits import drawn_seeds, per_process_draw, unseeded_choice
+from ddpify.analysis.splits import drawn_seeds, per_process_draw, surely_runs, unseeded_choice
 from ddpify.analysis.streams import RandomBatches, stepping_counter
 from ddpify.analysis.switches import reads_only_others
 from ddpify.analysis.tree import (
@@ -605,6 +605,54 @@ FULL_BATCH = Example(
 )
 
 # A weighted sampler (class imbalance): a stream of its own per process.
+# One function makes every split's loader, told apart by a parameter each call
+# gives a literal: the sampler goes where the training call's value is.
+SPLIT_FACTORY = Example(
+    """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def make_loader(x, y, split):
+            return DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
+
+
+        train_loader = make_loader(x[:800], y[:800], "train")
+        val_loader = make_loader(x[800:], y[800:], "val")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            for x, y in train_loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            for x, y in val_loader:
+                print(model(x).sum())
+        """,
+    """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset, DistributedSampler
+
+
+        def make_loader(x, y, split):
+            dataset = TensorDataset(x, y)
+            return DataLoader(dataset, batch_size=4, shuffle=split != "train", sampler=DistributedSampler(dataset, shuffle=True) if split == "train" else None)
+
+
+        train_loader = make_loader(x[:800], y[:800], "train")
+        val_loader = make_loader(x[800:], y[800:], "val")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            train_loader.sampler.set_epoch(epoch)
+            for x, y in train_loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            for x, y in val_loader:
+                print(model(x).sum())
+        """,  # noqa: E501
+)
+
+
 WEIGHTED = Example(
     """
     import torch
@@ -924,52 +972,7 @@ class DistributedSampler(ConvertRule):
                             optimizer.step()
             """,  # noqa: E501
         ),
-        # One function makes every split's loader, told apart by a parameter each call
-        # gives a literal: the sampler goes where the training call's value is.
-        Example(
-            """
-            import torch
-            from torch.utils.data import DataLoader, TensorDataset
-
-
-            def make_loader(x, y, split):
-                return DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
-
-
-            train_loader = make_loader(x[:800], y[:800], "train")
-            val_loader = make_loader(x[800:], y[800:], "val")
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for epoch in range(10):
-                for x, y in train_loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-                for x, y in val_loader:
-                    print(model(x).sum())
-            """,
-            """
-            import torch
-            from torch.utils.data import DataLoader, TensorDataset, DistributedSampler
-
-
-            def make_loader(x, y, split):
-                dataset = TensorDataset(x, y)
-                return DataLoader(dataset, batch_size=4, shuffle=split != "train", sampler=DistributedSampler(dataset, shuffle=True) if split == "train" else None)
-
-
-            train_loader = make_loader(x[:800], y[:800], "train")
-            val_loader = make_loader(x[800:], y[800:], "val")
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for epoch in range(10):
-                train_loader.sampler.set_epoch(epoch)
-                for x, y in train_loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-                for x, y in val_loader:
-                    print(model(x).sum())
-            """,  # noqa: E501
-        ),
+        SPLIT_FACTORY,
         WEIGHTED,
         # Options chosen by a conditional expression; a progress bar made each epoch.
         Example(
@@ -4120,5 +4123,6 @@ def _seeded(anatomy: Anatomy, before: cst.CSTNode | None = None) -> bool:
         and bool(call.args)
         and per_process_draw(anatomy, call.args[0].value) is None
         and (before is None or runs_before(anatomy, call, before))
+        and surely_runs(anatomy, call, anatomy.graph)  # not `if args.seed is not None:`
         for call in anatomy.calls
     )

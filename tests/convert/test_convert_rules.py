@@ -3249,6 +3249,56 @@ def test_a_split_shuffled_in_a_function_of_the_script_is_taken_from_rank_0() -> 
     ) in result.output.decode()
 
 
+CONDITIONAL_SEED = """import argparse
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset, random_split
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", default=None, type=int)
+    args = parser.parse_args()
+    SEED
+    data = TensorDataset(torch.randn(120, 4), torch.randn(120, 1))
+    train_set, val_set = random_split(data, [100, 20])
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for xb, yb in loader:
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("seed", "shared"),
+    [
+        ("torch.manual_seed(0)", False),
+        ("if args.seed is not None:\n        torch.manual_seed(args.seed)", True),
+    ],
+    ids=["seeded", "seeded-if-asked"],
+)
+def test_a_seed_set_only_when_asked_for_does_not_make_the_data_alike(
+    seed: str, shared: bool
+) -> None:
+    """Round-42 audit A refs_engine (torchvision's references): `if args.seed is not None:
+    torch.manual_seed(args.seed)`, `--seed` None by default, was taken for a seed: the data
+    drawn unseeded and the `random_split` were each process's own, so every process trained
+    on a split of its own. A seed under a condition does not make them alike."""
+    source = CONDITIONAL_SEED.replace("SEED", seed)
+    result = convert_source(source.encode(), "refs.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert ("dist.broadcast_object_list(data)" in text) is shared
+    assert ("dist.broadcast_object_list(split)" in text) is shared
+
+
 @pytest.mark.parametrize(
     ("step", "expected"),
     [
@@ -8252,7 +8302,8 @@ def test_a_loop_under_no_grad_over_a_loader_of_the_same_factory_is_an_evaluation
     validation and test loaders in one `DataLoader(...)` call; `vali()` reads one under
     `torch.no_grad()`, running `self.model`. The refusal said that loop trains ("its
     backward pass is where ddpify does not follow it", taking `self.model(x)` for a function
-    the object was given); under no_grad it is an evaluation."""
+    the object was given); under no_grad it is an evaluation. (Given a literal at both
+    calls, the sampler goes where `flag == "train"`: ddpify/analysis/switches.py.)"""
     source = """import torch
 from torch.utils.data import DataLoader
 
@@ -8272,7 +8323,7 @@ class Exp:
         return sum(losses) / len(losses)
 
     def train(self):
-        train_loader, vali_loader = self._get_data("train"), self._get_data("val")
+        train_loader, vali_loader = self._get_data("train"), self._get_data(VALIDATION)
         optimizer = torch.optim.Adam(self.model.parameters())
         criterion = torch.nn.MSELoss()
         for epoch in range(3):
