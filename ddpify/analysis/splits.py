@@ -174,6 +174,15 @@ def drawn_splits(
                     and not _seeded_before(index, family, call, values.graph)
                 ):
                     found.append(DrawnSplit(call, index.statement_of(call), (node.value,)))
+            graph = values.graph
+            if scope is not None and node.value in graph.parameters_of(scope):
+                # `def get_data(train_ds, valid_ds, bs)`: what its calls give it (round-42
+                # audit A nnreally: unseeded data reached the loader through a parameter)
+                for site in graph.call_sites(scope):
+                    given = graph.bound_argument(site, scope, node.value)
+                    if given is not None:
+                        visit(given, index.function_of(site), depth + 1)
+                continue
             for value, where in values.values_of(node.value, scope):
                 draw = next(
                     (

@@ -409,6 +409,7 @@ class WrapModel(ConvertRule):
         anatomy = ctx.anatomy
         _refuse_lazy_modules(ctx)
         _refuse_models_made_elsewhere(ctx)
+        _refuse_placed_in_a_return(ctx)
         for call, path in anatomy.script.trainer_classes:
             made = dotted(call.func) or ""
             whose = (
@@ -1606,6 +1607,29 @@ def _drop_data_parallel(ctx: ConvertContext, call: cst.Call) -> None:
         "hold the bare model's keys, without the `module.` prefix DataParallel's had (strip "
         "it to load one the original saved)",
     )
+
+
+def _refuse_placed_in_a_return(ctx: ConvertContext) -> None:
+    """`return model.to(dev), optim.SGD(model.parameters(), ...)` (the "What is torch.nn
+    really?" tutorial's `get_model()`, round-42 audit A nnreally): the wrap would go after the
+    `return` and never run, and the caller's names for the model are not followed."""
+    reported: set[int] = set()
+    for model in ctx.anatomy.models.all:
+        placement = model.placement
+        if (
+            isinstance(placement, cst.SimpleStatementLine)
+            and any(isinstance(small, cst.Return) for small in placement.body)
+            and id(placement) not in reported
+        ):
+            reported.add(id(placement))
+            ctx.cannot(
+                placement,
+                f"`{model.placed_name}` is made ready to train in a `return`, which hands it to "
+                "the caller: ddpify wraps a model where it is made ready, and does not follow "
+                "it into the caller's names (its checkpoints, its `.module`); make the model "
+                "in the function that trains it, or wrap what the caller gets, by hand",
+                blocking=True,
+            )
 
 
 def _refuse_lazy_modules(ctx: ConvertContext) -> None:

@@ -3249,6 +3249,64 @@ def test_a_split_shuffled_in_a_function_of_the_script_is_taken_from_rank_0() -> 
     ) in result.output.decode()
 
 
+NN_REALLY = """import numpy as np
+import torch
+from torch import nn, optim
+from torch.utils.data import DataLoader, TensorDataset
+
+dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+x_train = torch.tensor(np.random.randn(64, 4).astype(np.float32))
+y_train = torch.tensor(np.random.randn(64, 1).astype(np.float32))
+train_ds = TensorDataset(x_train, y_train)
+
+
+def get_data(train_ds, bs):
+    return DataLoader(train_ds, batch_size=bs, shuffle=True)
+
+
+def get_model():
+    model = nn.Linear(4, 1)
+    MADE
+
+
+train_dl = get_data(train_ds, 8)
+TAKEN
+for epoch in range(2):
+    for xb, yb in train_dl:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(xb), yb).backward()
+        opt.step()
+torch.save(model.state_dict(), "model.pt")
+"""
+
+
+@pytest.mark.parametrize("returned", [True, False], ids=["moved-in-the-return", "moved-after"])
+def test_the_torch_nn_really_layout(returned: bool) -> None:
+    """Round-42 audit A nnreally ("What is torch.nn really?"): `return model.to(dev),
+    optim.SGD(model.parameters(), ...)` got its DDP wrap after the `return` (never run), and
+    the unseeded data reaching the loader through `get_data(train_ds, ...)`'s parameter was
+    each process's own. The return is refused; the data is rank 0's."""
+    made, taken = (
+        ("return model.to(dev), optim.SGD(model.parameters(), lr=0.1)", "model, opt = get_model()")
+        if returned
+        else (
+            "return model",
+            "model = get_model().to(dev)\nopt = optim.SGD(model.parameters(), lr=0.1)",
+        )
+    )
+    source = NN_REALLY.replace("MADE", made).replace("TAKEN", taken)
+    result = convert_source(source.encode(), "nn_really.py", ConvertOptions())
+    if returned:
+        assert result.refused
+        [problem] = [p for p in result.problems if p.code == "DDP003"]
+        assert problem.line == 18 and "is made ready to train in a `return`" in problem.message
+        return
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "x_train = [x_train]\ndist.broadcast_object_list(x_train)" in text
+    assert "y_train = [y_train]\ndist.broadcast_object_list(y_train)" in text
+
+
 CONDITIONAL_SEED = """import argparse
 
 import torch
