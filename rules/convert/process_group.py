@@ -9,6 +9,7 @@ import libcst as cst
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import COLLECTIVES
 from ddpify.analysis.project import sets_up_process_group
+from ddpify.analysis.splits import surely_runs
 from ddpify.analysis.tree import dotted, is_name, walk
 from ddpify.dist_alias import OWN_DIST
 from ddpify.emit import COLLECT_CYCLES, statement, statements, unindented_blank_lines
@@ -228,6 +229,18 @@ class ProcessGroup(ConvertRule):
                 if name and "." not in name
             }
             released = sorted(name for name in named if not _deleted(anatomy, name))
+            # a model made under an `if` may never be bound: `del` would raise NameError
+            # (round-42 audit C distill: a teacher trained only without a checkpoint)
+            maybe = [
+                name
+                for name in released
+                if not all(
+                    surely_runs(anatomy, model.placement)
+                    for model in anatomy.models.all
+                    if model.placement is not None and name in (model.placed_name, model.alias)
+                )
+            ]
+            released = [name for name in released if name not in maybe]
             tail = [destroy]
             if named:
                 # Dropping the name is not enough: the DDP model lives on in a reference
@@ -235,6 +248,9 @@ class ProcessGroup(ConvertRule):
                 # process now and then (jcjohnson's dynamic_net under torchrun, 3 runs in 8).
                 ctx.add_import("gc")
                 tail[:0] = [collect]
+            if maybe:
+                names = " = ".join(maybe)
+                tail[:0] = [statement(f"{names} = None  {RELEASE_COMMENT}\n")]
             if released:
                 names = ", ".join(released)
                 tail[:0] = [statement(f"del {names}  {RELEASE_COMMENT}\n")]

@@ -1027,6 +1027,51 @@ def test_the_cleanup_of_a_module_level_script_releases_only_its_own_names(
     assert ran.stdout.decode().count("done") == 1
 
 
+TEACHER_IF_MISSING = """import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+if not os.path.exists("teacher.pt"):
+    teacher = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(teacher.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = (teacher(x) - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.save(teacher.state_dict(), "teacher.pt")
+student = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(student.parameters(), lr=0.1)
+for x, y in loader:
+    loss = (student(x) - y).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("done")
+"""
+
+
+def test_the_cleanup_releases_a_model_bound_only_on_some_runs_without_a_name_error(
+    tmp_path: Path,
+) -> None:
+    """Round-42 audit C distill: a teacher trained only when its checkpoint is missing; the
+    cleanup's `del teacher, student` raised NameError on every run after the first. A name
+    that may be unbound is set to None instead."""
+    result = convert_source(TEACHER_IF_MISSING.encode(), "distill.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "\ndel student  # release DDP before its process group\n" in text
+    assert "\nteacher = None  # release DDP before its process group\n" in text
+    (tmp_path / "distill.py").write_text(text)
+    for _ in range(2):  # the second run finds teacher.pt and skips the teacher
+        alone = run([sys.executable, "distill.py"], cwd=tmp_path, timeout=120)
+        assert alone.returncode == 0, alone.stderr.decode()[-3000:]
+        assert alone.stdout.decode().count("done") == 1
+
+
 CENTERED_LOSS = """import torch
 import torch.nn as nn
 import torch.nn.functional as F
