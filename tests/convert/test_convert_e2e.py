@@ -1033,7 +1033,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 torch.manual_seed(0)
-loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
 if not os.path.exists("teacher.pt"):
     teacher = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(teacher.parameters(), lr=0.1)
