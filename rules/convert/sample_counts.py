@@ -260,8 +260,14 @@ class SampleCounts(ConvertRule):
             dataset = _dataset_name(anatomy, loop.loader, scope)
             if dataset is not None:
                 # `total / len(train_ds)`, the dataset the loader was given: as a divisor
-                # only (`print(f"train={len(train_ds)}")` states the dataset's size).
-                lengths += [(n, True) for n in _lengths(anatomy, scope, dataset)]
+                # only (`print(f"train={len(train_ds)}")` states the dataset's size), and
+                # not of a sum another loop makes (round-42 audit C compile_embed: `hits`
+                # counted over `DataLoader(ds)` unsharded, divided by half the data)
+                lengths += [
+                    (n, True)
+                    for n in _lengths(anatomy, scope, dataset)
+                    if not _summed_elsewhere(anatomy, n, loop.batch_loop)
+                ]
             for source in _tensor_sources(anatomy, loop.loader, scope):
                 # `running / len(X_train)` with `TensorDataset(torch.from_numpy(X_train), ...)`
                 # (round-9 audit b10): a divisor of what the batch loop sums only.
@@ -538,6 +544,26 @@ def _divides_a_sum(anatomy: Anatomy, length: cst.BaseExpression, batch_loop: cst
         and dotted(node.target) in summed
         for node in walk(batch_loop)
     )
+
+
+def _summed_elsewhere(
+    anatomy: Anatomy, length: cst.BaseExpression, batch_loop: cst.CSTNode
+) -> bool:
+    """`hits / len(ds)` where `hits` is summed (`+=`) only outside the batch loop: in an
+    evaluation over a loader of its own, which counts the whole dataset."""
+    parent = anatomy.parent(length)
+    if not (isinstance(parent, cst.BinaryOperation) and parent.right is length):
+        return False
+    summed = {dotted(n) for n in walk(parent.left) if isinstance(n, cst.Name | cst.Attribute)}
+    scope = anatomy.function_of(length)
+    sums = [
+        node
+        for node in walk(scope if scope is not None else anatomy.module)
+        if isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and dotted(node.target) in summed
+    ]
+    return bool(sums) and not any(anatomy.inside(node, batch_loop) for node in sums)
 
 
 def _replaced_by(new: cst.BaseExpression) -> Callable[[cst.CSTNode], cst.BaseExpression]:

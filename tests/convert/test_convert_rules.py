@@ -9139,3 +9139,40 @@ for epoch in range(4):
     constant = source.replace("steps_per_epoch=(N + 7) // 8", "steps_per_epoch=4")
     converted = convert_source(constant.encode(), "train.py", ConvertOptions())
     assert not converted.refused, converted.problems
+
+
+COUNTED_OVER = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    total = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total += loss.item() * len(y)
+    hits = 0
+    with torch.no_grad():
+        for x, y in DataLoader(ds, batch_size=32):
+            hits += (model(x).argmax(1) == y).sum().item()
+    print(total / len(ds), hits / len(ds))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_count_over_an_unsharded_loader_keeps_the_dataset_s_length() -> None:
+    """Round-42 audit C compile_embed: `hits`, counted over `DataLoader(ds)` (the whole
+    dataset, every process), was divided by `len(loader.sampler)`, half the data: accuracy
+    1.995. Only the sum the training loop makes counts this process's samples."""
+    result = convert_source(COUNTED_OVER.encode(), "counts.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "print(total / len(loader.sampler), hits / len(ds))" in result.output.decode()
