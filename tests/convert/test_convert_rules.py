@@ -9176,3 +9176,49 @@ def test_a_count_over_an_unsharded_loader_keeps_the_dataset_s_length() -> None:
     result = convert_source(COUNTED_OVER.encode(), "counts.py", ConvertOptions())
     assert not result.refused, result.problems
     assert "print(total / len(loader.sampler), hits / len(ds))" in result.output.decode()
+
+
+READ_BACK = """import pickle
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    history = []
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        history.append(loss.item())
+        pickle.dump(history, open("history.pkl", "wb"))
+        np.savetxt(f"preds_{epoch}.txt", model(x).detach().numpy())
+    hist = pickle.load(open("history.pkl", "rb"))
+    last = np.loadtxt("preds_1.txt")
+    print(len(hist), last.shape)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_files_rank_0_wrote_while_training_are_read_back_after_a_barrier() -> None:
+    """Round-42 audit B outdir_plots: `pickle.load(open("history.pkl", "rb"))` and
+    `np.loadtxt(...)` after training read files rank 0 alone writes each epoch: rank 1 read
+    a stale history, then found no preds file. Every rank waits for rank 0 first."""
+    result = convert_source(READ_BACK.encode(), "read_back.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        '            np.savetxt(f"preds_{epoch}.txt", model_result.detach().numpy())\n'
+        "    dist.barrier()\n"
+        '    hist = pickle.load(open("history.pkl", "rb"))\n'
+    ) in result.output.decode()
+    assert result.output.decode().count("dist.barrier()") == 1
