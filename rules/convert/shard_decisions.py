@@ -568,6 +568,9 @@ class ShardDecisions(ConvertRule):
             local = _mean_behind(anatomy, local, test)
             if local in averaged:
                 continue
+            if _average_means_in(ctx, local, test, taken):
+                averaged.add(local)
+                continue
             if isinstance(branch, cst.If) and _is_batch_mean(anatomy, local, test):
                 # before the `if` (the first of an `if`/`elif` chain), or right after the
                 # value is computed
@@ -595,6 +598,9 @@ class ShardDecisions(ConvertRule):
                 continue
             local = _mean_behind(anatomy, local, test)
             if local in averaged:
+                continue
+            if _average_means_in(ctx, local, test, taken):
+                averaged.add(local)
                 continue
             if _is_batch_mean(anatomy, local, test):
                 _average(ctx, anatomy.statement_of(test), local, taken)
@@ -963,6 +969,80 @@ def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: 
         f"`{local}`, a mean over this process's batches, is averaged over all processes "
         "before the decision: every process decides alike, as the single-process script did",
     )
+
+
+def _average_means_in(
+    ctx: ConvertContext, local: str, test: cst.BaseExpression, taken: set[str]
+) -> bool:
+    """`losses = estimate_loss()`, a dict of this process's means (nanoGPT's `out[split] =
+    losses.mean()` over batches it draws): each entry becomes its mean over the processes
+    right after the call, so every process decides, and keeps as its best, the same value
+    (round-42 audit C gpt_inline: the MAX flag took the branch, and each process kept its
+    own estimate as the best, which then rose). False when `local` is not such a dict."""
+    anatomy = ctx.anatomy
+    scope = anatomy.function_of(test)
+    values = anatomy.values.values_of(local, scope)
+    if "." in local or len(values) != 1 or not isinstance(values[0][0], cst.Call):
+        return False
+    call = values[0][0]
+    callee = anatomy.graph.callee(call)
+    returned = anatomy.graph.returned_values(callee) if callee is not None else []
+    if (
+        callee is None
+        or not returned
+        or not all(_dict_of_means(anatomy, callee, r) for r in returned)
+    ):
+        return False
+    made = anatomy.statement_of(call)
+    if not isinstance(made, cst.SimpleStatementLine) or anatomy.ranks.guard(made) is not None:
+        return False
+    key = anatomy.free_name([n for n in ("key", "split_name", "entry") if n not in taken])
+    tensor = anatomy.free_name([n for n in ("mean", f"{local}_mean", "mean_2") if n not in taken])
+    taken.update({key, tensor})
+    ctx.plan.insert_after(
+        made,
+        statements(
+            f"for {key} in {local}:  # the mean over all processes\n"
+            f"    {tensor} = torch.tensor(float({local}[{key}]))\n"
+            f"    dist.all_reduce({tensor})\n"
+            f"    {local}[{key}] = {tensor}.item() / dist.get_world_size()\n"
+        ),
+    )
+    ctx.add_import("torch")
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.changed(
+        made,
+        f"`{local}`, means over this process's batches, is averaged entry by entry over all "
+        "processes: every process decides, and keeps as its best, the same value",
+    )
+    return True
+
+
+def _dict_of_means(
+    anatomy: Anatomy, function: cst.FunctionDef, returned: cst.BaseExpression
+) -> bool:
+    """`out`, returned by `function`, made `{}` and given `out[key] = <a mean>` only (a
+    `.mean()` of what it collected, `.item()` of it, or a batch mean)."""
+    if not isinstance(returned, cst.Name):
+        return False
+    made = anatomy.values.values_of(returned.value, function)
+    if len(made) != 1 or not (isinstance(made[0][0], cst.Dict) and not made[0][0].elements):
+        return False
+    entries = [
+        node.value
+        for node in walk(function.body)
+        if isinstance(node, cst.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0].target, cst.Subscript)
+        and is_name(node.targets[0].target.value, returned.value)
+    ]
+    return bool(entries) and all(_a_mean(anatomy, entry, function) for entry in entries)
+
+
+def _a_mean(anatomy: Anatomy, value: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+    while is_method_call(value, "item", "cpu", "detach"):
+        value = value.func.value  # type: ignore[attr-defined]
+    return is_method_call(value, "mean") or _is_mean(anatomy, value, function)
 
 
 def _average_in_place(ctx: ConvertContext, step: cst.Call, taken: set[str]) -> None:

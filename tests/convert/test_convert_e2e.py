@@ -235,17 +235,18 @@ def test_random_batches_stop_early_together_and_the_first_batch_is_each_ones(
     assert draw in source and end in source
     dump = (
         "torch.save(model.module.state_dict(), f'params{dist.get_rank()}.pt')\n"
-        "json.dump([drawn, iter_num], open(f'drawn{dist.get_rank()}.json', 'w'))\n"
+        "json.dump([drawn, iter_num, best_val_loss], open(f'drawn{dist.get_rank()}.json', 'w'))\n"
     )
     record = draw + "    drawn.append(ix.tolist())\n"
     probe = "import json\ndrawn = []\n" + source.replace(draw, record).replace(end, dump + end)
     (tmp_path / "probe.py").write_text(probe)
     result = torchrun(["probe.py"], cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    (drawn0, stop0), (drawn1, stop1) = (
+    (drawn0, stop0, best0), (drawn1, stop1, best1) = (
         json.loads((tmp_path / f"drawn{rank}.json").read_text()) for rank in (0, 1)
     )
     assert stop0 == stop1 < 300  # stopped early, together
+    assert best0 == best1  # the estimate averaged: one best (round-42 audit C gpt_inline)
     assert drawn0[0] != drawn1[0]  # the first batch, fetched ahead, is each process's own
     assert len(drawn0) == len(drawn1)
     params = [torch.load(tmp_path / f"params{rank}.pt", weights_only=True) for rank in (0, 1)]
