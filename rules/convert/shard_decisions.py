@@ -568,7 +568,9 @@ class ShardDecisions(ConvertRule):
             local = _mean_behind(anatomy, local, test)
             if local in averaged:
                 continue
-            if _average_means_in(ctx, local, test, taken):
+            if _average_means_in(ctx, local, test, taken) or _average_kept_means(
+                ctx, local, test, taken
+            ):
                 averaged.add(local)
                 continue
             if isinstance(branch, cst.If) and _is_batch_mean(anatomy, local, test):
@@ -599,7 +601,9 @@ class ShardDecisions(ConvertRule):
             local = _mean_behind(anatomy, local, test)
             if local in averaged:
                 continue
-            if _average_means_in(ctx, local, test, taken):
+            if _average_means_in(ctx, local, test, taken) or _average_kept_means(
+                ctx, local, test, taken
+            ):
                 averaged.add(local)
                 continue
             if _is_batch_mean(anatomy, local, test):
@@ -971,6 +975,33 @@ def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: 
     )
 
 
+def _average_kept_means(
+    ctx: ConvertContext, local: str, test: cst.BaseExpression, taken: set[str]
+) -> bool:
+    """`history["loss"].append(total / n)`, every value the list (or the entries the test
+    reads) keeps a mean over this process's batches: each is averaged over the processes
+    as it is appended, so every process keeps, and decides on, the same history. False
+    when some value is not a mean."""
+    anatomy = ctx.anatomy
+    keys = {
+        key
+        for node in walk(test)
+        if isinstance(node, cst.Subscript)
+        and dotted(node.value) == local
+        and (key := _key_of(node)) is not None
+    }
+    kept = _kept_in(anatomy, local, keys or None)
+    if not kept or not all(
+        _is_mean(anatomy, value, anatomy.function_of(call))
+        or (isinstance(value, cst.Name) and _is_batch_mean(anatomy, value.value, call))
+        for call, value in kept
+    ):
+        return False
+    for call, _ in kept:
+        _average_in_place(ctx, call, taken, f"before `{local}` keeps it")
+    return True
+
+
 def _average_means_in(
     ctx: ConvertContext, local: str, test: cst.BaseExpression, taken: set[str]
 ) -> bool:
@@ -1045,7 +1076,12 @@ def _a_mean(anatomy: Anatomy, value: cst.BaseExpression, function: cst.FunctionD
     return is_method_call(value, "mean") or _is_mean(anatomy, value, function)
 
 
-def _average_in_place(ctx: ConvertContext, step: cst.Call, taken: set[str]) -> None:
+def _average_in_place(
+    ctx: ConvertContext,
+    step: cst.Call,
+    taken: set[str],
+    before: str = "before the scheduler steps on it: every process cuts the learning rate alike",
+) -> None:
     """`scheduler.step(tr_loss / len(train_dl))`, a mean over this process's batches
     written in the call (round-23 audit B quickdraw_sched_b): stepped on its mean over the
     processes, all-reduced just before."""
@@ -1065,9 +1101,7 @@ def _average_in_place(ctx: ConvertContext, step: cst.Call, taken: set[str]) -> N
     ctx.add_import("torch")
     ctx.add_import("torch.distributed", asname="dist")
     ctx.changed(
-        step,
-        "the mean over this process's batches is averaged over all processes before the "
-        "scheduler steps on it: every process cuts the learning rate alike",
+        step, f"the mean over this process's batches is averaged over all processes {before}"
     )
 
 
@@ -1116,15 +1150,19 @@ def _decisions(anatomy: Anatomy) -> list[cst.BaseExpression]:
         if train_loop.epoch_loop is not None:
             loops.append(train_loop.epoch_loop)
     found: dict[int, cst.BaseExpression] = {}
-    for loop in loops:
-        for node in walk(loop.body):
-            if isinstance(node, cst.If) and any(
-                _sets_lr(inner) or is_method_call(inner, "load_state_dict")
-                for part in (node.body, node.orelse)
-                if part is not None
-                for inner in walk(part)
-            ):
-                found.setdefault(id(node.test), node.test)
+
+    def collect(node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.If) and any(
+            _sets_lr(inner) or is_method_call(inner, "load_state_dict")
+            for part in (node.body, node.orelse)
+            if part is not None
+            for inner in walk(part)
+        ):
+            found.setdefault(id(node.test), node.test)
+        return False  # look at every node
+
+    for loop in loops:  # in the loop, and in the functions it calls (`self.adjust_lr()`)
+        anatomy.graph.reaches(loop.body, collect)
     return list(found.values())
 
 
@@ -1280,6 +1318,11 @@ def _shard_value(
             fed = _fed(anatomy, node, scope, depth, settled)
             if fed is not None:
                 return fed
+            if name.startswith("self.") and any(
+                _shard_value(anatomy, value, anatomy.function_of(call), depth + 1, settled)
+                for call, value in _kept_in(anatomy, name)
+            ):
+                return name  # `self.history["loss"].append(loss)`, read in another method
             continue
         for value, where in anatomy.values.values_of(name, scope):
             if given_later(anatomy, value, node):
@@ -1292,6 +1335,41 @@ def _shard_value(
         decided = _decided_on(anatomy, name, scope, depth, settled, node)
         if decided is not None:
             return decided
+        if isinstance(node, cst.Name) and any(
+            _shard_value(anatomy, value, anatomy.function_of(call), depth + 1, settled)
+            for call, value in _kept_in(anatomy, name)
+        ):
+            return name  # `history["loss"].append(total / n)`, then `history["loss"][-1]`
+    return None
+
+
+def _kept_in(
+    anatomy: Anatomy, name: str, keys: set[str] | None = None
+) -> list[tuple[cst.Call, cst.BaseExpression]]:
+    """The values the script appends to the list `name`, or to one of its entries (of
+    `keys`, when given: `history["loss"].append(epoch_loss)`; round-42 audit B trainer_bold:
+    the learning rate halved on `history["loss"][-1] > history["loss"][-2]`, each process
+    its own)."""
+    kept = []
+    for call in anatomy.calls:
+        if not (is_method_call(call, "append") and len(call.args) == 1):
+            continue
+        holder = call.func.value  # type: ignore[attr-defined]
+        key = _key_of(holder)
+        while isinstance(holder, cst.Subscript):
+            holder = holder.value
+        if dotted(holder) == name and (keys is None or key in keys):
+            kept.append((call, call.args[0].value))
+    return kept
+
+
+def _key_of(read: cst.BaseExpression) -> str | None:
+    """`"loss"` of `history["loss"]`."""
+    if isinstance(read, cst.Subscript) and len(read.slice) == 1:
+        index = read.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            value = index.value.evaluated_value
+            return value if isinstance(value, str) else None
     return None
 
 

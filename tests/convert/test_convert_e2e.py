@@ -5540,3 +5540,79 @@ def test_a_validation_set_drawn_unseeded_is_rank_0s_so_early_stopping_stops_toge
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     lines = sorted(line.split(" ", 2)[2] for line in ran.stdout.decode().splitlines())
     assert len(lines) == 2 and lines[0] == lines[1], lines  # same epoch, same value
+
+
+BOLD_DRIVER = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, optimizer, loader):
+        self.model, self.optimizer, self.loader = model, optimizer, loader
+        self.history = {"loss": [], "lr": []}
+
+    def run_epoch(self):
+        total, n = 0.0, 0
+        for x, y in self.loader:
+            self.optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(self.model(x), y)
+            loss.backward()
+            self.optimizer.step()
+            total += loss.item() * len(y)
+            n += len(y)
+        return total / n
+
+    def adjust_lr(self):
+        if len(self.history["loss"]) >= 2 and self.history["loss"][-1] > self.history["loss"][-2]:
+            for group in self.optimizer.param_groups:
+                group["lr"] *= 0.5
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            loss = self.run_epoch()
+            self.history["loss"].append(loss)
+            self.history["lr"].append(self.optimizer.param_groups[0]["lr"])
+            self.adjust_lr()
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.randn(200, 2)
+    y = (x[:, 0] * x[:, 1] > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=10, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=2.0)
+    trainer = Trainer(model, optimizer, loader)
+    trainer.fit(12)
+    torch.save(model.state_dict(), "bold.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_learning_rate_halved_on_a_kept_history_of_losses_is_halved_together(
+    tmp_path: Path,
+) -> None:
+    """Round-42 audit B trainer_bold: the "bold driver" rule read from a history list
+    (`self.history["loss"][-1] > self.history["loss"][-2]`, in a method the epoch loop
+    calls) was missed: each process halved at its own epochs and the replicas drifted
+    (max |p0 - p1| = 0.036). Each loss is averaged over the processes as it is kept."""
+    result = convert_source(BOLD_DRIVER.encode(), "bold.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'self.history["loss"].append(mean.item() / dist.get_world_size())' in text
+    end = "    if dist.get_rank() == 0:\n        torch.save("
+    assert end in text
+    dump = (
+        "    torch.save([p.detach() for p in model.parameters()], f'p{dist.get_rank()}.pt')\n"
+        "    json.dump(trainer.history['lr'], open(f'lr{dist.get_rank()}.json', 'w'))\n"
+    )
+    (tmp_path / "bold.py").write_text("import json\n" + text.replace(end, dump + end))
+    ran = torchrun(["bold.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    lrs = [json.loads((tmp_path / f"lr{rank}.json").read_text()) for rank in (0, 1)]
+    assert lrs[0] == lrs[1] and min(lrs[0]) < 2.0, lrs  # halved, at the same epochs
+    params = [torch.load(tmp_path / f"p{rank}.pt", weights_only=True) for rank in (0, 1)]
+    assert all(torch.equal(a, b) for a, b in zip(*params, strict=True))
