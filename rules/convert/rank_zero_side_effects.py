@@ -12,7 +12,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import EXPORTS, MODEL_SAVES
 from ddpify.analysis.effects import FILE_WRITES, mode_flags, opens_for_writing
 from ddpify.analysis.project import PRINTS, Helper, only_prints, runs_collective
-from ddpify.analysis.tree import call_arg, dotted, is_lone, is_name, walk
+from ddpify.analysis.tree import call_arg, dotted, is_lone, is_method_call, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import RANK_ZERO, expression, statement, statements, with_keyword
 from ddpify.options import Launcher
@@ -1259,6 +1259,9 @@ def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:
         string_format
         or anatomy.is_call_to(call, {"torch.save", *EXPORTS})
         or dotted(call.func) in {"print", "str", "repr", "format"}
+        # `writer.add_graph(model, x)`: traced on the bare model (DDP003), by rank 0's
+        # writer (round-42 audit B tb_trainer: hoisted to every rank, NameError on rank 1)
+        or is_method_call(call, "add_graph")
     )
 
 
@@ -1598,7 +1601,10 @@ def _hoist_model_runs(
             continue
         if (
             dotted(node.func) in models
-            or any(dotted(arg.value) in models for arg in node.args)
+            or (
+                any(dotted(arg.value) in models for arg in node.args)
+                and not _shows_model(anatomy, node)
+            )
             or runs_collective(anatomy.project, node)
             or (
                 anatomy.graph.callees(node)  # `trainer.train()` too (round-25 trl_sft_like)

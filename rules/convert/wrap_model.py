@@ -619,6 +619,13 @@ class WrapModel(ConvertRule):
                     "the bare model is scripted, traced, exported or quantized: the DDP wrapper "
                     "cannot be, and the result is the single-GPU model's",
                 )
+            for traced in _graphs_written(anatomy, model):
+                ctx.plan.replace(traced, _through_module)
+                ctx.changed(
+                    traced,
+                    "the graph written is the bare model's (`.module`): the DDP wrapper cannot "
+                    "be traced",
+                )
             for copied in _whole_model_saves(anatomy, model, MODEL_COPIES):
                 ctx.plan.replace(copied, _through_module)
                 ctx.changed(
@@ -3558,6 +3565,19 @@ def _attributes_given(
                 ):
                     attributes.add(held.attr.value)
     return attributes
+
+
+def _graphs_written(anatomy: Anatomy, model: Model) -> list[cst.BaseExpression]:
+    """`writer.add_graph(model, example)` after the wrap (round-42 audit B tb_trainer:
+    "Tried to trace <ProcessGroup>"): the model given, when it holds the wrapper."""
+    return [
+        given
+        for call in anatomy.calls
+        if is_method_call(call, "add_graph")
+        and call.args
+        and (name := dotted(given := call.args[0].value)) is not None
+        and _holds_wrapper(anatomy, model, given, name)
+    ]
 
 
 def _receiver_of(anatomy: Anatomy, name: cst.Name, methods: tuple[str, ...]) -> bool:

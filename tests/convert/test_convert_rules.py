@@ -9222,3 +9222,36 @@ def test_files_rank_0_wrote_while_training_are_read_back_after_a_barrier() -> No
         '    hist = pickle.load(open("history.pkl", "rb"))\n'
     ) in result.output.decode()
     assert result.output.decode().count("dist.barrier()") == 1
+
+
+GRAPH_WRITTEN = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.tensorboard import SummaryWriter
+
+x = torch.ones(40, 2)
+loader = DataLoader(TensorDataset(x, torch.zeros(40, dtype=torch.long)), batch_size=8, shuffle=True)
+model = torch.nn.Linear(2, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+writer = SummaryWriter(log_dir="runs/graph")
+for epoch in range(3):
+    if epoch == 0:
+        writer.add_graph(model, x[:4])
+    for xb, yb in loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+writer.close()
+"""
+
+
+def test_a_graph_written_after_the_wrap_is_the_bare_model_s_on_rank_0() -> None:
+    """Round-42 audit B tb_trainer: `writer.add_graph(model, x)` after the wrap was taken
+    for a forward pass and hoisted to every rank (NameError on rank 1, whose writer is
+    rank 0's alone), and traced the wrapper ("Tried to trace <ProcessGroup>")."""
+    result = convert_source(GRAPH_WRITTEN.encode(), "graph.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "    if epoch == 0:\n"
+        "        if dist.get_rank() == 0:\n"
+        "            writer.add_graph(model.module, x[:4])\n"
+    ) in result.output.decode()
