@@ -1756,6 +1756,9 @@ def _made_again(anatomy: Anatomy, statement: cst.CSTNode, name: str) -> bool:
             for loop in anatomy.ancestors(statement)
         ):
             return False
+        again = model.rewrapped  # built again and wrapped again to train (DDP003 ran first)
+        if again is not None and anatomy.precedes(again, statement):
+            wrap = again  # (round-42 audit B best_whole_finetune_bn: a forward on rank 0 hung)
         return any(
             dotted(target.target) == name
             and anatomy.function_of(assign) is function

@@ -5616,3 +5616,64 @@ def test_a_learning_rate_halved_on_a_kept_history_of_losses_is_halved_together(
     assert lrs[0] == lrs[1] and min(lrs[0]) < 2.0, lrs  # halved, at the same epochs
     params = [torch.load(tmp_path / f"p{rank}.pt", weights_only=True) for rank in (0, 1)]
     assert all(torch.equal(a, b) for a, b in zip(*params, strict=True))
+
+
+SECOND_STAGE = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def run_epoch(model, loader, optimizer):
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+@torch.no_grad()
+def accuracy(model, loader):
+    model.eval()
+    correct = sum((model(x).argmax(1) == y).sum().item() for x, y in loader)
+    return correct / len(loader.dataset)
+
+
+def make_model():
+    return nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.randn(128, 4)
+    y = (x[:, 0] > 0).long()
+    train_loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+    val_loader = DataLoader(TensorDataset(x[:64], y[:64]), batch_size=32)
+    model = make_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for epoch in range(2):
+        run_epoch(model, train_loader, optimizer)
+        print(f"stage 1 epoch {epoch}: val acc {accuracy(model, val_loader):.4f}")
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for epoch in range(2):
+        run_epoch(model, train_loader, optimizer)
+        print(f"stage 2 epoch {epoch}: val acc {accuracy(model, val_loader):.4f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_evaluation_printed_in_a_second_stage_runs_on_every_rank(tmp_path: Path) -> None:
+    """Round-42 audit B best_whole_finetune_bn: the model built again for a second stage is
+    wrapped again, but its printed evaluation was taken for a bare model's and put on rank
+    0 whole: DDP's forward there broadcast BatchNorm buffers rank 1 never joined (a hang)."""
+    result = convert_source(SECOND_STAGE.encode(), "stages.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.count("accuracy_result") >= 4  # both stages: computed first, on every rank
+    (tmp_path / "stages.py").write_text(text)
+    ran = torchrun(["stages.py"], cwd=tmp_path, timeout=120)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert ran.stdout.decode().count("stage 2") == 2  # rank 0 prints
