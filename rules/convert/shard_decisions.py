@@ -8,7 +8,7 @@ import operator
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import BATCH_NORMS
+from ddpify.analysis.api import BATCH_NORMS, MODEL_COPIES
 from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
 from ddpify.analysis.means import batch_mean
@@ -667,12 +667,11 @@ def _evaluated_on_rank_zero(ctx: ConvertContext, step: cst.Call) -> None:
         return
     scope = anatomy.function_of(step)
     values = anatomy.values.values_of(metric.value, scope)
-    models = set().union(*(model.names for model in anatomy.models.all))
     if len(values) != 1 or not isinstance(values[0][0], cst.Call):
         return
     evaluation = values[0][0]
     given = {dotted(arg.value) for arg in evaluation.args}
-    if not given & (models | {f"{name}.module" for name in models}):
+    if not given & _models_and_copies(anatomy):
         return
     made = anatomy.statement_of(evaluation)
     if anatomy.parent(made) is not anatomy.parent(anatomy.statement_of(step)):
@@ -1880,8 +1879,7 @@ def _evaluated_with_batchnorm(anatomy: Anatomy, test: cst.BaseExpression) -> str
 
 def _evaluated_with_batchnorm_directly(anatomy: Anatomy, test: cst.BaseExpression) -> str | None:
     """`_evaluated_with_batchnorm` of what `test` reads itself."""
-    models = set().union(*(model.names for model in anatomy.models.all))
-    models |= {f"{name}.module" for name in models}
+    models = _models_and_copies(anatomy)
     scope = anatomy.function_of(test)
 
     def given_the_model(call: cst.Call) -> bool:
@@ -1907,6 +1905,29 @@ def _evaluated_with_batchnorm_directly(anatomy: Anatomy, test: cst.BaseExpressio
             if any(isinstance(inner, cst.Call) and given_the_model(inner) for inner in walk(value)):
                 return name
     return None
+
+
+def _models_and_copies(anatomy: Anatomy) -> set[str]:
+    """The model's names, through `.module`, and the names of copies made of it (`self.ema
+    = copy.deepcopy(self.model).eval()`, whose buffers a script then copies from the
+    model's: each process's own BatchNorm statistics, round-42 audit C trainer_ema)."""
+    models = set().union(*(model.names for model in anatomy.models.all))
+    models |= {f"{name}.module" for name in models}
+    for call in anatomy.calls:
+        if not (
+            anatomy.is_call_to(call, MODEL_COPIES)
+            and call.args
+            and dotted(call.args[0].value) in models
+        ):
+            continue
+        holder: cst.CSTNode | None = anatomy.parent(call)
+        while isinstance(holder, cst.Attribute | cst.Call):  # `.eval()`, `.to(device)`
+            holder = anatomy.parent(holder)
+        if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+            copy = dotted(holder.targets[0].target)
+            if copy is not None:
+                models.add(copy)
+    return models
 
 
 def _counted_on_an_evaluation(

@@ -5677,3 +5677,89 @@ def test_an_evaluation_printed_in_a_second_stage_runs_on_every_rank(tmp_path: Pa
     ran = torchrun(["stages.py"], cwd=tmp_path, timeout=120)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     assert ran.stdout.decode().count("stage 2") == 2  # rank 0 prints
+
+
+EMA_DECIDES = """import copy
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, train_ds, val_ds):
+        self.model = model
+        self.ema = copy.deepcopy(self.model).eval()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05)
+        self.sched = torch.optim.lr_scheduler.ReduceLROnPlateau(self.opt, factor=0.5, patience=0)
+        self.train_dl = DataLoader(train_ds, batch_size=16, shuffle=True)
+        self.val_dl = DataLoader(val_ds, batch_size=64)
+        self.lrs = []
+
+    def _ema_step(self):
+        with torch.no_grad():
+            for pe, p in zip(self.ema.parameters(), self.model.parameters()):
+                pe.mul_(0.5).add_(p.detach(), alpha=0.5)
+            for be, b in zip(self.ema.buffers(), self.model.buffers()):
+                be.copy_(b)
+
+    @torch.no_grad()
+    def validate(self, net):
+        net.eval()
+        return sum(float(nn.functional.mse_loss(net(x), y)) for x, y in self.val_dl)
+
+    def fit(self, epochs):
+        best, bad = float("inf"), 0
+        for epoch in range(epochs):
+            self.model.train()
+            for x, y in self.train_dl:
+                self.opt.zero_grad()
+                nn.functional.mse_loss(self.model(x), y).backward()
+                self.opt.step()
+                self._ema_step()
+            val_ema = self.validate(self.ema)
+            self.sched.step(val_ema)
+            self.lrs.append(self.opt.param_groups[0]["lr"])
+            if val_ema < best - 1e-4:
+                best, bad = val_ema, 0
+            else:
+                bad += 1
+                if bad >= 3:
+                    break
+        return best
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.randn(256, 4)
+    y = x.sum(1, keepdim=True)
+    model = nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))
+    trainer = Trainer(model, TensorDataset(x, y), TensorDataset(x[:64], y[:64]))
+    print("best", trainer.fit(15))
+    print("lrs", trainer.lrs)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_decisions_on_an_ema_copy_with_per_process_batchnorm_statistics_are_rank_0s(
+    tmp_path: Path,
+) -> None:
+    """Round-42 audit C trainer_ema: the EMA copy (`copy.deepcopy(self.model)`) takes each
+    process's own BatchNorm buffers; ReduceLROnPlateau and an early stop read its validation
+    loss, which differed per process: the LR was cut at different epochs, and one process
+    left alone. The scheduler steps on rank 0's value in every process."""
+    result = convert_source(EMA_DECIDES.encode(), "ema.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "dist.broadcast_object_list(val_ema)" in text
+    fitted = "    fit_result = trainer.fit(15)\n"
+    assert fitted in text
+    every = "    json.dump(trainer.lrs, open(f'lrs{dist.get_rank()}.json', 'w'))\n"
+    (tmp_path / "ema.py").write_text("import json\n" + text.replace(fitted, fitted + every))
+    ran = torchrun(["ema.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    lrs = [json.loads((tmp_path / f"lrs{rank}.json").read_text()) for rank in (0, 1)]
+    assert lrs[0] == lrs[1] and min(lrs[0]) < 0.05, lrs
