@@ -9255,3 +9255,50 @@ def test_a_graph_written_after_the_wrap_is_the_bare_model_s_on_rank_0() -> None:
         "        if dist.get_rank() == 0:\n"
         "            writer.add_graph(model.module, x[:4])\n"
     ) in result.output.decode()
+
+
+CYCLED_NOISE = """import itertools
+
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+torch.manual_seed(0)
+
+
+class Unlabeled(Dataset):
+    def __init__(self, x):
+        self.x = x
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i] + 0.1 * torch.randn_like(self.x[i])
+
+
+pairs = TensorDataset(torch.ones(64, 4), torch.zeros(64, 1))
+labeled = DataLoader(pairs, batch_size=8, shuffle=True)
+unlabeled = DataLoader(Unlabeled(torch.ones(128, 4)), batch_size=16, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+stream = itertools.cycle(unlabeled)
+for epoch in range(2):
+    for x, y in labeled:
+        u = next(stream)
+        loss = ((model(x) - y) ** 2).mean() + model(u).var()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_noise_drawn_by_a_second_loader_read_with_next_is_each_process_s_own() -> None:
+    """Round-42 audit A semisup_cycle: the unlabeled loader, cycled beside the labeled one
+    and read with `next(...)`, draws noise in its dataset's `__getitem__`; seeded alike, every
+    process drew the same noise. Its draws get the per-process seed too."""
+    result = convert_source(CYCLED_NOISE.encode(), "semi.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "torch.manual_seed(0 + dist.get_rank())  # every process draws random numbers of its own"
+        in result.output.decode()
+    )
