@@ -17,7 +17,7 @@ from ddpify.analysis.api import (
 )
 from ddpify.analysis.models import Model, holds_model, moved_value, pairs_of
 from ddpify.analysis.project import NO_GRAD, copies_model, read_when_made
-from ddpify.analysis.script import raw_optimizers
+from ddpify.analysis.script import raw_optimizers, without_gradients
 from ddpify.analysis.streams import TORCH_DRAWS
 from ddpify.analysis.tree import (
     call_arg,
@@ -3159,6 +3159,10 @@ def _bypasses_forward(ctx: ConvertContext, attribute: cst.Attribute, model: Mode
     if id(attribute) not in anatomy.script.loss_nodes or attribute.attr.value in (
         STATE_METHODS | DDP_RENAMED
     ):
+        return False
+    if without_gradients(anatomy, attribute):
+        # `with torch.no_grad(): feats = model.backbone(x)` for a linear probe after training
+        # (round-42 audit A siamese_ntxent): no gradient reaches the model from there
         return False
     outer: cst.CSTNode = attribute
     parent = anatomy.parent(outer)

@@ -9302,3 +9302,54 @@ def test_noise_drawn_by_a_second_loader_read_with_next_is_each_process_s_own() -
         "torch.manual_seed(0 + dist.get_rank())  # every process draws random numbers of its own"
         in result.output.decode()
     )
+
+
+LINEAR_PROBE = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+def main():
+    x, y = torch.ones(64, 4), torch.zeros(64, dtype=torch.long)
+    loader = DataLoader(TensorDataset(x), batch_size=8, shuffle=True)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (xb,) in loader:
+            loss = model(xb).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        feats = model.backbone(x)
+    probe = nn.Linear(8, 2)
+    popt = torch.optim.Adam(probe.parameters(), lr=1e-2)
+    for _ in range(10):
+        ploss = nn.functional.cross_entropy(probe(feats), y)
+        popt.zero_grad()
+        ploss.backward()
+        popt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_features_taken_without_gradients_for_a_probe_are_the_bare_model_s() -> None:
+    """Round-42 audit A siamese_ntxent: `with torch.no_grad(): feats = model.backbone(x)`
+    after training feeds a linear probe's loss, and was refused as "computes the loss
+    outside the model's forward": no gradient reaches the model from there."""
+    result = convert_source(LINEAR_PROBE.encode(), "probe.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "        feats = model.module.backbone(x)\n" in result.output.decode()
