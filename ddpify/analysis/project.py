@@ -251,6 +251,14 @@ class Project:
         method = next((m for m in methods(found[0]) if m.name.value == wanted), None)
         return Helper(method, found[1], found[2]) if method is not None else None
 
+    def method_of(self, made: cst.Call, wanted: str) -> Helper | None:
+        """The method `wanted` of the project class whose object `made` makes."""
+        found = self._class_of(made)
+        if found is None:
+            return None
+        method = next((m for m in methods(found[0]) if m.name.value == wanted), None)
+        return Helper(method, found[1], found[2]) if method is not None else None
+
     def _class_of(self, made: cst.Call) -> tuple[cst.ClassDef, CallGraph, Path] | None:
         """The project class whose object `made` makes: `Vocab(...)`, or a class method
         that makes one (`CharTokenizer.from_file(path)`, round-33 audit C

@@ -668,6 +668,12 @@ def _foreign_optimizers(script: TrainingScript) -> dict[int, cst.BaseExpression]
     for call in script.index.calls:
         if script.graph.calls_script(call) or not call.args:
             continue
+        method = _method_called(script, call)
+        if method is not None and _makes_its_own_optimizer(method):
+            # `optimizer = model.configure_optimizers(...)` with `model = GPT(config)` of
+            # model.py (nanoGPT's layout, round-42 audit C gpt_cfgopt: refused)
+            found[id(call)] = call.func.value  # type: ignore[attr-defined]
+            continue
         parameter = script.project.optimized_parameter(call)
         helper = script.project.helper(call) if parameter is not None else None
         if helper is None or parameter is None:
@@ -678,6 +684,48 @@ def _foreign_optimizers(script: TrainingScript) -> dict[int, cst.BaseExpression]
         if isinstance(model, cst.Name | cst.Attribute):
             found[id(call)] = model
     return found
+
+
+# Module methods that return the module itself (`TinyGPT(...).to(device)`).
+RETURN_SELF = ("to", "cuda", "cpu", "float", "half", "double", "train", "eval")
+
+
+def _method_called(script: TrainingScript, call: cst.Call) -> Helper | None:
+    """The method of a project class `call` calls on an object the script made once
+    (`model.configure_optimizers(...)` with `model = GPT(config).to(device)`)."""
+    func = call.func
+    if script.project is None or not (
+        isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+    ):
+        return None
+    values = script.values.values_of(func.value.value, script.index.function_of(call))
+    if len(values) != 1:
+        return None
+    made = values[0][0]
+    while is_method_call(made, *RETURN_SELF):
+        made = made.func.value  # type: ignore[attr-defined]
+    if not isinstance(made, cst.Call) or not script.project.may_be_helper(made):
+        return None
+    return script.project.method_of(made, func.attr.value)
+
+
+def _makes_its_own_optimizer(method: Helper) -> bool:
+    """A method of a project class that returns a `torch.optim` optimizer it makes over the
+    object's own parameters (`self.named_parameters()`, `self.parameters()`)."""
+    pattern = re.compile(r"^torch\.optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A-Z]\w*$")
+    body = method.function.body
+    made = [
+        call
+        for call in walk(body)
+        if isinstance(call, cst.Call)
+        and any(pattern.match(name) for name in method.index.qualified_names(call.func))
+    ]
+    own = any(
+        is_method_call(node, *PARAMETERS) and is_name(node.func.value, "self")  # type: ignore[attr-defined]
+        for node in walk(body)
+    )
+    returns = [node for node in walk(body) if isinstance(node, cst.Return) and node.value]
+    return bool(made) and own and bool(returns)
 
 
 def _optimizer_factories(script: TrainingScript) -> dict[cst.Call, list[cst.Call]]:

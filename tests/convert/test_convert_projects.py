@@ -3627,3 +3627,72 @@ def test_a_dataset_built_on_an_iterable_dataset_of_another_file_is_refused(
     result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
     assert result.refused
     assert any("reads an IterableDataset" in p.message for p in result.problems)
+
+
+GPT_MODEL = """import torch
+import torch.nn as nn
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 8)
+        self.head = nn.Linear(8, vocab)
+
+    def forward(self, idx, targets):
+        logits = self.head(self.emb(idx))
+        return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    def configure_optimizers(self, weight_decay, learning_rate):
+        decay = [p for n, p in self.named_parameters() if p.dim() >= 2]
+        rest = [p for n, p in self.named_parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest}]
+        return torch.optim.AdamW(groups, lr=learning_rate)
+"""
+
+GPT_TRAIN = """import torch
+
+from model import TinyGPT
+
+torch.manual_seed(0)
+data = torch.randint(0, 16, (1000,))
+
+
+def get_batch():
+    ix = torch.randint(len(data) - 9, (4,))
+    x = torch.stack([data[i:i + 8] for i in ix])
+    y = torch.stack([data[i + 1:i + 9] for i in ix])
+    return x, y
+
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = TinyGPT(16).to(device)
+optimizer = model.configure_optimizers(0.1, 1e-3)
+for step in range(20):
+    x, y = get_batch()
+    loss = model(x, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+torch.save(model.state_dict(), "ckpt.pt")
+"""
+
+
+def test_an_optimizer_made_by_a_method_of_a_model_class_of_another_file_is_followed(
+    tmp_path: Path,
+) -> None:
+    """Round-42 audit C gpt_cfgopt (nanoGPT's layout): `optimizer =
+    model.configure_optimizers(...)` with `TinyGPT` in model.py was refused ("where
+    `optimizer` is made is not found"). The method makes an AdamW over the object's own
+    parameters: `model` is what it trains, and is wrapped."""
+    (tmp_path / "model.py").write_text(GPT_MODEL)
+    script = tmp_path / "train.py"
+    script.write_text(GPT_TRAIN)
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "model = DDP(model, device_ids=" in text
+    assert "torch.save(model.module.state_dict(), \"ckpt.pt\")" in text
+    (tmp_path / "train_ddp.py").write_text(text)
+    ran = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
