@@ -245,7 +245,7 @@ class Streams:
             # CutMix's `np.random.beta` in the loop, RandomErasing's `random.uniform` in a
             # transform's `__call__`)
             foreign = self._drawn_by_helpers(batch_loop)
-            for each in readers.get(id(batch_loop), [loader, *self._also_read(batch_loop)]):
+            for each in readers.get(id(batch_loop), [loader, *_also_read(self, batch_loop)]):
                 for method in self._drawing_methods(each):
                     self.graph.reaches(method.body, collect)
                 foreign |= self._foreign_families(each)
@@ -455,33 +455,6 @@ class Streams:
             return "ordered" if _walks_the_data(self, loop) else "whole"
         return None
 
-    def _also_read(self, loop: cst.For | cst.While) -> list[Loader]:
-        """The other loaders a batch loop takes batches from with `next(...)` (an unlabeled
-        loader cycled beside the labeled one, round-42 audit A semisup_cycle: the noise
-        its dataset draws in `__getitem__` was alike in every process)."""
-        scope = self.index.function_of(loop)
-        found: list[Loader] = []
-        for node in walk(loop.body):
-            if isinstance(node, cst.Call) and is_name(node.func, "next") and node.args:
-                read: cst.BaseExpression = node.args[0].value
-                for _ in range(3):  # `it = itertools.cycle(loader)`, `next(it)`
-                    made = self.script.loaders.resolve(read, scope)
-                    values = self.script.values.values_of(dotted(read) or "", scope)
-                    if made is not None or len(values) != 1:
-                        break
-                    value = values[0][0]
-                    read = (
-                        value.args[0].value
-                        if isinstance(value, cst.Call)
-                        and self.index.is_call_to(value, {"itertools.cycle", "builtins.iter"})
-                        and value.args
-                        else value
-                    )
-                loader = self.script.loaders.loader_for(made)
-                if loader is not None and loader not in found:
-                    found.append(loader)
-        return found
-
     def _draws(self, loop: cst.For | cst.While) -> list[cst.Call]:
         """The draws a pass of `loop` makes, in it or in the functions it calls."""
         draws: list[cst.Call] = []
@@ -510,6 +483,34 @@ class Streams:
             if name in SEEDS:
                 return SEEDS[name]
         return None
+
+
+def _also_read(streams: Streams, loop: cst.For | cst.While) -> list[Loader]:
+    """The other loaders a batch loop takes batches from with `next(...)` (an unlabeled
+    loader cycled beside the labeled one, round-42 audit A semisup_cycle: the noise
+    its dataset draws in `__getitem__` was alike in every process)."""
+    scope = streams.index.function_of(loop)
+    found: list[Loader] = []
+    for node in walk(loop.body):
+        if isinstance(node, cst.Call) and is_name(node.func, "next") and node.args:
+            read: cst.BaseExpression = node.args[0].value
+            for _ in range(3):  # `it = itertools.cycle(loader)`, `next(it)`
+                made = streams.script.loaders.resolve(read, scope)
+                values = streams.script.values.values_of(dotted(read) or "", scope)
+                if made is not None or len(values) != 1:
+                    break
+                value = values[0][0]
+                read = (
+                    value.args[0].value
+                    if isinstance(value, cst.Call)
+                    and streams.index.is_call_to(value, {"itertools.cycle", "builtins.iter"})
+                    and value.args
+                    else value
+                )
+            loader = streams.script.loaders.loader_for(made)
+            if loader is not None and loader not in found:
+                found.append(loader)
+    return found
 
 
 def _anchor(

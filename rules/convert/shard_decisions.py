@@ -990,6 +990,10 @@ def _average_kept_means(
         and (key := _key_of(node)) is not None
     }
     kept = _kept_in(anatomy, local, keys or None)
+    batch_loops = [loop.batch_loop for loop in anatomy.script.train_loops]
+    if any(anatomy.inside(call, loop) for call, _ in kept for loop in batch_loops):
+        return False  # a list of the batches' losses (`losses.append(loss.item())`): not
+        # an all-reduce a step; the mean made of it is averaged where it is decided on
     if not kept or not all(
         _is_mean(anatomy, value, anatomy.function_of(call))
         or (isinstance(value, cst.Name) and _is_batch_mean(anatomy, value.value, call))

@@ -619,13 +619,7 @@ class WrapModel(ConvertRule):
                     "the bare model is scripted, traced, exported or quantized: the DDP wrapper "
                     "cannot be, and the result is the single-GPU model's",
                 )
-            for traced in _graphs_written(anatomy, model):
-                ctx.plan.replace(traced, _through_module)
-                ctx.changed(
-                    traced,
-                    "the graph written is the bare model's (`.module`): the DDP wrapper cannot "
-                    "be traced",
-                )
+            _route_graphs(ctx, model)
             for copied in _whole_model_saves(anatomy, model, MODEL_COPIES):
                 ctx.plan.replace(copied, _through_module)
                 ctx.changed(
@@ -3569,6 +3563,15 @@ def _attributes_given(
                 ):
                     attributes.add(held.attr.value)
     return attributes
+
+
+def _route_graphs(ctx: ConvertContext, model: Model) -> None:
+    for traced in _graphs_written(ctx.anatomy, model):
+        ctx.plan.replace(traced, _through_module)
+        ctx.changed(
+            traced,
+            "the graph written is the bare model's (`.module`): the DDP wrapper cannot be traced",
+        )
 
 
 def _graphs_written(anatomy: Anatomy, model: Model) -> list[cst.BaseExpression]:
