@@ -450,6 +450,25 @@ def test_the_loader_made_again_shards_the_data_under_torchrun(tmp_path: Path) ->
     assert sorted(state) == ["backbone.bias", "backbone.weight", "head.bias", "head.weight"]
 
 
+def _runs_sharded(project: Path, converted: bytes) -> None:
+    """The captioner's conversion under torchrun: each process reads its own half of every
+    epoch, and the checkpoint is the bare encoder's."""
+    torch = pytest.importorskip("torch")
+    (project / "train_ddp.py").write_bytes(converted)
+    run = torchrun(["train_ddp.py"], cwd=project, timeout=240)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    seen = [
+        [int(line) for line in (project / f"seen-{rank}.txt").read_text().split()]
+        for rank in (0, 1)
+    ]
+    assert [len(indices) for indices in seen] == [16, 16]
+    for epoch in (0, 1):
+        parts = [set(indices[epoch * 8 : epoch * 8 + 8]) for indices in seen]
+        assert not parts[0] & parts[1] and parts[0] | parts[1] == set(range(16))
+    state = torch.load(project / "encoder.pt", weights_only=True)
+    assert sorted(state) == ["backbone.bias", "backbone.weight", "head.bias", "head.weight"]
+
+
 def test_a_loader_of_another_file_given_settings_in_a_kwargs_dict_is_made_again_with_them(
     tmp_path: Path,
 ) -> None:
@@ -457,7 +476,6 @@ def test_a_loader_of_another_file_given_settings_in_a_kwargs_dict_is_made_again_
     "pin_memory": True} if use_cuda else {}` in data.py was refused ("is given `**`
     arguments"). Every key the dict may hold is a setting the loader keeps, so the loader made
     again reads each from it, and the data is sharded."""
-    torch = pytest.importorskip("torch")
     project = tmp_path / "captioner"
     shutil.copytree(CAPTIONER, project)
     data = project / "data.py"
@@ -475,18 +493,7 @@ def test_a_loader_of_another_file_given_settings_in_a_kwargs_dict_is_made_again_
     collate = "        collate_fn=loader.collate_fn,\n"
     pinned = collate + "        pin_memory=loader.pin_memory,\n"
     assert result.output.decode() == expected.replace(collate, pinned)
-    (project / "train_ddp.py").write_bytes(result.output)
-    run = torchrun(["train_ddp.py"], cwd=project, timeout=240)
-    assert run.returncode == 0, run.stderr.decode()[-3000:]
-    seen = [
-        [int(line) for line in (project / f"seen-{rank}.txt").read_text().split()]
-        for rank in (0, 1)
-    ]
-    for epoch in (0, 1):
-        parts = [set(indices[epoch * 8 : epoch * 8 + 8]) for indices in seen]
-        assert not parts[0] & parts[1] and parts[0] | parts[1] == set(range(16))
-    state = torch.load(project / "encoder.pt", weights_only=True)
-    assert sorted(state) == ["backbone.bias", "backbone.weight", "head.bias", "head.weight"]
+    _runs_sharded(project, result.output)
 
 
 def test_a_loader_of_another_file_given_a_seeded_generator_is_made_again_with_it(
@@ -498,7 +505,6 @@ def test_a_loader_of_another_file_given_a_seeded_generator_is_made_again_with_it
     generator: the DistributedSampler does the shuffling, and the generator seeds the
     workers alike in every process as it did in the script, as a loader made in the script
     keeps it."""
-    torch = pytest.importorskip("torch")
     project = tmp_path / "captioner"
     shutil.copytree(CAPTIONER, project)
     data = project / "data.py"
@@ -512,19 +518,7 @@ def test_a_loader_of_another_file_given_a_seeded_generator_is_made_again_with_it
     assert not result.refused, result.problems
     text = result.output.decode()
     assert "        generator=loader.generator,\n" in text, text
-    (project / "train_ddp.py").write_bytes(result.output)
-    run = torchrun(["train_ddp.py"], cwd=project, timeout=240)
-    assert run.returncode == 0, run.stderr.decode()[-3000:]
-    seen = [
-        [int(line) for line in (project / f"seen-{rank}.txt").read_text().split()]
-        for rank in (0, 1)
-    ]
-    assert [len(indices) for indices in seen] == [16, 16]
-    for epoch in (0, 1):
-        parts = [set(indices[epoch * 8 : epoch * 8 + 8]) for indices in seen]
-        assert not parts[0] & parts[1] and parts[0] | parts[1] == set(range(16))
-    state = torch.load(project / "encoder.pt", weights_only=True)
-    assert sorted(state) == ["backbone.bias", "backbone.weight", "head.bias", "head.weight"]
+    _runs_sharded(project, result.output)
 
 
 def test_a_refused_loader_of_another_file_is_named_when_another_file_loops_over_it(
@@ -3692,7 +3686,7 @@ def test_an_optimizer_made_by_a_method_of_a_model_class_of_another_file_is_follo
     assert not result.refused, result.problems
     text = result.output.decode()
     assert "model = DDP(model, device_ids=" in text
-    assert "torch.save(model.module.state_dict(), \"ckpt.pt\")" in text
+    assert 'torch.save(model.module.state_dict(), "ckpt.pt")' in text
     (tmp_path / "train_ddp.py").write_text(text)
     ran = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
