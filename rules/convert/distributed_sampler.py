@@ -2099,6 +2099,23 @@ def _share_drawn_seeds(ctx: ConvertContext) -> None:
 WORKER_FUNCTIONS = ("worker_init_fn", "collate_fn")
 
 
+def _read_later_on_its_line(
+    line: cst.BaseStatement, draw: cst.CSTNode, names: set[str]
+) -> str | None:
+    """The name a later small statement of `line` assigns from one of `names`."""
+    if not isinstance(line, cst.SimpleStatementLine):
+        return None
+    smalls = list(line.body)
+    at = next((i for i, small in enumerate(smalls) if any(n is draw for n in walk(small))), None)
+    for small in smalls[at + 1 :] if at is not None else []:
+        if any(isinstance(n, cst.Name) and n.value in names for n in walk(small)):
+            targets = (
+                [dotted(t.target) for t in small.targets] if isinstance(small, cst.Assign) else []
+            )
+            return next((t for t in targets if t), None) or source_text(small)
+    return None
+
+
 def _runs_in_loader_workers(anatomy: Anatomy, node: cst.CSTNode) -> bool:
     """Whether `node` is in a function a DataLoader may run in its worker processes (its
     `worker_init_fn=` or `collate_fn=`, directly or through `functools.partial`, or a
@@ -2222,6 +2239,16 @@ def _share_split_draws(ctx: ConvertContext) -> None:
                 else f"the training data is built from `{what}(...)`, unseeded: every process "
                 "would draw its own split; seed it with a fixed seed first, or take rank "
                 "0's draw by hand",
+                blocking=True,
+            )
+            continue
+        after = _read_later_on_its_line(split.statement, split.draw, set(split.names))
+        if after is not None:  # `x = torch.randn(n, 2); y = (x[:, 0] > 0).long()`
+            ctx.cannot(
+                split.draw,
+                f"`{after}` is computed from what is drawn here on the same line (after `;`): "
+                "rank 0's draw is shared after the line, so it would be made from this "
+                "process's own; put it on a line of its own first",
                 blocking=True,
             )
             continue

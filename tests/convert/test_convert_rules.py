@@ -9353,3 +9353,30 @@ def test_features_taken_without_gradients_for_a_probe_are_the_bare_model_s() -> 
     result = convert_source(LINEAR_PROBE.encode(), "probe.py", ConvertOptions())
     assert not result.refused, result.problems
     assert "        feats = model.module.backbone(x)\n" in result.output.decode()
+
+
+@pytest.mark.parametrize("joined", [True, False], ids=["one-line", "two-lines"])
+def test_a_value_computed_from_a_draw_on_its_own_line_after_a_semicolon_is_refused(
+    joined: bool,
+) -> None:
+    """Round-42 audit B min/g2.py: `x = torch.randn(400, 2); y = (x[:, 0] > 0).long()`: rank
+    0's `x` was shared after the line, so `y` was made from each process's own `x` (labels
+    that do not match the samples). On two lines, `x` is shared before `y` is made."""
+    drawn = "x = torch.randn(400, 2)" + ("; " if joined else "\n") + "y = (x[:, 0] > 0).long()\n"
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        + drawn
+        + "loader = DataLoader(TensorDataset(x, y), batch_size=20, shuffle=True)\n"
+        "model = torch.nn.Linear(2, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.5)\n"
+        "for epoch in range(3):\n    for xb, yb in loader:\n        opt.zero_grad()\n"
+        "        torch.nn.functional.cross_entropy(model(xb), yb).backward()\n"
+        "        opt.step()\n"
+    )
+    result = convert_source(source.encode(), "joined.py", ConvertOptions())
+    assert result.refused is joined
+    if joined:
+        [problem] = result.problems
+        assert "`y` is computed from what is drawn here on the same line" in problem.message
+    else:
+        text = result.output.decode()
+        assert text.index("dist.broadcast_object_list(x)") < text.index("y = (x[:, 0] > 0)")
