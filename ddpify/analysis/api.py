@@ -128,6 +128,10 @@ TORCH_METHODS = {
     "state_dict", "load_state_dict", "backward", "__call__", "apply", "reset",
 }  # fmt: skip
 PARAMETERS = ("parameters", "named_parameters")
+# A module's methods that return the module itself (`TinyGPT(...).to(device)`).
+RETURN_SELF = ("eval", "train", "cpu", "cuda", "to", "float", "half", "double", "requires_grad_")
+# `torch.optim.AdamW`, not its schedulers.
+OPTIMIZER_CLASS = re.compile(r"^torch\.optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A-Z]\w*$")
 CUDA_LITERAL = re.compile(r"""^[rRbBuU]?(['"])cuda(:\d+)?\1$""")
 
 

@@ -245,11 +245,7 @@ class Project:
         else:
             return None
         made = self._objects_made.get(instance)
-        found = self._class_of(made) if made is not None else None
-        if found is None:
-            return None
-        method = next((m for m in methods(found[0]) if m.name.value == wanted), None)
-        return Helper(method, found[1], found[2]) if method is not None else None
+        return self.method_of(made, wanted) if made is not None else None
 
     def method_of(self, made: cst.Call, wanted: str) -> Helper | None:
         """The method `wanted` of the project class whose object `made` makes."""

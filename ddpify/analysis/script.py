@@ -13,7 +13,7 @@ from typing import cast
 
 import libcst as cst
 
-from ddpify.analysis.api import PARAMETERS
+from ddpify.analysis.api import OPTIMIZER_CLASS, PARAMETERS, RETURN_SELF
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.effects import SideEffects
 from ddpify.analysis.index import SourceIndex
@@ -167,7 +167,7 @@ class TrainingScript:
 
     @cached_property
     def made_optimizers(self) -> list[cst.Call]:
-        pattern = re.compile(r"^torch\.optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A-Z]\w*$")
+        pattern = OPTIMIZER_CLASS
         own = _own_optimizers(self.index, pattern)
         return [
             call
@@ -686,10 +686,6 @@ def _foreign_optimizers(script: TrainingScript) -> dict[int, cst.BaseExpression]
     return found
 
 
-# Module methods that return the module itself (`TinyGPT(...).to(device)`).
-RETURN_SELF = ("to", "cuda", "cpu", "float", "half", "double", "train", "eval")
-
-
 def _method_called(script: TrainingScript, call: cst.Call) -> Helper | None:
     """The method of a project class `call` calls on an object the script made once
     (`model.configure_optimizers(...)` with `model = GPT(config).to(device)`)."""
@@ -712,13 +708,12 @@ def _method_called(script: TrainingScript, call: cst.Call) -> Helper | None:
 def _makes_its_own_optimizer(method: Helper) -> bool:
     """A method of a project class that returns a `torch.optim` optimizer it makes over the
     object's own parameters (`self.named_parameters()`, `self.parameters()`)."""
-    pattern = re.compile(r"^torch\.optim\.(?!lr_scheduler|swa_utils)(\w+\.)*[A-Z]\w*$")
     body = method.function.body
     made = [
         call
         for call in walk(body)
         if isinstance(call, cst.Call)
-        and any(pattern.match(name) for name in method.index.qualified_names(call.func))
+        and any(OPTIMIZER_CLASS.match(name) for name in method.index.qualified_names(call.func))
     ]
     own = any(
         is_method_call(node, *PARAMETERS) and is_name(node.func.value, "self")  # type: ignore[attr-defined]

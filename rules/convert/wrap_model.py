@@ -14,6 +14,7 @@ from ddpify.analysis.api import (
     MODEL_COPIES,
     PARAMETERS,
     REINITIALISE,
+    RETURN_SELF,
 )
 from ddpify.analysis.models import Model, holds_model, moved_value, pairs_of
 from ddpify.analysis.project import NO_GRAD, copies_model, read_when_made
@@ -3697,7 +3698,6 @@ def _saver_of_the_script(anatomy: Anatomy, call: cst.Call) -> bool:
 
 
 # nn.Module methods that return the module itself.
-RETURN_SELF = ("eval", "train", "cpu", "cuda", "to", "float", "half", "double", "requires_grad_")
 
 
 def _subclasses_of(anatomy: Anatomy, names: set[str]) -> set[str]:
