@@ -9257,6 +9257,67 @@ def test_a_graph_written_after_the_wrap_is_the_bare_model_s_on_rank_0() -> None:
     ) in result.output.decode()
 
 
+WRITER_OF_A_TRAINER = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.tensorboard import SummaryWriter
+
+
+class Trainer:
+    def __init__(self, model, loader, log_dir):
+        self.model = model
+        self.loader = loader
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        self.writer = SummaryWriter(log_dir=log_dir)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for xb, yb in self.loader:
+                self.opt.zero_grad()
+                torch.nn.functional.cross_entropy(self.model(xb), yb).backward()
+                self.opt.step()
+            self.writer.add_scalar("epoch", epoch, epoch)
+            self.writer.flush()
+        self.writer.close()
+
+
+def main():
+    x = torch.ones(40, 2)
+    ds = TensorDataset(x, torch.zeros(40, dtype=torch.long))
+    model = torch.nn.Linear(2, 2)
+    trainer = Trainer(model, DataLoader(ds, batch_size=8, shuffle=True), "runs/t")
+    trainer.fit(2)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_trainer_s_writer_is_made_on_rank_0_only() -> None:
+    """Round-42 audit B tb_trainer: `self.writer = SummaryWriter(...)` in a Trainer's
+    `__init__` was made on every rank (one event file each) while its writes were rank 0's.
+    Made as `... if <rank 0> else None`, flushed and closed on rank 0; read from outside
+    the class (`trainer.writer`), it is left to every rank."""
+    result = convert_source(WRITER_OF_A_TRAINER.encode(), "trainer.py", ConvertOptions())
+    assert not result.refused, result.problems
+    out = result.output.decode()
+    assert (
+        "        self.writer = SummaryWriter(log_dir=log_dir) if dist.get_rank() == 0 else None\n"
+    ) in out
+    assert (
+        "            if dist.get_rank() == 0:\n"
+        '                self.writer.add_scalar("epoch", epoch, epoch)\n'
+        "                self.writer.flush()\n"
+        "        if dist.get_rank() == 0:\n"
+        "            self.writer.close()\n"
+    ) in out
+    outside = WRITER_OF_A_TRAINER.replace(
+        "    trainer.fit(2)\n", "    trainer.fit(2)\n    trainer.writer.add_text('done', 'yes')\n"
+    )
+    result = convert_source(outside.encode(), "trainer.py", ConvertOptions())
+    assert "SummaryWriter(log_dir=log_dir)\n" in result.output.decode()
+
+
 CYCLED_NOISE = """import itertools
 
 import torch
