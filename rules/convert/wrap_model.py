@@ -16,6 +16,7 @@ from ddpify.analysis.api import (
     REINITIALISE,
     RETURN_SELF,
 )
+from ddpify.analysis.choices import runs_every_layer
 from ddpify.analysis.models import Model, holds_model, moved_value, pairs_of
 from ddpify.analysis.project import NO_GRAD, copies_model, read_when_made
 from ddpify.analysis.script import raw_optimizers, without_gradients
@@ -2036,6 +2037,7 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
     gets its gradient."""
     reason: str | None = None
     most = 0
+    steps: list[list[cst.Call]] = []
     for loop in anatomy.script.train_loops:
         for backward in anatomy.script.backward_calls:
             if not anatomy.inside(backward, loop.batch_loop):
@@ -2049,6 +2051,7 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                 and id(node) in feeding
                 and anatomy.precedes(node, backward)  # `fake = netG(fixed)` after: a sample
             ]
+            steps.append(calls)
             chosen = {id(call) for call in calls}
             most = max(most, _together(loop.batch_loop.body, chosen))
             for call in calls:
@@ -2133,7 +2136,11 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                 )
             else:
                 continue
-            if chooses:
+            if chooses and not (
+                isinstance(node, cst.If | cst.IfExp)
+                and forward in top
+                and runs_every_layer(forward, steps, anatomy.ancestors, _calls_submodule)
+            ):
                 line = anatomy.line(node)
                 return (
                     f"the forward of `{model.placed_name}` chooses what runs from an "

@@ -5406,6 +5406,67 @@ def test_heads_a_forward_runs_for_the_tasks_it_is_given_may_get_no_gradient(
     assert sorted(torch.load(tmp_path / "heads.pt"))[0] == "heads.a.bias"
 
 
+TASK_PER_CALL = """import os
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class TwoTasks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(4, 8)
+        self.cls_head = nn.Linear(8, 3)
+        self.reg_head = nn.Linear(8, 1)
+
+    def forward(self, x, task):
+        h = torch.relu(self.trunk(x))
+        if task == "cls":
+            return self.cls_head(h)
+        return self.reg_head(h).squeeze(-1)
+
+
+torch.manual_seed(0)
+a = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
+b = TensorDataset(torch.randn(24, 4), torch.randn(24))
+loader_a = DataLoader(a, batch_size=4, shuffle=True)
+loader_b = DataLoader(b, batch_size=3, shuffle=True)
+model = TwoTasks()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for (xa, ya), (xb, yb) in zip(loader_a, loader_b):
+        loss_a = nn.functional.cross_entropy(model(xa, "cls"), ya)
+        loss_b = nn.functional.mse_loss(model(xb, "reg"), yb)
+        optimizer.zero_grad()
+        (loss_a + loss_b).backward()
+        optimizer.step()
+torch.save(model.state_dict(), f"params{os.environ.get('RANK', '0')}.pt")
+"""
+
+
+def test_a_call_per_task_before_one_backward_runs_every_layer(tmp_path: Path) -> None:
+    """Round-42 audit A multitask_zip: `model(xa, "cls")` and `model(xb, "reg")` before one
+    backward, the forward choosing its head from `task`, was refused as if some parameters
+    might get no gradient; the two calls run both heads and the trunk, so plain DDP trains
+    them all. Converted (no find_unused_parameters); the replicas end equal. Calls that
+    leave the regression head out are still refused."""
+    result = convert_source(TASK_PER_CALL.encode(), "tasks.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"find_unused_parameters" not in result.output
+    (tmp_path / "tasks.py").write_bytes(result.output)
+    ran = torchrun(["tasks.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    zero, one = (torch.load(tmp_path / f"params{rank}.pt") for rank in (0, 1))
+    assert sorted(zero) == sorted(one)
+    assert all(torch.equal(zero[key], one[key]) for key in zero)
+    for left_out in ('model(xb, "cls")', "model(xb, task)", 'model(xb, task="cls")'):
+        source = TASK_PER_CALL.replace('model(xb, "reg")', left_out)
+        result = convert_source(source.encode(), "tasks.py", ConvertOptions())
+        assert result.refused, left_out
+        assert any("chooses what runs" in n.message for n in result.problems), left_out
+
+
 SPLIT_FACTORY = """import json
 import os
 
