@@ -5467,6 +5467,61 @@ def test_a_call_per_task_before_one_backward_runs_every_layer(tmp_path: Path) ->
         assert any("chooses what runs" in n.message for n in result.problems), left_out
 
 
+HARD_EXAMPLES = """import os
+
+import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+torch.manual_seed(0)
+x = torch.randn(64, 3)
+train_set = TensorDataset(x, x.sum(dim=1, keepdim=True), torch.arange(64))
+loader = DataLoader(train_set, batch_size=8, shuffle=True)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+steps = 0
+for epoch in range(2):
+    picked = []
+    for xb, yb, ids in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(xb), yb).backward()
+        optimizer.step()
+        steps += 1
+        picked.extend(ids[xb[:, 0] > 0].tolist())
+    hard = DataLoader(Subset(train_set, picked), batch_size=8, shuffle=True)
+    for xb, yb, ids in hard:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(xb), yb).backward()
+        optimizer.step()
+        steps += 1
+    with open("picked.txt", "w") as f:
+        f.write(" ".join(str(i) for i in sorted(picked)))
+torch.save({"steps": steps, **model.state_dict()}, f"params{os.environ.get('RANK', '0')}.pt")
+"""
+
+
+def test_hard_examples_collected_from_the_batches_are_every_process_s(tmp_path: Path) -> None:
+    """Round-43 audit A collate_hard: ids of the training batches kept in a list (`picked.
+    extend(ids[...].tolist())`) held each process's own share; the file rank 0 wrote listed
+    half of them, and the loader built from them differed per process (different step
+    counts: the gradient averaging paired up different steps, then gloo died). The list is
+    gathered after the batch loop: the file lists every picked id, and the ranks take the
+    same steps and end equal."""
+    result = convert_source(HARD_EXAMPLES.encode(), "hard.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"dist.all_gather_object(shards, picked)" in result.output
+    (tmp_path / "hard.py").write_bytes(result.output)
+    ran = torchrun(["hard.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    torch.manual_seed(0)
+    first = torch.randn(64, 3)[:, 0]
+    expected = [i for i in range(64) if first[i] > 0]
+    written = [int(i) for i in (tmp_path / "picked.txt").read_text().split()]
+    assert written == expected
+    zero, one = (torch.load(tmp_path / f"params{rank}.pt") for rank in (0, 1))
+    assert zero["steps"] == one["steps"]
+    assert all(torch.equal(zero[key], one[key]) for key in ("weight", "bias"))
+
+
 SPLIT_FACTORY = """import json
 import os
 
