@@ -3663,13 +3663,30 @@ def _whole_model_saves(
             if name is None:
                 continue
             surely = _holds_wrapper(anatomy, model, candidate, name)
-            if (
-                surely
-                if not some
-                else (not surely and _holds_wrapper(anatomy, model, candidate, name, some=True))
-            ):
+            handed = _parameter_given(anatomy, model, candidate, name)
+            if handed is not None:  # `def export(net, ...)` called as `export(model, ...)`
+                surely, maybe = handed, not handed
+            else:
+                maybe = not surely and _holds_wrapper(anatomy, model, candidate, name, some=True)
+            if surely if not some else maybe:
                 saves.append(candidate)
     return saves
+
+
+def _parameter_given(anatomy: Anatomy, model: Model, node: cst.CSTNode, name: str) -> bool | None:
+    """For a parameter named otherwise than the model (`net` of `def export(net, example)`),
+    whether its calls give it the wrapper: every call (True), some (False), none (None;
+    also for any other name). Round-43 audit C jit_fn: `torch.jit.trace(net, ...)` traced
+    the wrapper."""
+    function = anatomy.function_of(node)
+    if (
+        function is None
+        or name in model.names
+        or name not in anatomy.graph.parameters_of(function)
+        or anatomy.values.binds(function, name)
+    ):
+        return None
+    return _given_the_wrapper(anatomy, model, function, name, 0)
 
 
 def _state_taken_inside(anatomy: Anatomy, call: cst.Call) -> bool:

@@ -5522,6 +5522,50 @@ def test_hard_examples_collected_from_the_batches_are_every_process_s(tmp_path: 
     assert all(torch.equal(zero[key], one[key]) for key in ("weight", "bias"))
 
 
+EXPORTED_BY_A_HELPER = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def export(net, example):
+    net.eval()
+    traced = torch.jit.trace(net, example)
+    traced.save("traced.pt")
+    scripted = torch.jit.script(net)
+    return scripted
+
+
+torch.manual_seed(0)
+x = torch.randn(32, 3)
+loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=4, shuffle=True)
+model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+for epoch in range(2):
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(xb), yb).backward()
+        optimizer.step()
+scripted = export(model, x[:2])
+print(float(torch.jit.load("traced.pt")(x[:2]).sum()), float(scripted(x[:2]).sum()))
+"""
+
+
+def test_a_helper_exporting_what_it_is_given_traces_the_bare_model(tmp_path: Path) -> None:
+    """Round-43 audit C jit_fn: `torch.jit.trace(net, ...)`/`torch.jit.script(net)` in
+    `def export(net, example)`, called with the wrapped model, got the wrapper: "Tried to
+    trace <ProcessGroup>", "Compiled functions can't take variable number of arguments".
+    A parameter every call gives the wrapper is exported through `.module`."""
+    result = convert_source(EXPORTED_BY_A_HELPER.encode(), "export.py", ConvertOptions())
+    assert not result.refused, result.problems
+    out = result.output.decode()
+    assert "torch.jit.trace(net.module, example)" in out
+    assert "torch.jit.script(net.module)" in out
+    (tmp_path / "export.py").write_bytes(result.output)
+    ran = torchrun(["export.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    traced, scripted = ran.stdout.decode().split()
+    assert float(traced) == pytest.approx(float(scripted))
+
+
 SPLIT_FACTORY = """import json
 import os
 
