@@ -1295,12 +1295,13 @@ def _shard_value(
         if isinstance(node, cst.Call):
             # What a function of the script returns from its batch loop (`train_loss =
             # train_epoch(model, loader, ...)` returning `running / len(loader.dataset)`).
-            callee = anatomy.graph.callee(node)
+            callee = anatomy.graph.callee(node) or anatomy.graph.instance_method(node)
             if callee is not None and _reads_a_whole_loader(anatomy, node, callee, scope):
                 continue  # `run_epoch(model, val_dl, ...)`: this call sums every batch
             for returned in anatomy.graph.returned_values(callee) if callee is not None else ():
-                if _shard_value(anatomy, returned, callee, depth + 1, settled) is not None:
-                    return dotted(node.func) or "the call"
+                inner = _shard_value(anatomy, returned, callee, depth + 1, settled)
+                if inner is not None:  # (a clock read in it: `budget.expired()`)
+                    return (dotted(node.func) or "the call") + ("()" * inner.endswith("()"))
             if _reads_what_training_recorded(anatomy, node):
                 return dotted(node.func) or "the call"
             if _draws_per_process(anatomy, node):

@@ -3514,6 +3514,60 @@ def test_a_step_loop_draws_its_own_noise_and_leaves_on_a_time_budget_together(
         assert all(a != b for a, b in zip(first, second, strict=True))
 
 
+BUDGET_OBJECT = """\
+import json
+import os
+import time
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Budget:
+    def __init__(self, seconds):
+        self.seconds = seconds
+        # (the test's way to give rank 1 a clock 1000 s ahead of rank 0's)
+        self.start = time.time() - 1000 * float(os.environ.get("RANK", "0"))
+
+    def expired(self):
+        return time.time() - self.start > self.seconds
+
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+budget = Budget(500.0)
+steps = 0
+for epoch in range(3):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+        if budget.expired():
+            break
+json.dump(steps, open(f"steps{os.environ.get('RANK', '0')}.json", "w"))
+"""
+
+
+def test_a_time_budget_read_through_a_method_is_left_together(tmp_path: Path) -> None:
+    """Round-43 audit B budget_helper: `if budget.expired(): break`, the clock read in a
+    method of the script's `Budget` class, was left to each process: one left while the
+    other waited in DDP's all-reduce (a hang, or gloo's "Connection closed by peer"). The
+    test is a flag all-reduced with MAX, as the inline `time.time() - start > budget` is."""
+    result = convert_source(BUDGET_OBJECT.encode(), "budget.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"stop = torch.tensor(float(bool(budget.expired())))" in result.output
+    (tmp_path / "budget.py").write_bytes(result.output)
+    ran = torchrun(["budget.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    steps = [json.loads((tmp_path / f"steps{r}.json").read_text()) for r in (0, 1)]
+    assert steps == [3, 3]  # one step an epoch: rank 1 is out of time at once
+
+
 def test_a_model_trained_under_an_if_then_built_anew_on_its_device_is_wrapped_inside() -> None:
     """Round-16 audit p12: the same, the teacher built without `.to(device)` under the `if`:
     the move of the new, frozen teacher after it was taken for the trained one's, and the
