@@ -3568,6 +3568,64 @@ def test_a_time_budget_read_through_a_method_is_left_together(tmp_path: Path) ->
     assert steps == [3, 3]  # one step an epoch: rank 1 is out of time at once
 
 
+SKIPPED_IN_A_STEP_FUNCTION = """\
+import math
+import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_step(model, optimizer, x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if not math.isfinite(loss.item()):
+        optimizer.zero_grad()
+        return None
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+torch.manual_seed(0)
+x = torch.randn(64, 4)
+x[[3, 17, 40]] = float("nan")
+loader = DataLoader(TensorDataset(x, torch.randn(64, 1)), batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+steps = 0
+for epoch in range(3):
+    for xb, yb in loader:
+        loss = train_step(model, optimizer, xb, yb)
+        if loss is None:
+            continue
+        steps += 1
+torch.save({"steps": steps, **model.state_dict()}, f"params{os.environ.get('RANK', '0')}.pt")
+"""
+
+
+def test_a_step_skipped_before_the_backward_in_a_step_function_is_skipped_together(
+    tmp_path: Path,
+) -> None:
+    """Round-43 audit B step_helper_nan: `train_step()` returned before its backward pass on
+    a non-finite loss; the flag ddpify shared for the caller's `if loss is None: continue`
+    came too late, so one process skipped DDP's gradient all-reduce while the other waited
+    in it (gloo: "collective mismatch"). The return in the step function is decided
+    together: both processes skip the steps either one finds a NaN in, and end equal."""
+    source = SKIPPED_IN_A_STEP_FUNCTION
+    result = convert_source(source.encode(), "skip.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "    stop = torch.tensor(float(not math.isfinite(loss.item())))" in (
+        result.output.decode()
+    )
+    (tmp_path / "skip.py").write_bytes(result.output)
+    ran = torchrun(["skip.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    zero, one = (torch.load(tmp_path / f"params{rank}.pt") for rank in (0, 1))
+    assert zero["steps"] == one["steps"] < 12  # (3 epochs of 4 steps, some skipped)
+    assert torch.equal(zero["weight"], one["weight"]) and torch.isfinite(zero["weight"]).all()
+
+
 def test_a_model_trained_under_an_if_then_built_anew_on_its_device_is_wrapped_inside() -> None:
     """Round-16 audit p12: the same, the teacher built without `.to(device)` under the `if`:
     the move of the new, frozen teacher after it was taken for the trained one's, and the
