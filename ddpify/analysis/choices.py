@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import libcst as cst
 
+from ddpify.analysis.ranks import exits
 from ddpify.analysis.tree import walk
 
 # A value an argument is not known to hold.
@@ -142,7 +143,7 @@ def _runs(
                     break
                 if not (isinstance(earlier, cst.If) and earlier.orelse is None):
                     continue
-                if not _exits(earlier.body):
+                if not exits(earlier.body):
                     continue
                 decided = _decide(earlier.test, values)
                 if decided is None:
@@ -151,13 +152,3 @@ def _runs(
                     return False
         child = ancestor
     return True if known else None
-
-
-def _exits(block: cst.BaseSuite) -> bool:
-    """Whether a block ends in a `return` or a `raise`."""
-    last = block.body[-1] if block.body else None
-    if isinstance(last, cst.SimpleStatementLine | cst.SimpleStatementSuite):
-        return isinstance(last.body[-1], cst.Return | cst.Raise)
-    if isinstance(block, cst.SimpleStatementSuite):
-        return isinstance(block.body[-1], cst.Return | cst.Raise)
-    return False

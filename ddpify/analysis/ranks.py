@@ -320,7 +320,7 @@ class Ranks:
                 return None
             if not isinstance(sibling, cst.If) or sibling.orelse is not None:
                 continue
-            if not _exits(sibling.body):
+            if not exits(sibling.body):
                 continue
             test = self.test(sibling.test, depth)
             if test is not None and test.polarity is Polarity.OTHERS:
@@ -505,7 +505,7 @@ def _compare_polarity(
     return _POLARITY.get((operator, constant))
 
 
-def _exits(body: cst.BaseSuite) -> bool:
+def exits(body: cst.BaseSuite) -> bool:
     """The block ends the function, the loop's turn or the process."""
     last: cst.CSTNode
     if isinstance(body, cst.SimpleStatementSuite):

@@ -12,6 +12,7 @@ from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import EXPORTS, MODEL_SAVES
 from ddpify.analysis.effects import FILE_WRITES, mode_flags, opens_for_writing
 from ddpify.analysis.project import PRINTS, Helper, only_prints, runs_collective
+from ddpify.analysis.ranks import exits
 from ddpify.analysis.tree import call_arg, dotted, is_lone, is_method_call, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import RANK_ZERO, expression, statement, statements, with_keyword
@@ -838,6 +839,10 @@ def _prepares(
         isinstance(line, cst.If)
         and any(anatomy.inside(node, line) and _writes_files(anatomy, node) for node in guarded)
         and _read_later(anatomy, line)
+        # (not `if args.eval_only: ...; np.save(...); return`: what comes after never
+        # reads what the block writes; round-43 audit B ckpt_rotate: rank 0 returned
+        # before its barrier, and the others waited at theirs)
+        and not (line.orelse is None and exits(line.body))
         and (function is None or anatomy.graph.reaches(function.body, lambda n: id(n) in backward))
     ):
         # `if not os.path.exists(f): np.savez(f, ...)`, then `np.load(f)`, where the script

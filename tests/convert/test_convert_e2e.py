@@ -3626,6 +3626,65 @@ def test_a_step_skipped_before_the_backward_in_a_step_function_is_skipped_togeth
     assert torch.equal(zero["weight"], one["weight"]) and torch.isfinite(zero["weight"]).all()
 
 
+EVALUATE_ONLY = """\
+import argparse
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader):
+    with torch.no_grad():
+        return sum(float(torch.nn.functional.mse_loss(model(x), y)) for x, y in loader)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--eval-only", action="store_true")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    x = torch.randn(32, 3)
+    data = TensorDataset(x, x.sum(dim=1, keepdim=True))
+    train_loader = DataLoader(data, batch_size=4, shuffle=True)
+    val_loader = DataLoader(data, batch_size=8)
+    model = torch.nn.Linear(3, 1)
+    if args.eval_only:
+        model.load_state_dict(torch.load("best.pt"))
+        np.save("val.npy", np.array([evaluate(model, val_loader)]))
+        return
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for epoch in range(2):
+        for xb, yb in train_loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            optimizer.step()
+    torch.save(model.state_dict(), "best.pt")
+    model.load_state_dict(torch.load("best.pt"))
+    print(evaluate(model, val_loader))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_evaluate_only_branch_that_returns_is_not_run_rank_0_first(tmp_path: Path) -> None:
+    """Round-43 audit B ckpt_rotate: `if args.eval_only: ...; np.save(...); return` was run
+    "rank 0 first" (a barrier pair around it) because the training after it reads a file;
+    rank 0 returned inside the block and never reached its barrier, and the other process
+    waited at its own (gloo: "Connection closed by peer"; NCCL: a hang). What comes after
+    the block never runs after its writes: no barriers, and `--eval-only` runs."""
+    result = convert_source(EVALUATE_ONLY.encode(), "evo.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"rank 0 writes the files first" not in result.output
+    (tmp_path / "evo.py").write_bytes(result.output)
+    for args in ([], ["--eval-only"]):
+        ran = torchrun(["evo.py", *args], cwd=tmp_path, timeout=240)
+        assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert (tmp_path / "val.npy").exists()
+
+
 def test_a_model_trained_under_an_if_then_built_anew_on_its_device_is_wrapped_inside() -> None:
     """Round-16 audit p12: the same, the teacher built without `.to(device)` under the `if`:
     the move of the new, frozen teacher after it was taken for the trained one's, and the
