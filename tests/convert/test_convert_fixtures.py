@@ -856,6 +856,22 @@ def test_sharding_what_is_more_than_training_data_is_refused(
     assert any(reason in p.message for p in result.problems if p.code == "DDP004"), result.problems
 
 
+def test_shuffled_ready_made_chunks_are_shared_out() -> None:
+    """Round-43 audit A chunks: `DataLoader(PreBatched(...), batch_size=None, shuffle=True)`
+    was refused as an ordered stream; shuffled, the chunks are in no order, and each process
+    takes its share of them (an unshuffled loader of chunks stays refused, above)."""
+    source = SHARD_MORE_SCRIPT.replace(
+        "batch_size=8, shuffle=True", "batch_size=None, shuffle=True"
+    )
+    source = source.replace("import torch\n", "import torch\n\ntorch.manual_seed(1)\n", 1)
+    result = convert_source(source.encode(), "chunks.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "DataLoader(train_set, batch_size=None, sampler=DistributedSampler(train_set, "
+        "shuffle=True))"
+    ) in result.output.decode()
+
+
 def test_batchnorm_statistics_recomputed_over_the_training_set_read_all_of_it() -> None:
     """Round-15 audit s29 (SWA): `update_bn(loader, model)` had been refused; it gets a
     loader of its own over the same dataset, without the sampler, as the single-process
