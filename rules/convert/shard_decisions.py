@@ -242,8 +242,12 @@ class ShardDecisions(ConvertRule):
     the processes first, right after it is computed, which is the value the single-process
     script computed (or, for an estimate, one made of more batches); a mean per
     sample made of two sums (`total / n`, with `total += loss.item() * len(x)` and `n +=
-    len(x)` in the batch loop) is divided after both sums are all-reduced. A `while` test or
-    an `elif` decided on such a value, and a `ReduceLROnPlateau` stepped on a sum
+    len(x)` in the batch loop) is divided after both sums are all-reduced. A `while` test
+    decided on the clock (or such a value) becomes `while True:` whose first statements
+    all-reduce the test with MIN and break when any process would leave; the same exits in a
+    step function the batch loop calls (`if not math.isfinite(loss.item()): return None`
+    in `train_step()`, before its backward pass) are shared too. An `elif` decided on such
+    a value, a `while ... else:`, and a `ReduceLROnPlateau` stepped on a sum
     (`scheduler.step(running_loss)` where `running_loss += loss.item()` in the batch loop),
     are refused, naming the value; so is a tensor carried from step to step that moves with
     a statistic over the batch and feeds the next loss (DINO's center, `center = center * m
@@ -277,6 +281,42 @@ class ShardDecisions(ConvertRule):
         process when any one would take it; the values printed stay rank 0's own.
     """
     examples = (
+        # A time budget tested by the epoch loop's `while` (round-43 audit B while_budget).
+        Example(
+            """
+            import time
+
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            t0 = time.time()
+            while time.time() - t0 < budget:
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import time
+
+            import torch
+            import torch.distributed as dist
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            t0 = time.time()
+            while True:
+                go_on = torch.tensor(float(bool(time.time() - t0 < budget)))  # all or none go on
+                dist.all_reduce(go_on, op=dist.ReduceOp.MIN)
+                if not go_on.item():
+                    break
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
         # A plateau scheduler stepped on the epoch's mean loss: averaged over the processes.
         Example(
             """
@@ -586,12 +626,20 @@ class ShardDecisions(ConvertRule):
                 _agree(ctx, branch, exit_, local, taken)
                 settled.add(id(branch))
                 continue
+            if isinstance(branch, cst.While) and branch.orelse is None and branch.body.body:
+                _agree_to_go_on(ctx, branch, local, taken)
+                settled.add(id(branch))
+                continue
+            whose = (  # (round-43 audit B while_budget: a clock, not the batches)
+                "read from this process's clock"
+                if local.endswith("()")
+                else "computed from this process's batches only"
+            )
             ctx.cannot(
                 test,
-                f"`{exit_}` decided on `{local}`, computed from this process's batches only: "
-                "one process would go round the loop once more while the others wait for "
-                "it in an all-reduce (a hang); all-reduce the value (or the flag) before "
-                "the test, by hand",
+                f"`{exit_}` decided on `{local}`, {whose}: one process would go round the "
+                "loop once more while the others wait for it in an all-reduce (a hang); "
+                "all-reduce the value (or the flag) before the test, by hand",
                 blocking=True,
             )
         exits = {id(test) for test, _ in _loop_exits(anatomy)}
@@ -728,6 +776,35 @@ def _agree(ctx: ConvertContext, branch: cst.If, exit_: str, local: str, taken: s
         branch,
         f"{what} decided on `{local}`, {whose}: every process takes it when one does (flag "
         "all-reduced with MAX)",
+    )
+
+
+def _agree_to_go_on(ctx: ConvertContext, loop: cst.While, local: str, taken: set[str]) -> None:
+    """`while time.time() - t0 < budget and epoch < n:` (round-43 audit B while_budget):
+    `while True:` whose first statements test, all-reduce with MIN and break when any
+    process would leave; a `continue` comes back to the test as before."""
+    anatomy = ctx.anatomy
+    candidates = ["go_on", "keep_going", *(f"go_on_{n}" for n in range(2, 20))]
+    flag = anatomy.free_name([name for name in candidates if name not in taken])
+    taken.add(flag)
+    text = anatomy.module.code_for_node(loop.test)
+    ctx.plan.insert_before(
+        loop.body.body[0],
+        statements(
+            f"{flag} = torch.tensor(float(bool({text})))  # all or none go on\n"
+            f"dist.all_reduce({flag}, op=dist.ReduceOp.MIN)\n"
+            f"if not {flag}.item():\n"
+            "    break\n"
+        ),
+    )
+    ctx.plan.replace(loop.test, lambda _: cst.Name("True"))
+    ctx.add_import("torch")
+    ctx.add_import("torch.distributed", asname="dist")
+    whose = "this process's clock" if local.endswith("()") else "a value of this process's batches"
+    ctx.changed(
+        loop,
+        f"`while` decided on `{local}`, {whose}: every process leaves the loop when one "
+        "does (its test all-reduced with MIN at the top of `while True:`)",
     )
 
 

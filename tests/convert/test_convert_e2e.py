@@ -3685,6 +3685,52 @@ def test_an_evaluate_only_branch_that_returns_is_not_run_rank_0_first(tmp_path: 
     assert (tmp_path / "val.npy").exists()
 
 
+WHILE_ON_A_BUDGET = """\
+import json
+import os
+import time
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+# (the test's way to give rank 1 a clock 1000 s ahead of rank 0's)
+start = time.time() - 1000 * float(os.environ.get("RANK", "0"))
+epoch = 0
+while time.time() - start < BUDGET and epoch < 3:
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    epoch += 1
+json.dump(epoch, open(f"epochs{os.environ.get('RANK', '0')}.json", "w"))
+"""
+
+
+def test_a_while_loop_on_a_time_budget_is_left_together(tmp_path: Path) -> None:
+    """Round-43 audit B while_budget: `while time.time() - t0 < budget and epoch < n:` was
+    refused (as if the clock were "computed from this process's batches"), though the same
+    test as `if ...: break` converts. The loop becomes `while True:` whose test, all-reduced
+    with MIN, breaks out in every process when one process is out of time."""
+    result = convert_source(WHILE_ON_A_BUDGET.encode(), "budget.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "while True:\n" in text
+    assert "dist.all_reduce(go_on, op=dist.ReduceOp.MIN)" in text
+    for budget, epochs in (("500.0", [0, 0]), ("5000.0", [3, 3])):
+        (tmp_path / "budget.py").write_text(text.replace("BUDGET", budget))
+        ran = torchrun(["budget.py"], cwd=tmp_path, timeout=240)
+        assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+        done = [json.loads((tmp_path / f"epochs{r}.json").read_text()) for r in (0, 1)]
+        assert done == epochs, budget
+    ran = run([sys.executable, "budget.py"], cwd=tmp_path, timeout=120)
+    assert ran.returncode == 0 and json.loads((tmp_path / "epochs0.json").read_text()) == 3
+
+
 def test_a_model_trained_under_an_if_then_built_anew_on_its_device_is_wrapped_inside() -> None:
     """Round-16 audit p12: the same, the teacher built without `.to(device)` under the `if`:
     the move of the new, frozen teacher after it was taken for the trained one's, and the
