@@ -121,38 +121,7 @@ class CallGraph:
 
     @cached_property
     def _calls_of_instances(self) -> dict[str, list[cst.Call]]:
-        """For each of the script's classes with a `__call__`, the calls of a name (or a
-        `self.` attribute) the script gives an instance of it, matched by name wherever it
-        is called (timm's `loss_scaler = NativeScaler()`, called as `loss_scaler(loss,
-        optimizer, ...)` in the `train_one_epoch` it is handed to: round-22 audit A
-        timm_channels_last)."""
-        callable_classes = {
-            owner.name.value
-            for method in self.index.functions.get("__call__", [])
-            if (owner := self.index.class_of(method)) is not None
-        }
-        if not callable_classes:
-            return {}
-        names: dict[str, str] = {}  # the name an instance is given -> its class
-        for assign in self.index.assigns:
-            value = assign.value
-            if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
-                continue
-            if value.func.value not in callable_classes:
-                continue
-            for target in assign.targets:
-                name = dotted(target.target)
-                if name is not None:
-                    names[name.removeprefix("self.")] = value.func.value
-        found: dict[str, list[cst.Call]] = {}
-        for call in self.index.calls:
-            called = dotted(call.func)
-            if called is None or called in self.index.functions or called in self.index.classes:
-                continue
-            owner_name = names.get(called.removeprefix("self."))
-            if owner_name is not None:
-                found.setdefault(owner_name, []).append(call)
-        return found
+        return _calls_of_instances(self.index)
 
     def _super_may_reach(self, call: cst.Call, owner: cst.ClassDef | None) -> bool:
         """`super().__init__()` reaches only a method of the calling class's bases (GPT's
@@ -182,24 +151,7 @@ class CallGraph:
 
     @cached_property
     def _instances(self) -> dict[str, str]:
-        """The names (and `self.` attributes, by their attribute) the script binds to
-        objects of one of its classes, and that class, for a name never bound otherwise."""
-        names: dict[str, str | None] = {}
-        for assign in self.index.assigns:
-            value = assign.value
-            made = (
-                value.func.value
-                if isinstance(value, cst.Call)
-                and isinstance(value.func, cst.Name)
-                and value.func.value in self.index.classes
-                else None
-            )
-            for target in assign.targets:
-                name = dotted(target.target)
-                if name is not None:
-                    key = name.removeprefix("self.")
-                    names[key] = made if names.get(key, made) == made else None
-        return {name: made for name, made in names.items() if made is not None}
+        return _instance_classes(self.index)
 
     def instance_method(self, call: cst.Call) -> cst.FunctionDef | None:
         """The method `call` calls on an object of one of the script's classes that a name
@@ -453,6 +405,61 @@ class CallGraph:
             if isinstance(call.func, cst.Attribute):
                 by_attribute.setdefault(call.func.attr.value, []).append(call)
         return by_attribute
+
+
+def _calls_of_instances(index: SourceIndex) -> dict[str, list[cst.Call]]:
+    """For each of the script's classes with a `__call__`, the calls of a name (or a `self.`
+    attribute) the script gives an instance of it, matched by name wherever it is called
+    (timm's `loss_scaler = NativeScaler()`, called as `loss_scaler(loss, optimizer, ...)`
+    in the `train_one_epoch` it is handed to: round-22 audit A timm_channels_last)."""
+    callable_classes = {
+        owner.name.value
+        for method in index.functions.get("__call__", [])
+        if (owner := index.class_of(method)) is not None
+    }
+    if not callable_classes:
+        return {}
+    names: dict[str, str] = {}  # the name an instance is given -> its class
+    for assign in index.assigns:
+        value = assign.value
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+            continue
+        if value.func.value not in callable_classes:
+            continue
+        for target in assign.targets:
+            name = dotted(target.target)
+            if name is not None:
+                names[name.removeprefix("self.")] = value.func.value
+    found: dict[str, list[cst.Call]] = {}
+    for call in index.calls:
+        called = dotted(call.func)
+        if called is None or called in index.functions or called in index.classes:
+            continue
+        owner_name = names.get(called.removeprefix("self."))
+        if owner_name is not None:
+            found.setdefault(owner_name, []).append(call)
+    return found
+
+
+def _instance_classes(index: SourceIndex) -> dict[str, str]:
+    """The names (and `self.` attributes, by their attribute) the script binds to objects of
+    one of its classes, and that class, for a name never bound otherwise."""
+    names: dict[str, str | None] = {}
+    for assign in index.assigns:
+        value = assign.value
+        made = (
+            value.func.value
+            if isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Name)
+            and value.func.value in index.classes
+            else None
+        )
+        for target in assign.targets:
+            name = dotted(target.target)
+            if name is not None:
+                key = name.removeprefix("self.")
+                names[key] = made if names.get(key, made) == made else None
+    return {name: made for name, made in names.items() if made is not None}
 
 
 def _passed_through_object(

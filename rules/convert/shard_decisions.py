@@ -225,6 +225,44 @@ DRAWN_SETTINGS = Example(
 )
 
 
+# A time budget tested by the epoch loop's `while` (round-43 audit B while_budget).
+WHILE_BUDGET = Example(
+    """
+    import time
+
+    import torch
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    t0 = time.time()
+    while time.time() - t0 < budget:
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    t0 = time.time()
+    while True:
+        go_on = torch.tensor(float(bool(time.time() - t0 < budget)))  # all or none go on
+        dist.all_reduce(go_on, op=dist.ReduceOp.MIN)
+        if not go_on.item():
+            break
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    """,
+)
+
+
 class ShardDecisions(ConvertRule):
     """
     ## What it does
@@ -281,42 +319,7 @@ class ShardDecisions(ConvertRule):
         process when any one would take it; the values printed stay rank 0's own.
     """
     examples = (
-        # A time budget tested by the epoch loop's `while` (round-43 audit B while_budget).
-        Example(
-            """
-            import time
-
-            import torch
-
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            t0 = time.time()
-            while time.time() - t0 < budget:
-                for x, y in loader:
-                    optimizer.zero_grad()
-                    loss = criterion(model(x), y)
-                    loss.backward()
-                    optimizer.step()
-            """,
-            """
-            import time
-
-            import torch
-            import torch.distributed as dist
-
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            t0 = time.time()
-            while True:
-                go_on = torch.tensor(float(bool(time.time() - t0 < budget)))  # all or none go on
-                dist.all_reduce(go_on, op=dist.ReduceOp.MIN)
-                if not go_on.item():
-                    break
-                for x, y in loader:
-                    optimizer.zero_grad()
-                    loss = criterion(model(x), y)
-                    loss.backward()
-                    optimizer.step()
-            """,
-        ),
+        WHILE_BUDGET,
         # A plateau scheduler stepped on the epoch's mean loss: averaged over the processes.
         Example(
             """
@@ -593,55 +596,7 @@ class ShardDecisions(ConvertRule):
             if local not in averaged:
                 _average(ctx, stepping, local, taken)
                 averaged.add(local)
-        settled: set[int] = set()  # `if`s whose test became a flag every process shares
-        step_functions = _stepping_functions(anatomy)
-        for test, exit_ in _loop_exits(anatomy):
-            local = _shard_value(anatomy, test, anatomy.function_of(test), 0, frozenset(settled))
-            if local is None and anatomy.function_of(test) in step_functions:
-                local = _read_from_the_loss(anatomy, test)
-            branch = anatomy.parent(test)
-            if local is None and isinstance(branch, cst.If) and not _is_elif(anatomy, branch):
-                evaluated = _evaluated_with_batchnorm(anatomy, test)
-                if evaluated is not None:  # each process's BatchNorm statistics differ
-                    _agree(ctx, branch, exit_, evaluated, taken)
-                    settled.add(id(branch))
-                continue
-            if local is None or local in averaged:
-                continue  # averaged once, the value is the same in every process
-            local = _mean_behind(anatomy, local, test)
-            if local in averaged:
-                continue
-            if _average_means_in(ctx, local, test, taken) or _average_kept_means(
-                ctx, local, test, taken
-            ):
-                averaged.add(local)
-                continue
-            if isinstance(branch, cst.If) and _is_batch_mean(anatomy, local, test):
-                # before the `if` (the first of an `if`/`elif` chain), or right after the
-                # value is computed
-                _average(ctx, anatomy.statement_of(test), local, taken)
-                averaged.add(local)
-                continue
-            if isinstance(branch, cst.If) and not _is_elif(anatomy, branch):
-                _agree(ctx, branch, exit_, local, taken)
-                settled.add(id(branch))
-                continue
-            if isinstance(branch, cst.While) and branch.orelse is None and branch.body.body:
-                _agree_to_go_on(ctx, branch, local, taken)
-                settled.add(id(branch))
-                continue
-            whose = (  # (round-43 audit B while_budget: a clock, not the batches)
-                "read from this process's clock"
-                if local.endswith("()")
-                else "computed from this process's batches only"
-            )
-            ctx.cannot(
-                test,
-                f"`{exit_}` decided on `{local}`, {whose}: one process would go round the "
-                "loop once more while the others wait for it in an all-reduce (a hang); "
-                "all-reduce the value (or the flag) before the test, by hand",
-                blocking=True,
-            )
+        settled = _share_exits(ctx, averaged, taken)
         exits = {id(test) for test, _ in _loop_exits(anatomy)}
         for test in _decisions(anatomy):
             if id(test) in exits:
@@ -668,6 +623,62 @@ class ShardDecisions(ConvertRule):
                 "and the replicas drift; all-reduce the value before the test, by hand",
                 blocking=True,
             )
+
+
+def _share_exits(ctx: ConvertContext, averaged: set[str], taken: set[str]) -> set[int]:
+    """Every process takes the training loops' exits decided on a value of its own (a flag
+    all-reduced, or the value averaged first); the `if`s whose test became a shared flag."""
+    anatomy = ctx.anatomy
+    settled: set[int] = set()  # `if`s whose test became a flag every process shares
+    step_functions = _stepping_functions(anatomy)
+    for test, exit_ in _loop_exits(anatomy):
+        local = _shard_value(anatomy, test, anatomy.function_of(test), 0, frozenset(settled))
+        if local is None and anatomy.function_of(test) in step_functions:
+            local = _read_from_the_loss(anatomy, test)
+        branch = anatomy.parent(test)
+        if local is None and isinstance(branch, cst.If) and not _is_elif(anatomy, branch):
+            evaluated = _evaluated_with_batchnorm(anatomy, test)
+            if evaluated is not None:  # each process's BatchNorm statistics differ
+                _agree(ctx, branch, exit_, evaluated, taken)
+                settled.add(id(branch))
+            continue
+        if local is None or local in averaged:
+            continue  # averaged once, the value is the same in every process
+        local = _mean_behind(anatomy, local, test)
+        if local in averaged:
+            continue
+        if _average_means_in(ctx, local, test, taken) or _average_kept_means(
+            ctx, local, test, taken
+        ):
+            averaged.add(local)
+            continue
+        if isinstance(branch, cst.If) and _is_batch_mean(anatomy, local, test):
+            # before the `if` (the first of an `if`/`elif` chain), or right after the
+            # value is computed
+            _average(ctx, anatomy.statement_of(test), local, taken)
+            averaged.add(local)
+            continue
+        if isinstance(branch, cst.If) and not _is_elif(anatomy, branch):
+            _agree(ctx, branch, exit_, local, taken)
+            settled.add(id(branch))
+            continue
+        if isinstance(branch, cst.While) and branch.orelse is None and branch.body.body:
+            _agree_to_go_on(ctx, branch, local, taken)
+            settled.add(id(branch))
+            continue
+        whose = (  # (round-43 audit B while_budget: a clock, not the batches)
+            "read from this process's clock"
+            if local.endswith("()")
+            else "computed from this process's batches only"
+        )
+        ctx.cannot(
+            test,
+            f"`{exit_}` decided on `{local}`, {whose}: one process would go round the "
+            "loop once more while the others wait for it in an all-reduce (a hang); "
+            "all-reduce the value (or the flag) before the test, by hand",
+            blocking=True,
+        )
+    return settled
 
 
 def _picked_once(ctx: ConvertContext, node: cst.CSTNode, local: str) -> bool:
