@@ -1345,8 +1345,8 @@ def _writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> No
 def _attribute_writers_on_rank_zero(ctx: ConvertContext, guarded: list[cst.CSTNode]) -> None:
     """`self.writer = SummaryWriter(...)` in a method of a class of the script (a Trainer's
     `__init__`): when every other read of `self.writer` in the class's methods is on rank 0
-    (its `add_*` calls, guarded above, `if self.writer:` blocks, and its `close()` or `flush()`)
-    and no other code reads a `.writer` attribute, the writer is made as `SummaryWriter(...) if
+    (its `add_*` calls, guarded above, and its `close()` or `flush()`) and no other code
+    reads a `.writer` attribute, the writer is made as `SummaryWriter(...) if
     <rank 0> else None` and closed on rank 0: one event file, rank 0's (round-42 audit B
     tb_trainer: every rank wrote its own)."""
     anatomy = ctx.anatomy
