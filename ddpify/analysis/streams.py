@@ -76,6 +76,8 @@ PY_DRAWS = frozenset(
 # Families whose global generator may start alike in every process (torch's fixed default
 # seed before 2.x releases that draw it from the OS): seeded per process either way.
 ALIKE_UNSEEDED = {"torch"}
+# Datasets made of a part of another one: their items are that one's.
+PARTS = ("torch.utils.data.random_split", "torch.utils.data.Subset")
 
 
 @dataclass
@@ -383,7 +385,14 @@ class Streams:
         """The script's own class the loader's dataset is made from (through the functions
         it is passed to), if it is one."""
         dataset = loader.call.args[0].value if loader.call.args else None
-        made = self._made_by(dataset, self.index.function_of(loader.call))
+        scope = self.index.function_of(loader.call)
+        made = self._made_by(dataset, scope)
+        for _ in range(MAX_STEPS):
+            # a part of it (`train_ds, val_ds = random_split(ds, ...)`, `Subset(ds, idx)`:
+            # round-43 audit D split_workers, the augmentation its `__getitem__` draws)
+            if made is None or not self.index.is_call_to(made, PARTS) or not made.args:
+                break
+            made = self._made_by(made.args[0].value, self.index.function_of(made))
         return self.index.classes.get(dotted(made.func) or "") if made is not None else None
 
     def _made_by(
@@ -424,6 +433,13 @@ class Streams:
             if where is not scope:
                 continue
             if dotted(target) == name and isinstance(value, cst.Call):
+                return value
+            if (  # `train_ds, val_ds = random_split(ds, [n, m])`: a part of `ds` each
+                isinstance(target, cst.Tuple)
+                and isinstance(value, cst.Call)
+                and self.index.is_call_to(value, PARTS)
+                and any(dotted(element.value) == name for element in target.elements)
+            ):
                 return value
             if (  # `train_ds, val_ds = Spots(1600), Spots(320)`
                 isinstance(target, cst.Tuple)

@@ -2435,6 +2435,17 @@ main()
     in_process = source.replace(", num_workers=2", "")
     output = convert_source(in_process.encode(), "workers.py", ConvertOptions()).output
     assert b"dist.get_rank())" not in output.split(b"for epoch")[0].split(b"main():")[-1]
+    # Round-43 audit D split_workers: the same draws in the dataset a `random_split` (or a
+    # `Subset`) takes the training part of were missed, and both ranks augmented alike.
+    for parted in (
+        "train_ds, val_ds = random_split(Noisy(), [48, 16])",
+        "train_ds, val_ds = Subset(Noisy(), range(48)), Noisy()",
+    ):
+        split = source.replace("train_ds, val_ds = Noisy(), Noisy()", parted).replace(
+            "DataLoader, Dataset", "DataLoader, Dataset, Subset, random_split"
+        )
+        result = convert_source(split.encode(), "workers.py", ConvertOptions())
+        assert b"    torch.manual_seed(0 + dist.get_rank())" in result.output, parted
 
 
 def test_a_schedule_sized_from_the_loader_is_not_followed_into_the_loader_s_sampler() -> None:
