@@ -67,20 +67,22 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
         via = loop.loader.sampler_path
     call = statement(f"{loop.loader_at_epoch}.{via}.set_epoch({loop.epoch_var})\n")
     # A loader made anew in the epoch (`loader = DataLoader(...)` or `make_loader(epoch)`
-    # inside the loop, round-10 audit c10): after it is made, before its batch loop.
+    # inside the loop, round-10 audit c10), also under an `if` (a curriculum's loader made
+    # again when its stage changes, round-43 audit D curriculum: `set_epoch` first in the
+    # loop ran on the `None` it started as): after it is made, before its batch loop.
     root = re.split(r"[.\[]", loop.loader_at_epoch or "")[0]
     made = None
     for line in body.body:
         if any(node is loop.batch_loop for node in walk(line)):
             break
-        if isinstance(line, cst.SimpleStatementLine) and any(
+        if any(
             isinstance(small, cst.Assign | cst.AnnAssign)
             and any(
                 isinstance(node, cst.Name) and node.value == root
                 for target in (small.targets if isinstance(small, cst.Assign) else [small])
                 for node in walk(target.target)
             )
-            for small in line.body
+            for small in walk(line)
         ):
             made = line
     if made is not None:

@@ -5783,6 +5783,55 @@ def test_a_helper_exporting_what_it_is_given_traces_the_bare_model(tmp_path: Pat
     assert float(traced) == pytest.approx(float(scripted))
 
 
+STAGED_LOADER = """import json
+import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+x = torch.randn(48, 3)
+data = TensorDataset(x, x.sum(dim=1, keepdim=True), torch.arange(48))
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+loader, stage, seen = None, -1, []
+for epoch in range(4):
+    if epoch // 2 != stage:
+        stage = epoch // 2
+        loader = DataLoader(data, batch_size=4 * (stage + 1), shuffle=True)
+    for xb, yb, ids in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(xb), yb).backward()
+        optimizer.step()
+        seen.append(ids.tolist())
+json.dump(seen, open(f"seen{os.environ.get('RANK', '0')}.json", "w"))
+"""
+
+
+def test_a_loader_made_again_under_an_if_in_the_epoch_loop_gets_set_epoch_after_it(
+    tmp_path: Path,
+) -> None:
+    """Round-43 audit D curriculum: a loader made again when the curriculum's stage changes
+    (`if stage changed: loader = DataLoader(...)`, `loader = None` before the loop) got
+    `loader.sampler.set_epoch(epoch)` first in the epoch loop, on the `None` of epoch 0
+    (AttributeError). It goes after the `if`, before the batch loop: the ranks read apart,
+    and each epoch in another order."""
+    result = convert_source(STAGED_LOADER.encode(), "staged.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "        loader = DataLoader(data, batch_size=4 * (stage + 1), sampler="
+        "DistributedSampler(data, shuffle=True))\n"
+        "    loader.sampler.set_epoch(epoch)\n"
+    ) in result.output.decode()
+    (tmp_path / "staged.py").write_bytes(result.output)
+    ran = torchrun(["staged.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    zero, one = (json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1))
+    first = [sorted(i for batch in zero[:6] for i in batch), sorted(i for b in one[:6] for i in b)]
+    assert not set(first[0]) & set(first[1]) and len(first[0]) == 24  # epoch 0: halves
+    assert zero[:6] != zero[6:12]  # epoch 1 in another order
+
+
 SPLIT_FACTORY = """import json
 import os
 
