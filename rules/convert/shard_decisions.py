@@ -862,7 +862,7 @@ def _is_mean(anatomy: Anatomy, value: cst.BaseExpression, where: cst.FunctionDef
         loop is trained.batch_loop for trained in anatomy.script.train_loops
     ):
         return True  # `sum(losses) / len(losses)`, `np.mean(losses)`, `meter.avg`
-    if _returns_a_mean(anatomy, value):
+    if _returns_a_mean(anatomy, value) or _metric_mean(anatomy, value):
         return True
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)):
         return False
@@ -897,6 +897,41 @@ def _is_mean(anatomy: Anatomy, value: cst.BaseExpression, where: cst.FunctionDef
     return bool(sums) and all(
         any(is_method_call(inner, "item") for inner in walk(node.value)) for node in sums
     )
+
+
+def _metric_mean(anatomy: Anatomy, value: cst.BaseExpression) -> bool:
+    """`metric.compute()` of a metric class of the script returning a ratio of its own
+    counts (`self.correct / max(self.total, 1)`) that a method the training batch loop calls
+    adds to (`metric.update(out, y)`: `self.correct += ...`): a mean over this process's
+    batches (round-43 audit E metric: each process kept its own best epoch)."""
+    method = anatomy.graph.instance_method(value) if isinstance(value, cst.Call) else None
+    owner = anatomy.class_of(method) if method is not None else None
+    returned = anatomy.graph.returned_values(method) if method is not None else []
+    if owner is None or len(returned) != 1:
+        return False
+    ratio = returned[0]
+    if not (isinstance(ratio, cst.BinaryOperation) and isinstance(ratio.operator, cst.Divide)):
+        return False
+    counts = {
+        node.attr.value
+        for node in walk(ratio)
+        if isinstance(node, cst.Attribute) and is_name(node.value, "self")
+    }
+    updates: list[cst.FunctionDef] = []
+    for loop in anatomy.script.train_loops:
+        for node in walk(loop.batch_loop.body):
+            called = anatomy.graph.instance_method(node) if isinstance(node, cst.Call) else None
+            if called is not None and anatomy.class_of(called) is owner:
+                updates.append(called)
+    added = {
+        node.target.attr.value
+        for update in updates
+        for node in walk(update.body)
+        if isinstance(node, cst.AugAssign)
+        and isinstance(node.target, cst.Attribute)
+        and is_name(node.target.value, "self")
+    }
+    return bool(counts) and counts <= added
 
 
 def _returns_a_mean(anatomy: Anatomy, value: cst.BaseExpression) -> bool:
@@ -1297,7 +1332,8 @@ def _read_from_the_loss(anatomy: Anatomy, test: cst.BaseExpression) -> str | Non
 
 def _decisions(anatomy: Anatomy) -> list[cst.BaseExpression]:
     """Tests of `if`s in a training loop whose branches change the learning rate
-    (`g["lr"] *= 0.5`) or put weights back (`model.load_state_dict(snapshot)`)."""
+    (`g["lr"] *= 0.5`), put weights back (`model.load_state_dict(snapshot)`) or keep them
+    to put back later (`best_state = copy.deepcopy(model.state_dict())`)."""
     loops: list[cst.For | cst.While] = []
     for train_loop in anatomy.script.train_loops:
         loops.append(train_loop.batch_loop)
@@ -1307,7 +1343,7 @@ def _decisions(anatomy: Anatomy) -> list[cst.BaseExpression]:
 
     def collect(node: cst.CSTNode) -> bool:
         if isinstance(node, cst.If) and any(
-            _sets_lr(inner) or is_method_call(inner, "load_state_dict")
+            _sets_lr(inner) or is_method_call(inner, "load_state_dict") or _keeps_weights(inner)
             for part in (node.body, node.orelse)
             if part is not None
             for inner in walk(part)
@@ -1318,6 +1354,17 @@ def _decisions(anatomy: Anatomy) -> list[cst.BaseExpression]:
     for loop in loops:  # in the loop, and in the functions it calls (`self.adjust_lr()`)
         anatomy.graph.reaches(loop.body, collect)
     return list(found.values())
+
+
+def _keeps_weights(node: cst.CSTNode) -> bool:
+    """`best_state = copy.deepcopy(model.state_dict())`: the weights kept to be put back
+    later (round-43 audit E metric: each process kept those of its own best epoch, and the
+    replicas parted when they were loaded)."""
+    return isinstance(node, cst.Assign) and any(
+        is_method_call(inner, "state_dict")
+        or (isinstance(inner, cst.Call) and dotted(inner.func) in {"copy.deepcopy", "deepcopy"})
+        for inner in walk(node.value)
+    )
 
 
 def _sets_lr(node: cst.CSTNode) -> bool:
@@ -1460,6 +1507,12 @@ def _shard_value(
                 # process draws apart once converted (round-40 audit B nanogpt_es: one
                 # process ran out of patience alone, the other died in its all-reduce)
                 return dotted(node.func) or "the call"
+        if isinstance(node, cst.Subscript) and (entry := _spelled(node)) is not None:
+            # `state["patience"]` counted under `if acc > state["best"]:` (round-43 audit E
+            # metricstop: one rank ran out of patience alone)
+            decided = _decided_on(anatomy, entry, scope, depth, settled, node)
+            if decided is not None:
+                return decided
         if isinstance(node, cst.Name) and anatomy.is_attribute_name(node):
             continue  # `lr` of `opt.lr` (round-23 audit A pix2pix: a local `lr` elsewhere)
         if isinstance(node, cst.Name) and node.value in _signal_flags(anatomy):
@@ -1516,6 +1569,23 @@ def _kept_in(
         if dotted(holder) == name and (keys is None or key in keys):
             kept.append((call, call.args[0].value))
     return kept
+
+
+def _spelled(target: cst.BaseExpression) -> str | None:
+    """`state` for `state`, `self.best`, and `state["patience"]` for an entry of a name at
+    a constant key: how an assignment's target and a read are matched."""
+    key = _key_of(target)
+    if isinstance(target, cst.Subscript) and key is not None:
+        held = dotted(target.value)
+        return f"{held}[{key!r}]" if held is not None else None
+    return dotted(target)
+
+
+def _elements(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The targets a tuple target assigns (`state["best"], state["patience"] = acc, 0`)."""
+    if isinstance(target, cst.Tuple | cst.List):
+        return [element.value for element in target.elements]
+    return [target]
 
 
 def _key_of(read: cst.BaseExpression) -> str | None:
@@ -1711,7 +1781,7 @@ def _decided_on(
                 else [node.target]
             )
             if anatomy.function_of(node) is not where or not any(
-                dotted(target) == name for target in targets
+                _spelled(element) == name for target in targets for element in _elements(target)
             ):
                 continue  # (a nested function's)
             if read is not None and given_later(anatomy, node, read):

@@ -3731,6 +3731,83 @@ def test_a_while_loop_on_a_time_budget_is_left_together(tmp_path: Path) -> None:
     assert ran.returncode == 0 and json.loads((tmp_path / "epochs0.json").read_text()) == 3
 
 
+METRIC_OBJECT = """\
+import copy
+import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Accuracy:
+    def __init__(self):
+        self.reset()
+
+    def update(self, preds, target):
+        self.correct += (preds.argmax(1) == target).sum().item()
+        self.total += target.numel()
+
+    def compute(self):
+        return self.correct / max(self.total, 1)
+
+    def reset(self):
+        self.correct = 0
+        self.total = 0
+
+
+torch.manual_seed(0)
+x = torch.randn(200, 6)
+y = ((x[:, 0] * x[:, 1]) > 0).long()
+y[torch.rand(200) < 0.3] = 1
+loader = DataLoader(TensorDataset(x, y), batch_size=10, shuffle=True)
+model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+metric = Accuracy()
+best, best_state, state = -1.0, None, {"best": -1.0, "patience": 0}
+for epoch in range(8):
+    metric.reset()
+    for xb, yb in loader:
+        out = model(xb)
+        loss = torch.nn.functional.cross_entropy(out, yb)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        metric.update(out.detach(), yb)
+    acc = metric.compute()
+    if acc > best:
+        best, best_state = acc, copy.deepcopy(model.state_dict())
+    if acc > state["best"]:
+        state["best"], state["patience"] = acc, 0
+    else:
+        state["patience"] += 1
+    if state["patience"] >= 2:
+        break
+model.load_state_dict(best_state)
+torch.save({"best": best, **model.state_dict()}, f"params{os.environ.get('RANK', '0')}.pt")
+"""
+
+
+def test_a_metric_object_s_value_is_averaged_before_the_decisions_on_it(tmp_path: Path) -> None:
+    """Round-43 audit E metric, metricstop: `acc = metric.compute()` of an `Accuracy` class
+    counting in `update()` over the training batches was each process's own: each kept the
+    weights of its own best epoch and loaded them (the replicas parted), and a patience
+    kept in `state["patience"]` ran out on one rank alone (gloo died). The value is averaged
+    right after it is computed: the same best, the same stop, equal replicas."""
+    result = convert_source(METRIC_OBJECT.encode(), "metric.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert (
+        "    acc = metric.compute()\n"
+        "    mean = torch.tensor(float(acc))\n"
+        "    dist.all_reduce(mean)\n"
+    ) in result.output.decode()
+    (tmp_path / "metric.py").write_bytes(result.output)
+    ran = torchrun(["metric.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    zero, one = (torch.load(tmp_path / f"params{rank}.pt") for rank in (0, 1))
+    assert zero["best"] == one["best"]
+    assert all(torch.equal(zero[key], one[key]) for key in zero if key != "best")
+
+
 def test_a_model_trained_under_an_if_then_built_anew_on_its_device_is_wrapped_inside() -> None:
     """Round-16 audit p12: the same, the teacher built without `.to(device)` under the `if`:
     the move of the new, frozen teacher after it was taken for the trained one's, and the
