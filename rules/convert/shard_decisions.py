@@ -272,7 +272,8 @@ class ShardDecisions(ConvertRule):
     time.time() - start > budget: break`): the test becomes a flag, all-reduced with MAX
     just before the `if`, so every process takes the branch when one would; a mean of the
     batches' losses (`loss.item()`, `running / len(train_loader)`, `sum(losses) /
-    len(losses)`, `np.mean(losses)`, an AverageMeter's `.avg`, or what a function of the
+    len(losses)`, `np.mean(losses)`, an AverageMeter's `.avg`, a metric object's `compute()`
+    of counts its `update()` adds to in the batch loop, or what a function of the
     script or of another file of its project returns when it is one: `train_loss =
     train_one_epoch(model, train_loader, ...)`, or a loss estimated on batches drawn at
     random, which each process draws apart: nanoGPT's `estimate_loss()`) tested there,
