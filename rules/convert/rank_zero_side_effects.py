@@ -1417,24 +1417,40 @@ def _attribute_writer_uses(
         ):
             return None  # another object's, or read from outside the class
         statement = anatomy.statement_of(node)
-        if any(anatomy.inside(statement, outer) or statement is outer for outer in guarded):
+        if _on_rank_zero(anatomy, statement, guarded):
             continue
-        if anatomy.ranks.guard(statement) is not None:
-            continue
-        parent = anatomy.parent(node)
-        if (
-            isinstance(parent, cst.Attribute)
-            and parent.attr.value in {"close", "flush"}
-            and isinstance(statement, cst.SimpleStatementLine)
-            and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and isinstance(statement.body[0].value, cst.Call)
-            and statement.body[0].value.func is parent
-        ):
+        if _method_line(anatomy, node, statement, {"close", "flush"}):
             closing.append(statement)
             continue
         return None
     return closing
+
+
+def _on_rank_zero(
+    anatomy: Anatomy, statement: cst.BaseStatement, guarded: list[cst.CSTNode]
+) -> bool:
+    """Whether `statement` runs on rank 0 only: guarded by this rule, or by the script."""
+    return (
+        any(anatomy.inside(statement, outer) or statement is outer for outer in guarded)
+        or anatomy.ranks.guard(statement) is not None
+    )
+
+
+def _method_line(
+    anatomy: Anatomy, node: cst.CSTNode, statement: cst.BaseStatement, names: set[str] | None
+) -> bool:
+    """Whether `statement` is one call of a method of `node` and nothing else
+    (`writer.close()`), of one of `names` when given."""
+    parent = anatomy.parent(node)
+    return (
+        isinstance(parent, cst.Attribute)
+        and (names is None or parent.attr.value in names)
+        and isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.Call)
+        and statement.body[0].value.func is parent
+    )
 
 
 def _handed_to_another_file(
@@ -1519,20 +1535,10 @@ def _writer_uses(
         ):
             continue  # another object of that name
         statement = anatomy.statement_of(node)
-        if any(anatomy.inside(statement, outer) or statement is outer for outer in guarded):
-            continue
-        if anatomy.ranks.guard(statement) is not None:
+        if _on_rank_zero(anatomy, statement, guarded):
             continue
         parent = anatomy.parent(node)
-        if (
-            isinstance(parent, cst.Attribute)
-            and (wrapping or parent.attr.value in {"close", "flush"})
-            and isinstance(statement, cst.SimpleStatementLine)
-            and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and isinstance(statement.body[0].value, cst.Call)
-            and statement.body[0].value.func is parent
-        ):
+        if _method_line(anatomy, node, statement, None if wrapping else {"close", "flush"}):
             closing.append(statement)  # (a wrapping class's methods all write)
             continue
         call = anatomy.parent(parent) if isinstance(parent, cst.Arg) else None

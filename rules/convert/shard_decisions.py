@@ -603,20 +603,9 @@ class ShardDecisions(ConvertRule):
             if id(test) in exits:
                 continue
             local = _shard_value(anatomy, test, anatomy.function_of(test), 0, frozenset(settled))
-            if local is None or local in averaged:
+            if local is None or _averaged(ctx, local, test, averaged, taken, here=True):
                 continue
             local = _mean_behind(anatomy, local, test)
-            if local in averaged:
-                continue
-            if _average_means_in(ctx, local, test, taken) or _average_kept_means(
-                ctx, local, test, taken
-            ):
-                averaged.add(local)
-                continue
-            if _is_batch_mean(anatomy, local, test):
-                _average(ctx, anatomy.statement_of(test), local, taken)
-                averaged.add(local)
-                continue
             ctx.cannot(  # round-19 audit s34: the "bold driver" rule
                 test,
                 f"the learning rate (or the weights put back) is decided on `{local}`, "
@@ -624,6 +613,34 @@ class ShardDecisions(ConvertRule):
                 "and the replicas drift; all-reduce the value before the test, by hand",
                 blocking=True,
             )
+
+
+def _averaged(
+    ctx: ConvertContext,
+    local: str,
+    test: cst.BaseExpression,
+    averaged: set[str],
+    taken: set[str],
+    *,
+    here: bool,
+) -> bool:
+    """Whether the mean `local` a decision reads is averaged over the processes: already,
+    or now (the means of a dict or of a history, or, with `here`, the value itself before
+    `test`'s statement); its name added to `averaged`."""
+    if local in averaged:
+        return True  # averaged once, the value is the same in every process
+    anatomy = ctx.anatomy
+    local = _mean_behind(anatomy, local, test)
+    if local in averaged:
+        return True
+    if _average_means_in(ctx, local, test, taken) or _average_kept_means(ctx, local, test, taken):
+        averaged.add(local)
+        return True
+    if here and _is_batch_mean(anatomy, local, test):
+        _average(ctx, anatomy.statement_of(test), local, taken)
+        averaged.add(local)
+        return True
+    return False
 
 
 def _share_exits(ctx: ConvertContext, averaged: set[str], taken: set[str]) -> set[int]:
@@ -643,22 +660,13 @@ def _share_exits(ctx: ConvertContext, averaged: set[str], taken: set[str]) -> se
                 _agree(ctx, branch, exit_, evaluated, taken)
                 settled.add(id(branch))
             continue
-        if local is None or local in averaged:
-            continue  # averaged once, the value is the same in every process
+        if local is None:
+            continue
+        # (a mean tested by an `if`: averaged before it, the first of an `if`/`elif` chain,
+        # or right after the value is computed)
+        if _averaged(ctx, local, test, averaged, taken, here=isinstance(branch, cst.If)):
+            continue
         local = _mean_behind(anatomy, local, test)
-        if local in averaged:
-            continue
-        if _average_means_in(ctx, local, test, taken) or _average_kept_means(
-            ctx, local, test, taken
-        ):
-            averaged.add(local)
-            continue
-        if isinstance(branch, cst.If) and _is_batch_mean(anatomy, local, test):
-            # before the `if` (the first of an `if`/`elif` chain), or right after the
-            # value is computed
-            _average(ctx, anatomy.statement_of(test), local, taken)
-            averaged.add(local)
-            continue
         if isinstance(branch, cst.If) and not _is_elif(anatomy, branch):
             _agree(ctx, branch, exit_, local, taken)
             settled.add(id(branch))
