@@ -600,7 +600,7 @@ class ShardDecisions(ConvertRule):
         settled = _share_exits(ctx, averaged, taken)
         exits = {id(test) for test, _ in _loop_exits(anatomy)}
         for test in _decisions(anatomy):
-            if id(test) in exits:
+            if id(test) in exits or _in_another_phase(anatomy, test):
                 continue
             local = _shard_value(anatomy, test, anatomy.function_of(test), 0, frozenset(settled))
             if local is None or _averaged(ctx, local, test, averaged, taken, here=True):
@@ -1363,6 +1363,34 @@ def _decisions(anatomy: Anatomy) -> list[cst.BaseExpression]:
     for loop in loops:  # in the loop, and in the functions it calls (`self.adjust_lr()`)
         anatomy.graph.reaches(loop.body, collect)
     return list(found.values())
+
+
+def _in_another_phase(anatomy: Anatomy, test: cst.BaseExpression) -> bool:
+    """`phase == "val" and epoch_acc > best_acc` in a phase loop (the transfer-learning
+    tutorial's best weights): decided in a phase whose loader every process reads whole."""
+    for loop in anatomy.script.train_loops:
+        if loop.phase_loop is None or loop.loader is None or loop.loader.train_key is None:
+            continue
+        phases = {n.value for n in walk(loop.phase_loop.target) if isinstance(n, cst.Name)}
+        conjuncts, both = [], [test]
+        while both:  # the operands of the test's top-level `and`s
+            node = both.pop()
+            if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+                both += [node.left, node.right]
+            else:
+                conjuncts.append(node)
+        if anatomy.inside(test, loop.phase_loop) and any(
+            isinstance(node, cst.Comparison)
+            and len(node.comparisons) == 1
+            and isinstance(node.comparisons[0].operator, cst.Equal)
+            and isinstance(node.left, cst.Name)
+            and node.left.value in phases
+            and isinstance(key := node.comparisons[0].comparator, cst.SimpleString)
+            and key.evaluated_value != loop.loader.train_key
+            for node in conjuncts
+        ):
+            return True
+    return False
 
 
 def _keeps_weights(node: cst.CSTNode) -> bool:
