@@ -169,7 +169,7 @@ class Streams:
         process."""
         found: list[RandomBatches] = []
         loops = [(loop.batch_loop, loop.loader) for loop in self.script.train_loops]
-        for batch_loop, loader in [*loops, *self._step_loops()]:
+        for batch_loop, loader in [*loops, *self.step_loops()]:
             if loader is None or any(stream.loop is batch_loop for stream in found):
                 continue  # (a step loop reading two such loaders: one stream, seeded once)
             owner = self.dataset_class(loader)
@@ -211,9 +211,9 @@ class Streams:
         found: list[RandomBatches] = []
         loops = [(loop.batch_loop, loop.loader) for loop in self.script.train_loops]
         readers: dict[int, list[Loader]] = {}  # a step loop's loaders, all of them
-        for step_loop, reader in self._step_loops():
+        for step_loop, reader in self.step_loops():
             readers.setdefault(id(step_loop), []).append(reader)
-        for batch_loop, loader in [*loops, *self._step_loops()]:
+        for batch_loop, loader in [*loops, *self.step_loops()]:
             if loader is None or id(batch_loop) in seeded:
                 continue
             draws: dict[str, list[cst.Call]] = {}
@@ -270,7 +270,7 @@ class Streams:
             found.append(stream)
         return found
 
-    def _step_loops(self) -> list[tuple[cst.For | cst.While, Loader]]:
+    def step_loops(self) -> list[tuple[cst.For | cst.While, Loader]]:
         """Loops of steps that take their batches with `next(...)` from the training loaders
         (`while self.step < self.train_num_steps: data = next(self.dl)`, lucidrains'
         trainers, round-14 audit s07), as loops over each of those loaders."""

@@ -1263,6 +1263,10 @@ def _loop_exits(anatomy: Anatomy) -> list[tuple[cst.BaseExpression, str]]:
     stream = anatomy.streams.random_batches  # nanoGPT's `while iter_num < max_iters:`
     if stream is not None and stream.loop not in loops:
         loops.append(stream.loop)
+    for step_loop, _ in anatomy.streams.step_loops():
+        # `while step < n and time.time() - t0 < budget:` taking batches with `next(it)`
+        if step_loop not in loops:
+            loops.append(step_loop)
     found: list[tuple[cst.BaseExpression, str]] = []
     seen: set[int] = set()
     for step in _stepping_functions(anatomy):

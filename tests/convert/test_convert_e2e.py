@@ -3808,6 +3808,48 @@ def test_a_metric_object_s_value_is_averaged_before_the_decisions_on_it(tmp_path
     assert all(torch.equal(zero[key], one[key]) for key in zero if key != "best")
 
 
+STEP_LOOP_ON_A_BUDGET = """\
+import json
+import os
+import time
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+start = time.time() - 1000 * float(os.environ.get("RANK", "0"))
+step, it = 0, iter(loader)
+while step < 20 and time.time() - start < 500:
+    try:
+        x, y = next(it)
+    except StopIteration:
+        it = iter(loader)
+        continue
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    step += 1
+json.dump(step, open(f"steps{os.environ.get('RANK', '0')}.json", "w"))
+"""
+
+
+def test_a_step_loop_on_a_time_budget_is_left_together(tmp_path: Path) -> None:
+    """The same `while step < 20 and time.time() - start < budget:` in a loop of steps that
+    takes its batches with `next(it)` (no `for` over the loader): its tests were not looked
+    at, and the process out of time left while the other waited in DDP's all-reduce."""
+    result = convert_source(STEP_LOOP_ON_A_BUDGET.encode(), "steps.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "dist.all_reduce(go_on, op=dist.ReduceOp.MIN)" in result.output.decode()
+    (tmp_path / "steps.py").write_bytes(result.output)
+    ran = torchrun(["steps.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert [json.loads((tmp_path / f"steps{r}.json").read_text()) for r in (0, 1)] == [0, 0]
+
+
 def test_a_model_trained_under_an_if_then_built_anew_on_its_device_is_wrapped_inside() -> None:
     """Round-16 audit p12: the same, the teacher built without `.to(device)` under the `if`:
     the move of the new, frozen teacher after it was taken for the trained one's, and the
