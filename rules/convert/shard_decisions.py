@@ -1352,6 +1352,7 @@ def _decisions(anatomy: Anatomy) -> list[cst.BaseExpression]:
         loops.append(train_loop.batch_loop)
         if train_loop.epoch_loop is not None:
             loops.append(train_loop.epoch_loop)
+    loops += [step_loop for step_loop, _ in anatomy.streams.step_loops()]
     found: dict[int, cst.BaseExpression] = {}
 
     def collect(node: cst.CSTNode) -> bool:
@@ -1509,7 +1510,10 @@ def _shard_value(
     are given."""
     if depth > 4:
         return None
-    batch_loops = [loop.batch_loop for loop in anatomy.script.train_loops]
+    batch_loops: list[cst.For | cst.While] = [
+        loop.batch_loop for loop in anatomy.script.train_loops
+    ]
+    batch_loops += [step_loop for step_loop, _ in anatomy.streams.step_loops()]
     local = _local_in_loops(anatomy, tuple(batch_loops))
     trainings = {id(training.call) for training in anatomy.script.foreign_training}
     # A comprehension's own variables are not the loop's (`sum(criterion(model(x),
@@ -1855,17 +1859,22 @@ def _visible(anatomy: Anatomy, loop: cst.CSTNode, scope: cst.FunctionDef | None)
     return anatomy.function_of(loop) is scope
 
 
-def _local_in_loops(anatomy: Anatomy, loops: tuple[cst.For, ...]) -> list[tuple[cst.For, set[str]]]:
+def _local_in_loops(
+    anatomy: Anatomy, loops: tuple[cst.For | cst.While, ...]
+) -> list[tuple[cst.For | cst.While, set[str]]]:
     """For each training batch loop, the names it gives values drawn from the batch: its
-    targets, and, in order, what is assigned from them or from `.item()`, or summed in it.
-    A counter (`step += 1`) is the same in every process and is not one of them."""
-    found = []
+    targets (or what it takes with `next(it)`, in a loop of steps), and, in order, what is
+    assigned from them or from `.item()`, or summed in it. A counter (`step += 1`) is the
+    same in every process and is not one of them."""
+    found: list[tuple[cst.For | cst.While, set[str]]] = []
     for loop in loops:
-        target = loop.target
-        if _enumerated(loop) and isinstance(target, cst.Tuple) and target.elements:
-            # `for i, (x, y) in enumerate(loader)`: the batch, not the count
-            target = cst.Tuple(list(target.elements[1:]))
-        names = {dotted(node) for node in walk(target)} - {None}
+        names: set[str | None] = set()
+        if isinstance(loop, cst.For):
+            target = loop.target
+            if _enumerated(loop) and isinstance(target, cst.Tuple) and target.elements:
+                # `for i, (x, y) in enumerate(loader)`: the batch, not the count
+                target = cst.Tuple(list(target.elements[1:]))
+            names = {dotted(node) for node in walk(target)} - {None}
         if isinstance(loop, cst.For) and counted_range(loop) is not None:
             names = set()  # `for i in range(start, n_iters)`: a step counter (round-23 nerf)
         split = anatomy.split_samples
@@ -1894,6 +1903,11 @@ def _local_in_loops(anatomy: Anatomy, loops: tuple[cst.For, ...]) -> list[tuple[
                 continue
             value = node.value
             if value is None or isinstance(value, cst.Integer | cst.Float):
+                continue
+            if isinstance(value, cst.Call) and is_name(value.func, "next"):
+                # `x, y = next(it)`: a batch of a loop of steps (a `while` over `next(it)`)
+                for target in targets:
+                    names.update(_assigned_names(target))
                 continue
             if any(
                 (dotted(inner) in names) or is_method_call(inner, "item") for inner in walk(value)
@@ -2043,7 +2057,7 @@ def _carried_statistics(anatomy: Anatomy) -> list[tuple[cst.CSTNode, str, str]]:
     return found
 
 
-def _reset_every_step(loop: cst.For, name: str) -> bool:
+def _reset_every_step(loop: cst.For | cst.While, name: str) -> bool:
     """The loop gives `name` a value of nothing it held before (`loss = 0`), every step: it
     adds up within the step, and is not carried from one step to the next."""
     return any(
@@ -2054,7 +2068,7 @@ def _reset_every_step(loop: cst.For, name: str) -> bool:
     )
 
 
-def _feeding_the_backward(loop: cst.For) -> set[str]:
+def _feeding_the_backward(loop: cst.For | cst.While) -> set[str]:
     """The names the loop's backward pass is computed from: `loss` of `loss.backward()` (or
     `scaler.scale(loss).backward()`), then the names its assignments in the loop read."""
     fed = {

@@ -9452,3 +9452,51 @@ def test_a_value_computed_from_a_draw_on_its_own_line_after_a_semicolon_is_refus
     else:
         text = result.output.decode()
         assert text.index("dist.broadcast_object_list(x)") < text.index("y = (x[:, 0] > 0)")
+
+
+STEP_LOOP_DECISIONS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+step, it, prev = 0, iter(loader), float("inf")
+while step < 20:
+    try:
+        x, y = next(it)
+    except StopIteration:
+        it = iter(loader)
+        x, y = next(it)
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    if loss.item() > prev:
+        for g in opt.param_groups:
+            g["lr"] *= 0.5
+    prev = loss.item()
+    step += 1
+"""
+
+
+def test_decisions_in_a_loop_of_steps_read_the_batches_it_takes_with_next() -> None:
+    """A `while step < 20:` loop taking `x, y = next(it)`: no `for` over the loader, so the
+    values it computed from its batches were not seen as this process's own, and a `break`
+    on the loss, or a learning rate halved on it, was left to each process (a hang, or
+    replicas that drift). The `break` is taken together; the rule on the rate is refused."""
+    broken = STEP_LOOP_DECISIONS.replace(
+        "    if loss.item() > prev:\n"
+        "        for g in opt.param_groups:\n"
+        '            g["lr"] *= 0.5\n'
+        "    prev = loss.item()\n",
+        "    if loss.item() < 0.5:\n        break\n",
+    )
+    result = convert_source(broken.encode(), "steps.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"dist.all_reduce(stop, op=dist.ReduceOp.MAX)" in result.output
+    result = convert_source(STEP_LOOP_DECISIONS.encode(), "steps.py", ConvertOptions())
+    assert result.refused
+    assert any("the learning rate" in p.message for p in result.problems), result.problems
