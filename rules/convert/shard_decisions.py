@@ -2062,7 +2062,15 @@ def _reset_every_step(loop: cst.For | cst.While, name: str) -> bool:
     adds up within the step, and is not carried from one step to the next."""
     return any(
         isinstance(node, cst.Assign)
-        and any(is_name(target.target, name) for target in node.targets)
+        # (also unpacked: `log_p, logdet, _ = model(x)`, glow-pytorch's step loop)
+        and any(
+            is_name(target.target, name)
+            or (
+                isinstance(target.target, cst.Tuple | cst.List)
+                and name in _assigned_names(target.target)
+            )
+            for target in node.targets
+        )
         and not any(is_name(inner, name) for inner in walk(node.value))
         for node in walk(loop.body)
     )

@@ -9500,3 +9500,23 @@ def test_decisions_in_a_loop_of_steps_read_the_batches_it_takes_with_next() -> N
     result = convert_source(STEP_LOOP_DECISIONS.encode(), "steps.py", ConvertOptions())
     assert result.refused
     assert any("the learning rate" in p.message for p in result.problems), result.problems
+
+
+def test_a_value_unpacked_afresh_every_step_is_not_carried() -> None:
+    """glow-pytorch's loop of steps: `log_p, logdet, _ = model(image)`, then `logdet =
+    logdet.mean()`, was taken for a statistic carried from step to step (DINO's center)
+    once the batches a loop of steps takes with `next(it)` counted as this process's own:
+    the tuple gives `logdet` a new value every step."""
+    source = (
+        STEP_LOOP_DECISIONS.replace(
+            "    loss = torch.nn.functional.mse_loss(model(x), y)\n",
+            "    pred, spread = model(x), x\n"
+            "    spread = spread.mean()\n"
+            "    loss = torch.nn.functional.mse_loss(pred, y) + 0 * spread\n",
+        )
+        .replace("    if loss.item() > prev:\n", "    if False:\n")
+        .replace("while step < 20:\n", "for step in range(20):\n")
+    )
+    result = convert_source(source.encode(), "steps.py", ConvertOptions())
+    assert not any("carried from step to step" in p.message for p in result.problems)
+    assert not result.refused, result.problems
