@@ -164,13 +164,12 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     passes = []
     for epoch in range(3):
-        seen = []
+        passes.append([])
         for x, ids in loader:
             optimizer.zero_grad()
             model(x).mean().backward()
             optimizer.step()
-            seen.append(ids.tolist())
-        passes.append(seen)
+            passes[-1].append(ids.tolist())
     PROBE
 
 

@@ -4552,7 +4552,11 @@ def torch_generator_stream(size: int, passes: int) -> list[int]:
     ("change", "reason"),
     [
         (  # samples counted: how many each rank reads is not known before its pass
-            ("        passes.append(seen)\n", "        passes.append(len(seen) / len(ds))\n"),
+            (
+                "            passes[-1].append(ids.tolist())\n",
+                "            passes[-1].append(ids.tolist())\n"
+                "        passes.append(len(passes[-1]) / len(ds))\n",
+            ),
             "counts the samples",
         ),
         (  # another loop reads the training loader
@@ -6079,12 +6083,13 @@ def test_a_validation_set_drawn_unseeded_is_rank_0s_so_early_stopping_stops_toge
     assert "    dist.broadcast_object_list(val_ds)  # every process takes rank 0's\n" in text
     guarded = '    if dist.get_rank() == 0:\n        print(f"epoch {stopped} val {best:.6f}")\n'
     assert guarded in text
-    every = '    print(f"rank {dist.get_rank()} epoch {stopped} val {best:.6f}", flush=True)\n'
+    # (each rank's in a file of its own: two ranks' prints can share a line of stdout)
+    every = '    open(f"stop{dist.get_rank()}.txt", "w").write(f"epoch {stopped} val {best:.6f}")\n'
     (tmp_path / "train_ddp.py").write_text(text.replace(guarded, every))
     ran = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
-    lines = sorted(line.split(" ", 2)[2] for line in ran.stdout.decode().splitlines())
-    assert len(lines) == 2 and lines[0] == lines[1], lines  # same epoch, same value
+    lines = [(tmp_path / f"stop{rank}.txt").read_text() for rank in (0, 1)]
+    assert lines[0] == lines[1], lines  # same epoch, same value
 
 
 BOLD_DRIVER = """import torch

@@ -1354,8 +1354,9 @@ def test_batches_of_the_script_s_own_sampler_dealt_out_by_rank_are_not_a_false_a
     # is no failure of the conversion's (round-23 audit A ctc_bucket: "not equivalent")
     original.write_text(
         OWN_SAMPLERS.replace("    PROBE\n", "").replace(
-            "        passes.append(seen)\n",
-            "        passes.append(seen)\n        torch.save(model.state_dict(), 'last.pt')\n",
+            "            passes[-1].append(ids.tolist())\n",
+            "            passes[-1].append(ids.tolist())\n"
+            "        torch.save(model.state_dict(), 'last.pt')\n",
         )
     )
     result = convert_source(original.read_bytes(), original.name, ConvertOptions())
