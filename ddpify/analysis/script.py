@@ -174,6 +174,7 @@ class TrainingScript:
             for call in self.index.calls
             if any(pattern.match(name) for name in self.index.qualified_names(call.func))
             or _chosen_by_name(self.index, call)
+            or _passed_in_class(self, call)
             or (isinstance(call.func, cst.Name) and call.func.value in own)
             or id(call) in self.foreign_optimizers
         ]
@@ -786,6 +787,38 @@ def _chosen_by_name(index: SourceIndex, call: cst.Call) -> bool:
         and is_name(chooser.func, "getattr")
         and len(chooser.args) == 2
         and "torch.optim" in index.qualified_names(chooser.args[0].value)
+    )
+
+
+def _passed_in_class(script: TrainingScript, call: cst.Call) -> bool:
+    """`self.opt_func(self.model.parameters(), lr=lr)`: an optimizer class of `torch.optim`
+    handed in (fastai's `Learner(..., opt_func=Adam)`, round-43 audit A learner), called on a
+    model's parameters. Every value the callee may hold (what the script's calls give the
+    parameter, and its default when a call leaves it out) names such a class."""
+    name = dotted(call.func)
+    params = call_arg(call, 0, "params")
+    if name is None or params is None or not is_method_call(params.value, *PARAMETERS):
+        return False
+    if name in script.index.functions or name in script.index.classes:
+        return False
+    scope = script.index.function_of(call)
+    held = [value for value, _ in script.values.values_of(name, scope)] or [call.func]
+    found: list[cst.BaseExpression] = []
+    for value in held:
+        where = script.index.function_of(value)
+        parameter = dotted(value)
+        if where is None or parameter not in script.graph.parameters_of(where):
+            found.append(value)
+            continue
+        default = next((p.default for p in where.params.params if p.name.value == parameter), None)
+        for site in script.graph.call_sites(where):
+            given = script.graph.bound_argument(site, where, parameter or "")
+            if given is None and default is None:
+                return False
+            found.append(given if given is not None else default)  # type: ignore[arg-type]
+    return bool(found) and all(
+        any(OPTIMIZER_CLASS.match(q) for q in script.index.qualified_names(value))
+        for value in found
     )
 
 

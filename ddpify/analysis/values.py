@@ -49,6 +49,30 @@ class Values:
             for value in self.assignments(name, function)
         ]
 
+    def attribute_values(
+        self, expr: cst.BaseExpression, scope: Scope, depth: int = 0
+    ) -> list[tuple[cst.BaseExpression, Scope]]:
+        """The values an attribute read `obj.attr` may hold when `obj` is an object of one of
+        the script's classes (followed as `origins` does) whose methods set `self.attr`, each
+        with the method it is set in: a fastai-style `self.dls.train`, with `dls =
+        DataLoaders(train_loader, valid_loader)` keeping `self.train = train` (round-43
+        audit A learner)."""
+        if not isinstance(expr, cst.Attribute) or depth > MAX_STEPS:
+            return []
+        found: list[tuple[cst.BaseExpression, Scope]] = []
+        seen: set[str] = set()
+        for made in self.origins(expr.value, scope, depth + 1):
+            owner_name = dotted(made.func) if isinstance(made, cst.Call) else None
+            owner = self.index.classes.get(owner_name or "")
+            if owner is None or owner_name in seen:
+                continue
+            seen.add(owner_name or "")
+            for method in owner.body.body:
+                if isinstance(method, cst.FunctionDef):
+                    name = f"self.{expr.attr.value}"
+                    found += [(value, method) for value in self.assignments(name, method)]
+        return found
+
     def declared_global(self, name: str) -> list[cst.FunctionDef]:
         """The functions that assign the module's `name` (`global name`)."""
         return self._declared_global.get(name, [])
@@ -118,11 +142,8 @@ class Values:
                 if argument is not None:
                     ends += self.origins(argument, self.index.function_of(site), depth + 1)
             return ends
-        return [
-            end
-            for value, where in self.values_of(name, scope)
-            for end in self.origins(value, where, depth + 1)
-        ]
+        given = self.values_of(name, scope) or self.attribute_values(expr, scope, depth)
+        return [end for value, where in given for end in self.origins(value, where, depth + 1)]
 
     def runs_after(
         self,

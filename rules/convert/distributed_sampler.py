@@ -571,6 +571,64 @@ SUBSET_SAMPLER = Example(
     """,
 )
 
+# fastai's layout: the loaders kept by an object of the script (`DataLoaders(train, valid)`)
+# and read as `self.dls.train` in a Learner handed it, its optimizer class handed in too.
+HELD_BY_AN_OBJECT = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    class DataLoaders:
+        def __init__(self, train, valid):
+            self.train, self.valid = train, valid
+
+
+    class Learner:
+        def __init__(self, model, dls, opt_func=torch.optim.Adam):
+            self.model, self.dls, self.opt_func = model, dls, opt_func
+
+        def fit(self, n_epoch, lr):
+            self.opt = self.opt_func(self.model.parameters(), lr=lr)
+            for epoch in range(n_epoch):
+                for x, y in self.dls.train:
+                    loss = self.model(x).sum()
+                    loss.backward()
+                    self.opt.step()
+
+
+    dls = DataLoaders(DataLoader(train_ds, batch_size=64, shuffle=True), DataLoader(valid_ds))
+    Learner(model, dls, opt_func=torch.optim.SGD).fit(5, lr=0.1)
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class DataLoaders:
+        def __init__(self, train, valid):
+            self.train, self.valid = train, valid
+
+
+    class Learner:
+        def __init__(self, model, dls, opt_func=torch.optim.Adam):
+            self.model, self.dls, self.opt_func = model, dls, opt_func
+
+        def fit(self, n_epoch, lr):
+            self.opt = self.opt_func(self.model.parameters(), lr=lr)
+            for epoch in range(n_epoch):
+                self.dls.train.sampler.set_epoch(epoch)
+                for x, y in self.dls.train:
+                    loss = self.model(x).sum()
+                    loss.backward()
+                    self.opt.step()
+
+
+    dls = DataLoaders(DataLoader(train_ds, batch_size=64, sampler=DistributedSampler(train_ds, shuffle=True)), DataLoader(valid_ds))
+    Learner(model, dls, opt_func=torch.optim.SGD).fit(5, lr=0.1)
+    """,  # noqa: E501
+)
+
 # Full batch: every step on the same whole tensors; each process takes its part.
 FULL_BATCH = Example(
     """
@@ -788,6 +846,7 @@ class DistributedSampler(ConvertRule):
     """
     examples = (
         FULL_BATCH,
+        HELD_BY_AN_OBJECT,
         OWN_BATCH_SAMPLER,
         ENDLESS_SAMPLER,
         PARTED_BY_A_WRITE,
