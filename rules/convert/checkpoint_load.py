@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import libcst as cst
 
@@ -50,6 +51,53 @@ class CheckpointLoad(ConvertRule):
         `argparse.Namespace`, say); such a load then fails loudly, never silently.
     """
     examples = (
+        # A config file written, then read back, in the `__main__` block before training.
+        Example(
+            """
+            import json
+
+            import torch
+
+
+            def main(cfg):
+                optimizer = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+
+
+            if __name__ == "__main__":
+                with open("config.json", "w") as f:
+                    json.dump({"lr": 0.1}, f)
+                with open("config.json") as f:
+                    cfg = json.load(f)
+                main(cfg)
+            """,
+            """
+            import json
+
+            import torch
+            import torch.distributed as dist
+
+
+            def main(cfg):
+                optimizer = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+
+
+            if __name__ == "__main__":
+                with open("config.json", "w") as f:
+                    json.dump({"lr": 0.1}, f)
+                dist.barrier()
+                with open("config.json") as f:
+                    cfg = json.load(f)
+                main(cfg)
+            """,
+        ),
         # A data file the script writes (on rank 0, DDP005), then reads back.
         Example(
             """
@@ -492,10 +540,18 @@ def _reads_what_rank_zero_wrote(anatomy: Anatomy) -> list[cst.BaseStatement]:
     for loop in anatomy.script.train_loops:
         scope = anatomy.function_of(loop.epoch_loop or loop.batch_loop)
         scopes[id(scope)] = scope
+        for site in anatomy.graph.callers(scope):
+            # and the functions that call it (a config file written and read back in the
+            # `__main__` block before `main(cfg)`: round-44 audit E cfg_generator)
+            caller = anatomy.function_of(site)
+            scopes[id(caller)] = caller
     found: list[cst.BaseStatement] = []
     training = _training(anatomy)
     for scope in scopes.values():
-        body = scope.body.body if scope is not None else anatomy.module.body
+        body: Sequence[cst.CSTNode] = scope.body.body if scope is not None else anatomy.module.body
+        guard = anatomy.script.main_guard
+        if scope is None and guard is not None and guard in body:
+            body = [*body[: list(body).index(guard)], *guard.body.body]
         written: set[str] = set()
         for statement_ in body:
             if not isinstance(statement_, cst.BaseStatement) or isinstance(
@@ -612,7 +668,7 @@ def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
     if anatomy.effects.private_path(path.value, anatomy.function_of(load)):
         return False  # this process's own file, which it wrote itself
     saves = [call for call in anatomy.calls if anatomy.is_call_to(call, MODEL_SAVES)]
-    if saves and _after_training(anatomy, load):
+    if (saves or _saved_by_helpers(anatomy)) and _after_training(anatomy, load):
         return True  # the best checkpoint reloaded at the end: saved wherever training saves
     code = cst.Module([]).code_for_node
     for save in saves:
@@ -625,6 +681,19 @@ def _reads_what_was_just_saved(anatomy: Anatomy, load: cst.Call) -> bool:
         elif anatomy.script.after_setup(load):
             # Saved by another function (`pretrain()` writes the encoder `finetune()`
             # loads): whichever runs first, a barrier where every rank loads costs a sync.
+            return True
+    return False
+
+
+def _saved_by_helpers(anatomy: Anatomy) -> bool:
+    """Whether the script calls a helper of another project file that saves with
+    `torch.save` (`save_checkpoint(state, is_best)` of `utils.py`, put on rank 0 by DDP005:
+    round-44 audit E proj_engine)."""
+    for call in anatomy.calls:
+        if anatomy.graph.calls_script(call):
+            continue
+        helper = anatomy.project.helper(call)
+        if helper is not None and set(anatomy.project.effects(helper).writes) & MODEL_SAVES:
             return True
     return False
 

@@ -263,6 +263,57 @@ WHILE_BUDGET = Example(
 )
 
 
+# A generator that trains and yields each epoch's metrics: the loop over it is the epoch
+# loop, and leaving it on this process's loss is a decision taken together.
+YIELDED_METRICS = Example(
+    """
+    import torch
+
+
+    def train(model, loader, optimizer, epochs):
+        for epoch in range(epochs):
+            total = 0.0
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+            yield {"epoch": epoch, "loss": total / len(loader)}
+
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for metrics in train(model, loader, optimizer, 10):
+        if metrics["loss"] < 0.25:
+            break
+    """,
+    """
+    import torch
+    import torch.distributed as dist
+
+
+    def train(model, loader, optimizer, epochs):
+        for epoch in range(epochs):
+            total = 0.0
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+            yield {"epoch": epoch, "loss": total / len(loader)}
+
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for metrics in train(model, loader, optimizer, 10):
+        stop = torch.tensor(float(metrics["loss"] < 0.25))  # taken everywhere if taken in one process
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item():
+            break
+    """,  # noqa: E501
+)
+
+
 class ShardDecisions(ConvertRule):
     """
     ## What it does
@@ -321,6 +372,7 @@ class ShardDecisions(ConvertRule):
     """
     examples = (
         WHILE_BUDGET,
+        YIELDED_METRICS,
         # A plateau scheduler stepped on the epoch's mean loss: averaged over the processes.
         Example(
             """
@@ -1267,6 +1319,7 @@ def _loop_exits(anatomy: Anatomy) -> list[tuple[cst.BaseExpression, str]]:
         # `while step < n and time.time() - t0 < budget:` taking batches with `next(it)`
         if step_loop not in loops:
             loops.append(step_loop)
+    loops += [loop for loop in _over_training_generators(anatomy) if loop not in loops]
     found: list[tuple[cst.BaseExpression, str]] = []
     seen: set[int] = set()
     for step in _stepping_functions(anatomy):
@@ -1290,6 +1343,24 @@ def _loop_exits(anatomy: Anatomy) -> list[tuple[cst.BaseExpression, str]]:
             if exit_ is not None:
                 seen.add(id(node.test))
                 found.append((node.test, exit_))
+    return found
+
+
+def _over_training_generators(anatomy: Anatomy) -> list[cst.For]:
+    """`for metrics in train(...):` over a generator of the script that trains and yields
+    (once an epoch): leaving that loop stops the training (round-44 audit E cfg_generator)."""
+    found: list[cst.For] = []
+    for train_loop in anatomy.script.train_loops:
+        function = anatomy.function_of(train_loop.epoch_loop or train_loop.batch_loop)
+        if function is None or not any(
+            isinstance(node, cst.Yield) and anatomy.function_of(node) is function
+            for node in walk(function.body)
+        ):
+            continue
+        for site in anatomy.graph.call_sites(function):
+            loop = anatomy.parent(site)
+            if isinstance(loop, cst.For) and loop.iter is site and loop not in found:
+                found.append(loop)
     return found
 
 
@@ -1585,6 +1656,8 @@ def _shard_value(
                 return name  # what a helper of another file that trains returns
             if _shard_value(anatomy, value, where, depth + 1, settled) is not None:
                 return name
+        if isinstance(node, cst.Name) and _yielded_locally(anatomy, node, scope, depth, settled):
+            return name
         decided = _decided_on(anatomy, name, scope, depth, settled, node)
         if decided is not None:
             return decided
@@ -1594,6 +1667,38 @@ def _shard_value(
         ):
             return name  # `history["loss"].append(total / n)`, then `history["loss"][-1]`
     return None
+
+
+def _yielded_locally(
+    anatomy: Anatomy,
+    name: cst.Name,
+    scope: cst.FunctionDef | None,
+    depth: int,
+    settled: frozenset[int],
+) -> bool:
+    """Whether `name` is the target of a `for` over a generator of the script that yields
+    values of this process's batches (`for metrics in train(...):` with `yield {"loss":
+    total / n}` after each epoch, round-44 audit E cfg_generator: one rank stopped alone)."""
+    for loop in walk(scope.body if scope is not None else anatomy.module):
+        if not (
+            isinstance(loop, cst.For)
+            and isinstance(loop.iter, cst.Call)
+            and any(is_name(n, name.value) for n in walk(loop.target))
+            and anatomy.function_of(loop) is scope
+        ):
+            continue
+        generator = anatomy.graph.callee(loop.iter)
+        if generator is None:
+            continue
+        for node in walk(generator.body):
+            if (
+                isinstance(node, cst.Yield)
+                and isinstance(node.value, cst.BaseExpression)
+                and anatomy.function_of(node) is generator
+                and _shard_value(anatomy, node.value, generator, depth + 1, settled) is not None
+            ):
+                return True
+    return False
 
 
 def _kept_in(

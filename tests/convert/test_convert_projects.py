@@ -3690,3 +3690,43 @@ def test_an_optimizer_made_by_a_method_of_a_model_class_of_another_file_is_follo
     (tmp_path / "train_ddp.py").write_text(text)
     ran = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+
+
+def test_a_checkpoint_a_helper_saves_is_loaded_after_a_barrier(tmp_path: Path) -> None:
+    """Round-44 audit E proj_engine: `save_checkpoint` of utils.py writes `best.pt` on rank 0
+    (DDP005); the best weights loaded after training wait for it (rank 1 found no file)."""
+    (tmp_path / "utils.py").write_text(
+        "import os\nimport torch\n\n\n"
+        "def save_checkpoint(state, is_best, out_dir='ckpt'):\n"
+        "    os.makedirs(out_dir, exist_ok=True)\n"
+        "    if is_best:\n"
+        "        torch.save(state, os.path.join(out_dir, 'best.pt'))\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "from utils import save_checkpoint\n\n\n"
+        "def main():\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(3):\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            torch.nn.functional.cross_entropy(model(x), y).backward()\n"
+        "            optimizer.step()\n"
+        "        save_checkpoint({'model': model.state_dict()}, epoch == 2)\n"
+        "    best = torch.load('ckpt/best.pt')\n"
+        "    model.load_state_dict(best['model'])\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, notes = convert(script)
+    assert (
+        "        if dist.get_rank() == 0:\n"
+        "            save_checkpoint({'model': model.module.state_dict()}, epoch == 2)\n"
+        "    dist.barrier()\n"
+        "    best = torch.load('ckpt/best.pt'" in output.decode()
+    )
+    assert "every rank waits for rank 0's save before it loads the file" in notes
