@@ -373,6 +373,42 @@ class ShardDecisions(ConvertRule):
     examples = (
         WHILE_BUDGET,
         YIELDED_METRICS,
+        # A stop file an operator touches: each process looks at the disk at its own moment.
+        Example(
+            """
+            import os
+
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                if os.path.exists("STOP"):
+                    break
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import os
+
+            import torch
+            import torch.distributed as dist
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                stop = torch.tensor(float(bool(os.path.exists("STOP"))))  # taken everywhere if taken in one process
+                dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+                if stop.item():
+                    break
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+            """,  # noqa: E501
+        ),
         # A plateau scheduler stepped on the epoch's mean loss: averaged over the processes.
         Example(
             """
@@ -1568,6 +1604,11 @@ CLOCKS = {
 }  # fmt: skip
 
 
+# What a process reads of the disk at its own moment (a `STOP` file an operator touches:
+# one process may see it a step before another).
+DISK_PROBES = {"os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.lexists"}
+
+
 def _shard_value(
     anatomy: Anatomy,
     expr: cst.BaseExpression,
@@ -1605,6 +1646,10 @@ def _shard_value(
         if isinstance(node, cst.Call) and anatomy.is_call_to(node, CLOCKS):
             # a time budget (`if time.time() - start > budget: break`, round-16 audit s36):
             # every process reads its own clock, and they leave at different steps
+            return f"{dotted(node.func)}()"
+        if isinstance(node, cst.Call) and anatomy.is_call_to(node, DISK_PROBES):
+            # `if os.path.exists("STOP"): break` (round-44 audit B stopfile_logfile: the file
+            # appeared between two processes' looks, one left and the other died waiting)
             return f"{dotted(node.func)}()"
         if isinstance(node, cst.Call):
             # What a function of the script returns from its batch loop (`train_loss =
