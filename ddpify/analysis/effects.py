@@ -36,11 +36,13 @@ TENSORBOARD_LOGGER = frozenset(
 )  # fmt: skip
 # Methods that write the file they are given: pathlib's, matplotlib's, pandas', numpy's
 # (`ids.tofile(path)` in nanoGPT's prepare.py, round-15 audit s02b), images' (`plt.imsave`,
-# `cv2.imwrite`, `imageio.mimsave`; round-16 audit s13).
+# `cv2.imwrite`, `imageio.mimsave`; round-16 audit s13), torch.profiler's (round-44 audit E
+# profiler_exitstack: `prof.export_chrome_trace("trace.json")` on every rank).
 FILE_METHODS = frozenset(
     {"write_text", "write_bytes", "savefig", "to_csv", "tofile", "to_parquet", "to_pickle",
      "to_feather", "to_excel", "imsave", "imwrite", "mimsave", "mimwrite", "touch", "unlink",
-     "symlink_to", "hardlink_to"}
+     "symlink_to", "hardlink_to", "export_chrome_trace", "export_stacks",
+     "export_memory_timeline"}
 )  # fmt: skip
 # A path's methods that move it, told from other types' by their one positional argument
 # (`str.replace(a, b)` has two; pandas' `rename` takes keywords or a mapping).

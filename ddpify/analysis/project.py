@@ -110,7 +110,7 @@ WRITES = {
     "FileHandler",  # a log file, opened (and, with mode="w", truncated) when it is made
     "savez", "savez_compressed", "savemat", "tofile", "write_text", "write_bytes", "imwrite",
     "imsave", "mimsave", "to_parquet", "to_pickle", "to_feather", "to_excel", "copy2", "move",
-    "rmtree", "symlink", "export",
+    "rmtree", "symlink", "export", "export_chrome_trace", "export_stacks",
 }  # fmt: skip
 PRINTS = {"print", "info", "warning", "debug", "log", "write_line"}
 

@@ -9520,3 +9520,23 @@ def test_a_value_unpacked_afresh_every_step_is_not_carried() -> None:
     result = convert_source(source.encode(), "steps.py", ConvertOptions())
     assert not any("carried from step to step" in p.message for p in result.problems)
     assert not result.refused, result.problems
+
+
+@pytest.mark.parametrize("export", ["export_chrome_trace", "export_stacks"])
+def test_a_profiler_trace_is_written_by_rank_0(export: str) -> None:
+    """Round-44 audit E profiler_exitstack: `prof.export_chrome_trace("trace.json")` after
+    training was written by every rank."""
+    source = f"""import torch
+from torch.profiler import profile
+
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+with profile() as prof:
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+prof.{export}("trace.json")
+"""
+    options = ConvertOptions(select=frozenset({"DDP005"}))
+    result = convert_source(source.encode(), "example.py", options)
+    assert f'if dist.get_rank() == 0:\n    prof.{export}("trace.json")' in result.output.decode()
