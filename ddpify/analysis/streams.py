@@ -207,6 +207,16 @@ class Streams:
         process would draw the same noise for its different data. Each needs a stream of
         its own per process; the dataset's drawn items (`drawn_items`) are seeded there
         already."""
+        return self._training_draws(over_loaders=True)
+
+    @cached_property
+    def split_draws(self) -> list[RandomBatches]:
+        """The same for training loops without a loader, over tensors each process takes its
+        part of (round-44 audit A manual_perm: `xb = X[idx] + noise * np.random.randn(...)`
+        drew the same noise on every rank)."""
+        return self._training_draws(over_loaders=False)
+
+    def _training_draws(self, *, over_loaders: bool) -> list[RandomBatches]:
         seeded = {id(stream.loop) for stream in self.drawn_items}
         found: list[RandomBatches] = []
         loops = [(loop.batch_loop, loop.loader) for loop in self.script.train_loops]
@@ -214,7 +224,7 @@ class Streams:
         for step_loop, reader in self.step_loops():
             readers.setdefault(id(step_loop), []).append(reader)
         for batch_loop, loader in [*loops, *self.step_loops()]:
-            if loader is None or id(batch_loop) in seeded:
+            if (loader is None) == over_loaders or id(batch_loop) in seeded:
                 continue
             draws: dict[str, list[cst.Call]] = {}
 
@@ -247,13 +257,15 @@ class Streams:
             # CutMix's `np.random.beta` in the loop, RandomErasing's `random.uniform` in a
             # transform's `__call__`)
             foreign = self._drawn_by_helpers(batch_loop)
-            for each in readers.get(id(batch_loop), [loader, *_also_read(self, batch_loop)]):
+            read = [loader, *_also_read(self, batch_loop)] if loader is not None else []
+            for each in readers.get(id(batch_loop), read):
                 for method in self._drawing_methods(each):
                     self.graph.reaches(method.body, collect)
                 foreign |= self._foreign_families(each)
             families |= {f for f in [*draws, *foreign] if self._seeds(f)}
             hidden = bool(families) and not in_sight
-            if (draws or foreign) and self._in_workers(loader) and self._seeds("torch"):
+            workers = loader is not None and self._in_workers(loader)
+            if (draws or foreign) and workers and self._seeds("torch"):
                 # Loader workers seed NumPy and Python from a base seed drawn from
                 # torch's generator: alike on every rank unless torch's is seeded apart
                 # too (round-10 audit c12, `num_workers=2`).

@@ -629,6 +629,46 @@ HELD_BY_AN_OBJECT = Example(
     """,  # noqa: E501
 )
 
+# Batches sliced out of whole arrays, with noise drawn from a seeded generator each step:
+# each process takes its part of the samples, and draws noise of its own.
+SLICED_WITH_NOISE = Example(
+    """
+    import numpy as np
+    import torch
+
+    np.random.seed(1)
+    X = np.random.randn(1000, 16)
+    y = X.sum(1, keepdims=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for i in range(0, len(X), 64):
+            xb = X[i:i + 64] + 0.05 * np.random.randn(64, 16)
+            loss = criterion(model(torch.from_numpy(xb)), torch.from_numpy(y[i:i + 64]))
+            loss.backward()
+            optimizer.step()
+    """,
+    """
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    np.random.seed(1)
+    X = np.random.randn(1000, 16)
+    y = X.sum(1, keepdims=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    n_part = len(X) // dist.get_world_size()  # as many samples in every process
+    X_part = X[dist.get_rank() * n_part:(dist.get_rank() + 1) * n_part]  # this process's part of the samples
+    y_part = y[dist.get_rank() * n_part:(dist.get_rank() + 1) * n_part]
+    np.random.seed(1 + dist.get_rank())  # every process draws noise of its own
+    for epoch in range(10):
+        for i in range(0, len(X_part), 64):
+            xb = X_part[i:i + 64] + 0.05 * np.random.randn(64, 16)
+            loss = criterion(model(torch.from_numpy(xb)), torch.from_numpy(y_part[i:i + 64]))
+            loss.backward()
+            optimizer.step()
+    """,  # noqa: E501
+)
+
 # Full batch: every step on the same whole tensors; each process takes its part.
 FULL_BATCH = Example(
     """
@@ -846,6 +886,7 @@ class DistributedSampler(ConvertRule):
     """
     examples = (
         FULL_BATCH,
+        SLICED_WITH_NOISE,
         HELD_BY_AN_OBJECT,
         OWN_BATCH_SAMPLER,
         ENDLESS_SAMPLER,
@@ -1093,6 +1134,11 @@ class DistributedSampler(ConvertRule):
                 or not _split(ctx)
             ):
                 _refuse_unsharded(ctx)
+                return
+            for drawn in anatomy.streams.split_draws:
+                # noise a step draws for its slice (round-44 audit A manual_perm: the same
+                # numpy noise on every rank)
+                _seed_per_process(ctx, drawn, items="random numbers" if drawn.hidden else "noise")
             return
         unshardable = _unshardable(anatomy)
         if unshardable is not None:
