@@ -266,7 +266,15 @@ class SideEffects:
             made = (
                 expr.func.func if isinstance(expr.func, cst.Call) else expr.func
             )  # ToPILImage()(x)
-            return bool(self.index.qualified_names(made) & makers)
+            if self.index.qualified_names(made) & makers:
+                return True
+            # what a function of the script returns (`draw(cls, rng).save(path)`, its
+            # `img = Image.new(...)` returned: round-44 audit A png_folder)
+            callee = self.graph.callee(expr)
+            return callee is not None and any(
+                self._made_by(value, callee, makers, depth + 1)
+                for value in self.graph.returned_values(callee)
+            )
         if isinstance(expr, cst.Name):
             return any(
                 len(assign.targets) == 1

@@ -9540,3 +9540,27 @@ prof.{export}("trace.json")
     options = ConvertOptions(select=frozenset({"DDP005"}))
     result = convert_source(source.encode(), "example.py", options)
     assert f'if dist.get_rank() == 0:\n    prof.{export}("trace.json")' in result.output.decode()
+
+
+def test_an_image_a_function_of_the_script_returns_is_saved_by_rank_0() -> None:
+    """Round-44 audit A png_folder: `draw(cls, rng).save(path)`, `draw` returning the PIL
+    image it makes, was no write: every rank wrote the dataset's PNGs."""
+    source = """import torch
+from PIL import Image
+
+
+def draw(size):
+    img = Image.new("RGB", (size, size))
+    return img
+
+
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+draw(8).save("sample.png")
+"""
+    options = ConvertOptions(select=frozenset({"DDP005"}))
+    result = convert_source(source.encode(), "example.py", options)
+    assert 'if dist.get_rank() == 0:\n    draw(8).save("sample.png")' in result.output.decode()
