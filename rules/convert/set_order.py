@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpify.analysis.tree import dotted, walk
-from ddpify.fixes import loops_over_a_set, orders_a_set, sort_the_loop, sort_the_set
+from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.tree import dotted, is_lone, walk
+from ddpify.fixes import (
+    loops_over_a_set,
+    orders_a_set,
+    sort_the_loop,
+    sort_the_set,
+    take_rank_zeros,
+)
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 
@@ -38,6 +45,35 @@ class SetOrder(ConvertRule):
         be compared (`sorted` raises TypeError) is an error at start-up, not a silent one.
     """
     examples = (
+        # A set's order doubling as a shuffle before a split by position: rank 0's order.
+        Example(
+            """
+            import torch
+
+            pairs = list(set(zip(texts, labels)))
+            train_pairs, val_pairs = pairs[:800], pairs[800:]
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+
+            pairs = list(set(zip(texts, labels)))
+            pairs = [pairs]
+            dist.broadcast_object_list(pairs)  # every process takes rank 0's
+            pairs = pairs[0]
+            train_pairs, val_pairs = pairs[:800], pairs[800:]
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Example(
             """
             import torch
@@ -91,6 +127,17 @@ class SetOrder(ConvertRule):
         for call in anatomy.calls:
             if not orders_a_set(anatomy, call):
                 continue
+            sliced = _split_by_position(anatomy, call)
+            if sliced is not None:
+                take_rank_zeros(ctx.plan, anatomy.statement_of(call), sliced)
+                ctx.add_import("torch.distributed", asname="dist")
+                ctx.changed(
+                    call,
+                    f"`{sliced}`, in the order of a set, is split by position: every process "
+                    "takes rank 0's order, which stays as arbitrary as the script's (sorted, "
+                    "the split would follow the sort)",
+                )
+                continue
             sort_the_set(ctx.plan, call)
             ctx.changed(
                 call,
@@ -117,6 +164,31 @@ class SetOrder(ConvertRule):
                     "a loop over a set: over the set sorted, since Python orders a set of "
                     "strings by hashes salted anew in every process",
                 )
+
+
+def _split_by_position(anatomy: Anatomy, call: cst.Call) -> str | None:
+    """`pairs = list(set(zip(texts, labels)))`, then `pairs[:n_train]`: the set's order
+    doubles as a shuffle before a split (round-44 audit A text_vocab: sorted, the validation
+    set took the texts at the end of the alphabet). The name, when it is read sliced in its
+    function after the setup."""
+    line = anatomy.statement_of(call)
+    if not (isinstance(line, cst.SimpleStatementLine) and is_lone(line, cst.Assign)):
+        return None
+    assign = line.body[0]
+    assert isinstance(assign, cst.Assign)
+    name = dotted(assign.targets[0].target) if len(assign.targets) == 1 else None
+    if assign.value is not call or name is None or not anatomy.script.after_setup(line):
+        return None
+    scope = anatomy.function_of(line)
+    for node in walk(scope.body if scope is not None else anatomy.module):
+        if (
+            isinstance(node, cst.Subscript)
+            and dotted(node.value) == name
+            and any(isinstance(element.slice, cst.Slice) for element in node.slice)
+            and anatomy.function_of(node) is scope
+        ):
+            return name
+    return None
 
 
 def _orders_a_set_in(function: cst.FunctionDef) -> cst.CSTNode | None:
