@@ -3523,6 +3523,28 @@ STATE_RESTORES = {
 }  # fmt: skip
 
 
+def _restored_before(anatomy: Anatomy, anchor: cst.BaseStatement) -> cst.BaseStatement | None:
+    """A statement before `anchor`, in its block, that puts back a generator's saved state
+    (a resume's `torch.set_rng_state(state["rng"])`), with nothing drawing between: seeded
+    after it, a resumed run would draw again from the seed's first numbers (round-44 audit
+    B cycle_resume: the noise of step 1 again at step 41)."""
+    holder = anatomy.parent(anchor)
+    if not isinstance(holder, cst.IndentedBlock | cst.Module):
+        return None
+    body = list(holder.body)
+    for statement_ in reversed(body[: body.index(anchor)]):
+        if isinstance(statement_, cst.FunctionDef | cst.ClassDef):
+            continue
+        calls = [node for node in walk(statement_) if isinstance(node, cst.Call)]
+        if any(anatomy.is_call_to(call, STATE_RESTORES) for call in calls):
+            return statement_
+        if any(
+            anatomy.streams.drawn_from(call) or anatomy.streams.seed_family(call) for call in calls
+        ):
+            return None
+    return None
+
+
 def _state_put_back(anatomy: Anatomy, loop: cst.CSTNode, seed: cst.Call) -> bool:
     """A seed in the loop whose generator's state is saved before it and put back after
     it (`state = random.getstate(); random.seed(1000); <fixed test tasks>;
@@ -3657,7 +3679,16 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
     if not lines:
         return
     new = statements("".join(lines))
-    ctx.plan.insert_before(stream.anchor, new)
+    restore = _restored_before(anatomy, stream.anchor)
+    if restore is not None:
+        ctx.info(
+            restore,
+            "the generators' state a resume puts back is rank 0's (the checkpoint is "
+            "rank 0's): the per-process seeds go before it, so a fresh run draws apart and "
+            "a resumed run goes on from the saved state as the script did, the same in "
+            "every process; save each rank's state to keep them apart after a resume",
+        )
+    ctx.plan.insert_before(restore or stream.anchor, new)
     ctx.add_import("torch.distributed", asname="dist")
     ctx.changed(
         stream.loop,

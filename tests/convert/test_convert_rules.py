@@ -9564,3 +9564,36 @@ draw(8).save("sample.png")
     options = ConvertOptions(select=frozenset({"DDP005"}))
     result = convert_source(source.encode(), "example.py", options)
     assert 'if dist.get_rank() == 0:\n    draw(8).save("sample.png")' in result.output.decode()
+
+
+def test_the_per_process_seed_goes_before_a_resume_puts_the_generator_back() -> None:
+    """Round-44 audit B cycle_resume: seeded after `torch.set_rng_state(state["rng"])`, a
+    resumed run drew step 1's noise again at step 41."""
+    source = """import os
+
+import torch
+from torch.utils.data import DataLoader
+
+torch.manual_seed(0)
+loader = DataLoader(train_set, batch_size=32, shuffle=True)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+if os.path.exists("last.pt"):
+    state = torch.load("last.pt")
+    torch.set_rng_state(state["rng"])
+for epoch in range(3):
+    for x, y in loader:
+        x = x + 0.05 * torch.randn_like(x)
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    torch.save({"rng": torch.get_rng_state()}, "last.pt")
+"""
+    options = ConvertOptions(select=frozenset({"DDP004"}))
+    result = convert_source(source.encode(), "example.py", options)
+    output = result.output.decode()
+    assert (
+        "torch.manual_seed(0 + dist.get_rank())  # every process draws noise of its own\n"
+        'if os.path.exists("last.pt"):\n' in output
+    ), output
+    notes = [note.message for note in result.notes]
+    assert any("a resume puts back is rank 0's" in note for note in notes)
