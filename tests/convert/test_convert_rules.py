@@ -9597,3 +9597,41 @@ for epoch in range(3):
     ), output
     notes = [note.message for note in result.notes]
     assert any("a resume puts back is rank 0's" in note for note in notes)
+
+
+def test_a_buffer_counting_forwards_is_no_memory_bank() -> None:
+    """Round-44 audit C counter_warmup: `self.num_batches += 1` in forward is the same in
+    every process (as many forwards each), not a write from the batch: it converts."""
+    source = """import torch
+from torch import nn
+
+
+class FadeIn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.register_buffer("num_batches", torch.zeros(()))
+
+    def forward(self, x):
+        if self.training:
+            self.num_batches += 1
+        return self.fc(x) * torch.clamp(self.num_batches / 100, max=1.0)
+
+
+model = FadeIn()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+"""
+    result = convert_source(
+        source.encode(), "example.py", ConvertOptions(select=frozenset({"DDP003"}))
+    )
+    assert not result.problems, result.problems
+    assert "model = DDP(model" in result.output.decode()
+    memory_bank = source.replace("self.num_batches += 1", "self.num_batches += x.mean()")
+    result = convert_source(
+        memory_bank.encode(), "example.py", ConvertOptions(select=frozenset({"DDP003"}))
+    )
+    assert any("writes its buffer `self.num_batches`" in note.message for note in result.problems)
