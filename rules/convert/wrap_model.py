@@ -977,13 +977,21 @@ def _rewrap_points(anatomy: Anatomy, model: Model) -> list[cst.BaseStatement]:
     points: list[cst.BaseStatement] = []
     for node in _trainable_changes(anatomy, model):
         point = node if isinstance(node, cst.For) else anatomy.statement_of(node)
-        if (
-            anatomy.function_of(point) is not here
-            or not anatomy.precedes(model.placement, point)
-            or any(loop is not None and anatomy.inside(point, loop) for loop in batch_loops)
-        ):
-            return []
-        points.append(point)
+        changes = [point]
+        helper = anatomy.function_of(point)
+        if helper is not here and helper is not None:
+            # made in a helper (`set_backbone_trainable(model, optimizer, lr)` at some
+            # epoch, round-44 audit D unfreeze_fn): wrapped again after each of its calls
+            changes = [anatomy.statement_of(site) for site in anatomy.graph.call_sites(helper)]
+        for change in changes or [point]:
+            if (
+                anatomy.function_of(change) is not here
+                or not anatomy.precedes(model.placement, change)
+                or any(loop is not None and anatomy.inside(change, loop) for loop in batch_loops)
+            ):
+                return []
+            if change not in points:
+                points.append(change)
     return points
 
 

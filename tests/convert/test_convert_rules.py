@@ -9635,3 +9635,42 @@ for x, y in loader:
         memory_bank.encode(), "example.py", ConvertOptions(select=frozenset({"DDP003"}))
     )
     assert any("writes its buffer `self.num_batches`" in note.message for note in result.problems)
+
+
+def test_the_model_is_wrapped_again_after_a_helper_unfreezes_it() -> None:
+    """Round-44 audit D unfreeze_fn: the backbone unfrozen in `set_trainable(model, ...)`
+    at some epoch was refused; the model is now wrapped again after the call, as inline."""
+    source = """import torch
+
+
+def set_trainable(model, optimizer, lr):
+    for p in model.backbone.parameters():
+        p.requires_grad = True
+    optimizer.add_param_group({"params": model.backbone.parameters(), "lr": lr})
+
+
+def main():
+    model = Net()
+    for p in model.backbone.parameters():
+        p.requires_grad = False
+    optimizer = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    for epoch in range(4):
+        if epoch == 2:
+            set_trainable(model, optimizer, 0.01)
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(
+        source.encode(), "example.py", ConvertOptions(select=frozenset({"DDP003"}))
+    )
+    assert not result.problems, result.problems
+    assert (
+        "            set_trainable(model, optimizer, 0.01)\n"
+        "            model = DDP(model.module, " in result.output.decode()
+    )
+    assert "for p in model.module.backbone.parameters():" in result.output.decode()
