@@ -851,8 +851,24 @@ def alternatives(script: TrainingScript, loader: Loader) -> list[Loader]:
         and other.key_var is None
         and isinstance(other.statement, cst.SimpleStatementLine)
         and script.index.function_of(other.call) is scope
-        and exclusive(script.index, loader.call, other.call)
+        and (
+            exclusive(script.index, loader.call, other.call)
+            # made again over a new subset each epoch, shuffled as the first (hard-example
+            # mining, round-44 audit D hardneg): the loop reads each in turn
+            or (shuffles(loader.call) and shuffles(other.call))
+        )
     ]
+
+
+def shuffles(call: cst.Call) -> bool:
+    """`DataLoader(..., shuffle=True)` with no sampler of its own."""
+    shuffle = call_arg(call, 2, "shuffle")
+    return (
+        shuffle is not None
+        and is_name(shuffle.value, "True")
+        and call_arg(call, None, "sampler") is None
+        and call_arg(call, None, "batch_sampler") is None
+    )
 
 
 def exclusive(index: SourceIndex, first: cst.CSTNode, second: cst.CSTNode) -> bool:

@@ -24,6 +24,7 @@ from ddpify.analysis.script import (
     TrainLoop,
     epoch_variable,
     exclusive,
+    shuffles,
     without_gradients,
 )
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, surely_runs, unseeded_choice
@@ -1251,6 +1252,11 @@ def _unshardable(anatomy: Anatomy) -> tuple[cst.CSTNode, str] | None:
                 "process a contiguous run of the data by hand"
             )
         calls = list(made.values())
+        if len(made) > 1 and all(shuffles(call) for call in calls):
+            # made again over a new subset at the end of each epoch (hard-example mining,
+            # round-44 audit D hardneg), every one shuffled: each gets its sampler, and the
+            # epoch's `set_epoch` reaches whichever the name holds
+            continue
         if len(made) > 1 and not all(  # not one per branch of an `if` (CutMix's datasets)
             exclusive(anatomy, a, b) for a in calls for b in calls if a is not b
         ):  # SortaGrad (round-28 audit A deepspeech_sortagrad)

@@ -9674,3 +9674,29 @@ main()
         "            model = DDP(model.module, " in result.output.decode()
     )
     assert "for p in model.module.backbone.parameters():" in result.output.decode()
+
+
+def test_a_loader_made_again_each_epoch_over_hard_examples_is_sharded_too() -> None:
+    """Round-44 audit D hardneg: `train_loader` made before the epoch loop and again over
+    `Subset(train_ds, hard)` at its end, both shuffled, was refused; each now gets its
+    sampler and the epoch's `set_epoch` reaches whichever the name holds."""
+    source = """import torch
+from torch.utils.data import DataLoader, Subset
+
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+for epoch in range(5):
+    for x, y in train_loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    hard = scores(model).topk(100).indices
+    train_loader = DataLoader(Subset(train_ds, hard), batch_size=32, shuffle=True)
+"""
+    result = convert_source(
+        source.encode(), "example.py", ConvertOptions(select=frozenset({"DDP004"}))
+    )
+    assert not result.problems, result.problems
+    output = result.output.decode()
+    assert output.count("sampler=DistributedSampler(") == 2, output
+    assert "    train_loader.sampler.set_epoch(epoch)\n    for x, y in train_loader:" in output
