@@ -1186,8 +1186,12 @@ def _counters(body: cst.CSTNode, counters: set[str | None]) -> set[str | None]:
 
 
 def _slices_by(subscript: cst.Subscript, counters: set[str | None]) -> bool:
-    """`x[i:i + bs]`, `x[i]`: the first index reads a counter."""
+    """`x[i:i + bs]`, `x[i]`: the first index reads a counter. Not `x[perm[i:i + bs]]`, the
+    rows a permutation's part picks (round-45 audit A tokpack: both split, rank 1 indexed
+    its part of `x` with positions in the whole)."""
     first = subscript.slice[0].slice
+    if any(isinstance(inner, cst.Subscript) for inner in walk(first)):
+        return False
     return any(dotted(inner) in counters for inner in walk(first))
 
 

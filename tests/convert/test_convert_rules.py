@@ -9700,3 +9700,27 @@ for epoch in range(5):
     output = result.output.decode()
     assert output.count("sampler=DistributedSampler(") == 2, output
     assert "    train_loader.sampler.set_epoch(epoch)\n    for x, y in train_loader:" in output
+
+
+def test_rows_a_permutation_s_part_picks_are_read_from_the_whole_tensor() -> None:
+    """Round-45 audit A tokpack: `chunks[perm[i:i + bs]]` split `chunks` and `perm` both,
+    and rank 1 indexed its part of `chunks` with positions in the whole (IndexError)."""
+    source = """import torch
+
+chunks = torch.randn(1000, 9)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    perm = torch.randperm(len(chunks))
+    for i in range(0, len(chunks), 32):
+        batch = chunks[perm[i:i + 32]]
+        loss = model(batch).sum()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(
+        source.encode(), "example.py", ConvertOptions(select=frozenset({"DDP004"}))
+    )
+    assert not result.problems, result.problems
+    output = result.output.decode()
+    assert "batch = chunks[perm_part[i:i + 32]]" in output, output
+    assert "chunks_part" not in output
