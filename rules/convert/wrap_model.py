@@ -2059,7 +2059,7 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                 and id(node) in feeding
                 and anatomy.precedes(node, backward)  # `fake = netG(fixed)` after: a sample
             ]
-            steps.append(calls)
+            steps += _paths(anatomy, calls, backward)
             chosen = {id(call) for call in calls}
             most = max(most, _together(loop.batch_loop.body, chosen))
             for call in calls:
@@ -2516,6 +2516,35 @@ def _together(node: cst.CSTNode, chosen: set[int]) -> int:
         return _together(node.test, chosen) + max(_together(node.body, chosen), other)
     own = 1 if id(node) in chosen else 0
     return own + sum(_together(child, chosen) for child in child_nodes(node))
+
+
+def _paths(anatomy: Anatomy, calls: list[cst.Call], backward: cst.Call) -> list[list[cst.Call]]:
+    """The calls of a step that run together: one list per path through the `if`s the
+    backward is not under (`if mode == "pretrain": model(x, mode="pretrain") else:
+    model(x, mode="finetune")` runs one of them a step: round-45 audit C modefwd, its
+    classifier idle in every pretraining step)."""
+
+    def branches(call: cst.Call) -> dict[int, int]:
+        taken: dict[int, int] = {}
+        child: cst.CSTNode = call
+        for ancestor in anatomy.ancestors(call):
+            if isinstance(ancestor, cst.If | cst.IfExp) and not anatomy.inside(backward, ancestor):
+                taken[id(ancestor)] = 0 if child is ancestor.body else 1
+            child = ancestor
+        return taken
+
+    taken = [branches(call) for call in calls]
+    paths: list[list[cst.Call]] = []
+    for mine in taken:
+        path = [
+            call
+            for call, theirs in zip(calls, taken, strict=True)
+            if all(theirs.get(node, side) == side for node, side in mine.items())
+            and all(mine.get(node, side) == side for node, side in theirs.items())
+        ]
+        if path not in paths:
+            paths.append(path)
+    return paths or [calls]
 
 
 def _other_branch_calls(branching: cst.CSTNode, taken: cst.CSTNode, chosen: set[int]) -> bool:

@@ -9724,3 +9724,50 @@ for epoch in range(3):
     output = result.output.decode()
     assert "batch = chunks[perm_part[i:i + 32]]" in output, output
     assert "chunks_part" not in output
+
+
+def test_calls_for_each_choice_in_exclusive_branches_leave_parameters_idle() -> None:
+    """Round-45 audit C modefwd: `model(x, mode="pretrain")` and `model(x, mode="finetune")`
+    in the two branches of an `if` run one choice a step; DDP needs find_unused_parameters
+    (without it, the second step raised)."""
+    source = """import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(4, 4)
+        self.decoder = nn.Linear(4, 4)
+        self.classifier = nn.Linear(4, 2)
+
+    def forward(self, x, mode="finetune"):
+        z = self.encoder(x)
+        if mode == "pretrain":
+            return self.decoder(z)
+        return self.classifier(z)
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(4):
+    for x, y in loader:
+        if epoch < 2:
+            loss = model(x, mode="pretrain").pow(2).mean()
+        else:
+            loss = model(x, mode="finetune").sum()
+        loss.backward()
+        optimizer.step()
+"""
+    options = ConvertOptions(select=frozenset({"DDP003"}))
+    output = convert_source(source.encode(), "example.py", options).output.decode()
+    assert "find_unused_parameters=True" in output, output
+    together = source.replace(
+        '        if epoch < 2:\n            loss = model(x, mode="pretrain").pow(2).mean()\n'
+        '        else:\n            loss = model(x, mode="finetune").sum()\n',
+        "        loss = model(x, mode=\"pretrain\").pow(2).mean()"
+        " + model(x, mode=\"finetune\").sum()\n",
+    )
+    assert together != source
+    output = convert_source(together.encode(), "example.py", options).output.decode()
+    assert "model = DDP(model" in output and "find_unused_parameters" not in output, output
