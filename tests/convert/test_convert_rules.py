@@ -9765,8 +9765,8 @@ for epoch in range(4):
     together = source.replace(
         '        if epoch < 2:\n            loss = model(x, mode="pretrain").pow(2).mean()\n'
         '        else:\n            loss = model(x, mode="finetune").sum()\n',
-        "        loss = model(x, mode=\"pretrain\").pow(2).mean()"
-        " + model(x, mode=\"finetune\").sum()\n",
+        '        loss = model(x, mode="pretrain").pow(2).mean()'
+        ' + model(x, mode="finetune").sum()\n',
     )
     assert together != source
     output = convert_source(together.encode(), "example.py", options).output.decode()
