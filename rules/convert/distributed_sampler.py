@@ -1136,7 +1136,9 @@ class DistributedSampler(ConvertRule):
             ):
                 _refuse_unsharded(ctx)
                 return
-            for drawn in anatomy.streams.split_draws:
+            batch = anatomy.whole.batch
+            split = batch is not None and batch.problem is None
+            for drawn in anatomy.streams.split_draws if split else ():
                 # noise a step draws for its slice (round-44 audit A manual_perm: the same
                 # numpy noise on every rank)
                 _seed_per_process(ctx, drawn, items="random numbers" if drawn.hidden else "noise")
