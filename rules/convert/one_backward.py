@@ -36,6 +36,41 @@ class OneBackward(ConvertRule):
         between them (a look at the gradients, a step) keeps them apart.
     """
     examples = (
+        # The second under a condition (an auxiliary loss from a later epoch): one pass of
+        # the sum when it holds, of the first loss alone when not.
+        Example(
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    logits, rec = model(x)
+                    loss_cls = criterion(logits, y)
+                    loss_rec = (rec - x).pow(2).mean()
+                    loss_cls.backward(retain_graph=True)
+                    if epoch >= 1:
+                        (0.5 * loss_rec).backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    logits, rec = model(x)
+                    loss_cls = criterion(logits, y)
+                    loss_rec = (rec - x).pow(2).mean()
+                    if epoch >= 1:
+                        (loss_cls + (0.5 * loss_rec)).backward()
+                    else:
+                        loss_cls.backward()
+                    optimizer.step()
+            """,
+        ),
         Example(
             """
             import torch
@@ -77,6 +112,18 @@ class OneBackward(ConvertRule):
             body = list(block.body)
             for first, second in itertools.pairwise(body):
                 kept = _retained_backward(first)
+                if kept is not None and _conditional_backward(second) is not None:
+                    assert isinstance(first, cst.SimpleStatementLine)
+                    assert isinstance(second, cst.If)
+                    ctx.plan.replace(first, lambda _: cst.RemovalSentinel.REMOVE)
+                    ctx.plan.replace(second, _branched(first, kept))
+                    ctx.changed(
+                        kept,
+                        "a backward pass, then another under a condition, through one forward "
+                        "pass: one of the losses' sum when it holds, of the first alone when "
+                        "not (DDP averages the gradients once per forward pass)",
+                    )
+                    continue
                 joined = _backward(second)
                 if kept is None or joined is None:
                     continue
@@ -108,6 +155,41 @@ def _retained_backward(statement: cst.CSTNode) -> cst.Call | None:
         return None
     retained = call_arg(call, None, "retain_graph")
     return call if retained is not None and is_name(retained.value, "True") else None
+
+
+def _conditional_backward(statement: cst.CSTNode) -> cst.Call | None:
+    """`if cond: loss.backward()`: an `if` with no `else` whose body is one backward pass."""
+    if not (
+        isinstance(statement, cst.If)
+        and statement.orelse is None
+        and isinstance(statement.body, cst.IndentedBlock)
+        and len(statement.body.body) == 1
+    ):
+        return None
+    return _backward(statement.body.body[0])
+
+
+def _branched(
+    first: cst.SimpleStatementLine, kept: cst.Call
+) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """`if cond: (a + b).backward()` `else: a.backward()`, for `a.backward(retain_graph=True)`
+    followed by `if cond: b.backward()` (round-45 audit B two_losses)."""
+
+    def edit(branching: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(branching, cst.If) and isinstance(branching.body, cst.IndentedBlock)
+        line = branching.body.body[0]
+        assert isinstance(line, cst.SimpleStatementLine)
+        expr = line.body[0]
+        assert isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call)
+        summed = line.with_changes(body=[expr.with_changes(value=_summed(kept, expr.value))])
+        alone = first.with_changes(leading_lines=[], body=[cst.Expr(kept.with_changes(args=[]))])
+        return branching.with_changes(
+            leading_lines=[*first.leading_lines, *branching.leading_lines],
+            body=branching.body.with_changes(body=[summed]),
+            orelse=cst.Else(body=cst.IndentedBlock(body=[alone])),
+        )
+
+    return edit
 
 
 def _joined(above: Sequence[cst.EmptyLine], call: cst.Call) -> Callable[[cst.CSTNode], cst.CSTNode]:

@@ -2079,6 +2079,8 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                 picked = _output_picked_under_condition(anatomy, call, backward)
                 if picked is not None and reason is None:
                     reason = picked
+    if reason is None:
+        reason = _backward_under_another_condition(anatomy, model)
     if reason is not None:
         return reason, most
     skipped = (
@@ -2516,6 +2518,44 @@ def _together(node: cst.CSTNode, chosen: set[int]) -> int:
         return _together(node.test, chosen) + max(_together(node.body, chosen), other)
     own = 1 if id(node) in chosen else 0
     return own + sum(_together(child, chosen) for child in child_nodes(node))
+
+
+def _backward_under_another_condition(anatomy: Anatomy, model: Model) -> str | None:
+    """Two backward passes through one forward of the model, under different conditions
+    (`loss_cls.backward(retain_graph=True)`, then `if epoch >= warmup:
+    loss_rec.backward()`; or one in each branch of an `if`): a step may backpropagate
+    only some of the forward's outputs (round-45 audit B two_losses: the decoder got no
+    gradient in the first epoch, and DDP raised)."""
+    for loop in anatomy.script.train_loops:
+        seen: list[tuple[cst.Call, set[int], dict[int, int]]] = []
+        for backward in anatomy.script.backward_calls:
+            if not anatomy.inside(backward, loop.batch_loop):
+                continue
+            feeding = anatomy.script.loss_nodes_of(backward)
+            calls = {
+                id(node)
+                for node in walk(loop.batch_loop.body)
+                if isinstance(node, cst.Call)
+                and dotted(node.func) in model.names
+                and id(node) in feeding
+            }
+            branches: dict[int, int] = {}
+            child: cst.CSTNode = backward
+            for ancestor in anatomy.ancestors(backward):
+                if ancestor is loop.batch_loop:
+                    break
+                if isinstance(ancestor, cst.If):
+                    branches[id(ancestor)] = 0 if child is ancestor.body else 1
+                child = ancestor
+            for other, their_calls, their_branches in seen:
+                if calls & their_calls and branches != their_branches:
+                    return (
+                        f"the backward passes at lines {anatomy.line(other)} and "
+                        f"{anatomy.line(backward)} go through one forward of "
+                        f"`{model.placed_name}` under different conditions"
+                    )
+            seen.append((backward, calls, branches))
+    return None
 
 
 def _paths(anatomy: Anatomy, calls: list[cst.Call], backward: cst.Call) -> list[list[cst.Call]]:

@@ -9771,3 +9771,26 @@ for epoch in range(4):
     assert together != source
     output = convert_source(together.encode(), "example.py", options).output.decode()
     assert "model = DDP(model" in output and "find_unused_parameters" not in output, output
+
+
+def test_backward_passes_of_one_forward_under_different_conditions_may_leave_parameters_idle() -> (
+    None
+):
+    """Round-45 audit B two_losses: with the reconstruction loss's backward only from some
+    epoch on, the decoder got no gradient in the first ones, and plain DDP raised."""
+    source = """import torch
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for x, y in loader:
+        logits, rec = model(x)
+        if epoch >= 1:
+            (criterion(logits, y) + (rec - x).pow(2).mean()).backward()
+        else:
+            criterion(logits, y).backward()
+        optimizer.step()
+"""
+    options = ConvertOptions(select=frozenset({"DDP003"}))
+    output = convert_source(source.encode(), "example.py", options).output.decode()
+    assert "find_unused_parameters=True" in output, output
