@@ -13,7 +13,7 @@ from ddpify.analysis.effects import FILE_WRITES
 from ddpify.analysis.loaders import strip_iteration
 from ddpify.analysis.means import batch_mean
 from ddpify.analysis.project import draws_at_random
-from ddpify.analysis.script import given_later
+from ddpify.analysis.script import given_later, shuffles
 from ddpify.analysis.tree import (
     assigned,
     call_arg,
@@ -1797,11 +1797,34 @@ def _draws_per_process(anatomy: Anatomy, call: cst.Call) -> bool:
     """Whether `call` runs, in a function of the script, a draw of the batches the training
     loop draws at random (`get_batch(split)`'s `torch.randint`): each process draws its own
     once converted, so what the call computes from them is this process's own."""
+    if not anatomy.graph.callees(call):
+        return False
+    partial = _partial_shuffled_passes(anatomy)
+    if partial and anatomy.graph.reaches(call, lambda node: id(node) in partial):
+        return True
     stream = anatomy.streams.random_batches
-    if stream is None or not anatomy.graph.callees(call):
+    if stream is None:
         return False
     draws = {id(draw) for draw in stream.draws}
     return anatomy.graph.reaches(call, lambda node: id(node) in draws)
+
+
+def _partial_shuffled_passes(anatomy: Anatomy) -> set[int]:
+    """Loops over a loader that does not train and shuffles, left after some batches
+    (`if i >= max_batches: break`): the batches each process evaluates are drawn from its
+    own generator (round-45 audit E stepval_unseeded: the ranks' validation losses, then
+    their early stops, parted, and the run hung)."""
+    found: set[int] = set()
+    for loop in walk(anatomy.module):
+        if not isinstance(loop, cst.For) or not any(
+            isinstance(node, cst.Break) for node in walk(loop.body)
+        ):
+            continue
+        made = anatomy.loaders.resolve(loop.iter, anatomy.function_of(loop))
+        loader = anatomy.loaders.loader_for(made)
+        if loader is not None and not loader.trains and shuffles(loader.call):
+            found.add(id(loop))
+    return found
 
 
 def _signal_flags(anatomy: Anatomy) -> set[str]:

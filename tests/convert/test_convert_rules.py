@@ -9794,3 +9794,48 @@ for epoch in range(3):
     options = ConvertOptions(select=frozenset({"DDP003"}))
     output = convert_source(source.encode(), "example.py", options).output.decode()
     assert "find_unused_parameters=True" in output, output
+
+
+def test_a_validation_over_some_batches_of_a_shuffled_loader_is_each_process_s_own() -> None:
+    """Round-45 audit E stepval_unseeded: `validate()` over the first batches of a shuffled
+    validation loader saw other batches in every process; the early stop on it hung."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def validate(model, loader, max_batches):
+    total = 0.0
+    for i, (x, y) in enumerate(loader):
+        if i >= max_batches:
+            break
+        total += criterion(model(x), y).item()
+    return total / max_batches
+
+
+def train(model, train_loader, val_loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    best, bad = float("inf"), 0
+    for epoch in range(10):
+        for x, y in train_loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+        val = validate(model, val_loader, 2)
+        if val < best:
+            best, bad = val, 0
+        else:
+            bad += 1
+            if bad >= 3:
+                return best
+
+
+train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+val_loader = DataLoader(val_set, batch_size=32, shuffle=True)
+train(model, train_loader, val_loader)
+"""
+    options = ConvertOptions(select=frozenset({"DDP010"}))
+    output = convert_source(source.encode(), "example.py", options).output.decode()
+    assert "dist.all_reduce(taken, op=dist.ReduceOp.MAX)" in output, output
+    whole = source.replace("        if i >= max_batches:\n            break\n", "")
+    output = convert_source(whole.encode(), "example.py", options).output.decode()
+    assert "all_reduce" not in output, output
