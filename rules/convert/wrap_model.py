@@ -3522,6 +3522,21 @@ def _listed(anatomy: Anatomy, model: Model, iterable: cst.BaseExpression) -> cst
     values = anatomy.values.assignments(iterable.value, scope)
     if len(values) != 1 or not isinstance(values[0], cst.List | cst.Tuple):
         return iterable
+    if isinstance(values[0], cst.List) and not values[0].elements:
+        # `models = []`, then `models.append(model)` after each wrap (bagging, round-45
+        # audit E: `[m.state_dict() for m in models]` saved `module.` keys)
+        appended = [
+            call.args[0].value
+            for call in anatomy.calls
+            if is_method_call(call, "append")
+            and isinstance(call.func, cst.Attribute)
+            and is_name(call.func.value, iterable.value)
+            and len(call.args) == 1
+            and anatomy.function_of(call) is scope
+        ]
+        if appended and all(anatomy.precedes(model.placement, value) for value in appended):
+            return cst.List([cst.Element(value) for value in appended])
+        return iterable
     assign = anatomy.parent(values[0])
     if assign is None or not anatomy.precedes(model.placement, assign):
         return iterable  # made before the wrap: it holds the bare models

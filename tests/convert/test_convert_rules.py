@@ -9839,3 +9839,24 @@ train(model, train_loader, val_loader)
     whole = source.replace("        if i >= max_batches:\n            break\n", "")
     output = convert_source(whole.encode(), "example.py", options).output.decode()
     assert "all_reduce" not in output, output
+
+
+def test_models_appended_after_their_wrap_are_saved_through_module() -> None:
+    """Round-45 audit E bagging: `models.append(model)` after each wrap, then
+    `torch.save([m.state_dict() for m in models], ...)` saved `module.` keys."""
+    source = """import torch
+
+models = []
+for k in range(3):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    models.append(model)
+torch.save([m.state_dict() for m in models], "bag.pt")
+"""
+    options = ConvertOptions(select=frozenset({"DDP003"}))
+    output = convert_source(source.encode(), "example.py", options).output.decode()
+    assert 'torch.save([m.module.state_dict() for m in models], "bag.pt")' in output, output
