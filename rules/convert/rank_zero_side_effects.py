@@ -988,13 +988,32 @@ def _log_files_set_up(anatomy: Anatomy, guarded: list[cst.CSTNode]) -> list[cst.
             )
         )
         if (
-            sets_up
+            (sets_up or _configures_a_log_file(anatomy, call))
             and anatomy.script.after_setup(line)
             and anatomy.ranks.guard(line) is None
             and not any(anatomy.inside(line, outer) for outer in guarded)
         ):
             found.append(line)
     return found
+
+
+def _configures_a_log_file(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`logging.config.dictConfig(LOGGING)` with a handler given a `filename` (round-45 audit
+    D c5_dictconfig: every rank opened, and truncated, run/train.log)."""
+    if not anatomy.is_call_to(call, {"logging.config.dictConfig"}) or not call.args:
+        return False
+    config = call.args[0].value
+    scope = anatomy.function_of(call)
+    given = (
+        [config, *anatomy.values.origins(config, scope)]
+        if isinstance(config, cst.Name)
+        else [config]
+    )
+    return any(
+        isinstance(node, cst.SimpleString) and node.evaluated_value == "filename"
+        for value in given
+        for node in walk(value)
+    )
 
 
 PROGRESS_BARS = {
@@ -1253,6 +1272,9 @@ def _foreign_writers(ctx: ConvertContext, guarded: list[cst.CSTNode], models: se
         return
 
 
+LOG_LEVELS = {"debug", "info", "warning", "warn", "error", "critical", "exception"}
+
+
 def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:
     """`torch.save(model, ...)`, `print(model)`, `str(model)`: the model saved or shown, not
     run; `torch.jit.script(model)` and the other exports, which get the bare model (DDP003)."""
@@ -1261,8 +1283,17 @@ def _shows_model(anatomy: Anatomy, call: cst.Call) -> bool:
         and call.func.attr.value == "format"
         and isinstance(call.func.value, cst.SimpleString | cst.ConcatenatedString)
     )
+    # `logger.debug("model: %s", model)`: formatted with `%s` (round-45 audit D
+    # c5_dictconfig: run as a forward pass on every rank, rank 1 tore the log file)
+    logged = (
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in LOG_LEVELS
+        and bool(call.args)
+        and isinstance(call.args[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
     return (
         string_format
+        or logged
         or anatomy.is_call_to(call, {"torch.save", *EXPORTS})
         or dotted(call.func) in {"print", "str", "repr", "format"}
         # `writer.add_graph(model, x)`: traced on the bare model (DDP003), by rank 0's

@@ -9860,3 +9860,39 @@ torch.save([m.state_dict() for m in models], "bag.pt")
     options = ConvertOptions(select=frozenset({"DDP003"}))
     output = convert_source(source.encode(), "example.py", options).output.decode()
     assert 'torch.save([m.module.state_dict() for m in models], "bag.pt")' in output, output
+
+
+def test_a_log_file_of_dict_config_and_a_model_logged_with_percent_s_are_rank_0s() -> None:
+    """Round-45 audit D c5_dictconfig: every rank opened (mode "w") the dictConfig's log
+    file, and `logger.debug("model: %s", model)` ran on every rank as a forward pass."""
+    source = """import logging
+import logging.config
+
+import torch
+
+LOGGING = {
+    "version": 1,
+    "handlers": {"file": {"class": "logging.FileHandler", "filename": "train.log", "mode": "w"}},
+    "loggers": {"train": {"handlers": ["file"], "level": "DEBUG"}},
+}
+
+
+def main():
+    logging.config.dictConfig(LOGGING)
+    logger = logging.getLogger("train")
+    model = Net()
+    logger.debug("model: %s", model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+
+
+main()
+"""
+    options = ConvertOptions(select=frozenset({"DDP005"}))
+    output = convert_source(source.encode(), "example.py", options).output.decode()
+    assert "    if dist.get_rank() == 0:\n        logging.config.dictConfig(LOGGING)\n" in output
+    assert '    if dist.get_rank() == 0:\n        logger.debug("model: %s", model)\n' in output
+    assert "debug_result" not in output
