@@ -142,6 +142,16 @@ class ProcessGroup(ConvertRule):
                 '`if __name__ == "__main__":` block): nowhere to set up the process group',
                 blocking=True,
             )
+        at_exit = _run_at_exit(ctx.anatomy)
+        if at_exit is not None:
+            ctx.cannot(
+                at_exit,
+                f"`{dotted(at_exit.args[0].value)}` runs at exit (`atexit.register`), after "
+                "training ends and the process group is destroyed, and it uses the model or "
+                "writes: the model's wrapper is released and rank 0 cannot be told apart "
+                "there; call it at the end of training instead, by hand",
+                blocking=True,
+            )
         taken = _binds_dist(ctx.anatomy)
         if taken is not None:
             ctx.cannot(
@@ -294,6 +304,25 @@ DISTRIBUTED_NAMES = COLLECTIVES | {
     "get_rank", "get_world_size", "ReduceOp", "is_initialized", "is_available",
     "init_process_group", "destroy_process_group", "new_group", "HashStore", "get_backend",
 }  # fmt: skip
+
+
+def _run_at_exit(anatomy: Anatomy) -> cst.Call | None:
+    """`atexit.register(save_final)` for a function of the script that reads a model or has
+    an output (round-45 audit D c1_atexit_log: it saved nothing, under torchrun and plain
+    python alike, the model deleted and the process group gone)."""
+    models = set().union(*(model.names for model in anatomy.models.all))
+    for call in anatomy.calls:
+        if not (anatomy.is_call_to(call, {"atexit.register"}) and call.args):
+            continue
+        registered = dotted(call.args[0].value)
+        for function in anatomy.graph.defined(registered or ""):
+            if any(
+                (isinstance(node, cst.Name) and node.value in models)
+                or (isinstance(node, cst.SimpleStatementLine) and anatomy.effects.of(node))
+                for node in walk(function.body)
+            ):
+                return call
+    return None
 
 
 def _binds_dist(anatomy: Anatomy) -> cst.CSTNode | None:

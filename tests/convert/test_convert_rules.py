@@ -9896,3 +9896,29 @@ main()
     assert "    if dist.get_rank() == 0:\n        logging.config.dictConfig(LOGGING)\n" in output
     assert '    if dist.get_rank() == 0:\n        logger.debug("model: %s", model)\n' in output
     assert "debug_result" not in output
+
+
+def test_a_function_run_at_exit_that_saves_the_model_is_refused() -> None:
+    """Round-45 audit D c1_atexit_log: `atexit.register(save_final)` ran after the process
+    group was destroyed and the model deleted: nothing was saved (exit 0)."""
+    source = """import atexit
+
+import torch
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def save_final():
+    torch.save(model.state_dict(), "final.pt")
+
+
+atexit.register(save_final)
+for x, y in loader:
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+"""
+    result = convert_source(source.encode(), "example.py", ConvertOptions())
+    assert result.refused
+    assert any("runs at exit (`atexit.register`)" in note.message for note in result.problems)
