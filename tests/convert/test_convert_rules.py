@@ -9922,3 +9922,29 @@ for x, y in loader:
     result = convert_source(source.encode(), "example.py", ConvertOptions())
     assert result.refused
     assert any("runs at exit (`atexit.register`)" in note.message for note in result.problems)
+
+
+def test_a_path_read_back_with_read_text_waits_for_rank_0_once() -> None:
+    """Round-45 audit D c2_outputs_path: `(OUT / "best_epoch.txt").read_text()` after
+    training read the file rank 0 writes with no barrier; one barrier serves it and the
+    best weights' load after it."""
+    source = """from pathlib import Path
+
+import torch
+
+OUT = Path("out")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+    torch.save(model.state_dict(), OUT / "best.pt")
+    (OUT / "best_epoch.txt").write_text(str(epoch))
+best_epoch = int((OUT / "best_epoch.txt").read_text())
+model.load_state_dict(torch.load(OUT / "best.pt"))
+"""
+    options = ConvertOptions(select=frozenset({"DDP006"}))
+    output = convert_source(source.encode(), "example.py", options).output.decode()
+    assert output.count("dist.barrier()") == 1, output
+    assert 'dist.barrier()\nbest_epoch = int((OUT / "best_epoch.txt").read_text())' in output
