@@ -322,7 +322,7 @@ class ScheduleLength(ConvertRule):
         if not loaders:
             return
         for call in anatomy.calls:
-            if not _schedules(anatomy, call):
+            if not (_schedules(anatomy, call) or _stepped_to(anatomy, call)):
                 continue
             seen: set[str] = set()  # the names followed, once per scheduler
             for arg in call.args:
@@ -648,6 +648,23 @@ def _sized_from_split_samples(ctx: ConvertContext) -> None:
                         for n in walk(value)
                         if isinstance(n, cst.Name) and not anatomy.is_attribute_name(n)
                     ]
+
+
+def _stepped_to(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`scheduler.step(epoch + i / iters)`: a torch scheduler told where it is, a fraction
+    of an epoch counted in steps (CosineAnnealingWarmRestarts, round-45 audit B
+    cosine_wr variant_dsiters: `iters = len(train_ds) // bs` ended each epoch at 0.47)."""
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "step" and call.args):
+        return False
+    holder = dotted(call.func.value)
+    scope = anatomy.function_of(call)
+    made = anatomy.values.values_of(holder, scope) if holder is not None else []
+    return any(
+        isinstance(value, cst.Call)
+        and _schedules(anatomy, value)
+        and not anatomy.is_call_to(value, {f"{SCHEDULERS}.ReduceLROnPlateau"})
+        for value, _ in made
+    )
 
 
 def _schedules(anatomy: Anatomy, call: cst.Call) -> bool:

@@ -9948,3 +9948,25 @@ model.load_state_dict(torch.load(OUT / "best.pt"))
     output = convert_source(source.encode(), "example.py", options).output.decode()
     assert output.count("dist.barrier()") == 1, output
     assert 'dist.barrier()\nbest_epoch = int((OUT / "best_epoch.txt").read_text())' in output
+
+
+def test_a_fractional_epoch_a_scheduler_is_stepped_to_counts_this_process_s_steps() -> None:
+    """Round-45 audit B cosine_wr variant_dsiters: `scheduler.step(epoch + i / iters)` with
+    `iters = len(train_ds) // bs` reached only half of each epoch under two processes."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, T_0=2)
+iters = len(train_ds) // 32
+for epoch in range(4):
+    for i, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        scheduler.step(epoch + i / iters)
+"""
+    options = ConvertOptions(select=frozenset({"DDP009"}))
+    output = convert_source(source.encode(), "example.py", options).output.decode()
+    assert "iters = len(loader.sampler) // 32" in output, output
