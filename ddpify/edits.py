@@ -175,6 +175,11 @@ class _Applier(cst.CSTTransformer):
                     *before[1:],
                 ]
                 moved_up = first.with_changes(leading_lines=())
+                if isinstance(first, cst.FunctionDef | cst.ClassDef):
+                    # a definition keeps its blank lines above it (PEP 8's two), the new
+                    # statements before them (no comments: those stay with the new ones)
+                    blank = [line for line in first.leading_lines if line.comment is None]
+                    moved_up = first.with_changes(leading_lines=blank[-2:])
                 if first in self.made_guards:
                     self.made_guards[moved_up] = self.made_guards[first]
                 parts = [moved_up, *parts[1:]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import re
 
 import libcst as cst
 
@@ -680,6 +681,15 @@ class ShardDecisions(ConvertRule):
                     "broadcast rank 0's choice (dist.broadcast_object_list), by hand",
                     blocking=True,
                 )
+        for call, local in _losses_weighted_locally(anatomy):
+            ctx.cannot(
+                call,
+                f"the loss is made with `{local}`, computed from this process's batches "
+                "only (class weights from a per-class accuracy, a count): every process "
+                "would weight its loss its own way; all-reduce what it is computed from "
+                "(dist.all_reduce of the counts) before, by hand",
+                blocking=True,
+            )
         averaged: set[str] = set()
         for stepping, local in plateau_means:
             if local not in averaged:
@@ -1477,6 +1487,32 @@ def _decisions(anatomy: Anatomy) -> list[cst.BaseExpression]:
     return list(found.values())
 
 
+LOSS_CLASS = re.compile(r"^torch\.nn\.(modules\.loss\.)?\w+Loss$")
+
+
+def _losses_weighted_locally(anatomy: Anatomy) -> list[tuple[cst.Call, str]]:
+    """Loss modules made again while training from values of this process's batches
+    (`nn.CrossEntropyLoss(weight=weights)` after `weights[worst] *= 1.5`, the worst class
+    picked from accuracies counted over the training batches: round-45 audit E
+    classweight_train, each rank weighting its own classes)."""
+    loops = [loop.epoch_loop or loop.batch_loop for loop in anatomy.script.train_loops]
+    found: list[tuple[cst.Call, str]] = []
+    for loop in loops:
+        for node in walk(loop):
+            if not (
+                isinstance(node, cst.Call)
+                and dotted(node.func) is not None
+                and any(LOSS_CLASS.match(name) for name in anatomy.qualified_names(node.func))
+            ):
+                continue
+            for arg in node.args:
+                local = _shard_value(anatomy, arg.value, anatomy.function_of(node))
+                if local is not None:
+                    found.append((node, local))
+                    break
+    return found
+
+
 def _in_another_phase(anatomy: Anatomy, test: cst.BaseExpression) -> bool:
     """`phase == "val" and epoch_acc > best_acc` in a phase loop (the transfer-learning
     tutorial's best weights): decided in a phase whose loader every process reads whole."""
@@ -1703,6 +1739,8 @@ def _shard_value(
                 return name
         if isinstance(node, cst.Name) and _yielded_locally(anatomy, node, scope, depth, settled):
             return name
+        if isinstance(node, cst.Name) and _changed_by_entry(anatomy, node, scope, depth, settled):
+            return name
         decided = _decided_on(anatomy, name, scope, depth, settled, node)
         if decided is not None:
             return decided
@@ -1712,6 +1750,47 @@ def _shard_value(
         ):
             return name  # `history["loss"].append(total / n)`, then `history["loss"][-1]`
     return None
+
+
+def _changed_by_entry(
+    anatomy: Anatomy,
+    name: cst.Name,
+    scope: cst.FunctionDef | None,
+    depth: int,
+    settled: frozenset[int],
+) -> bool:
+    """Whether an entry of `name` is changed, in its function, at a position or by a value of
+    this process's batches (`weights[worst] *= 1.5`, `worst` picked from accuracies counted
+    over the training batches)."""
+    for node in walk(scope.body if scope is not None else anatomy.module):
+        target = (
+            node.target
+            if isinstance(node, cst.AugAssign)
+            else node.targets[0].target
+            if isinstance(node, cst.Assign) and len(node.targets) == 1
+            else None
+        )
+        if not (
+            isinstance(target, cst.Subscript)
+            and is_name(target.value, name.value)
+            and anatomy.function_of(node) is scope
+        ):
+            continue
+        assert isinstance(node, cst.AugAssign | cst.Assign)
+        in_batches = any(
+            anatomy.inside(node, loop.batch_loop) for loop in anatomy.script.train_loops
+        )
+        read = [node.value, *(element.slice for element in target.slice)]
+        if in_batches and any(isinstance(n, cst.Name) for part in read for n in walk(part)):
+            return True  # counted over this process's batches (`hits[t] += int(t == p)`)
+        for part in (*[element.slice for element in target.slice], node.value):
+            if isinstance(part, cst.Index):
+                part = part.value
+            if isinstance(part, cst.BaseExpression) and (
+                _shard_value(anatomy, part, scope, depth + 1, settled) is not None
+            ):
+                return True
+    return False
 
 
 def _yielded_locally(
