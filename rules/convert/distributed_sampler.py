@@ -3531,6 +3531,13 @@ STATE_RESTORES = {
 }  # fmt: skip
 
 
+# What a resume block calls: loads, state put back, a look at the disk, a print.
+RESUME_CALLS = {
+    "load", "load_state_dict", "set_rng_state", "set_state", "setstate", "exists", "isfile",
+    "print", "get", "item", "to", "cpu", "format", "join", "int", "float",
+}  # fmt: skip
+
+
 def _restored_before(anatomy: Anatomy, anchor: cst.BaseStatement) -> cst.BaseStatement | None:
     """A statement before `anchor`, in its block, that puts back a generator's saved state
     (a resume's `torch.set_rng_state(state["rng"])`), with nothing drawing between: seeded
@@ -3545,7 +3552,13 @@ def _restored_before(anatomy: Anatomy, anchor: cst.BaseStatement) -> cst.BaseSta
             continue
         calls = [node for node in walk(statement_) if isinstance(node, cst.Call)]
         if any(anatomy.is_call_to(call, STATE_RESTORES) for call in calls):
-            return statement_
+            # only a resume (no `else:` building the model, nothing else made: seeded
+            # before it, a fresh run would draw those apart)
+            only_loads = all(
+                (dotted(call.func) or "").rsplit(".", 1)[-1] in RESUME_CALLS for call in calls
+            )
+            plain = not isinstance(statement_, cst.If) or statement_.orelse is None
+            return statement_ if only_loads and plain else None
         if any(
             anatomy.streams.drawn_from(call) or anatomy.streams.seed_family(call) for call in calls
         ):

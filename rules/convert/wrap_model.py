@@ -2548,7 +2548,25 @@ def _backward_under_another_condition(anatomy: Anatomy, model: Model) -> str | N
                     branches[id(ancestor)] = 0 if child is ancestor.body else 1
                 child = ancestor
             for other, their_calls, their_branches in seen:
-                if calls & their_calls and branches != their_branches:
+                differing = [
+                    node
+                    for node in anatomy.ancestors(backward)
+                    if isinstance(node, cst.If)
+                    and branches.get(id(node)) != their_branches.get(id(node))
+                ] + [
+                    node
+                    for node in anatomy.ancestors(other)
+                    if isinstance(node, cst.If)
+                    and branches.get(id(node)) != their_branches.get(id(node))
+                ]
+                # a conditional step with a forward of its own (a GAN's generator step
+                # under `if i % n_critic == 0:`) is not the same forward's
+                forwards_there = any(
+                    isinstance(inner, cst.Call) and dotted(inner.func) in model.names
+                    for node in differing
+                    for inner in walk(node)
+                )
+                if calls & their_calls and branches != their_branches and not forwards_there:
                     return (
                         f"the backward passes at lines {anatomy.line(other)} and "
                         f"{anatomy.line(backward)} go through one forward of "
