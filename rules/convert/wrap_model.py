@@ -1047,6 +1047,27 @@ def _wrap_after_changes(ctx: ConvertContext, model: Model, wrap: str) -> None:
         )
 
 
+def _readies(small: cst.BaseSmallStatement | None, name: str) -> bool:
+    """`model.load_state_dict(torch.load(path))`, `model.apply(init)` (a method of the
+    model, as a statement) or `model.fc = nn.Linear(64, 3)` (a new part), readying a model
+    built again before it trains (round-45 audit C twostage2: a fine-tuning stage)."""
+    if isinstance(small, cst.Expr):
+        call = small.value
+        return (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and is_name(call.func.value, name)
+            and call.func.attr.value in {"load_state_dict", "apply", "requires_grad_"}
+        )
+    return (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Attribute)
+        and is_name(small.targets[0].target.value, name)
+        and not any(is_name(node, name) for node in walk(small.value))
+    )
+
+
 def _rebuilt(anatomy: Anatomy, model: Model, again: cst.Call) -> cst.BaseStatement | None:
     """Where the model built again for the optimizer `again` is final, when it can be
     wrapped there as the first build is: the statement `model = Net().to(device)` after the
@@ -1073,6 +1094,9 @@ def _rebuilt(anatomy: Anatomy, model: Model, again: cst.Call) -> cst.BaseStateme
             return None
         if isinstance(small, cst.Expr) and is_name(moved_value(small.value), name):
             anchor = anchor or line  # `model.to(device)`: the wrap goes after the last move
+            continue
+        if _readies(small, name):
+            anchor = anchor or line  # the weights loaded, a new head: the wrap goes after
             continue
         if not (
             isinstance(small, cst.Assign)

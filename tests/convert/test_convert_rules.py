@@ -10012,3 +10012,34 @@ for epoch in range(5):
     fixed = source.replace("    weights[worst] *= 1.5\n", "")
     result = convert_source(fixed.encode(), "example.py", ConvertOptions())
     assert not any("the loss is made with" in note.message for note in result.problems)
+
+
+def test_a_model_built_again_loaded_and_given_a_new_head_is_wrapped_once_ready() -> None:
+    """Round-45 audit C twostage2: stage 2 builds the model again, loads stage 1's weights
+    and replaces the head before fine-tuning; it was refused as built again after the wrap.
+    The new build is wrapped after those changes."""
+    source = """import torch
+from torch import nn
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+torch.save(model.state_dict(), "pretrained.pt")
+model = Net()
+model.load_state_dict(torch.load("pretrained.pt"))
+model.fc = nn.Linear(64, 3)
+ft_optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for x, y in loader:
+    loss = model(x).sum()
+    loss.backward()
+    ft_optimizer.step()
+"""
+    options = ConvertOptions(select=frozenset({"DDP003"}))
+    result = convert_source(source.encode(), "example.py", options)
+    assert not result.problems, result.problems
+    assert "model.fc = nn.Linear(64, 3)\nmodel = DDP(model, " in result.output.decode(), (
+        result.output.decode()
+    )
