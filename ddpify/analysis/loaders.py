@@ -152,7 +152,7 @@ class Loaders:
                     found = self.resolve(value, method, depth + 1)
                     if found is not None:
                         return found
-            return self._held_by_object(expr, scope, depth)
+            return _held_by_object(self, expr, scope, depth)
         if scope is not None and name in self.graph.parameters_of(scope):
             for site in self.graph.call_sites(scope):
                 argument = self.graph.bound_argument(site, scope, name)
@@ -171,18 +171,7 @@ class Loaders:
             # a closure's (`def train(epoch): for x, y in trainloader:` nested in `main()`,
             # round-17 audit s13)
             return self.resolve(expr, outer, depth + 1)
-        return self._held_by_object(expr, scope, depth)
-
-    def _held_by_object(
-        self, expr: cst.BaseExpression, scope: Scope, depth: int
-    ) -> cst.Call | None:
-        """The loader an object of the script's classes keeps as the attribute `expr` reads
-        (`self.dls.train`, `dls.valid`)."""
-        for value, where in self.values.attribute_values(expr, scope, depth + 1):
-            found = self.resolve(value, where, depth + 1)
-            if found is not None:
-                return found
-        return None
+        return _held_by_object(self, expr, scope, depth)
 
     def _keyed_in(
         self, value: cst.BaseExpression, key: str | None, scope: Scope, depth: int
@@ -455,6 +444,18 @@ class Loaders:
                 ):
                     return name
         return None
+
+
+def _held_by_object(
+    loaders: Loaders, expr: cst.BaseExpression, scope: Scope, depth: int
+) -> cst.Call | None:
+    """The loader an object of the script's classes keeps as the attribute `expr` reads
+    (`self.dls.train`, `dls.valid`)."""
+    for value, where in loaders.values.attribute_values(expr, scope, depth + 1):
+        found = loaders.resolve(value, where, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def _derives_from_iterable(loaders: Loaders, owner: cst.ClassDef, seen: set[str]) -> bool:

@@ -207,80 +207,14 @@ class Streams:
         process would draw the same noise for its different data. Each needs a stream of
         its own per process; the dataset's drawn items (`drawn_items`) are seeded there
         already."""
-        return self._training_draws(over_loaders=True)
+        return _training_draws(self, over_loaders=True)
 
     @cached_property
     def split_draws(self) -> list[RandomBatches]:
         """The same for training loops without a loader, over tensors each process takes its
         part of (round-44 audit A manual_perm: `xb = X[idx] + noise * np.random.randn(...)`
         drew the same noise on every rank)."""
-        return self._training_draws(over_loaders=False)
-
-    def _training_draws(self, *, over_loaders: bool) -> list[RandomBatches]:
-        seeded = {id(stream.loop) for stream in self.drawn_items}
-        found: list[RandomBatches] = []
-        loops = [(loop.batch_loop, loop.loader) for loop in self.script.train_loops]
-        readers: dict[int, list[Loader]] = {}  # a step loop's loaders, all of them
-        for step_loop, reader in self.step_loops():
-            readers.setdefault(id(step_loop), []).append(reader)
-        for batch_loop, loader in [*loops, *self.step_loops()]:
-            if (loader is None) == over_loaders or id(batch_loop) in seeded:
-                continue
-            draws: dict[str, list[cst.Call]] = {}
-
-            def collect(node: cst.CSTNode, into: dict[str, list[cst.Call]] = draws) -> bool:
-                if isinstance(node, cst.Call):
-                    family = self.drawn_from(node)
-                    if family is not None:
-                        into.setdefault(family, []).append(node)
-                return False  # look at every node
-
-            self.graph.reaches(batch_loop.body, collect)
-            # a draw that picks the loader a step reads stays alike in every process, so
-            # every process counts its passes over each loader alike (round-38 audit A
-            # multitask_head_per_batch_task_b: the ranks' tasks, then their shards, parted)
-            keyed = [
-                (family, call)
-                for family, calls in draws.items()
-                for call in calls
-                if _chooses_a_loader(self, call, batch_loop)
-            ]
-            for family, call in keyed:
-                draws[family].remove(call)
-                if not draws[family]:
-                    del draws[family]
-            # Python's and NumPy's generators start from OS entropy: only a script that seeds
-            # them draws alike in every process (timm's mixup λ with `np.random.beta`, b05).
-            families = {f for f in draws if f == "torch" or self._seeds(f)}
-            in_sight = bool(families)
-            # and out of the loop's sight, whatever it draws itself (round-18 audit s13:
-            # CutMix's `np.random.beta` in the loop, RandomErasing's `random.uniform` in a
-            # transform's `__call__`)
-            foreign = self._drawn_by_helpers(batch_loop)
-            read = [loader, *_also_read(self, batch_loop)] if loader is not None else []
-            for each in readers.get(id(batch_loop), read):
-                for method in self._drawing_methods(each):
-                    self.graph.reaches(method.body, collect)
-                foreign |= self._foreign_families(each)
-            families |= {f for f in [*draws, *foreign] if self._seeds(f)}
-            hidden = bool(families) and not in_sight
-            workers = loader is not None and self._in_workers(loader)
-            if (draws or foreign) and workers and self._seeds("torch"):
-                # Loader workers seed NumPy and Python from a base seed drawn from
-                # torch's generator: alike on every rank unless torch's is seeded apart
-                # too (round-10 audit c12, `num_workers=2`).
-                families.add("torch")
-            if not families:
-                continue
-            seeded.add(id(batch_loop))
-            drawn = [call for family in sorted(families) for call in draws.get(family, [])]
-            stream = RandomBatches(batch_loop, drawn, families, hidden=hidden)
-            stream.keyed_choice = next((c for f, c in keyed if f in families), None)
-            stream.anchor = _anchor(self, batch_loop)
-            for family in families:
-                stream.seeds[family] = self._seeds(family)
-            found.append(stream)
-        return found
+        return _training_draws(self, over_loaders=False)
 
     def step_loops(self) -> list[tuple[cst.For | cst.While, Loader]]:
         """Loops of steps that take their batches with `next(...)` from the training loaders
@@ -538,6 +472,73 @@ def _also_read(streams: Streams, loop: cst.For | cst.While) -> list[Loader]:
             loader = streams.script.loaders.loader_for(made)
             if loader is not None and loader not in found:
                 found.append(loader)
+    return found
+
+
+def _training_draws(streams: Streams, *, over_loaders: bool) -> list[RandomBatches]:
+    seeded = {id(stream.loop) for stream in streams.drawn_items}
+    found: list[RandomBatches] = []
+    loops = [(loop.batch_loop, loop.loader) for loop in streams.script.train_loops]
+    readers: dict[int, list[Loader]] = {}  # a step loop's loaders, all of them
+    for step_loop, reader in streams.step_loops():
+        readers.setdefault(id(step_loop), []).append(reader)
+    for batch_loop, loader in [*loops, *streams.step_loops()]:
+        if (loader is None) == over_loaders or id(batch_loop) in seeded:
+            continue
+        draws: dict[str, list[cst.Call]] = {}
+
+        def collect(node: cst.CSTNode, into: dict[str, list[cst.Call]] = draws) -> bool:
+            if isinstance(node, cst.Call):
+                family = streams.drawn_from(node)
+                if family is not None:
+                    into.setdefault(family, []).append(node)
+            return False  # look at every node
+
+        streams.graph.reaches(batch_loop.body, collect)
+        # a draw that picks the loader a step reads stays alike in every process, so
+        # every process counts its passes over each loader alike (round-38 audit A
+        # multitask_head_per_batch_task_b: the ranks' tasks, then their shards, parted)
+        keyed = [
+            (family, call)
+            for family, calls in draws.items()
+            for call in calls
+            if _chooses_a_loader(streams, call, batch_loop)
+        ]
+        for family, call in keyed:
+            draws[family].remove(call)
+            if not draws[family]:
+                del draws[family]
+        # Python's and NumPy's generators start from OS entropy: only a script that seeds
+        # them draws alike in every process (timm's mixup λ with `np.random.beta`, b05).
+        families = {f for f in draws if f == "torch" or streams._seeds(f)}
+        in_sight = bool(families)
+        # and out of the loop's sight, whatever it draws itself (round-18 audit s13:
+        # CutMix's `np.random.beta` in the loop, RandomErasing's `random.uniform` in a
+        # transform's `__call__`)
+        foreign = streams._drawn_by_helpers(batch_loop)
+        read = [loader, *_also_read(streams, batch_loop)] if loader is not None else []
+        for each in readers.get(id(batch_loop), read):
+            for method in streams._drawing_methods(each):
+                streams.graph.reaches(method.body, collect)
+            foreign |= streams._foreign_families(each)
+        families |= {f for f in [*draws, *foreign] if streams._seeds(f)}
+        hidden = bool(families) and not in_sight
+        workers = loader is not None and streams._in_workers(loader)
+        if (draws or foreign) and workers and streams._seeds("torch"):
+            # Loader workers seed NumPy and Python from a base seed drawn from
+            # torch's generator: alike on every rank unless torch's is seeded apart
+            # too (round-10 audit c12, `num_workers=2`).
+            families.add("torch")
+        if not families:
+            continue
+        seeded.add(id(batch_loop))
+        drawn = [call for family in sorted(families) for call in draws.get(family, [])]
+        stream = RandomBatches(batch_loop, drawn, families, hidden=hidden)
+        stream.keyed_choice = next((c for f, c in keyed if f in families), None)
+        stream.anchor = _anchor(streams, batch_loop)
+        for family in families:
+            stream.seeds[family] = streams._seeds(family)
+        found.append(stream)
     return found
 
 
