@@ -356,6 +356,18 @@ def _seed_given(anatomy: Anatomy, call: cst.Call) -> str:
     (`def main(seed)`, called once per seed of a sweep): the original's order changes with
     that seed, and so must the sampler's, whose own seed is 0 whatever torch's is (round-37
     audit B seed_sweep_main_loop: three runs, one order)."""
+    generator = call_arg(call, None, "generator")
+    made = generator.value if generator is not None else None
+    if (  # `generator=torch.Generator().manual_seed(args.seed)` (round-45 audit A genshuffle)
+        isinstance(made, cst.Call)
+        and made.args
+        and isinstance(made.func, cst.Attribute)
+        and made.func.attr.value == "manual_seed"
+        and isinstance(made.func.value, cst.Call)
+        and anatomy.is_call_to(made.func.value, {"torch.Generator"})
+    ):
+        seed_code = cst.Module([]).code_for_node(made.args[0].value)
+        return "" if seed_code == "0" else f", seed={seed_code}"
     scope = anatomy.function_of(call)
     seeds: list[cst.BaseExpression] = []
     for seed in anatomy.calls:

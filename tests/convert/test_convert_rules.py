@@ -10043,3 +10043,23 @@ for x, y in loader:
     assert "model.fc = nn.Linear(64, 3)\nmodel = DDP(model, " in result.output.decode(), (
         result.output.decode()
     )
+
+
+def test_a_loader_s_seeded_generator_seeds_its_distributed_sampler() -> None:
+    """Round-45 audit A genshuffle: `DataLoader(ds, shuffle=True, generator=torch.Generator()
+    .manual_seed(args.seed))` got a DistributedSampler with its default seed 0: `--seed` no
+    longer changed the order."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(ds, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(seed))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+"""
+    options = ConvertOptions(select=frozenset({"DDP004"}))
+    output = convert_source(source.encode(), "example.py", options).output.decode()
+    assert "DistributedSampler(ds, shuffle=True, seed=seed)" in output, output
