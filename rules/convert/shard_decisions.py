@@ -766,6 +766,9 @@ def _share_exits(ctx: ConvertContext, averaged: set[str], taken: set[str]) -> se
             continue
         local = _mean_behind(anatomy, local, test)
         if isinstance(branch, cst.If) and not _is_elif(anatomy, branch):
+            if _average_inline_mean(ctx, branch, taken):
+                settled.add(id(branch))
+                continue
             _agree(ctx, branch, exit_, local, taken)
             settled.add(id(branch))
             continue
@@ -1163,6 +1166,51 @@ def _sums_divided(anatomy: Anatomy, value: cst.BaseExpression) -> tuple[str, str
     ):
         return None
     return total, count
+
+
+def _average_inline_mean(ctx: ConvertContext, branch: cst.If, taken: set[str]) -> bool:
+    """`if sum(recent) / len(recent) < target: break`, a mean written in the test: averaged
+    over the processes just before it, as a named mean is (round-45 audit B deque_stop
+    variant_inline: a MAX flag stopped every rank when one rank's own mean was low)."""
+    means = [
+        node
+        for node in walk(branch.test)
+        if isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Divide)
+        and isinstance(node.left, cst.Call)
+        and is_name(node.left.func, "sum")
+        and isinstance(node.right, cst.Call)
+        and is_name(node.right.func, "len")
+        and len(node.left.args) == 1
+        and len(node.right.args) == 1
+        and dotted(node.left.args[0].value) is not None
+        and dotted(node.left.args[0].value) == dotted(node.right.args[0].value)
+    ]
+    if len(means) != 1:
+        return False
+    mean = means[0]
+    anatomy = ctx.anatomy
+    candidates = ["mean", *(f"mean_{n}" for n in range(2, 20))]
+    tensor = anatomy.free_name([name for name in candidates if name not in taken])
+    taken.add(tensor)
+    code = cst.Module([]).code_for_node(mean)
+    ctx.plan.insert_before(
+        branch,
+        statements(
+            f"{tensor} = torch.tensor(float({code}))\n"
+            f"dist.all_reduce({tensor})  # the mean over all processes\n"
+        ),
+    )
+    averaged = f"{tensor}.item() / dist.get_world_size()"
+    ctx.plan.replace(mean, lambda _: cst.parse_expression(averaged))
+    ctx.add_import("torch")
+    ctx.add_import("torch.distributed", asname="dist")
+    ctx.changed(
+        branch,
+        f"`{code}`, a mean over this process's batches, is averaged over all processes "
+        "before the decision: every process decides alike, as the single-process script did",
+    )
+    return True
 
 
 def _average(ctx: ConvertContext, branch: cst.BaseStatement, local: str, taken: set[str]) -> None:

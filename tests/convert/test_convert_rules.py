@@ -10063,3 +10063,33 @@ for epoch in range(3):
     options = ConvertOptions(select=frozenset({"DDP004"}))
     output = convert_source(source.encode(), "example.py", options).output.decode()
     assert "DistributedSampler(ds, shuffle=True, seed=seed)" in output, output
+
+
+def test_a_mean_written_in_a_stop_test_is_averaged_over_the_processes() -> None:
+    """Round-45 audit B deque_stop variant_inline: `if sum(recent) / len(recent) < target:`
+    became a MAX flag, stopping every rank when one rank's own mean was low (step 600, where
+    the single-process run stopped at 660); it is averaged, as a named mean is."""
+    source = """import collections
+
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_set, batch_size=32, shuffle=True)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+recent = collections.deque(maxlen=20)
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    recent.append(loss.item())
+    if sum(recent) / len(recent) < 0.1:
+        break
+"""
+    options = ConvertOptions(select=frozenset({"DDP010"}))
+    output = convert_source(source.encode(), "example.py", options).output.decode()
+    assert (
+        "    mean = torch.tensor(float(sum(recent) / len(recent)))\n"
+        "    dist.all_reduce(mean)  # the mean over all processes\n"
+        "    if mean.item() / dist.get_world_size() < 0.1:\n"
+    ) in output, output
+    assert "ReduceOp.MAX" not in output
