@@ -2551,7 +2551,7 @@ def _backward_under_another_condition(anatomy: Anatomy, model: Model) -> str | N
     only some of the forward's outputs (round-45 audit B two_losses: the decoder got no
     gradient in the first epoch, and DDP raised)."""
     for loop in anatomy.script.train_loops:
-        seen: list[tuple[cst.Call, set[int], dict[int, int]]] = []
+        seen: list[tuple[cst.Call, set[int], dict[int, tuple[cst.CSTNode, int]]]] = []
         for backward in anatomy.script.backward_calls:
             if not anatomy.inside(backward, loop.batch_loop):
                 continue
@@ -2563,25 +2563,13 @@ def _backward_under_another_condition(anatomy: Anatomy, model: Model) -> str | N
                 and dotted(node.func) in model.names
                 and id(node) in feeding
             }
-            branches: dict[int, int] = {}
-            child: cst.CSTNode = backward
-            for ancestor in anatomy.ancestors(backward):
-                if ancestor is loop.batch_loop:
-                    break
-                if isinstance(ancestor, cst.If):
-                    branches[id(ancestor)] = 0 if child is ancestor.body else 1
-                child = ancestor
+            branches = _branches_taken(anatomy, backward, loop.batch_loop)
             for other, their_calls, their_branches in seen:
                 differing = [
                     node
-                    for node in anatomy.ancestors(backward)
-                    if isinstance(node, cst.If)
-                    and branches.get(id(node)) != their_branches.get(id(node))
-                ] + [
-                    node
-                    for node in anatomy.ancestors(other)
-                    if isinstance(node, cst.If)
-                    and branches.get(id(node)) != their_branches.get(id(node))
+                    for key, (node, side) in {**branches, **their_branches}.items()
+                    if side != branches.get(key, (node, None))[1]
+                    or side != their_branches.get(key, (node, None))[1]
                 ]
                 # a conditional step with a forward of its own (a GAN's generator step
                 # under `if i % n_critic == 0:`) is not the same forward's
@@ -2590,7 +2578,7 @@ def _backward_under_another_condition(anatomy: Anatomy, model: Model) -> str | N
                     for node in differing
                     for inner in walk(node)
                 )
-                if calls & their_calls and branches != their_branches and not forwards_there:
+                if calls & their_calls and differing and not forwards_there:
                     return (
                         f"the backward passes at lines {anatomy.line(other)} and "
                         f"{anatomy.line(backward)} go through one forward of "
@@ -2600,6 +2588,22 @@ def _backward_under_another_condition(anatomy: Anatomy, model: Model) -> str | N
     return None
 
 
+def _branches_taken(
+    anatomy: Anatomy, node: cst.CSTNode, stop: cst.CSTNode | None = None
+) -> dict[int, tuple[cst.CSTNode, int]]:
+    """The `if`s (and conditional expressions) around `node`, up to `stop`, by id: each with
+    the branch `node` is in (0 its body, 1 its `else`)."""
+    taken: dict[int, tuple[cst.CSTNode, int]] = {}
+    child: cst.CSTNode = node
+    for ancestor in anatomy.ancestors(node):
+        if ancestor is stop:
+            break
+        if isinstance(ancestor, cst.If | cst.IfExp):
+            taken[id(ancestor)] = (ancestor, 0 if child is ancestor.body else 1)
+        child = ancestor
+    return taken
+
+
 def _paths(anatomy: Anatomy, calls: list[cst.Call], backward: cst.Call) -> list[list[cst.Call]]:
     """The calls of a step that run together: one list per path through the `if`s the
     backward is not under (`if mode == "pretrain": model(x, mode="pretrain") else:
@@ -2607,13 +2611,11 @@ def _paths(anatomy: Anatomy, calls: list[cst.Call], backward: cst.Call) -> list[
     classifier idle in every pretraining step)."""
 
     def branches(call: cst.Call) -> dict[int, int]:
-        taken: dict[int, int] = {}
-        child: cst.CSTNode = call
-        for ancestor in anatomy.ancestors(call):
-            if isinstance(ancestor, cst.If | cst.IfExp) and not anatomy.inside(backward, ancestor):
-                taken[id(ancestor)] = 0 if child is ancestor.body else 1
-            child = ancestor
-        return taken
+        return {
+            key: side
+            for key, (node, side) in _branches_taken(anatomy, call).items()
+            if not anatomy.inside(backward, node)
+        }
 
     taken = [branches(call) for call in calls]
     paths: list[list[cst.Call]] = []
