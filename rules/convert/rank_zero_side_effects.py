@@ -496,10 +496,11 @@ def _kept_open(ctx: ConvertContext) -> None:
             # os.devnull instead, through the same handle.
             if _devnull_elsewhere(ctx, assign, value):
                 continue
+            early = "" if anatomy.script.after_setup(assign) else " before the process group exists"
             ctx.cannot(
                 assign,
-                "a file opened for writing and kept open: every process would write it; "
-                "open it and write to it on rank 0 only by hand",
+                f"a file opened for writing{early} and kept open: every process would write "
+                "it; open it and write to it on rank 0 only by hand",
                 blocking=True,
             )
 
@@ -553,14 +554,20 @@ def _devnull_elsewhere(
     """`log = open("metrics.csv", "w")` kept open for the run becomes `open(...) if
     dist.get_rank() == 0 else open(os.devnull, "w")`: one line, and every write through the
     handle (`csv.writer(log)`, `print(..., file=log)`) lands once. Not for a file the process
-    also reads back (`"w+"`), for one only this process looks at, or before the set-up."""
+    also reads back (`"w+"`), or for one only this process looks at. Opened at import, before
+    the set-up (`LOG_FILE = open(OUT / "train.log", "a")` over a `main()`, round-45 audit D c6),
+    rank 0 is the one torchrun calls 0; a spawned worker re-imports the module without it."""
     anatomy = ctx.anatomy
     by_path = isinstance(opened.func, cst.Attribute)  # `(out / "log.txt").open("a")`
     flags = "".join(mode_flags(opened, anatomy.function_of(assign)))
+    rank_zero = RANK_ZERO
+    if not anatomy.script.after_setup(assign):
+        if anatomy.function_of(assign) is not None or ctx.options.launcher is not Launcher.TORCHRUN:
+            return False
+        rank_zero = LAUNCHED_RANK_ZERO
     if (
         "+" in flags
         or _synced_to_disk(anatomy)
-        or not anatomy.script.after_setup(assign)
         or anatomy.effects.private(anatomy.statement_of(assign)) is not None
         or call_arg(opened, None, "file") is not None
     ):
@@ -571,13 +578,14 @@ def _devnull_elsewhere(
     ctx.plan.replace(
         opened,
         lambda updated: cst.IfExp(
-            test=expression(RANK_ZERO),
+            test=expression(rank_zero),
             body=updated,
             orelse=expression(elsewhere),
         ),
     )
     ctx.add_import("os")
-    ctx.add_import("torch.distributed", asname="dist")
+    if rank_zero == RANK_ZERO:
+        ctx.add_import("torch.distributed", asname="dist")
     ctx.changed(
         assign,
         "a file kept open for the run: rank 0 writes it, the other processes write to "

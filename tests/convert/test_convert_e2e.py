@@ -2938,6 +2938,61 @@ def test_writes_on_shared_lines_path_handles_and_open_blocks_are_rank_0s(tmp_pat
     assert ran.stdout.decode().count("trial 1 epoch 1") == 1
 
 
+LOG_OPENED_AT_IMPORT = """\
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+OUT = Path("outputs")
+OUT.mkdir(exist_ok=True)
+LOG_FILE = open(OUT / "train.log", "a")
+
+
+def log(msg):
+    LOG_FILE.write(msg + "\\n")
+    LOG_FILE.flush()
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        log(f"epoch {epoch} loss {loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_log_file_opened_at_import_is_rank_0s(tmp_path: Path) -> None:
+    """Round-45 audit D c6 (refused): `LOG_FILE = open(OUT / "train.log", "a")` at import,
+    over a script whose set-up is in its `__main__` block. Before the process group exists,
+    rank 0 is the one torchrun calls 0 (`RANK`); the others write to os.devnull."""
+    result = convert_source(LOG_OPENED_AT_IMPORT.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'if int(os.environ.get("RANK", 0)) == 0 else open(os.devnull, "a")' in text
+    (tmp_path / "train.py").write_text(text)
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=240, env=recording(tmp_path))
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert writers(tmp_path)["outputs/train.log"] == {"0"}
+    lines = (tmp_path / "outputs" / "train.log").read_text().splitlines()
+    assert [line.split()[1] for line in lines] == ["0", "1"]
+    alone = run([sys.executable, "train.py"], cwd=tmp_path, timeout=120)
+    assert alone.returncode == 0, alone.stderr.decode()[-3000:]
+    assert len((tmp_path / "outputs" / "train.log").read_text().splitlines()) == 4
+
+
 ROUNDS_OF_EPOCHS = """\
 import json
 import torch
