@@ -235,9 +235,10 @@ class SideEffects:
             if isinstance(statement, cst.With) and self.index.function_of(statement) is scope:
                 values += [item for held, item in with_names(statement).items() if held == name]
         for value in values:
+            named = names_the_process(value)  # `with open(f"seen{os.environ['RANK']}", "w") as f:`
+            if named:
+                return named
             for node in walk(value):
-                if isinstance(node, cst.Call) and (dotted(node.func) or "").endswith(PRIVATE):
-                    return dotted(node.func)
                 if isinstance(node, cst.Name) and node.value != name:
                     made = self.private_name(node.value, scope, depth + 1)
                     if made:

@@ -10093,3 +10093,29 @@ for x, y in loader:
         "    if mean.item() / dist.get_world_size() < 0.1:\n"
     ) in output, output
     assert "ReduceOp.MAX" not in output
+
+
+def test_a_handle_opened_on_a_path_named_by_the_rank_is_the_process_own() -> None:
+    """A `with open(f"seen{os.environ['RANK']}.json", "w") as f:` block: the write through
+    `f` was guarded to rank 0 while every rank opened (and truncated) its file; the path is
+    each process's own, so nothing in the block is guarded."""
+    source = b"""import json
+import os
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(data, batch_size=4, shuffle=True)
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+with open(f"seen{os.environ.get('RANK', '')}.json", "w") as f:
+    json.dump(epoch, f)
+"""
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "as f:\n    json.dump(epoch, f)\n" in text
