@@ -58,6 +58,9 @@ class TrainLoop:
     # names as seen from the epoch loop (None where they cannot be named there).
     also: list[Loader] = field(default_factory=list)
     also_at_epoch: list[str | None] = field(default_factory=list)
+    # The loaders other calls of the loop's function give it (a pretraining stage, then a
+    # fine-tuning one): the epoch loop is in the function too, and its set_epoch theirs.
+    given: list[Loader] = field(default_factory=list)
 
 
 @dataclass
@@ -307,6 +310,7 @@ class TrainingScript:
                 train.also_at_epoch = others
                 train.epoch_var = epoch_variable(node, self.graph)
                 break
+            train.given = _given_elsewhere(self, train)
             loops.append(train)
         return loops
 
@@ -363,18 +367,15 @@ class TrainingScript:
             return name if same_class and via_self else None
         return name  # a global
 
-    def alternatives(self, loader: Loader) -> list[Loader]:
-        return alternatives(self, loader)
-
     @cached_property
     def train_loaders(self) -> list[Loader]:
         """Loaders that feed a backward pass; by name and `shuffle=` when not traceable."""
         traced = [loop.loader for loop in self.train_loops if loop.loader is not None]
-        traced += [extra for loop in self.train_loops for extra in loop.also]
+        traced += [extra for loop in self.train_loops for extra in [*loop.also, *loop.given]]
         traced += [t.loader for t in self.foreign_training if t.loader is not None]
         if traced:
             traced += _drawn_for_the_loss(self)
-            traced += [other for loader in traced for other in self.alternatives(loader)]
+            traced += [other for loader in traced for other in alternatives(self, loader)]
             for loader in traced:
                 loader.trains = True
             return list({id(loader): loader for loader in traced}.values())
@@ -1514,4 +1515,88 @@ def _trainer_classes(script: TrainingScript) -> list[tuple[cst.Call, Path]]:
             path = script.project.trainer_base(owner)
             if path is not None:
                 found.append((call, path))
+    return found
+
+
+def iterated_argument(
+    script: TrainingScript, function: cst.FunctionDef, site: cst.Call, loop: cst.For
+) -> cst.BaseExpression | None:
+    """What `site` gives the parameter of `function` that `loop` iterates over."""
+    iterable = strip_iteration(loop.iter, script.graph)
+    if not isinstance(iterable, cst.Name) or iterable.value not in script.graph.parameters_of(
+        function
+    ):
+        return None
+    return script.graph.bound_argument(site, function, iterable.value)
+
+
+def site_trains(
+    script: TrainingScript, function: cst.FunctionDef, site: cst.Call, loop: cst.For
+) -> bool:
+    """Whether the call `site` of `function` may run the backward pass in `loop`: not when
+    the backward is under `if optimizer is not None:` (`if train:`, `if phase == "train":`)
+    and the call gives that parameter None, False or another string, or leaves it at such a
+    default (round-8 audit a07's `run_epoch(model, val_dl)`), also through a local the
+    test names (`train = optimizer is not None`)."""
+    defaults = {
+        param.name.value: param.default
+        for param in [*function.params.params, *function.params.kwonly_params]
+    }
+    for node in walk(loop.body):
+        if not (isinstance(node, cst.Call) and is_method_call(node, "backward")):
+            continue
+        for guard in script.index.ancestors(node):
+            if guard is loop:
+                break
+            if not isinstance(guard, cst.If) or not script.index.inside(node, guard.body):
+                continue
+            test, wanted = guard.test, None
+            if isinstance(test, cst.Name) and test.value not in defaults:
+                # `train = optimizer is not None`, then `if train:` (round-21 audit A graph_cls)
+                values = script.values.assignments(test.value, function)
+                test = values[0] if len(values) == 1 else test
+            if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+                operator = test.comparisons[0].operator
+                comparator = test.comparisons[0].comparator
+                if isinstance(operator, cst.IsNot) and is_name(comparator, "None"):
+                    test = test.left
+                elif isinstance(operator, cst.Equal) and isinstance(comparator, cst.SimpleString):
+                    test, wanted = test.left, comparator.evaluated_value
+            if not isinstance(test, cst.Name) or test.value not in defaults:
+                continue
+            given = script.graph.bound_argument(site, function, test.value)
+            given = defaults[test.value] if given is None else given
+            if wanted is None and (is_name(given, "None") or is_name(given, "False")):
+                return False
+            if (
+                wanted is not None
+                and isinstance(given, cst.SimpleString)
+                and given.evaluated_value != wanted
+            ):
+                return False
+    return True
+
+
+def _given_elsewhere(script: TrainingScript, train: TrainLoop) -> list[Loader]:
+    """The other loaders the calls of the batch loop's function give it to train on, when
+    its epoch loop is there too (`train(model, pre_loader, ...)`, then `train(new_model,
+    ft_loader, ...)`: round-45 audit C twostage): the set_epoch that goes in that loop is
+    each one's. With the epoch loop at a call site, only that site's loader would get it."""
+    function = script.index.function_of(train.batch_loop)
+    if (
+        function is None
+        or train.loader is None
+        or train.epoch_loop is None
+        or script.index.function_of(train.epoch_loop) is not function
+    ):
+        return []
+    found: list[Loader] = []
+    for site in script.graph.call_sites(function):
+        argument = iterated_argument(script, function, site, train.batch_loop)
+        if argument is None or not site_trains(script, function, site, train.batch_loop):
+            continue
+        made = script.loaders.resolve(argument, script.index.function_of(site))
+        loader = script.loaders.loader_for(made)
+        if loader is not None and loader is not train.loader and loader not in found:
+            found.append(loader)
     return found

@@ -22,9 +22,12 @@ from ddpify.analysis.project import foreign_base, generator_repasses, passes_ove
 from ddpify.analysis.script import (
     ForeignTraining,
     TrainLoop,
+    alternatives,
     epoch_variable,
     exclusive,
+    iterated_argument,
     shuffles,
+    site_trains,
     without_gradients,
 )
 from ddpify.analysis.splits import drawn_seeds, per_process_draw, surely_runs, unseeded_choice
@@ -1155,11 +1158,12 @@ class DistributedSampler(ConvertRule):
                 ctx.info(loader.call, "not a training loader: every process evaluates all of it")
         looped = {id(loop.loader) for loop in anatomy.script.train_loops if loop.loader is not None}
         looped |= {id(extra) for loop in anatomy.script.train_loops for extra in loop.also}
+        looped |= {id(other) for loop in anatomy.script.train_loops for other in loop.given}
         looped |= {  # the same name given another loader in another branch: the same loop's
             id(other)
             for loop in anatomy.script.train_loops
             if loop.loader is not None
-            for other in anatomy.script.alternatives(loop.loader)
+            for other in alternatives(anatomy.script, loop.loader)
         }
         for training in anatomy.script.foreign_training:
             if training.loader is not None and id(training.loader) in sharded:
@@ -2001,8 +2005,8 @@ def _set_epoch_in_other_loops(ctx: ConvertContext, loop: TrainLoop) -> None:
     sampler = f"{loop.loader_at_epoch}.{loop.loader.sampler_path}"
     root = re.split(r"[.\[]", loop.loader_at_epoch)[0]
     for site in anatomy.graph.call_sites(function):
-        if anatomy.inside(site, loop.epoch_loop) or not _site_trains(
-            anatomy, function, site, loop.batch_loop
+        if anatomy.inside(site, loop.epoch_loop) or not site_trains(
+            anatomy.script, function, site, loop.batch_loop
         ):
             continue
         other = next(
@@ -4019,11 +4023,12 @@ def _refuse_loaders_given_to_one_loop(ctx: ConvertContext) -> None:
         given = [
             anatomy.loaders.resolve(argument, anatomy.function_of(site))
             for site in anatomy.graph.call_sites(function)
-            if _site_trains(anatomy, function, site, loop.batch_loop)
-            and (argument := _iterated_argument(anatomy, function, site, loop.batch_loop))
+            if site_trains(anatomy.script, function, site, loop.batch_loop)
+            and (argument := iterated_argument(anatomy.script, function, site, loop.batch_loop))
             is not None
         ]
-        others = [made for made in given if made is not None and made is not loop.loader.call]
+        followed = {loop.loader.call, *(other.call for other in loop.given)}
+        others = [made for made in given if made is not None and made not in followed]
         if not others:
             continue
         lines = ", ".join(str(anatomy.line(made)) for made in [loop.loader.call, *others])
@@ -4036,65 +4041,6 @@ def _refuse_loaders_given_to_one_loop(ctx: ConvertContext) -> None:
             blocking=True,
         )
         return
-
-
-def _iterated_argument(
-    anatomy: Anatomy, function: cst.FunctionDef, site: cst.Call, loop: cst.For
-) -> cst.BaseExpression | None:
-    """What `site` gives the parameter of `function` that `loop` iterates over."""
-    iterable = strip_iteration(loop.iter, anatomy.graph)
-    if not isinstance(iterable, cst.Name) or iterable.value not in anatomy.graph.parameters_of(
-        function
-    ):
-        return None
-    return anatomy.graph.bound_argument(site, function, iterable.value)
-
-
-def _site_trains(
-    anatomy: Anatomy, function: cst.FunctionDef, site: cst.Call, loop: cst.For
-) -> bool:
-    """Whether the call `site` of `function` may run the backward pass in `loop`: not when
-    the backward is under `if optimizer is not None:` (`if train:`, `if phase == "train":`)
-    and the call gives that parameter None, False or another string, or leaves it at such a
-    default (round-8 audit a07's `run_epoch(model, val_dl)`), also through a local the
-    test names (`train = optimizer is not None`)."""
-    defaults = {
-        param.name.value: param.default
-        for param in [*function.params.params, *function.params.kwonly_params]
-    }
-    for node in walk(loop.body):
-        if not (isinstance(node, cst.Call) and is_method_call(node, "backward")):
-            continue
-        for guard in anatomy.ancestors(node):
-            if guard is loop:
-                break
-            if not isinstance(guard, cst.If) or not anatomy.inside(node, guard.body):
-                continue
-            test, wanted = guard.test, None
-            if isinstance(test, cst.Name) and test.value not in defaults:
-                # `train = optimizer is not None`, then `if train:` (round-21 audit A graph_cls)
-                values = anatomy.values.assignments(test.value, function)
-                test = values[0] if len(values) == 1 else test
-            if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-                operator = test.comparisons[0].operator
-                comparator = test.comparisons[0].comparator
-                if isinstance(operator, cst.IsNot) and is_name(comparator, "None"):
-                    test = test.left
-                elif isinstance(operator, cst.Equal) and isinstance(comparator, cst.SimpleString):
-                    test, wanted = test.left, comparator.evaluated_value
-            if not isinstance(test, cst.Name) or test.value not in defaults:
-                continue
-            given = anatomy.graph.bound_argument(site, function, test.value)
-            given = defaults[test.value] if given is None else given
-            if wanted is None and (is_name(given, "None") or is_name(given, "False")):
-                return False
-            if (
-                wanted is not None
-                and isinstance(given, cst.SimpleString)
-                and given.evaluated_value != wanted
-            ):
-                return False
-    return True
 
 
 def _given_other_loaders(

@@ -2993,6 +2993,71 @@ def test_a_log_file_opened_at_import_is_rank_0s(tmp_path: Path) -> None:
     assert len((tmp_path / "outputs" / "train.log").read_text().splitlines()) == 4
 
 
+TWO_STAGES_ONE_TRAIN = """\
+import json
+import os
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+seen = []
+
+
+def train(model, loader, optimizer, epochs):
+    for epoch in range(epochs):
+        order = []
+        for x, i in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+            order += i.tolist()
+        seen.append(order)
+
+
+def main():
+    torch.manual_seed(0)
+    pre_set = TensorDataset(torch.randn(16, 2), torch.arange(16))
+    pre = DataLoader(pre_set, batch_size=4, shuffle=True)
+    model = torch.nn.Linear(2, 1)
+    train(model, pre, torch.optim.SGD(model.parameters(), lr=0.1), 2)
+    torch.save(model.state_dict(), "pretrained.pt")
+    fine_set = TensorDataset(torch.randn(8, 2), 100 + torch.arange(8))
+    fine = DataLoader(fine_set, batch_size=2, shuffle=True)
+    model = torch.nn.Linear(2, 1)
+    model.load_state_dict(torch.load("pretrained.pt"))
+    train(model, fine, torch.optim.SGD(model.parameters(), lr=0.01), 3)
+    with open(f"seen{os.environ.get('RANK', '')}.json", "w") as f:
+        json.dump(seen, f)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_one_train_function_for_two_stages_shards_both_loaders(tmp_path: Path) -> None:
+    """Round-45 audit C twostage (refused): `train(model, pre_loader, ...)`, then a new model
+    fine-tuned by `train(model, ft_loader, ...)`. Both loaders are sharded, the set_epoch in
+    `train()` is each one's, and every pass of each stage is split between the ranks."""
+    result = convert_source(TWO_STAGES_ONE_TRAIN.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "DistributedSampler(pre_set, shuffle=True)" in text
+    assert "DistributedSampler(fine_set, shuffle=True)" in text
+    assert text.count("model = DDP(model") == 2
+    assert "as f:\n        json.dump(seen, f)\n" in text  # a file named by the rank: its own
+    (tmp_path / "train.py").write_text(text)
+    ran = torchrun(["train.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    ranks = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in "01"]
+    assert [len(passes) for passes in ranks] == [5, 5]
+    for p, size in enumerate([16, 16, 8, 8, 8]):
+        first, second = ranks[0][p], ranks[1][p]
+        assert len(first) == len(second) == size // 2
+        assert sorted(first + second) == sorted(set(first + second)), (p, first, second)
+    assert ranks[0][2] != ranks[0][3] or ranks[0][3] != ranks[0][4]  # stage 2 reshuffles
+
+
 ROUNDS_OF_EPOCHS = """\
 import json
 import torch
