@@ -14,7 +14,7 @@ from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.project import iterable_class
 from ddpify.analysis.script import TrainLoop
-from ddpify.analysis.splits import per_process_draw, surely_runs
+from ddpify.analysis.splits import per_process_draw, runs_first, surely_runs
 from ddpify.analysis.tree import call_arg, dotted, is_name, methods, source_text, walk
 from ddpify.edits import EditPlan
 from ddpify.emit import statement, with_keyword
@@ -70,7 +70,11 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
     # inside the loop, round-10 audit c10), also under an `if` (a curriculum's loader made
     # again when its stage changes, round-43 audit D curriculum: `set_epoch` first in the
     # loop ran on the `None` it started as): after it is made, before its batch loop.
-    root = re.split(r"[.\[]", loop.loader_at_epoch or "")[0]
+    # Only what names the loader makes it: not `self.best = loss` after a `self.train_epoch()`
+    # whose batch loop is in another method (round-46 audit E trainer_es2: set_epoch went
+    # last in the loop, after the epoch it was for).
+    at_epoch = loop.loader_at_epoch or ""
+    root = re.split(r"[.\[]", at_epoch)[0]
     made = None
     for line in body.body:
         if any(node is loop.batch_loop for node in walk(line)):
@@ -78,9 +82,8 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
         if any(
             isinstance(small, cst.Assign | cst.AnnAssign)
             and any(
-                isinstance(node, cst.Name) and node.value == root
+                _names_a_part(target.target, root, at_epoch)
                 for target in (small.targets if isinstance(small, cst.Assign) else [small])
-                for node in walk(target.target)
             )
             for small in walk(line)
         ):
@@ -89,6 +92,21 @@ def insert_set_epoch(plan: EditPlan, loop: TrainLoop, via: str = "sampler") -> N
         plan.insert_after(made, [call])
     else:
         plan.insert_before(body.body[0], [call])
+
+
+def _names_a_part(target: cst.BaseExpression, root: str, loader: str) -> bool:
+    """Whether assigning `target` gives the loader `loader` (rooted at `root`) anew: the
+    root name itself (`loader, sampler = make(...)`), or the loader or an object it is read
+    from (`self.train_loader`, `self.data` for `self.data.loader`)."""
+    for node in walk(target):
+        name = dotted(node) if isinstance(node, cst.Attribute | cst.Name) else None
+        if name is None:
+            continue
+        if name == root and "." not in name and root != "self":
+            return True
+        if name != root and (name == loader or loader.startswith((name + ".", name + "["))):
+            return True
+    return False
 
 
 def _iterable_of_the_project(
@@ -318,7 +336,8 @@ def drawing_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
     default = next(
         (v for n, v in DRAWING_SAMPLERS.items() if n in anatomy.qualified_names(made.func)), None
     )
-    if default is None or call_arg(made, None, "generator") is not None:
+    given = call_arg(made, None, "generator")
+    if default is None or (given is not None and not isinstance(given.value, cst.Name)):
         return None
     replacement = call_arg(made, None, "replacement")
     replaces = default if replacement is None else is_name(replacement.value, "True")
@@ -326,9 +345,29 @@ def drawing_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
 
 
 def draw_per_process(plan: EditPlan, sampler: cst.Call) -> None:
-    """The sampler draws from a generator seeded with the script's torch seed plus the rank."""
-    generator = cst.parse_expression(PER_PROCESS_GENERATOR)
-    plan.replace(sampler, lambda updated: with_keyword(updated, "generator", generator))
+    """The sampler draws from a generator seeded with the script's torch seed plus the rank,
+    or its own generator's seed plus the rank."""
+    give_generator(plan, sampler, cst.parse_expression(per_process_generator(sampler)))
+
+
+def give_generator(plan: EditPlan, sampler: cst.Call, generator: cst.BaseExpression) -> None:
+    """`generator=` of the sampler set to `generator`: in place of the one it is given."""
+    given = call_arg(sampler, None, "generator")
+    if given is not None:
+        plan.replace(given.value, lambda _: generator)
+    else:
+        plan.replace(sampler, lambda updated: with_keyword(updated, "generator", generator))
+
+
+def per_process_generator(sampler: cst.Call) -> str:
+    """A generator for the sampler seeded apart in every process: from torch's seed, or from
+    the seed of the generator it is given (`generator=g`, seeded with `--seed`: round-46
+    audit A weighted_gen was refused)."""
+    given = call_arg(sampler, None, "generator")
+    if given is None:
+        return PER_PROCESS_GENERATOR
+    own = cst.Module([]).code_for_node(given.value)
+    return f"torch.Generator().manual_seed({own}.initial_seed() + dist.get_rank())"
 
 
 PLAIN_SAMPLERS = {
@@ -836,10 +875,6 @@ def family_seeded(anatomy: Anatomy, family: str, before: cst.CSTNode) -> bool:
 
 
 def runs_before(anatomy: Anatomy, node: cst.CSTNode, later: cst.CSTNode) -> bool:
-    """`node` comes first in the file, or is in a function a call of which does."""
-    if anatomy.precedes(node, later):
-        return True
-    function = anatomy.function_of(node)
-    return function is not None and any(
-        anatomy.precedes(site, later) for site in anatomy.graph.call_sites(function)
-    )
+    """`node` runs first: compared where both are reached in one function (see
+    `runs_first`)."""
+    return runs_first(anatomy, anatomy.graph, node, later)

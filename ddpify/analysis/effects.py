@@ -144,8 +144,14 @@ class SideEffects:
                 return "file write"  # `Path.rename(target)` (round-19 audit s54)
             if f"{base}.{attr}" in FILE_OPERATIONS:  # the best checkpoint copied, old ones removed
                 return "file write"
-            if attr in {"mkdir", "makedirs"} and base == "os" and not _exist_ok(call):
-                return "file write"  # two ranks creating it at once: one gets FileExistsError
+            if (
+                attr in {"mkdir", "makedirs"}
+                and (base == "os" or attr == "mkdir")
+                and not _exist_ok(call)
+            ):
+                # two ranks creating it at once: one gets FileExistsError (`os.makedirs(d)`;
+                # `run_dir.mkdir(parents=True)`, round-46 audit D runfolder)
+                return "file write"
             if attr == "save_image":
                 return "file write"
             if attr == "save" and call.args:

@@ -17,7 +17,7 @@ import libcst as cst
 
 from ddpify.analysis.api import SEEDS
 from ddpify.analysis.index import SourceIndex
-from ddpify.analysis.tree import call_arg, dotted, methods, walk
+from ddpify.analysis.tree import call_arg, dotted, is_name, methods, walk
 from ddpify.analysis.values import MAX_STEPS, Values
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def drawn_splits(
                 continue
             seen.add(key)
             for call in index.calls:
-                family = _family(index, call, SHUFFLES)
+                family = _family(index, call, SHUFFLES) or _from_the_os(values, call, "shuffle")
                 if (
                     family is not None
                     and call.args
@@ -188,14 +188,15 @@ def drawn_splits(
                     (
                         inner
                         for inner in walk(value)
-                        if isinstance(inner, cst.Call) and _family(index, inner, SAMPLE_DRAWS)
+                        if isinstance(inner, cst.Call)
+                        and (_family(index, inner, SAMPLE_DRAWS) or _from_the_os(values, inner))
                     ),
                     None,
                 )
                 if draw is None:
                     visit(value, where, depth + 1)
                     continue
-                family = _family(index, draw, SAMPLE_DRAWS)
+                family = _family(index, draw, SAMPLE_DRAWS) or _from_the_os(values, draw)
                 assert family is not None
                 parted_by = (
                     rank_zero_draw(index, values.graph, effects, family, draw)
@@ -227,6 +228,42 @@ def drawn_splits(
     visit(dataset, index.function_of(dataset), 0)
     unique = {id(split.statement): split for split in found}
     return list(unique.values())
+
+
+# A NumPy Generator's draws (`rng.permutation(n)`, `rng.normal(size=...)`).
+GENERATOR_DRAWS = frozenset(
+    {"permutation", "permuted", "choice", "shuffle", "integers", "random", "normal",
+     "standard_normal", "uniform", "beta", "binomial", "poisson", "exponential", "gamma",
+     "multivariate_normal", "dirichlet", "lognormal", "laplace", "multinomial"}
+)  # fmt: skip
+# The family of a generator seeded from the OS when it is made: no seed makes it alike.
+FROM_THE_OS = "os entropy"
+
+
+def _from_the_os(values: Values, call: cst.Call, method: str | None = None) -> str | None:
+    """`FROM_THE_OS` for a draw from a NumPy Generator made without a seed,
+    `np.random.default_rng()` (round-46 audit A subset_unseeded: each rank drew its own
+    train/validation split; concat_unseeded_data: its own data), also through a name or a
+    parameter it is given to."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value not in GENERATOR_DRAWS:
+        return None
+    if method is not None and func.attr.value != method:
+        return None
+    base = func.value
+    if isinstance(base, cst.Call) and not values.index.may_name(base, {"default_rng"}):
+        return None
+    if not isinstance(base, cst.Call | cst.Name | cst.Attribute):
+        return None
+    scope = values.index.function_of(call)
+    made = values.origins(base, scope)
+    unseeded = bool(made) and all(
+        isinstance(end, cst.Call)
+        and values.index.qualified_names(end.func) & {"numpy.random.default_rng"}
+        and (not end.args or (end.args[0].keyword is None and is_name(end.args[0].value, "None")))
+        for end in made
+    )
+    return FROM_THE_OS if unseeded else None
 
 
 def _drawn_when_made(index: SourceIndex, graph: CallGraph, node: cst.CSTNode) -> DrawnSplit | None:
@@ -286,10 +323,47 @@ def _seeded_before(
         _family(index, call, SEEDS) == family
         and bool(call.args)
         and per_process_draw(index, call.args[0].value) is None
-        and any(index.precedes(call, point) for point in points)
+        and (
+            runs_first(index, graph, call, draw)
+            if graph is not None
+            else any(index.precedes(call, point) for point in points)
+        )
         and surely_runs(index, call, graph)
         for call in index.calls
     )
+
+
+def runs_first(
+    index: SourceIndex, graph: CallGraph, first: cst.CSTNode, later: cst.CSTNode
+) -> bool:
+    """Whether `first` runs before `later`, compared where both are reached in one function:
+    themselves, or the calls of the functions they are in. A seed in `set_seed()`, defined
+    above `build_data()`, runs after the data is drawn when `main()` calls `build_data()`
+    first (round-46 audit B seed_data: every rank trained on a data set of its own). Where
+    no such pair is found, the order in the file."""
+    pairs = [
+        (a, b)
+        for a in _reached_from(index, graph, first)
+        for b in _reached_from(index, graph, later)
+        if a is not b and index.function_of(a) is index.function_of(b)
+    ]
+    if not pairs:
+        return index.precedes(first, later)
+    return any(index.precedes(a, b) for a, b in pairs)
+
+
+def _reached_from(index: SourceIndex, graph: CallGraph, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node`, the calls of its function, the calls of theirs (three levels up)."""
+    found, frontier = [node], [node]
+    for _ in range(3):
+        frontier = [
+            site
+            for inner in frontier
+            if (function := index.function_of(inner)) is not None
+            for site in graph.call_sites(function)
+        ]
+        found += frontier
+    return found
 
 
 def surely_runs(index: SourceIndex, node: cst.CSTNode, graph: CallGraph | None = None) -> bool:

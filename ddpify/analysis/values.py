@@ -377,12 +377,21 @@ def _values_for(
         return [value]
     if isinstance(target, cst.Tuple | cst.List):
         for index, element in enumerate(target.elements):
-            if dotted(element.value) == name:
-                if isinstance(value, cst.Tuple | cst.List) and index < len(value.elements):
-                    return [value.elements[index].value]
-                return [
-                    cst.Subscript(value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))])
-                ]
+            nested = isinstance(element.value, cst.Tuple | cst.List)
+            if dotted(element.value) != name and not nested:
+                continue
+            if isinstance(value, cst.Tuple | cst.List) and index < len(value.elements):
+                part = value.elements[index].value
+            else:
+                part = cst.Subscript(
+                    value, [cst.SubscriptElement(cst.Index(cst.Integer(str(index))))]
+                )
+            if not nested:
+                return [part]
+            # `(x_train, y_train), (x_val, y_val) = make_data()` (round-46 audit B seed_data)
+            found = _values_for(element.value, part, name)
+            if found:
+                return found
     return []
 
 

@@ -690,7 +690,7 @@ class _Counted:
         1 for `ids[:, i:i + seq_len]` (yunjey's language model); None otherwise."""
         parent = self.index.parent(read)
         if not (isinstance(parent, cst.Subscript) and parent.value is read):
-            return None
+            return self._sliced_in_callee(read, counters)
         if _slices_by(parent, counters):
             return 0
         return 1 if _slices_columns_by(parent, counters) else None
@@ -701,12 +701,20 @@ class _Counted:
         parent = self.index.parent(read)
         if isinstance(parent, cst.Subscript) and parent.value is read:
             return _slices_by(parent, counters) or _slices_columns_by(parent, counters)
+        return self._sliced_in_callee(read, counters) is not None
+
+    def _sliced_in_callee(self, read: cst.Name, counters: set[str | None]) -> int | None:
+        """The dimension a function of the script given `read` and a counter slices it along
+        by that counter: `get_batch(source, i)` returning `source[i:i + bptt]` (0) or
+        `source[:, i:i + seq_len]` (1, a batch-first language model: round-46 audit C
+        tiedlm was refused)."""
+        parent = self.index.parent(read)
         call = self.index.parent(parent) if isinstance(parent, cst.Arg) else None
         if not isinstance(call, cst.Call):
-            return False
+            return None
         callee = self.graph.callee(call)
         if callee is None:
-            return False
+            return None
         data: str | None = None
         given: set[str | None] = set()
         for parameter in self.graph.parameters_of(callee):
@@ -716,15 +724,17 @@ class _Counted:
             elif isinstance(argument, cst.Name) and argument.value in counters:
                 given.add(parameter)
         if data is None or not given:
-            return False
+            return None
         inside = _counters(callee.body, given)
-        return any(
-            isinstance(node, cst.Subscript)
-            and is_name(node.value, data)
-            and _slices_by(node, inside)
-            and self.index.function_of(node) is callee
+        axes = {
+            0 if _slices_by(node, inside) else 1
             for node in walk(callee.body)
-        )
+            if isinstance(node, cst.Subscript)
+            and is_name(node.value, data)
+            and (_slices_by(node, inside) or _slices_columns_by(node, inside))
+            and self.index.function_of(node) is callee
+        }
+        return axes.pop() if len(axes) == 1 else None
 
     def fixed(
         self, value: cst.BaseExpression, scope: cst.FunctionDef | None, seen: set[str]

@@ -51,16 +51,16 @@ from ddpify.emit import (
     expression,
     statement,
     statements,
-    with_keyword,
 )
 from ddpify.fixes import (
-    PER_PROCESS_GENERATOR,
     OwnSampler,
     draw_per_process,
     drawing_sampler,
     family_seeded,
+    give_generator,
     insert_set_epoch,
     own_sampler,
+    per_process_generator,
     plain_sampler,
     runs_before,
     set_epoch_problem,
@@ -1343,16 +1343,17 @@ def _draw_apart(ctx: ConvertContext, drawing: cst.Call) -> None:
         # ohem_loss_weighted_resample): one generator, made before the loop, goes on
         # drawing; one seeded afresh with every sampler drew the same stream every epoch
         name = ctx.anatomy.free_name(["sampler_generator", "sampler_generator_"])
-        ctx.plan.insert_before(outermost, [statement(f"{name} = {PER_PROCESS_GENERATOR}\n")])
-        ctx.plan.replace(
-            drawing, lambda updated: with_keyword(updated, "generator", cst.Name(name))
-        )
+        made = per_process_generator(drawing)
+        ctx.plan.insert_before(outermost, [statement(f"{name} = {made}\n")])
+        give_generator(ctx.plan, drawing, cst.Name(name))
     else:
         draw_per_process(ctx.plan, drawing)
+    given = call_arg(drawing, None, "generator")
+    seeded = f"`{dotted(given.value)}`'s seed" if given is not None else "the torch seed"
     ctx.changed(
         drawing,
         "the sampler draws with replacement: each process draws a stream of its own "
-        "(its generator seeded with the torch seed plus the rank"
+        f"(its generator seeded with {seeded} plus the rank"
         f"{', made once before the loop' if outermost is not None else ''}); every process "
         "draws num_samples per epoch, so an epoch sees world_size times as many",
     )
@@ -1507,15 +1508,29 @@ def _two_blank_lines(made: cst.BaseStatement) -> cst.BaseStatement:
 
 
 def _counts_samples(anatomy: Anatomy, loader: Loader) -> bool:
-    """`len(...)` of the loader's dataset anywhere: `len(train_ds)`, `len(loader.dataset)`."""
+    """`len(...)` of the loader's dataset anywhere: `len(train_ds)`, `len(loader.dataset)`;
+    not shown alone in a print or log line (`logger.info(f"Num examples = {len(ds)}")`,
+    round-46 audit A hf_bucket), which shows the whole data set's size, as it did."""
     dataset = call_arg(loader.call, 0, "dataset")
     names = {f"{loader.name}.dataset"} if loader.name else set()
     if dataset is not None and dotted(dataset.value) is not None:
         names.add(dotted(dataset.value) or "")
     return any(
-        is_name(call.func, "len") and call.args and dotted(call.args[0].value) in names
+        is_name(call.func, "len")
+        and call.args
+        and dotted(call.args[0].value) in names
+        and not _shown_alone(anatomy, call)
         for call in anatomy.calls
     )
+
+
+def _shown_alone(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`call` is a value of its own in a print or log line: `{len(ds)}` in an f-string, or
+    an argument of the print."""
+    parent = anatomy.parent(call)
+    if not isinstance(parent, cst.FormattedStringExpression | cst.Arg):
+        return False
+    return anatomy.effects.of(anatomy.statement_of(call)) in {"print", "logging"}
 
 
 def _last_batch_of_one(ctx: ConvertContext, loader: Loader) -> None:
@@ -1642,6 +1657,8 @@ def _refuse_per_sample_state(ctx: ConvertContext) -> None:
     anatomy = ctx.anatomy
     for loop in anatomy.script.train_loops:
         batch = _sample_names(loop.batch_loop)
+        if _over_constants(anatomy, loop.batch_loop):
+            continue  # `for name in TASKS:` around `next(iters[name])` (round-46 audit C)
         made_here = {
             n.value
             for node in walk(loop.batch_loop.body)
@@ -1710,6 +1727,32 @@ def _by_sample_position(loop: cst.For, target: cst.Subscript) -> bool:
         and any(is_name(n, counter) for n in walk(node))
         for element in target.slice
         for node in walk(element)
+    )
+
+
+def _over_constants(anatomy: Anatomy, loop: cst.For) -> bool:
+    """The loop walks a list of names or numbers written in the script (`for name in
+    TASKS:`, `TASKS = ["cls", "reg"]`, or a dict's keys): its variable names a task, not a
+    batch."""
+    values = (
+        anatomy.values.values_of(loop.iter.value, anatomy.function_of(loop))
+        if isinstance(loop.iter, cst.Name)
+        else [(loop.iter, None)]
+    )
+    constant = (cst.SimpleString, cst.Integer)
+    return bool(values) and all(
+        (
+            isinstance(value, cst.List | cst.Tuple)
+            and all(isinstance(e.value, constant) for e in value.elements)
+        )
+        or (  # `TASKS = {"digits": 10, "parity": 2}`: its keys
+            isinstance(value, cst.Dict)
+            and all(
+                isinstance(e, cst.DictElement) and isinstance(e.key, constant)
+                for e in value.elements
+            )
+        )
+        for value, _ in values
     )
 
 
@@ -3715,6 +3758,7 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
         )
     ctx.plan.insert_before(restore or stream.anchor, new)
     ctx.add_import("torch.distributed", asname="dist")
+    _shared_after_reseed(ctx, stream)
     ctx.changed(
         stream.loop,
         {
@@ -3731,6 +3775,48 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
             "its rank (the data is not split; every step sees world_size times the batch)",
         ),
     )
+
+
+def _shared_after_reseed(ctx: ConvertContext, stream: RandomBatches) -> None:
+    """A draw between the training passes, from a generator now seeded per process: the
+    validation subset an epoch picks (`idx = np.random.choice(len(val_set), size=k)`, round-46
+    audit B val_subset: each rank validated on its own, one stopped early alone and the run
+    died). The single-process script drew one; every process takes rank 0's."""
+    anatomy = ctx.anatomy
+    anchor = stream.anchor
+    if anchor is None:
+        return
+    batch_loops = [loop.batch_loop for loop in anatomy.script.train_loops]
+    for call in walk(anchor):
+        if not isinstance(call, cst.Call) or call in stream.draws:
+            continue
+        if anatomy.streams.drawn_from(call) not in stream.families:
+            continue
+        if anatomy.inside(stream.loop, call) or any(
+            anatomy.inside(call, loop) for loop in [stream.loop, *batch_loops]
+        ):
+            continue
+        line = anatomy.statement_of(call)
+        small = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
+        if not (
+            isinstance(small, cst.Assign)
+            and small.value is call
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and not any(
+                isinstance(block, cst.With | cst.Try | cst.FunctionDef)
+                for block in anatomy.ancestors(line)
+                if anatomy.inside(block, anchor) and block is not anchor
+            )
+        ):
+            continue
+        name = small.targets[0].target.value
+        if take_rank_zeros(ctx.plan, line, name):
+            ctx.changed(
+                call,
+                f"`{name}` is drawn between the training passes from a generator each process "
+                "now seeds apart: every process takes rank 0's, as the one process drew one",
+            )
 
 
 # Where a loader's worker finds the seed its loader drew for it.

@@ -2100,7 +2100,9 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                         reason = f"`{dotted(call.func)}` is called under a condition (line {line})"
                     child = ancestor
             for call in calls:
-                picked = _output_picked_under_condition(anatomy, call, backward)
+                picked = _output_picked_under_condition(
+                    anatomy, call, backward
+                ) or _part_added_under_condition(anatomy, call, backward)
                 if picked is not None and reason is None:
                     reason = picked
     if reason is None:
@@ -2529,6 +2531,76 @@ def _output_picked_under_condition(
             ):
                 line = anatomy.line(node)
                 return f"part of `{name}` goes into the loss under a condition (line {line})"
+    return None
+
+
+def _part_added_under_condition(anatomy: Anatomy, call: cst.Call, backward: cst.Call) -> str | None:
+    """A loss from a part of the output added to the loss under a condition: `aux_loss =
+    mse(out["aux"], r)` (or `logits, aux = model(x)`) every step, then `if epoch % 2 == 0:
+    loss = loss + 0.1 * aux_loss` (round-46 audit C auxdict: the aux head got no gradient
+    on odd epochs, and DDP raised at the first one)."""
+    assignment = anatomy.parent(call)
+    if not (isinstance(assignment, cst.Assign) and len(assignment.targets) == 1):
+        return None
+    target = assignment.targets[0].target
+    whole = target.value if isinstance(target, cst.Name) else None
+    parts = (
+        {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
+        if isinstance(target, cst.Tuple | cst.List)
+        else set()
+    )
+    if whole is None and not parts:
+        return None
+    scope = anatomy.parent(anatomy.statement_of(call))
+    while scope is not None and not isinstance(scope, cst.For | cst.While | cst.FunctionDef):
+        scope = anatomy.parent(scope)
+    if scope is None:
+        return None
+
+    def reads_part(node: cst.CSTNode) -> bool:
+        return any(
+            (isinstance(inner, cst.Name) and inner.value in parts)
+            or (isinstance(inner, cst.Subscript) and whole and is_name(inner.value, whole))
+            for inner in walk(node)
+        )
+
+    for node in walk(scope):  # the names given values computed from a part, in order
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and anatomy.precedes(call, node)
+            and anatomy.precedes(node, backward)
+            and reads_part(node.value)
+        ):
+            parts.add(node.targets[0].target.value)
+    receiver = backward.func.value if isinstance(backward.func, cst.Attribute) else None
+    losses = {n.value for n in walk(receiver) if isinstance(n, cst.Name)} if receiver else set()
+    for node in walk(scope):
+        if (
+            not isinstance(node, cst.If)
+            or anatomy.inside(backward, node)
+            or not anatomy.precedes(call, node)
+            or not anatomy.precedes(node, backward)
+        ):
+            continue
+        for added in walk(node.body):
+            if isinstance(added, cst.Assign) and len(added.targets) == 1:
+                into, value = added.targets[0].target, added.value
+            elif isinstance(added, cst.AugAssign):
+                into, value = added.target, added.value
+            else:
+                continue
+            if (
+                isinstance(into, cst.Name)
+                and into.value in losses
+                and any(
+                    isinstance(n, cst.Name) and n.value in parts and n.value != into.value
+                    for n in walk(value)
+                )
+            ):
+                line = anatomy.line(node)
+                return f"a loss from part of the output is added under a condition (line {line})"
     return None
 
 

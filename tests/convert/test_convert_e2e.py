@@ -3058,6 +3058,78 @@ def test_one_train_function_for_two_stages_shards_both_loaders(tmp_path: Path) -
     assert ranks[0][2] != ranks[0][3] or ranks[0][3] != ranks[0][4]  # stage 2 reshuffles
 
 
+AUX_LOSS_EVERY_OTHER_EPOCH = """\
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class AuxNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 8)
+        self.cls = torch.nn.Linear(8, 3)
+        self.aux_head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = self.body(x).relu()
+        return OUTPUT
+
+
+torch.manual_seed(0)
+x = torch.randn(32, 4)
+loader = DataLoader(TensorDataset(x, x.argmax(1) % 3, x.norm(dim=1)), batch_size=8, shuffle=True)
+model = AuxNet()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for xb, yb, rb in loader:
+        TAKEN
+        aux_loss = F.mse_loss(AUX.squeeze(1), rb)
+        if epoch % 2 == 0:
+            loss = loss + 0.1 * aux_loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"epoch {epoch} done")
+"""
+
+
+@pytest.mark.parametrize(
+    ("output", "taken", "aux"),
+    [
+        (
+            '{"logits": self.cls(h), "aux": self.aux_head(h)}',
+            'out = model(xb)\n        loss = F.cross_entropy(out["logits"], yb)',
+            'out["aux"]',
+        ),
+        (
+            "self.cls(h), self.aux_head(h)",
+            "logits, aux = model(xb)\n        loss = F.cross_entropy(logits, yb)",
+            "aux",
+        ),
+    ],
+)
+def test_an_aux_loss_added_every_other_epoch_gets_find_unused_parameters(
+    tmp_path: Path, output: str, taken: str, aux: str
+) -> None:
+    """Round-46 audit C auxdict: `aux_loss = mse(out["aux"], r)` every step, added to the
+    loss only on even epochs: plain DDP raised "Expected to have finished reduction" in
+    epoch 1, under torchrun and alone."""
+    source = (
+        AUX_LOSS_EVERY_OTHER_EPOCH.replace("OUTPUT", output)
+        .replace("TAKEN", taken)
+        .replace("AUX", aux)
+    )
+    result = convert_source(source.encode(), "aux.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "find_unused_parameters=True" in text
+    (tmp_path / "aux.py").write_text(text)
+    ran = torchrun(["aux.py"], cwd=tmp_path, timeout=240)
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert ran.stdout.decode().count("epoch 2 done") == 1
+
+
 ROUNDS_OF_EPOCHS = """\
 import json
 import torch
@@ -4693,6 +4765,20 @@ def test_a_sampler_of_the_script_s_own_it_cannot_deal_out_is_refused(
     result = convert_source(source.encode(), "buckets.py", ConvertOptions())
     assert result.refused
     assert any(reason in problem.message for problem in result.problems), result.problems
+
+
+def test_a_data_set_s_size_shown_in_a_log_line_is_not_a_count_of_samples() -> None:
+    """Round-46 audit A hf_bucket: `logger.info(f"Num examples = {len(train_dataset)}")`
+    alone refused the dealing out of a bucketing batch sampler: it shows the whole set's
+    size, as it did, and counts nothing a process reads."""
+    shown = OWN_SAMPLERS.replace(
+        "            passes[-1].append(ids.tolist())\n",
+        '            passes[-1].append(ids.tolist())\n        print(f"{len(ds)} examples")\n',
+    )
+    assert shown != OWN_SAMPLERS
+    result = convert_source(shown.encode(), "buckets.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"ShardByRank(" in result.output
 
 
 LEARNED_PROXIES = """\
