@@ -441,11 +441,7 @@ class ScheduleLength(ConvertRule):
         for value, _ in anatomy.values.values_of(name, scope):
             if not _arithmetic(value):
                 continue  # `train_loader = DataLoader(..., sampler=sampler)`: not a count
-            for inner in walk(value):
-                if isinstance(inner, cst.Name) and not anatomy.is_attribute_name(inner):
-                    self._refuse_computed(
-                        ctx, scheduler, inner.value, loaders, seen, depth + 1, what
-                    )
+            counted: list[cst.Call] = []  # lengths made this process's: not followed further
             for length in _lengths(value):
                 loader = _loader_of(length, loaders)
                 if (
@@ -455,6 +451,7 @@ class ScheduleLength(ConvertRule):
                 ):
                     sampler = f"{loader.name}.{loader.sampler_path}"
                     ctx.plan.replace(length, _measuring(sampler))
+                    counted.append(length)
                     ctx.changed(
                         length,
                         f"`{name}`, {what}, counts this process's samples: len({sampler})",
@@ -469,6 +466,7 @@ class ScheduleLength(ConvertRule):
                     # its images' (round-22 audit B kaggle_tta_c): the same count
                     sampler = f"{source.name}.{source.sampler_path}"
                     ctx.plan.replace(length, _replaced_with(f"len({sampler})"))
+                    counted.append(length)
                     ctx.changed(
                         length,
                         f"`{name}`, {what}, counts this process's samples: len({sampler})",
@@ -479,6 +477,18 @@ class ScheduleLength(ConvertRule):
                         f"`{name}`, {what}, is computed from the dataset: each process now "
                         "takes 1/N of those steps; compute it from len(train_loader) by hand",
                         blocking=True,
+                    )
+            for inner in walk(value):
+                # not what a length counted here reads (`len(train_idx)`, made
+                # `len(train_loader.sampler)`: `train_idx = perm[:int(0.8 * n)]` and its
+                # `n = len(ds)` size no schedule, round-46 audit A subset_steps)
+                if (
+                    isinstance(inner, cst.Name)
+                    and not anatomy.is_attribute_name(inner)
+                    and not any(anatomy.inside(inner, length) for length in counted)
+                ):
+                    self._refuse_computed(
+                        ctx, scheduler, inner.value, loaders, seen, depth + 1, what
                     )
 
 

@@ -10482,3 +10482,35 @@ for epoch in range(2):
 """
     result = convert_source(source, "multitask.py", ConvertOptions())
     assert not any("per sample" in problem.message for problem in result.problems)
+
+
+def test_a_split_s_bounds_are_no_schedule_length() -> None:
+    """Round-46 audit A subset_steps: `steps_per_epoch = math.ceil(len(train_idx) / bs)`,
+    with `train_idx = perm[:int(0.8 * n)]` and `n = len(ds)`: the length is made this
+    process's (`len(train_loader.sampler)`), and `n`, which only bounds the split, was
+    refused as "a learning-rate schedule's length computed from the dataset"."""
+    source = b"""import math
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+ds = TensorDataset(torch.randn(100, 4), torch.randn(100, 1))
+n = len(ds)
+perm = np.random.default_rng(0).permutation(n)
+train_idx, val_idx = perm[: int(0.8 * n)], perm[int(0.8 * n):]
+train_set = Subset(ds, train_idx)
+train_loader = DataLoader(train_set, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+steps_per_epoch = math.ceil(len(train_idx) / 8)
+sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, steps_per_epoch=steps_per_epoch, epochs=2)
+for epoch in range(2):
+    for x, y in train_loader:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        sched.step()
+"""  # noqa: E501
+    result = convert_source(source, "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert b"steps_per_epoch = math.ceil(len(train_loader.sampler) / 8)" in result.output
