@@ -1997,11 +1997,10 @@ def test_batches_sliced_by_the_counter_split_evenly_and_stay_in_sync(tmp_path: P
 
     result = convert_source(ORDERED.encode(), "ordered.py", ConvertOptions())
     assert not result.refused, result.problems
-    guarded = "    if dist.get_rank() == 0:\n        json.dump(seen, "
     converted = result.output.decode()
-    assert guarded in converted  # the probe's own writes: made on every rank here
-    probe = converted.replace(guarded, "    if True:\n        json.dump(seen, ")
-    (tmp_path / "ordered_ddp.py").write_text(probe)
+    # the probes' files are named by the rank: each process writes its own
+    assert "    if dist.get_rank() == 0:\n        json.dump(seen, " not in converted
+    (tmp_path / "ordered_ddp.py").write_text(converted)
     run_ = torchrun(["ordered_ddp.py"], cwd=tmp_path, timeout=240)
     assert run_.returncode == 0, run_.stderr.decode()[-3000:]
     seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
@@ -2061,11 +2060,9 @@ def test_an_unseeded_permutation_of_whole_tensors_is_split_between_the_ranks(
     converted = result.output.decode()
     assert "rs = [rs]" not in converted
     assert "for i in range(0, permutation_part.size()[0], batch_size):" in converted
-    probe = converted.replace(
-        "if dist.get_rank() == 0:\n    json.dump(", "if True:\n    json.dump("
-    )
-    assert probe.count("if True:") == 1  # both dumps, guarded together
-    (tmp_path / "permuted_ddp.py").write_text(probe)
+    # the probes' files are named by the rank: each process writes its own
+    assert "if dist.get_rank() == 0:\n    json.dump(" not in converted
+    (tmp_path / "permuted_ddp.py").write_text(converted)
     run_ = torchrun(["permuted_ddp.py"], cwd=tmp_path, timeout=240)
     assert run_.returncode == 0, run_.stderr.decode()[-3000:]
     seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
@@ -2144,15 +2141,12 @@ def test_a_data_file_rank_0_writes_is_read_back_by_every_rank_after_it(
 
 
 def per_rank_json(tmp_path: Path, converted: str, script: str, stem: str) -> list[object]:
-    """Run `converted` under torchrun with its `json.dump(...)` of `{stem}{rank}.json`, which
-    the conversion guards to rank 0, made on every rank; what each rank wrote."""
+    """Run `converted` under torchrun with its `json.dump(...)` of `{stem}{rank}.json`, a
+    file named by the rank that every process writes its own of; what each rank wrote."""
     import json
 
-    probe = converted.replace(
-        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
-    )
-    assert "if True:" in probe
-    (tmp_path / script).write_text(probe)
+    assert "if dist.get_rank() == 0:\n        json.dump(" not in converted
+    (tmp_path / script).write_text(converted)
     run_ = torchrun([script], cwd=tmp_path, timeout=240)
     assert run_.returncode == 0, run_.stderr.decode()[-3000:]
     return [json.loads((tmp_path / f"{stem}{rank}.json").read_text()) for rank in (0, 1)]
@@ -5132,10 +5126,8 @@ def test_training_loaders_made_in_branches_are_each_sharded(tmp_path: Path, kind
     converted = result.output.decode()
     assert "train_sampler = DistributedSampler(train_dataset, shuffle=True)" in converted
     assert converted.count("sampler=DistributedSampler(") == 1
-    probe = converted.replace(
-        "if dist.get_rank() == 0:\n        json.dump(", "if True:\n        json.dump("
-    )
-    (tmp_path / "branches_ddp.py").write_text(probe)
+    assert "if dist.get_rank() == 0:\n        json.dump(" not in converted  # each rank's own
+    (tmp_path / "branches_ddp.py").write_text(converted)
     run_ = torchrun(["branches_ddp.py", kind], cwd=tmp_path, timeout=240)
     assert run_.returncode == 0, run_.stderr.decode()[-3000:]
     seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in (0, 1)]
@@ -5189,12 +5181,8 @@ def test_a_seed_sweep_in_one_process_gives_each_run_its_own_order(tmp_path: Path
     assert not result.refused, result.problems
     converted = result.output.decode()
     assert "sampler=DistributedSampler(dataset, shuffle=True, seed=seed)" in converted
-    probe = converted.replace(
-        "        if dist.get_rank() == 0:\n            json.dump(",
-        "        if True:\n            json.dump(",
-    )
-    assert "if True:" in probe
-    (tmp_path / "sweep_ddp.py").write_text(probe)
+    assert "        if dist.get_rank() == 0:\n            json.dump(" not in converted  # its own
+    (tmp_path / "sweep_ddp.py").write_text(converted)
     run_ = torchrun(["sweep_ddp.py"], cwd=tmp_path, timeout=240)
     assert run_.returncode == 0, run_.stderr.decode()[-3000:]
     orders = [json.loads((tmp_path / f"orders{rank}.json").read_text()) for rank in (0, 1)]
@@ -6222,10 +6210,9 @@ def test_a_loader_factory_called_for_every_split_shards_the_training_call_only(
     text = result.output.decode()
     assert "sampler=DistributedSampler(train_dataset, shuffle=train) if train else None" in text
     dump = 'json.dump(read, open(f"read{rank}.json", "w"))\n'
-    guarded = f"    if dist.get_rank() == 0:\n        {dump}"
-    assert guarded in text
-    probe = f"    {dump}    if dist.get_rank() == 0:\n"
-    (tmp_path / "train_ddp.py").write_text(text.replace(guarded, probe))
+    assert f"    {dump}" in text  # a file named by the rank: each process writes its own
+    assert f"    if dist.get_rank() == 0:\n        {dump}" not in text
+    (tmp_path / "train_ddp.py").write_text(text)
     ran = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
     assert ran.returncode == 0, ran.stderr.decode()[-3000:]
     reads = [json.loads((tmp_path / f"read{rank}.json").read_text()) for rank in (0, 1)]
