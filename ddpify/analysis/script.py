@@ -1591,12 +1591,23 @@ def _given_elsewhere(script: TrainingScript, train: TrainLoop) -> list[Loader]:
     ):
         return []
     found: list[Loader] = []
-    for site in script.graph.call_sites(function):
-        argument = iterated_argument(script, function, site, train.batch_loop)
-        if argument is None or not site_trains(script, function, site, train.batch_loop):
-            continue
-        made = script.loaders.resolve(argument, script.index.function_of(site))
+    for made in loaders_given(script, train):
         loader = script.loaders.loader_for(made)
         if loader is not None and loader is not train.loader and loader not in found:
             found.append(loader)
     return found
+
+
+def loaders_given(script: TrainingScript, train: TrainLoop) -> list[cst.Call | None]:
+    """The `DataLoader(...)` each call of the batch loop's function that trains gives it to
+    iterate (None where it does not trace), in the order of the calls."""
+    function = script.index.function_of(train.batch_loop)
+    if function is None:
+        return []
+    given: list[cst.Call | None] = []
+    for site in script.graph.call_sites(function):
+        argument = iterated_argument(script, function, site, train.batch_loop)
+        if argument is None or not site_trains(script, function, site, train.batch_loop):
+            continue
+        given.append(script.loaders.resolve(argument, script.index.function_of(site)))
+    return given

@@ -25,7 +25,7 @@ from ddpify.analysis.script import (
     alternatives,
     epoch_variable,
     exclusive,
-    iterated_argument,
+    loaders_given,
     shuffles,
     site_trains,
     without_gradients,
@@ -4106,15 +4106,12 @@ def _refuse_loaders_given_to_one_loop(ctx: ConvertContext) -> None:
         function = anatomy.function_of(loop.batch_loop)
         if loop.loader is None or function is None:
             continue
-        given = [
-            anatomy.loaders.resolve(argument, anatomy.function_of(site))
-            for site in anatomy.graph.call_sites(function)
-            if site_trains(anatomy.script, function, site, loop.batch_loop)
-            and (argument := iterated_argument(anatomy.script, function, site, loop.batch_loop))
-            is not None
-        ]
         followed = {loop.loader.call, *(other.call for other in loop.given)}
-        others = [made for made in given if made is not None and made not in followed]
+        others = [
+            made
+            for made in loaders_given(anatomy.script, loop)
+            if made is not None and made not in followed
+        ]
         if not others:
             continue
         lines = ", ".join(str(anatomy.line(made)) for made in [loop.loader.call, *others])

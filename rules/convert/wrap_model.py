@@ -2484,6 +2484,14 @@ def _weight_alone(
     return parts == {"weight"} and not (bias is not None and is_name(bias.value, "False"))
 
 
+def _step_scope(anatomy: Anatomy, call: cst.Call) -> cst.CSTNode | None:
+    """The loop or function the forward `call` runs in: where the step's loss is made."""
+    scope = anatomy.parent(anatomy.statement_of(call))
+    while scope is not None and not isinstance(scope, cst.For | cst.While | cst.FunctionDef):
+        scope = anatomy.parent(scope)
+    return scope
+
+
 def _output_picked_under_condition(
     anatomy: Anatomy, call: cst.Call, backward: cst.Call
 ) -> str | None:
@@ -2499,10 +2507,7 @@ def _output_picked_under_condition(
     ):
         return None
     name = assignment.targets[0].target.value
-    loop_body = anatomy.statement_of(call)
-    scope = anatomy.parent(loop_body)
-    while scope is not None and not isinstance(scope, cst.For | cst.While | cst.FunctionDef):
-        scope = anatomy.parent(scope)
+    scope = _step_scope(anatomy, call)
     if scope is None:
         return None
     places: list[tuple[cst.CSTNode, str]] = [(scope, name)]
@@ -2551,9 +2556,7 @@ def _part_added_under_condition(anatomy: Anatomy, call: cst.Call, backward: cst.
     )
     if whole is None and not parts:
         return None
-    scope = anatomy.parent(anatomy.statement_of(call))
-    while scope is not None and not isinstance(scope, cst.For | cst.While | cst.FunctionDef):
-        scope = anatomy.parent(scope)
+    scope = _step_scope(anatomy, call)
     if scope is None:
         return None
 
