@@ -119,7 +119,9 @@ class ConvertContext(RuleContext):
     ) -> None:
         assert self.rule is not None
         line = self.anatomy.line(node) if node is not None else 1
-        self.notes.append(Note(self.rule.code, line, message, kind, blocking))
+        note = Note(self.rule.code, line, message, kind, blocking)
+        if note not in self.notes:  # a node reached twice (two schedulers read one length)
+            self.notes.append(note)
 
     def changed(self, node: cst.CSTNode | None, message: str) -> None:
         self._note(node, message, NoteKind.CHANGED)

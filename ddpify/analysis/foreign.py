@@ -174,7 +174,7 @@ def _made_again(
     helper: Helper,
 ) -> ForeignLoader:
     unknown = ForeignLoader(statement, name, site, helper)
-    made = _returned_loader(helper, position)
+    made = returned_loader(helper, position)
     if made is None:
         return _problem(
             unknown,
@@ -292,7 +292,7 @@ def _problem(loader: ForeignLoader, why: str) -> ForeignLoader:
     )
 
 
-def _returned_loader(helper: Helper, position: int | str | None) -> cst.Call | None:
+def returned_loader(helper: Helper, position: int | str | None) -> cst.Call | None:
     """The `DataLoader(...)` call whose loader the helper returns (at `position` of the
     tuple it returns, or under the key `position` of the dict literal), made once in the
     helper itself."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.foreign import returned_loader
 from ddpify.analysis.loaders import Loader
-from ddpify.analysis.tree import call_arg, dotted, is_name, methods, walk
-from ddpify.analysis.values import MAX_STEPS
+from ddpify.analysis.project import Helper
+from ddpify.analysis.tree import call_arg, dotted, is_name, methods, source_text, walk
+from ddpify.analysis.values import MAX_STEPS, constant_index
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 SCHEDULERS = "torch.optim.lr_scheduler"
@@ -296,6 +299,108 @@ class ScheduleLength(ConvertRule):
         ),
         HELPER_MADE,
         FOLD_INDICES,
+        # Kept on a config object and read by the helper that makes the scheduler (round-47
+        # audit B cfg_sched: the cosine ended at half its peak).
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+
+            def build_scheduler(optimizer, cfg):
+                return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.total_steps)
+
+
+            def main():
+                cfg = Config()
+                loader = DataLoader(train_ds, batch_size=cfg.batch_size, shuffle=True)
+                cfg.total_steps = cfg.epochs * (len(train_ds) // cfg.batch_size)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                sched = build_scheduler(optimizer, cfg)
+                for epoch in range(cfg.epochs):
+                    for x, y in loader:
+                        loss = model(x).sum()
+                        loss.backward()
+                        optimizer.step()
+                        sched.step()
+
+
+            main()
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+
+            def build_scheduler(optimizer, cfg):
+                return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.total_steps)
+
+
+            def main():
+                cfg = Config()
+                loader = DataLoader(train_ds, batch_size=cfg.batch_size, shuffle=True)
+                cfg.total_steps = cfg.epochs * (len(loader.sampler) // cfg.batch_size)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                sched = build_scheduler(optimizer, cfg)
+                for epoch in range(cfg.epochs):
+                    for x, y in loader:
+                        loss = model(x).sum()
+                        loss.backward()
+                        optimizer.step()
+                        sched.step()
+
+
+            main()
+            """,
+        ),
+        # A count returned with the loader by a function of the script: counted where it is
+        # returned (a variant of round-47 audit B helper_count).
+        Example(
+            """
+            import math
+
+            import torch
+            from torch.utils.data import DataLoader
+
+
+            def get_loaders(bs):
+                train_loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+                return train_loader, len(train_ds)
+
+
+            loader, n_train = get_loaders(bs)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * math.ceil(n_train / bs))
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    sched.step()
+            """,  # noqa: E501
+            """
+            import math
+
+            import torch
+            from torch.utils.data import DataLoader
+
+
+            def get_loaders(bs):
+                train_loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+                return train_loader, len(train_loader.sampler)
+
+
+            loader, n_train = get_loaders(bs)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * math.ceil(n_train / bs))
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    sched.step()
+            """,  # noqa: E501
+        ),
         # Sized from the loader: it already counts this process's batches.
         Example(
             """
@@ -333,6 +438,7 @@ class ScheduleLength(ConvertRule):
                     elif _source_of(anatomy, length, loaders) is not None:
                         _refuse_source(ctx, length)
                 names = {dotted(n) for n in walk(arg.value) if isinstance(n, cst.Name)}
+                names |= _attributes_read(anatomy, arg.value)
                 names |= _read_by_function(anatomy, arg.value, anatomy.function_of(call))
                 for name in sorted(n for n in names if n):
                     self._refuse_computed(ctx, call, name, loaders, seen)
@@ -392,6 +498,14 @@ class ScheduleLength(ConvertRule):
         given = anatomy.graph.parameters_of(function) & _computed_from(
             function, {name for name in read if name is not None}
         )
+        # `cfg.total_steps` read of a parameter `cfg`: what the call gives `cfg` has it set
+        # (`cfg.total_steps = cfg.epochs * (len(train_ds) // cfg.batch_size)`, round-47
+        # audit B cfg_sched)
+        held = [
+            name.split(".", 1)
+            for name in read
+            if name is not None and name.split(".", 1)[0] in given and "." in name
+        ]
         for site in anatomy.graph.call_sites(function):
             followed: set[str] = set()
             for parameter in sorted(given):
@@ -399,6 +513,10 @@ class ScheduleLength(ConvertRule):
                 for node in walk(argument) if argument is not None else ():
                     if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
                         self._refuse_computed(ctx, site, node.value, loaders, followed)
+                owner = dotted(argument) if argument is not None else None
+                for root, attribute in held:
+                    if root == parameter and owner is not None:
+                        self._refuse_computed(ctx, site, f"{owner}.{attribute}", loaders, followed)
 
     def _resize(
         self, ctx: ConvertContext, scheduler: cst.Call, length: cst.Call, loader: Loader
@@ -439,45 +557,24 @@ class ScheduleLength(ConvertRule):
         anatomy = ctx.anatomy
         scope = anatomy.function_of(scheduler)
         for value, _ in anatomy.values.values_of(name, scope):
+            foreign = _foreign_count(anatomy, value, loaders)
+            if foreign is not None:
+                assert isinstance(value, cst.Subscript)
+                _refuse_foreign_count(ctx, value.value, name, foreign, what)
+                continue
+            for part, callee in _returned_parts(anatomy, value):
+                # `train_loader, n_train = get_loaders(bs)` with `get_loaders` of this file
+                # returning `len(train_ds)`: counted where it is returned
+                for length in _lengths(part):
+                    self._count(ctx, length, callee, loaders, name, what)
             if not _arithmetic(value):
                 continue  # `train_loader = DataLoader(..., sampler=sampler)`: not a count
-            counted: list[cst.Call] = []  # lengths made this process's: not followed further
-            for length in _lengths(value):
-                loader = _loader_of(length, loaders)
-                if (
-                    loader is not None
-                    and anatomy.function_of(loader.call) is scope
-                    and anatomy.precedes(loader.call, length)
-                ):
-                    sampler = f"{loader.name}.{loader.sampler_path}"
-                    ctx.plan.replace(length, _measuring(sampler))
-                    counted.append(length)
-                    ctx.changed(
-                        length,
-                        f"`{name}`, {what}, counts this process's samples: len({sampler})",
-                    )
-                elif (
-                    (source := _source_of(anatomy, length, loaders)) is not None
-                    and anatomy.function_of(source.call) is scope
-                    and anatomy.precedes(source.call, length)
-                    and _counts_the_dataset(anatomy, source, length)
-                ):
-                    # `len(trn_idx)` of `ImgDataset(images[trn_idx], ...)`, whose `__len__` is
-                    # its images' (round-22 audit B kaggle_tta_c): the same count
-                    sampler = f"{source.name}.{source.sampler_path}"
-                    ctx.plan.replace(length, _replaced_with(f"len({sampler})"))
-                    counted.append(length)
-                    ctx.changed(
-                        length,
-                        f"`{name}`, {what}, counts this process's samples: len({sampler})",
-                    )
-                elif loader is not None or _source_of(anatomy, length, loaders):
-                    ctx.cannot(
-                        length,
-                        f"`{name}`, {what}, is computed from the dataset: each process now "
-                        "takes 1/N of those steps; compute it from len(train_loader) by hand",
-                        blocking=True,
-                    )
+            # lengths made this process's: not followed further
+            counted = [
+                length
+                for length in _lengths(value)
+                if self._count(ctx, length, scope, loaders, name, what)
+            ]
             for inner in walk(value):
                 # not what a length counted here reads (`len(train_idx)`, made
                 # `len(train_loader.sampler)`: `train_idx = perm[:int(0.8 * n)]` and its
@@ -487,9 +584,190 @@ class ScheduleLength(ConvertRule):
                     and not anatomy.is_attribute_name(inner)
                     and not any(anatomy.inside(inner, length) for length in counted)
                 ):
+                    if _count_foreign_read(ctx, inner, scope, loaders, name, what):
+                        continue
                     self._refuse_computed(
                         ctx, scheduler, inner.value, loaders, seen, depth + 1, what
                     )
+
+    def _count(
+        self,
+        ctx: ConvertContext,
+        length: cst.Call,
+        scope: cst.FunctionDef | None,
+        loaders: list[Loader],
+        name: str,
+        what: str,
+    ) -> bool:
+        """`len(train_ds)` in what `name` is computed from (in `scope`): made
+        `len(loader.sampler)` where the loader is made before it, else refused. Whether it
+        now counts this process's samples."""
+        anatomy = ctx.anatomy
+        loader = _loader_of(length, loaders)
+        if (
+            loader is not None
+            and anatomy.function_of(loader.call) is scope
+            and anatomy.precedes(loader.call, length)
+        ):
+            sampler = f"{loader.name}.{loader.sampler_path}"
+            ctx.plan.replace(length, _measuring(sampler))
+            ctx.changed(length, f"`{name}`, {what}, counts this process's samples: len({sampler})")
+            return True
+        if (
+            (source := _source_of(anatomy, length, loaders)) is not None
+            and anatomy.function_of(source.call) is scope
+            and anatomy.precedes(source.call, length)
+            and _counts_the_dataset(anatomy, source, length)
+        ):
+            # `len(trn_idx)` of `ImgDataset(images[trn_idx], ...)`, whose `__len__` is its
+            # images' (round-22 audit B kaggle_tta_c): the same count
+            sampler = f"{source.name}.{source.sampler_path}"
+            ctx.plan.replace(length, _replaced_with(f"len({sampler})"))
+            ctx.changed(length, f"`{name}`, {what}, counts this process's samples: len({sampler})")
+            return True
+        if loader is not None or _source_of(anatomy, length, loaders):
+            ctx.cannot(
+                length,
+                f"`{name}`, {what}, is computed from the dataset: each process now takes 1/N "
+                "of those steps; compute it from len(train_loader) by hand",
+                blocking=True,
+            )
+        return False
+
+
+def _returned_parts(
+    anatomy: Anatomy, value: cst.BaseExpression
+) -> list[tuple[cst.BaseExpression, cst.FunctionDef]]:
+    """What the script's function called in `value` returns for it: the part at that
+    position for `get_loaders(bs)[2]` (of `train_loader, val_loader, n = get_loaders(bs)`),
+    each with the function."""
+    position = constant_index(value)
+    call = value.value if isinstance(value, cst.Subscript) else value
+    if not isinstance(call, cst.Call):
+        return []
+    callee = anatomy.graph.callee(call)
+    if callee is None:
+        return []
+    parts: list[tuple[cst.BaseExpression, cst.FunctionDef]] = []
+    for returned in anatomy.graph.returned_values(callee):
+        if position is None:
+            parts.append((returned, callee))
+        elif isinstance(returned, cst.Tuple | cst.List) and position < len(returned.elements):
+            parts.append((returned.elements[position].value, callee))
+    return parts
+
+
+def _attributes_read(anatomy: Anatomy, expr: cst.BaseExpression) -> set[str | None]:
+    """The attributes `expr` reads whole (`cfg.total_steps`), followed as names are."""
+    return {
+        dotted(node)
+        for node in walk(expr)
+        if isinstance(node, cst.Attribute)
+        and not isinstance(anatomy.parent(node), cst.Attribute | cst.Call)
+        and dotted(node) is not None
+    }
+
+
+def _foreign_count(
+    anatomy: Anatomy, value: cst.BaseExpression, loaders: list[Loader]
+) -> ForeignCount | None:
+    """`train_loader, val_loader, n_train = get_loaders(bs)`: what `n_train` is given, when
+    `get_loaders` (another file of the project) makes the training loader, made again here
+    (`DataLoader(train_loader.dataset, ...)`), and returns a length with it (`len(train_ds)`:
+    round-47 audit B helper_count)."""
+    position = constant_index(value)
+    if position is None:
+        return None
+    assert isinstance(value, cst.Subscript) and isinstance(value.value, cst.Call)
+    site = value.value
+    helper = anatomy.project.helper(site)
+    assign = anatomy.parent(site)
+    if helper is None or not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    if not isinstance(target, cst.Tuple | cst.List):
+        return None
+    bound = [dotted(element.value) for element in target.elements]
+    returned = [
+        node.value.elements[position].value
+        for node in walk(helper.function.body)
+        if isinstance(node, cst.Return)
+        and helper.index.function_of(node) is helper.function
+        and isinstance(node.value, cst.Tuple | cst.List)
+        and position < len(node.value.elements)
+    ]
+    if not any(_lengths(part) for part in returned):
+        return None
+    for loader in loaders:
+        dataset = call_arg(loader.call, 0, "dataset")
+        if loader.name not in bound or dataset is None:
+            continue
+        if dotted(dataset.value) != f"{loader.name}.dataset":
+            continue
+        made = returned_loader(helper, bound.index(loader.name))
+        given = call_arg(made, 0, "dataset") if made is not None else None
+        whole = f"len({dotted(given.value)})" if given is not None else None
+        exact = all(source_text(part) == whole for part in returned)
+        return ForeignCount(loader, helper, exact)
+    return None
+
+
+@dataclass(frozen=True)
+class ForeignCount:
+    """A length a helper of another file returns with the training loader it makes."""
+
+    loader: Loader  # the loader made again from the helper's
+    helper: Helper
+    exact: bool  # `len(<its dataset>)`, the number of samples the loader has
+
+    @property
+    def where(self) -> str:
+        return f"`{self.helper.name}()` ({self.helper.path.name})"
+
+
+def _count_foreign_read(
+    ctx: ConvertContext,
+    read: cst.Name,
+    scope: cst.FunctionDef | None,
+    loaders: list[Loader],
+    name: str,
+    what: str,
+) -> bool:
+    """`steps_per_epoch = ceil(n_train / bs)`, `n_train` the dataset's length `get_loaders()`
+    returns with the training loader, made again here: `n_train` there becomes
+    `len(train_loader.sampler)`, the samples this process takes. Whether `read` was such a
+    count (made this process's, or refused)."""
+    anatomy = ctx.anatomy
+    values = anatomy.values.values_of(read.value, scope)
+    counts = [_foreign_count(anatomy, value, loaders) for value, _ in values]
+    found = [count for count in counts if count is not None]
+    if not found:
+        return False
+    count = found[0]
+    if (
+        len(values) == 1
+        and count.exact
+        and anatomy.function_of(read) is anatomy.function_of(count.loader.call)
+        and anatomy.precedes(count.loader.call, read)
+    ):
+        sampler = f"{count.loader.name}.{count.loader.sampler_path}"
+        ctx.plan.replace(read, _replaced_with(f"len({sampler})"))
+        ctx.changed(read, f"`{name}`, {what}, counts this process's samples: len({sampler})")
+        return True
+    _refuse_foreign_count(ctx, read, read.value, count, what)
+    return True
+
+
+def _refuse_foreign_count(
+    ctx: ConvertContext, node: cst.CSTNode, name: str, count: ForeignCount, what: str
+) -> None:
+    ctx.cannot(
+        node,
+        f"`{name}`, {what}, is a length {count.where} returns with the training loader: "
+        "each process now takes 1/N of those steps; compute it from len(train_loader) by "
+        "hand",
+        blocking=True,
+    )
 
 
 def _training_ranges(anatomy: Anatomy) -> list[cst.For]:

@@ -3730,3 +3730,72 @@ def test_a_checkpoint_a_helper_saves_is_loaded_after_a_barrier(tmp_path: Path) -
         "    best = torch.load('ckpt/best.pt'" in output.decode()
     )
     assert "every rank waits for rank 0's save before it loads the file" in notes
+
+
+COUNTED_DATA = """\
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_loaders(batch_size):
+    train_ds = TensorDataset(x[:800], y[:800])
+    train_loader = DataLoader(train_ds, batch_size=batch_size, shuffle=True)
+    return train_loader, COUNT
+"""
+
+COUNTED_TRAIN = """\
+import math
+
+import torch
+
+from data import get_loaders
+
+
+def main():
+    train_loader, n_train = get_loaders(32)
+    steps_per_epoch = math.ceil(n_train / 32)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=3 * steps_per_epoch)
+    for epoch in range(3):
+        for xb, yb in train_loader:
+            loss = (model(xb) - yb).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            sched.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("count", "counted"),
+    [
+        ("len(train_ds)", "steps_per_epoch = math.ceil(len(train_loader.sampler) / 32)"),
+        ("len(train_ds) // 2", None),
+    ],
+)
+def test_a_count_returned_with_a_loader_of_another_file_counts_this_processs_samples(
+    tmp_path: Path, count: str, counted: str | None
+) -> None:
+    """Round-47 audit B helper_count: `train_loader, val_loader, n_train =
+    get_loaders(bs)`, the loader made in data.py and made again here, and `n_train =
+    len(train_ds)` from there sizing a cosine schedule: it stayed the whole dataset's, so each
+    rank ran half the schedule (final lr 1.7e-3 for ~0). The count is the loader's own
+    number of samples: it becomes `len(train_loader.sampler)` where the schedule reads it. A
+    count that is not plainly that is refused, naming the helper."""
+    (tmp_path / "data.py").write_text(COUNTED_DATA.replace("COUNT", count))
+    script = tmp_path / "train.py"
+    script.write_text(COUNTED_TRAIN)
+    result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
+    if counted is None:
+        assert result.refused
+        assert any(
+            "is a length `get_loaders()` (data.py) returns with the training loader" in note.message
+            for note in result.problems
+        ), result.problems
+        return
+    assert not result.refused, result.problems
+    assert counted in result.output.decode()
