@@ -1646,10 +1646,18 @@ def _exit_in(branch: cst.If) -> str | None:
             return "return"
         if isinstance(node, cst.Call) and dotted(node.func) in EXITS:
             return f"{dotted(node.func)}()"  # the NaN check of torchvision's references
+        if isinstance(node, cst.Raise) and _system_exit(node):
+            return "raise SystemExit"  # the same, spelled as a raise (round-47 audit D)
         if isinstance(node, cst.For | cst.While | cst.FunctionDef | cst.ClassDef | cst.Lambda):
             continue
         stack.extend(child_nodes(node))
     return None
+
+
+def _system_exit(node: cst.Raise) -> bool:
+    """`raise SystemExit("nan loss")`: what `sys.exit` does."""
+    raised = node.exc.func if isinstance(node.exc, cst.Call) else node.exc
+    return raised is not None and dotted(raised) in {"SystemExit", "builtins.SystemExit"}
 
 
 def _learning_rates(anatomy: Anatomy) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:

@@ -1723,6 +1723,40 @@ main()
     assert '                if dist.get_rank() == 0:\n                    print(f"Loss is' in text
 
 
+def test_a_system_exit_raised_on_this_process_s_loss_is_taken_by_every_process() -> None:
+    """Round-47 audit D earlystop_exit: `if not math.isfinite(loss.item()): raise
+    SystemExit("nan loss")` was left to each rank, while `sys.exit(...)` there was shared:
+    with the NaN in one rank's shard, it exited and the other died in its next all-reduce
+    (gloo: "Connection closed by peer"). The raise is the same exit: every process takes it
+    when one does."""
+    source = """import math
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = model(x).sum()
+            if not math.isfinite(loss.item()):
+                raise SystemExit("nan loss")
+            loss.backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "nan.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "dist.all_reduce(stop, op=dist.ReduceOp.MAX)\n            if stop.item():\n" in text
+    assert any("`raise SystemExit` decided on `loss`" in note.message for note in result.notes)
+
+
 def test_numpy_and_python_draws_are_seeded_apart_when_the_script_seeds_them() -> None:
     """Round-9 audit b05 (timm's mixup: `lam = np.random.beta(a, a)` each step) and b13
     (negatives drawn with `np.random.randint` in `__getitem__`): NumPy seeded alike drew the
