@@ -10,7 +10,7 @@ import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
 from ddpify.analysis.api import is_cuda_literal
-from ddpify.analysis.tree import dotted, is_attribute, source_text, walk
+from ddpify.analysis.tree import dotted, is_attribute, is_name, source_text, walk
 from ddpify.emit import FALLBACK_DEVICE, expression, statements
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
@@ -361,9 +361,9 @@ class ProcessDevice(ConvertRule):
             ctx.cannot(
                 pinned,
                 "the script makes one GPU visible (`CUDA_VISIBLE_DEVICES` set to a single "
-                "GPU): under torchrun every process would see only that one, and rank 1's "
-                "`torch.cuda.set_device(1)` fails; remove the line (each process takes its "
-                "GPU from LOCAL_RANK)",
+                "GPU, or to the one its option names): under torchrun every process would see "
+                "only that one, and rank 1's `torch.cuda.set_device(1)` fails; remove the line "
+                "(each process takes its GPU from LOCAL_RANK)",
                 blocking=True,
             )
             return
@@ -401,6 +401,32 @@ class ProcessDevice(ConvertRule):
                 elif isinstance(first, cst.IfExp) and _indexed_cuda(first.body):
                     ctx.plan.replace(first.body, partial(_constant, _plain_cuda(first.body)))
                     ctx.changed(call, '`torch.device("cuda:N" if ...)` drops its fixed GPU index')
+                elif _cuda_choice(first) or (
+                    isinstance(first, cst.IfExp) and _cuda_choice(first.body)
+                ):
+                    # `torch.device(f"cuda:{args.gpu}" if ... else "cpu")` (round-47 audit D)
+                    chosen = first.body if isinstance(first, cst.IfExp) else first
+                    if chosen is first and not _chosen_when_cuda(anatomy, call):
+                        ctx.plan.replace(call, partial(_constant, ctx.device(call)))
+                    else:
+                        ctx.plan.replace(chosen, partial(_constant, cst.SimpleString('"cuda"')))
+                    ctx.changed(call, "the GPU the script's option chooses is the process's GPU")
+            elif (
+                anatomy.is_call_to(call, {"torch.cuda.set_device"})
+                and len(call.args) == 1
+                and _names_a_choice(call.args[0].value)
+            ):
+                # `torch.cuda.set_device(int(args.gpu))` after the conversion's own
+                # `set_device(local_rank)`: every process back on one GPU (round-47 audit D
+                # pandas_results, setdev_resume)
+                rank = (
+                    'int(os.environ.get("LOCAL_RANK", 0))'
+                    if ctx.options.launcher is Launcher.TORCHRUN
+                    else "torch.cuda.current_device()"
+                )
+                ctx.plan.replace(call.args[0].value, partial(_constant, expression(rank)))
+                ctx.add_import("os")
+                ctx.changed(call, "`torch.cuda.set_device(...)` takes the process's GPU")
             elif is_attribute(func, "add_argument") and _local_rank_option(call):
                 _local_rank_from_environment(ctx, call)
             elif is_attribute(func, "add_argument"):
@@ -447,7 +473,7 @@ def _device_names(ctx: ConvertContext) -> None:
         value = node.value
         if value is None:
             continue
-        if isinstance(value, cst.Integer) or is_cuda_literal(value):
+        if isinstance(value, cst.Integer) or is_cuda_literal(value) or _cuda_choice(value):
             ctx.plan.replace(value, lambda _: expression(FALLBACK_DEVICE))
             ctx.add_import("torch")
             ctx.changed(node, f"`{name}` is the process's device, not a fixed GPU")
@@ -457,6 +483,10 @@ def _device_names(ctx: ConvertContext) -> None:
             if _indexed_cuda(body):  # "cuda:1" if ... else "cpu": the index goes
                 ctx.plan.replace(body, partial(_constant, _plain_cuda(body)))
                 ctx.changed(node, f"`{name}` drops its fixed GPU index")
+        elif isinstance(value, cst.IfExp) and _cuda_choice(value.body):
+            # `f"cuda:{args.gpu}" if torch.cuda.is_available() else "cpu"` (round-47 audit D)
+            ctx.plan.replace(value.body, partial(_constant, cst.SimpleString('"cuda"')))
+            ctx.changed(node, f"`{name}` is the process's GPU, not the one the option chooses")
         elif isinstance(value, cst.IfExp) and isinstance(value.body, cst.Integer):
             # `0 if torch.cuda.is_available() else "cpu"` (PyTorch's multi-GPU tutorial's
             # `gpu_id`, round-20 audit B trainer_class): the current GPU instead
@@ -545,7 +575,34 @@ def _pins_one_gpu(anatomy: Anatomy) -> cst.CSTNode | None:
                     ]
                     if any(_one_gpu(v) for v in values):
                         return node
+                    if isinstance(small, cst.Assign) and _names_a_choice(small.value):
+                        # `= args.gpu` (round-47 audit D gpu_env): a GPU the option names
+                        return node
     return None
+
+
+def _names_a_choice(value: cst.BaseExpression) -> bool:
+    """`args.gpu`, `str(opt.gpu_id)`: a GPU the script's options choose, not this process's
+    (a name with `rank` in it is the process's own)."""
+    if isinstance(value, cst.Call) and len(value.args) == 1 and is_name(value.func, "str", "int"):
+        value = value.args[0].value
+    name = dotted(value)
+    return name is not None and "rank" not in name.lower()
+
+
+def _cuda_choice(node: cst.BaseExpression) -> bool:
+    """`f"cuda:{args.gpu}"`: a GPU chosen by the script's options, the same on every
+    process."""
+    if not isinstance(node, cst.FormattedString):
+        return False
+    parts = node.parts
+    return (
+        len(parts) == 2
+        and isinstance(parts[0], cst.FormattedStringText)
+        and parts[0].value == "cuda:"
+        and isinstance(parts[1], cst.FormattedStringExpression)
+        and _names_a_choice(parts[1].expression)
+    )
 
 
 def _one_gpu(value: cst.SimpleString | cst.Integer) -> bool:

@@ -5118,6 +5118,52 @@ def test_a_script_that_makes_one_gpu_visible_is_refused() -> None:
     assert any("makes one GPU visible" in note.message for note in result.problems)
     several = 'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0,1"\n' + FILE_OPERATIONS
     assert not convert_source(several.encode(), "train.py", ConvertOptions()).refused
+    # the GPU an option names (round-47 audit D gpu_env: converted, every rank on GPU 0)
+    chosen = 'import os\nos.environ["CUDA_VISIBLE_DEVICES"] = args.gpu\n' + FILE_OPERATIONS
+    result = convert_source(chosen.encode(), "train.py", ConvertOptions())
+    assert result.refused
+    assert any("makes one GPU visible" in note.message for note in result.problems)
+
+
+def test_a_gpu_the_scripts_option_chooses_is_the_processs_gpu() -> None:
+    """Round-47 audit D pandas_results, setdev_resume: `torch.cuda.set_device(int(args.gpu))`
+    ran after the conversion's `set_device(local_rank)`, and `torch.device(f"cuda:{args.gpu}"
+    if ... else "cpu")` named GPU 0 on every process: rank 1 wrapped a model on GPU 0 with
+    `device_ids=[1]`. Both take the process's GPU; `set_device(args.local_rank)` is left."""
+    source = """import argparse
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--gpu", default="0")
+    p.add_argument("--local_rank", type=int, default=0)
+    args = p.parse_args()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(args.gpu))
+        torch.cuda.set_device(args.local_rank)
+    device = torch.device(f"cuda:{args.gpu}" if torch.cuda.is_available() else "cpu")
+    other = torch.device(f"cuda:{args.gpu}")
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x.to(device)).sum()
+        loss.backward()
+        optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "train.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert 'torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))\n' in text
+    assert "torch.cuda.set_device(args.local_rank)\n" in text
+    assert 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n' in text
+    assert "args.gpu" not in text.split("p.parse_args()")[1]
 
 
 TEE_LOGGER = """\
