@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.tree import call_arg, dotted, is_attribute, walk
+from ddpify.analysis.tree import call_arg, dotted, is_attribute, is_name, walk
 from ddpify.rule import CheckContext, CheckRule, Example
 
 # Calls of the wrapped model (or a part of it) that yield its parameters.
@@ -89,6 +89,18 @@ class RequiresGradAfterWrap(CheckRule):
             model.module.backbone.requires_grad_(False)
             """
         ),
+        # Set from a flag per stage (round-47 audit E runner_freeze: raised at step 2).
+        Example(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(model)
+            for stage_epochs, freeze in [(1, True), (2, False)]:
+                for p in model.module[0].parameters():
+                    p.requires_grad = not freeze
+                train(model, stage_epochs)
+            """
+        ),
     )
 
     def check(self, ctx: CheckContext) -> None:
@@ -114,22 +126,17 @@ def _true(arg: cst.Arg | None) -> bool:
 
 
 def _changed(node: cst.CSTNode) -> tuple[cst.BaseExpression, bool] | None:
-    """`x.requires_grad = <bool>` or `x.requires_grad_(<bool>)`: x, and the bool."""
+    """`x.requires_grad = <value>` or `x.requires_grad_(<value>)`: x, and whether it surely
+    unfreezes (`True`). A computed value (`not freeze`, round-47 audit E runner_freeze) may
+    freeze: a wrap that tolerates parameters without a gradient covers it."""
     if isinstance(node, cst.Assign) and len(node.targets) == 1:
         target = node.targets[0].target
-        value = node.value
-        if (
-            is_attribute(target, "requires_grad")
-            and isinstance(target, cst.Attribute)
-            and isinstance(value, cst.Name)
-            and value.value in ("True", "False")
-        ):
-            return target.value, value.value == "True"
+        if is_attribute(target, "requires_grad") and isinstance(target, cst.Attribute):
+            return target.value, is_name(node.value, "True")
     if isinstance(node, cst.Call) and is_attribute(node.func, "requires_grad_"):
         assert isinstance(node.func, cst.Attribute)
         given = node.args[0].value if node.args else cst.Name("True")
-        if isinstance(given, cst.Name) and given.value in ("True", "False"):
-            return node.func.value, given.value == "True"
+        return node.func.value, is_name(given, "True")
     return None
 
 

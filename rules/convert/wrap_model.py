@@ -900,6 +900,8 @@ def _trainable_changes(anatomy: Anatomy, model: Model) -> list[cst.CSTNode]:
     parts = _parts_of(anatomy, model)
 
     def of_model(node: cst.CSTNode) -> str | None:
+        while isinstance(node, cst.Subscript):  # `model[0]` (round-47 audit E runner_freeze)
+            node = node.value
         name = dotted(node)
         for known in parts:
             if name is not None and (name == known or name.startswith(known + ".")):

@@ -1210,6 +1210,40 @@ if __name__ == "__main__":
 """
 
 
+def test_a_layer_of_the_model_frozen_by_index_after_the_wrap_gets_find_unused_parameters() -> None:
+    """Round-47 audit E runner_freeze: `for p in model[0].parameters(): p.requires_grad = not
+    freeze` in a loop over stages, after the wrap. `model[0]` was not taken for a part of the
+    model, so DDP was built plain and raised "Expected to have finished reduction" at the
+    second step (also under plain python). Every parameter trains at the wrap: DDP is built
+    with find_unused_parameters=True, as for `model.backbone`."""
+    source = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(data, batch_size=32, shuffle=True)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    for stage_epochs, freeze in [(1, True), (2, False)]:
+        for p in model[0].parameters():
+            p.requires_grad = not freeze
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01)
+        for epoch in range(stage_epochs):
+            for xb, yb in loader:
+                opt.zero_grad()
+                nn.functional.mse_loss(model(xb), yb).backward()
+                opt.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "stages.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "find_unused_parameters=True)" in text
+    assert "for p in model.module[0].parameters():" in text
+
+
 def test_a_head_left_out_of_the_loss_by_a_condition_trains_with_find_unused_parameters() -> None:
     """Round-8 audit a05: the loss dict takes a head's output only when its task weight is
     positive (in a helper handed the outputs); the head left out gets no gradient, and
