@@ -154,9 +154,9 @@ class TrainingScript:
                 found += drawn_splits(self.index, self.values, dataset.value, self.effects)
             for made in _sampler_arguments(self, loader):  # `SubsetRandomSampler(train_idx)`
                 found += drawn_splits(self.index, self.values, made)
-        unique = {id(split.statement): split for split in found}
+        unique = {(id(split.statement), split.names): split for split in found}
         for split in _drawn_evaluation_sets(self):  # the training data's draws stay so
-            unique.setdefault(id(split.statement), split)
+            unique.setdefault((id(split.statement), split.names), split)
         return list(unique.values())
 
     @cached_property

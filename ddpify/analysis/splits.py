@@ -226,7 +226,9 @@ def drawn_splits(
                 found.append(DrawnSplit(draw, index.statement_of(draw), names, parted_by))
 
     visit(dataset, index.function_of(dataset), 0)
-    unique = {id(split.statement): split for split in found}
+    # one per statement and names: `x = torch.randn(n, 8); y = torch.randn(n, 1)` are two
+    # (round-47 audit E: only `y` was shared), `x, y = torch.randn(...), torch.randn(...)` one
+    unique = {(id(split.statement), split.names): split for split in found}
     return list(unique.values())
 
 

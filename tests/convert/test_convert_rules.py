@@ -9577,6 +9577,34 @@ def test_a_value_computed_from_a_draw_on_its_own_line_after_a_semicolon_is_refus
         assert text.index("dist.broadcast_object_list(x)") < text.index("y = (x[:, 0] > 0)")
 
 
+@pytest.mark.parametrize(
+    "drawn",
+    [
+        "x = torch.randn(400, 2); y = torch.randn(400, 1)",
+        "x, y = torch.randn(400, 2), torch.randn(400, 1)",
+    ],
+    ids=["semicolon", "tuple"],
+)
+def test_every_draw_on_one_line_is_shared(drawn: str) -> None:
+    """Round-47 audit E (scratch v4): `x = torch.randn(256, 8); y = torch.randn(256, 1)`:
+    only `y` took rank 0's draw, so each process paired its own `x` with rank 0's `y`. Each
+    name drawn on the line is shared once."""
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        + drawn
+        + "\nloader = DataLoader(TensorDataset(x, y), batch_size=20, shuffle=True)\n"
+        "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.5)\n"
+        "for epoch in range(3):\n    for xb, yb in loader:\n        opt.zero_grad()\n"
+        "        torch.nn.functional.mse_loss(model(xb), yb).backward()\n"
+        "        opt.step()\n"
+    )
+    result = convert_source(source.encode(), "drawn.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.count("dist.broadcast_object_list(x)") == 1
+    assert text.count("dist.broadcast_object_list(y)") == 1
+
+
 STEP_LOOP_DECISIONS = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
