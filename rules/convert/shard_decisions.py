@@ -2192,7 +2192,9 @@ def _local_in_loops(
             names = {samples.name for samples in split.samples}
         for node in walk(loop.body):
             if (
-                is_method_call(node, "append", "extend")
+                # `meter.update(loss.item(), n)` too: an AverageMeter returned whole and its
+                # `.avg` read by the caller (round-47 audit B plateau_meter)
+                is_method_call(node, "append", "extend", "update")
                 and isinstance(node, cst.Call)
                 and isinstance(node.func, cst.Attribute)
                 and any(

@@ -1757,6 +1757,56 @@ main()
     assert '                if dist.get_rank() == 0:\n                    print(f"Loss is' in text
 
 
+def test_a_plateau_stepped_on_a_meter_returned_whole_is_not_left_to_each_process() -> None:
+    """Round-47 audit B plateau_meter: `train_epoch()` returns its AverageMeter, and the
+    caller steps ReduceLROnPlateau on `losses.avg`: each rank cut its learning rate at its
+    own epoch, the replicas drifted, and one rank stopped alone (`if lr < 0.005: break`)
+    while the other died in its all-reduce. The meter holds this process's batches."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class AverageMeter:
+    def __init__(self):
+        self.sum, self.count, self.avg = 0.0, 0, 0.0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+def train_epoch(model, loader, optimizer):
+    losses = AverageMeter()
+    for x, y in loader:
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.update(loss.item(), x.size(0))
+    return losses
+
+
+def main():
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    for epoch in range(5):
+        losses = train_epoch(model, loader, optimizer)
+        scheduler.step(losses.avg)
+
+
+main()
+"""
+    result = convert_source(source.encode(), "meter.py", ConvertOptions())
+    assert result.refused
+    assert any(
+        "ReduceLROnPlateau steps on `losses`, computed from this process's batches" in p.message
+        for p in result.problems
+    ), result.problems
+
+
 def test_a_system_exit_raised_on_this_process_s_loss_is_taken_by_every_process() -> None:
     """Round-47 audit D earlystop_exit: `if not math.isfinite(loss.item()): raise
     SystemExit("nan loss")` was left to each rank, while `sys.exit(...)` there was shared:
