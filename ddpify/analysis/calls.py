@@ -441,12 +441,22 @@ def _calls_of_instances(index: SourceIndex) -> dict[str, list[cst.Call]]:
     return found
 
 
+# nn.Module methods that return the module itself.
+RETURN_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half"})
+
+
 def _instance_classes(index: SourceIndex) -> dict[str, str]:
     """The names (and `self.` attributes, by their attribute) the script binds to objects of
     one of its classes, and that class, for a name never bound otherwise."""
     names: dict[str, str | None] = {}
     for assign in index.assigns:
         value = assign.value
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in RETURN_SELF
+        ):  # `MoENet().to(device)`: the same object (round-47 audit C moe_es)
+            value = value.func.value
         made = (
             value.func.value
             if isinstance(value, cst.Call)

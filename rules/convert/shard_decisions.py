@@ -842,8 +842,7 @@ def _evaluated_on_rank_zero(ctx: ConvertContext, step: cst.Call) -> None:
     if len(values) != 1 or not isinstance(values[0][0], cst.Call):
         return
     evaluation = values[0][0]
-    given = {dotted(arg.value) for arg in evaluation.args}
-    if not given & _models_and_copies(anatomy):
+    if not _runs_the_model(anatomy, evaluation, _models_and_copies(anatomy)):
         return
     made = anatomy.statement_of(evaluation)
     if anatomy.parent(made) is not anatomy.parent(anatomy.statement_of(step)):
@@ -2482,7 +2481,7 @@ def _evaluated_with_batchnorm_directly(anatomy: Anatomy, test: cst.BaseExpressio
     scope = anatomy.function_of(test)
 
     def given_the_model(call: cst.Call) -> bool:
-        return any(dotted(arg.value) in models for arg in call.args)
+        return _runs_the_model(anatomy, call, models)
 
     for node in walk(test):
         if isinstance(node, cst.Name) and anatomy.is_attribute_name(node):
@@ -2504,6 +2503,17 @@ def _evaluated_with_batchnorm_directly(anatomy: Anatomy, test: cst.BaseExpressio
             if any(isinstance(inner, cst.Call) and given_the_model(inner) for inner in walk(value)):
                 return name
     return None
+
+
+def _runs_the_model(anatomy: Anatomy, call: cst.Call, models: set[str]) -> bool:
+    """`evaluate(model, val_loader)`, or `model.evaluate(val_loader)`: a method of the
+    model's class of the script (round-47 audit C moe_es: each rank cut its learning rate
+    and kept its best weights apart)."""
+    return any(dotted(arg.value) in models for arg in call.args) or (
+        isinstance(call.func, cst.Attribute)
+        and dotted(call.func.value) in models
+        and anatomy.graph.instance_method(call) is not None
+    )
 
 
 def _models_and_copies(anatomy: Anatomy) -> set[str]:

@@ -1807,6 +1807,60 @@ main()
     ), result.problems
 
 
+def test_an_evaluation_written_as_a_method_of_a_batchnorm_model_is_rank_0s() -> None:
+    """Round-47 audit C moe_es: `val = model.evaluate(val_dl, device)`, a method of the
+    model's class (made as `MoENet().to(device)`), then `plateau.step(val)` and an early stop
+    on it. Through `.module` it reads each process's own BatchNorm statistics: the ranks cut
+    the learning rate at different epochs (0.01 against 0.02 at epoch 14) and kept different
+    best weights. As for `evaluate(model, val_dl)`, every process steps on rank 0's score."""
+    source = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(self.bn(x))
+
+    @torch.no_grad()
+    def evaluate(self, loader):
+        self.eval()
+        total = sum(nn.functional.cross_entropy(self(x), y).item() for x, y in loader)
+        self.train()
+        return total / len(loader)
+
+
+def main():
+    train_dl = DataLoader(train_ds, batch_size=50, shuffle=True)
+    val_dl = DataLoader(val_ds, batch_size=100)
+    model = Net().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0)
+    for epoch in range(10):
+        for xb, yb in train_dl:
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        val = model.evaluate(val_dl)
+        plateau.step(val)
+
+
+main()
+"""
+    result = convert_source(source.encode(), "moe.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        val = model.module.evaluate(val_dl)\n        val = [val]\n" in text
+    assert "dist.broadcast_object_list(val)" in text
+    assert any("the scheduler steps on rank 0's `val`" in n.message for n in result.notes)
+
+
 def test_a_system_exit_raised_on_this_process_s_loss_is_taken_by_every_process() -> None:
     """Round-47 audit D earlystop_exit: `if not math.isfinite(loss.item()): raise
     SystemExit("nan loss")` was left to each rank, while `sys.exit(...)` there was shared:
