@@ -1738,6 +1738,16 @@ def _shard_value(
             # a time budget (`if time.time() - start > budget: break`, round-16 audit s36):
             # every process reads its own clock, and they leave at different steps
             return f"{dotted(node.func)}()"
+        if (
+            isinstance(node, cst.Call)
+            and is_name(node.func, "next")
+            and len(node.args) == 1
+            and id(anatomy.loaders.resolve(node.args[0].value, scope)) in training
+        ):
+            # `mon_x, mon_y = next(iter(train_loader))` before training, a batch kept to
+            # monitor: this process's shard's (round-47 audit A c7_seedw_islice: one rank
+            # ran out of patience alone)
+            return source_text(node)
         if isinstance(node, cst.Call) and anatomy.is_call_to(node, DISK_PROBES):
             # `if os.path.exists("STOP"): break` (round-44 audit B stopfile_logfile: the file
             # appeared between two processes' looks, one left and the other died waiting)

@@ -1861,6 +1861,48 @@ main()
     assert any("the scheduler steps on rank 0's `val`" in n.message for n in result.notes)
 
 
+def test_an_early_stop_on_a_batch_kept_from_the_training_loader_is_decided_alike() -> None:
+    """Round-47 audit A c7_seedw_islice: `mon_x, mon_y = next(iter(train_loader))` before
+    training, its loss each epoch deciding an early stop. Sharded, each rank kept a batch of
+    its own (sums 859.1 and 664.3), rank 0 ran out of patience at epoch 6 alone and rank 1
+    died in its all-reduce. The monitored loss is averaged before the decision."""
+    source = """import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+
+def main():
+    train_loader = DataLoader(train_ds, batch_size=64, shuffle=True)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon_x, mon_y = next(iter(train_loader))
+    best, wait = float("inf"), 0
+    for epoch in range(20):
+        for x, y in train_loader:
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            mon_loss = F.cross_entropy(model(mon_x), mon_y).item()
+        if mon_loss < best - 1e-3:
+            best, wait = mon_loss, 0
+        else:
+            wait += 1
+            if wait > 2:
+                break
+
+
+main()
+"""
+    result = convert_source(source.encode(), "monitor.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    averaged = "mon_loss = mean.item() / dist.get_world_size()"
+    assert averaged in text
+    assert text.index(averaged) < text.index("if mon_loss < best - 1e-3:")
+
+
 def test_a_system_exit_raised_on_this_process_s_loss_is_taken_by_every_process() -> None:
     """Round-47 audit D earlystop_exit: `if not math.isfinite(loss.item()): raise
     SystemExit("nan loss")` was left to each rank, while `sys.exit(...)` there was shared:
