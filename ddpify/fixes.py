@@ -341,7 +341,10 @@ def drawing_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
         return None
     replacement = call_arg(made, None, "replacement")
     replaces = default if replacement is None else is_name(replacement.value, "True")
-    return made if replaces and not any(arg.star for arg in made.args) else None
+    # `RandomSampler(ds, num_samples=k)`: a random subset of k every pass, drawn the same
+    # way (round-47 audit A c3_randsub was refused)
+    subset = replacement is None and call_arg(made, 2, "num_samples") is not None
+    return made if (replaces or subset) and not any(arg.star for arg in made.args) else None
 
 
 def draw_per_process(plan: EditPlan, sampler: cst.Call) -> None:

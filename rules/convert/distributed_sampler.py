@@ -843,7 +843,8 @@ class DistributedSampler(ConvertRule):
     of its own).
 
     A sampler that draws with replacement (`RandomSampler(ds, replacement=True,
-    num_samples=n)`, `WeightedRandomSampler(weights, n)`) has nothing to split: it gets a
+    num_samples=n)`, `WeightedRandomSampler(weights, n)`), or a random subset of
+    `num_samples` without it (`RandomSampler(ds, num_samples=k)`), has nothing to split: it gets a
     generator of its own, `torch.Generator().manual_seed(torch.initial_seed() +
     dist.get_rank())`, so that every process draws a different, reproducible stream.
 
@@ -1350,9 +1351,15 @@ def _draw_apart(ctx: ConvertContext, drawing: cst.Call) -> None:
         draw_per_process(ctx.plan, drawing)
     given = call_arg(drawing, None, "generator")
     seeded = f"`{dotted(given.value)}`'s seed" if given is not None else "the torch seed"
+    replacement = call_arg(drawing, None, "replacement")
+    draws = (
+        "a random subset (num_samples, without replacement)"
+        if replacement is None and "Weighted" not in (dotted(drawing.func) or "")
+        else "with replacement"
+    )
     ctx.changed(
         drawing,
-        "the sampler draws with replacement: each process draws a stream of its own "
+        f"the sampler draws {draws}: each process draws a stream of its own "
         f"(its generator seeded with {seeded} plus the rank"
         f"{', made once before the loop' if outermost is not None else ''}); every process "
         "draws num_samples per epoch, so an epoch sees world_size times as many",

@@ -2693,6 +2693,40 @@ main()
     assert b"T_max=5 * len(train_loader))" in result.output
 
 
+def test_a_random_subset_sampler_draws_apart_in_every_process() -> None:
+    """Round-47 audit A c3_randsub: `RandomSampler(ds, num_samples=k)`, a random subset of
+    k every epoch (no replacement), was refused ("has its own sampler"), though the same
+    sampler with `replacement=True` converts. Nothing to split either: each process draws
+    its own subset from a generator seeded with the torch seed plus its rank."""
+    source = """import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+
+def main():
+    sampler = RandomSampler(train_set, num_samples=256)
+    train_loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(5):
+        for x, y in train_loader:
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "subset.py", ConvertOptions())
+    assert not result.refused, result.problems
+    made = (
+        "RandomSampler(train_set, num_samples=256, generator=torch.Generator()"
+        ".manual_seed(torch.initial_seed() + dist.get_rank()))"
+    )
+    assert made in result.output.decode()
+    assert any("draws a random subset" in note.message for note in result.notes)
+
+
 def test_a_model_returned_from_the_function_that_wraps_it_is_saved_bare() -> None:
     """Round-10 audit c11 (a grid search): `model, hist = train_one(lr)` returns the model
     `train_one` wrapped, and `torch.save(model, ...)` in the caller pickled the DDP wrapper,
