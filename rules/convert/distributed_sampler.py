@@ -3092,6 +3092,16 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
                 "split its columns between the processes by hand (`train_data[:, "
                 "dist.get_rank()::dist.get_world_size()]`), else feed it through a DataLoader"
             )
+        elif feeding == "untraced" and (made := _partial_loader(anatomy)) is not None:
+            # `make_loader = partial(DataLoader, batch_size=bs)` (round-47 audit E
+            # cfg_partial: the message blamed another module)
+            where = made
+            reason = (
+                "found no DataLoader to shard: the loaders are made through "
+                "`functools.partial(DataLoader, ...)`, which ddpify does not follow; call "
+                "DataLoader(...) for the training loader, or give it a DistributedSampler and "
+                "set_epoch by hand"
+            )
         elif feeding == "untraced":
             reason = (
                 "found no DataLoader to shard: the training loop iterates over something not "
@@ -4131,6 +4141,23 @@ def _refuse_loaders_given_to_one_loop(ctx: ConvertContext) -> None:
             blocking=True,
         )
         return
+
+
+def _partial_loader(anatomy: Anatomy) -> cst.Call | None:
+    """`partial(DataLoader, ...)`: a loader factory the analysis does not follow."""
+    return next(
+        (
+            call
+            for call in anatomy.calls
+            if anatomy.is_call_to(call, {"functools.partial"})
+            and call.args
+            and any(
+                name.rsplit(".", 1)[-1] == "DataLoader" and name.startswith("torch.utils.data")
+                for name in anatomy.qualified_names(call.args[0].value)
+            )
+        ),
+        None,
+    )
 
 
 def _given_other_loaders(

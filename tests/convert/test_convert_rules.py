@@ -2727,6 +2727,33 @@ main()
     assert any("draws a random subset" in note.message for note in result.notes)
 
 
+def test_loaders_made_through_partial_are_refused_with_that_reason() -> None:
+    """Round-47 audit E cfg_partial: `make_loader = partial(DataLoader, batch_size=...)`
+    was refused as "made in another module, or a custom iterator"; the message names the
+    partial."""
+    source = """from functools import partial
+
+import torch
+from torch.utils.data import DataLoader
+
+make_loader = partial(DataLoader, batch_size=32, num_workers=0)
+train_loader = make_loader(train_ds, shuffle=True)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in train_loader:
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+    result = convert_source(source.encode(), "partial.py", ConvertOptions())
+    assert result.refused
+    [problem] = result.problems
+    assert "made through `functools.partial(DataLoader, ...)`" in problem.message
+    assert problem.line == 6
+
+
 def test_a_model_returned_from_the_function_that_wraps_it_is_saved_bare() -> None:
     """Round-10 audit c11 (a grid search): `model, hist = train_one(lr)` returns the model
     `train_one` wrapped, and `torch.save(model, ...)` in the caller pickled the DDP wrapper,
