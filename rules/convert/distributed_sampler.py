@@ -1618,6 +1618,37 @@ def _called_again(
     return None
 
 
+def _kept_count_of_epochs(anatomy: Anatomy, loop: TrainLoop) -> str | None:
+    """`self.global_epoch += 1` in the epoch loop, never set in its function: the script's
+    count of every epoch, kept across the calls that make the loader anew (each new
+    sampler's own count starts at 0 again). None unless the loader is made in that
+    function."""
+    assert loop.epoch_loop is not None and loop.loader is not None
+    function = anatomy.function_of(loop.epoch_loop)
+    if function is None or anatomy.function_of(loop.loader.call) is not function:
+        return None
+    counted = [
+        name
+        for node in walk(loop.epoch_loop.body)
+        if isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.value, cst.Integer)
+        and node.value.value == "1"
+        and not anatomy.inside(node, loop.batch_loop)
+        and (name := dotted(node.target)) is not None
+        and name.startswith("self.")
+    ]
+    if len(counted) != 1:
+        return None
+    name = counted[0]
+    if any(
+        isinstance(node, cst.Assign) and any(dotted(t.target) == name for t in node.targets)
+        for node in walk(function.body)
+    ):
+        return None  # set again at every call
+    return name
+
+
 def _counted_over_rounds(anatomy: Anatomy, loop: TrainLoop) -> tuple[str, cst.For] | None:
     """`rnd * E + epoch`, the epochs counted over every round, when the loader is made anew
     in each pass of a loop around `for epoch in range(E)` (self-training's rounds, round-15
@@ -1878,7 +1909,16 @@ def _insert_set_epochs(ctx: ConvertContext, sharded: set[int]) -> None:
             ctx.cannot(loop.epoch_loop, problem, blocking=True)
             continue
         restarts = _restarts(anatomy, loop)
-        if restarts is not None:
+        if restarts is not None and (kept := _kept_count_of_epochs(anatomy, loop)) is not None:
+            # the loader made anew at every stage, its sampler's count with it (round-47
+            # audit E runner_stage_loader): the script's own count of every epoch
+            insert_set_epoch(ctx.plan, replace(loop, epoch_var=kept))
+            ctx.changed(
+                loop.epoch_loop,
+                f"set_epoch at the start of every epoch, counting with `{kept}` (the epoch "
+                f"counter starts again {restarts}, and so does each new loader's sampler)",
+            )
+        elif restarts is not None:
             # `for rnd in range(3): for _ in range(2):` (round-15 audit s19), stages through
             # one `train_model()` (round-26 audit B colab_freeze_then_finetune): the epoch
             # counter starts again; the sampler's own count of passes does not

@@ -2757,6 +2757,53 @@ for epoch in range(2):
     assert problem.line == 6
 
 
+def test_a_loader_made_anew_at_every_stage_counts_epochs_with_the_scripts_own_count() -> None:
+    """Round-47 audit E runner_stage_loader: `train_stage()` makes `self.loader` anew for
+    every stage and counts `self.global_epoch += 1`. `set_epoch(sampler.epoch + 1)` counted
+    on each new sampler, so every stage's first epoch replayed one order (320 of 320 indices
+    alike). The script's own count goes on across the stages."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Runner:
+    def __init__(self, train_ds):
+        self.model = torch.nn.Linear(4, 2).to(device)
+        self.train_ds = train_ds
+        self.global_epoch = 0
+
+    def train_stage(self, epochs, lr):
+        self.loader = DataLoader(self.train_ds, batch_size=32, shuffle=True)
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                loss = self.model(x).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            self.global_epoch += 1
+
+    def run(self):
+        for epochs, lr in [(2, 0.1), (3, 0.01)]:
+            self.train_stage(epochs, lr)
+
+
+def main():
+    runner = Runner(train_ds)
+    runner.run()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "stages.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert (
+        "        for epoch in range(epochs):\n"
+        "            self.loader.sampler.set_epoch(self.global_epoch)\n" in text
+    )
+
+
 def test_a_model_returned_from_the_function_that_wraps_it_is_saved_bare() -> None:
     """Round-10 audit c11 (a grid search): `model, hist = train_one(lr)` returns the model
     `train_one` wrapped, and `torch.save(model, ...)` in the caller pickled the DDP wrapper,
