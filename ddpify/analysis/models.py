@@ -14,7 +14,7 @@ from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.effects import SideEffects
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.script import TrainingScript
-from ddpify.analysis.tree import assigned, call_arg, dotted, is_method_call, is_name, walk
+from ddpify.analysis.tree import assigned, call_arg, dotted, is_method_call, is_name, methods, walk
 from ddpify.analysis.values import MAX_STEPS
 
 
@@ -310,6 +310,13 @@ class Models:
         for caller in model.handed_from:  # `rnn = CharRNN(...)`, then `train(rnn, data)`
             if not built:
                 built = self._built(model, caller)
+        owner = self.index.class_of(scope) if scope is not None and not built else None
+        if owner is not None and model.placed_name is None:
+            # `self.model = nn.Linear(4, 2)` in `__init__`, the optimizer made in another
+            # method (a stage runner, seen in the round-47 audit): built when the object is
+            init = next((m for m in methods(owner) if m.name.value == "__init__"), None)
+            if init is not None:
+                built = [(node, name) for node, name in self._built(model, init) if "." in name]
         if built:
             last, name = built[-1]
             model.placement = self._after_initialisation(self.index.statement_of(last), model.names)

@@ -2804,6 +2804,44 @@ main()
     )
 
 
+def test_a_model_built_in_init_and_trained_in_another_method_is_wrapped_where_it_is_built() -> None:
+    """Seen writing a round-47 test: `self.model = torch.nn.Linear(4, 2)` in `__init__`, never
+    moved, its optimizer made in `train_stage()`: refused as "cannot tell where `self.model`
+    is built", though the same line with `.to(device)` converts. It is wrapped in `__init__`,
+    right after it is built."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+class Runner:
+    def __init__(self, train_ds):
+        self.model = torch.nn.Linear(4, 2)
+        self.loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+
+    def train_stage(self, epochs, lr):
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                loss = torch.nn.functional.cross_entropy(self.model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+def main():
+    runner = Runner(train_ds)
+    runner.train_stage(2, 0.1)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "runner.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        self.model = torch.nn.Linear(4, 2)\n        self.model = DDP(self.model" in text
+
+
 def test_a_model_returned_from_the_function_that_wraps_it_is_saved_bare() -> None:
     """Round-10 audit c11 (a grid search): `model, hist = train_one(lr)` returns the model
     `train_one` wrapped, and `torch.save(model, ...)` in the caller pickled the DDP wrapper,
