@@ -1474,16 +1474,22 @@ def _over_training_generators(anatomy: Anatomy) -> list[cst.For]:
     """`for metrics in train(...):` over a generator of the script that trains and yields
     (once an epoch): leaving that loop stops the training (round-44 audit E cfg_generator)."""
     found: list[cst.For] = []
-    for train_loop in anatomy.script.train_loops:
-        function = anatomy.function_of(train_loop.epoch_loop or train_loop.batch_loop)
-        if function is None or not any(
+    functions = {
+        id(function): function
+        for train_loop in anatomy.script.train_loops
+        for loop in (train_loop.epoch_loop, train_loop.batch_loop)
+        if loop is not None and (function := anatomy.function_of(loop)) is not None
+    }  # the batch loop's too: a generator yielding every step's loss (round-48 audit B)
+    for function in functions.values():
+        if not any(
             isinstance(node, cst.Yield) and anatomy.function_of(node) is function
             for node in walk(function.body)
         ):
             continue
         for site in anatomy.graph.call_sites(function):
-            loop = anatomy.parent(site)
-            if isinstance(loop, cst.For) and loop.iter is site and loop not in found:
+            # also `for i, l in enumerate(train_steps(...))` (round-48 audit B c9_gen_lrfinder)
+            loop = next((n for n in anatomy.ancestors(site) if isinstance(n, cst.For)), None)
+            if loop is not None and strip_iteration(loop.iter) is site and loop not in found:
                 found.append(loop)
     return found
 
@@ -1903,11 +1909,18 @@ def _yielded_locally(
         if not (
             isinstance(loop, cst.For)
             and isinstance(loop.iter, cst.Call)
-            and any(is_name(n, name.value) for n in walk(loop.target))
             and anatomy.function_of(loop) is scope
         ):
             continue
-        generator = anatomy.graph.callee(loop.iter)
+        # `for i, l in enumerate(train_steps(...))` (round-47 audit B c6_gen_earlystop: an
+        # early stop on the yielded loss left one rank alone): the item, not the count
+        target: cst.BaseExpression = loop.target
+        if _enumerated(loop) and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+            target = target.elements[1].value
+        if not any(is_name(n, name.value) for n in walk(target)):
+            continue
+        iterated = strip_iteration(loop.iter)
+        generator = anatomy.graph.callee(iterated) if isinstance(iterated, cst.Call) else None
         if generator is None:
             continue
         for node in walk(generator.body):

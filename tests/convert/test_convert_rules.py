@@ -1906,6 +1906,55 @@ main()
     assert text.index(averaged) < text.index("if mon_loss < best - 1e-3:")
 
 
+def test_decisions_on_losses_a_training_generator_yields_are_taken_together() -> None:
+    """Round-48 audit B c6_gen_earlystop, c9_gen_lrfinder: `def train_steps(...): for x, y
+    in loader: ...; yield loss.item()`, consumed by `for i, l in enumerate(train_steps(...)):`.
+    A `break` on the yielded loss was left to each rank (rank 0 stopped at step 109 alone,
+    rank 1 died in its all-reduce), and an LR finder over it picked a learning rate per rank
+    (0.0139 against 0.000124). The break is taken together, the rate is rank 0's."""
+    source = """import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+
+def train_steps(model, loader, opt):
+    for x, y in loader:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        yield loss.item()
+
+
+def main():
+    loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    lrs, losses, best = [], [], float("inf")
+    for i, l in enumerate(train_steps(model, loader, opt)):
+        lrs.append(opt.param_groups[0]["lr"])
+        losses.append(l)
+        best = min(best, l)
+        if l > 3 * best or i >= 30:
+            break
+        for pg in opt.param_groups:
+            pg["lr"] *= 1.3
+    lr = lrs[losses.index(min(losses))] / 3
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for epoch in range(4):
+        for i, l in enumerate(train_steps(model, loader, opt)):
+            pass
+
+
+main()
+"""
+    result = convert_source(source.encode(), "finder.py", ConvertOptions())
+    assert not result.refused, result.problems
+    messages = [note.message for note in result.notes]
+    assert any(m.startswith("`break` decided on `l`") for m in messages), messages
+    assert any("the learning rate is rank 0's `lr`" in m for m in messages), messages
+
+
 def test_a_system_exit_raised_on_this_process_s_loss_is_taken_by_every_process() -> None:
     """Round-47 audit D earlystop_exit: `if not math.isfinite(loss.item()): raise
     SystemExit("nan loss")` was left to each rank, while `sys.exit(...)` there was shared:
