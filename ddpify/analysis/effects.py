@@ -16,7 +16,7 @@ FILE_OPERATIONS = frozenset(
     {
         "os.rename", "os.replace", "os.remove", "os.unlink", "os.rmdir", "os.removedirs",
         "os.symlink", "os.link", "os.truncate", "shutil.copyfile", "shutil.copy", "shutil.copy2",
-        "shutil.move", "shutil.rmtree", "shutil.copytree",
+        "shutil.move", "shutil.rmtree", "shutil.copytree", "shutil.make_archive",
     }
 )  # fmt: skip
 # Functions that write the file they are given (by their qualified names).

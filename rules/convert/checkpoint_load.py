@@ -299,6 +299,7 @@ class CheckpointLoad(ConvertRule):
             *(anatomy.statement_of(call) for call in _helpers_reading_after_training(anatomy)),
         ]
         reads = _reads_what_rank_zero_wrote(anatomy) + _reads_back(anatomy, waits)
+        reads = list({id(read): read for read in reads}.values())
         for call in _loads(anatomy):
             if _reads_what_was_just_saved(anatomy, call):
                 opened = _opened_at(anatomy, call)
@@ -581,7 +582,11 @@ def _reads_what_rank_zero_wrote(anatomy: Anatomy) -> list[cst.BaseStatement]:
             ):
                 continue
             if anatomy.graph.reaches(statement_, lambda node: node in training):
-                break  # from here on, the training's own writes and reads
+                # the training's own writes and reads are followed elsewhere; after it, a
+                # file written and read back (`np.savetxt(p, ...)`, then `np.loadtxt(p)`:
+                # round-48 audit D json_resume) again
+                written = set()
+                continue
             if not anatomy.script.after_setup(statement_) or anatomy.ranks.guard(statement_):
                 continue
             paths = _paths_given(statement_)

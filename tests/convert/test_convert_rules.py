@@ -10419,6 +10419,49 @@ for x, y in loader:
     assert any("runs at exit (`atexit.register`)" in note.message for note in result.problems)
 
 
+def test_a_file_written_after_training_and_read_back_waits_and_an_archive_is_rank_0s() -> None:
+    """Round-48 audit D json_resume: `np.savetxt(p, history)` after training (rank 0's),
+    then `losses = np.loadtxt(p)` on every rank: rank 1 read before rank 0 wrote
+    (FileNotFoundError, 2 runs of 2). Audit D archive_tmp: `shutil.make_archive(out, "zip",
+    out)` ran on every rank into one file (a corrupt zip when rank 1 closed it last)."""
+    source = """import os
+import shutil
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    history = []
+    for epoch in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        history.append(loss.item())
+    np.savetxt(os.path.join("run", "losses.txt"), np.array(history))
+    losses = np.loadtxt(os.path.join("run", "losses.txt"))
+    print(losses.min())
+    shutil.make_archive("run", "zip", "run")
+
+
+main()
+"""
+    result = convert_source(source.encode(), "archive.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    waited = '    dist.barrier()\n    losses = np.loadtxt(os.path.join("run", "losses.txt"))\n'
+    assert waited in text
+    assert text.count("dist.barrier()") == 1
+    guarded = text.split("    if dist.get_rank() == 0:\n")[-1]
+    assert guarded.startswith('        print(losses.min())\n        shutil.make_archive("run",')
+
+
 def test_a_path_read_back_with_read_text_waits_for_rank_0_once() -> None:
     """Round-45 audit D c2_outputs_path: `(OUT / "best_epoch.txt").read_text()` after
     training read the file rank 0 writes with no barrier; one barrier serves it and the
