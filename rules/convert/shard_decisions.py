@@ -1801,6 +1801,11 @@ def _shard_value(
                     return (dotted(node.func) or "the call") + ("()" * inner.endswith("()"))
             if _reads_what_training_recorded(anatomy, node):
                 return dotted(node.func) or "the call"
+            if _evaluates_items_drawn_apart(anatomy, node, scope):
+                # `acc = evaluate(enc, val_loader)` over pairs the dataset draws with
+                # `random`, which the conversion seeds apart for the training items
+                # (round-48 audit C siamese: the ranks' accuracies parted, one stopped alone)
+                return dotted(node.func) or "the call"
             if _draws_per_process(anatomy, node):
                 # nanoGPT's `estimate_loss()` over batches drawn at random, which every
                 # process draws apart once converted (round-40 audit B nanogpt_es: one
@@ -1995,6 +2000,46 @@ def _draws_per_process(anatomy: Anatomy, call: cst.Call) -> bool:
         return False
     draws = {id(draw) for draw in stream.draws}
     return anatomy.graph.reaches(call, lambda node: id(node) in draws)
+
+
+def _evaluates_items_drawn_apart(
+    anatomy: Anatomy, call: cst.Call, scope: cst.FunctionDef | None
+) -> bool:
+    """Whether `call` is given a loader that does not train whose dataset, a class of the
+    script, draws its items from a generator the conversion seeds apart in every process
+    (its training data draws from it too): what it computes over them is this process's."""
+    streams = [*anatomy.streams.drawn_items, *anatomy.streams.training_draws]
+    families = {
+        family for stream in streams for family in stream.families if stream.needs_seed(family)
+    }
+    if not families:
+        return False
+    for arg in call.args:
+        loader = anatomy.loaders.loader_for(anatomy.loaders.resolve(arg.value, scope))
+        dataset = call_arg(loader.call, 0, "dataset") if loader is not None else None
+        if loader is None or loader.trains or dataset is None:
+            continue
+        made = [dataset.value]
+        if isinstance(dataset.value, cst.Name):
+            where = anatomy.function_of(loader.call)
+            made = [value for value, _ in anatomy.values.values_of(dataset.value.value, where)]
+        for value in made:
+            owner = (
+                anatomy.classes.get(dotted(value.func) or "")
+                if isinstance(value, cst.Call)
+                else None
+            )
+            getitem = (
+                next((m for m in methods(owner) if m.name.value == "__getitem__"), None)
+                if owner is not None
+                else None
+            )
+            if getitem is not None and any(
+                isinstance(node, cst.Call) and anatomy.streams.drawn_from(node) in families
+                for node in walk(getitem.body)
+            ):
+                return True
+    return False
 
 
 def _partial_shuffled_passes(anatomy: Anatomy) -> set[int]:

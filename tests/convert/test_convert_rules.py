@@ -1955,6 +1955,67 @@ main()
     assert any("the learning rate is rank 0's `lr`" in m for m in messages), messages
 
 
+def test_an_early_stop_on_pairs_the_validation_set_draws_apart_is_taken_together() -> None:
+    """Round-48 audit C siamese: the pair dataset draws with `random` in `__getitem__`, so
+    the conversion seeds `random` apart for the training pairs; the validation loader's
+    dataset (the same class) then drew other pairs on every rank (accuracy 0.69 against
+    0.75), one rank ran out of patience alone and the other died in its all-reduce."""
+    source = """import random
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class PairDataset(Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        same = random.random() < 0.5
+        return torch.randn(4), torch.tensor(float(same))
+
+
+def evaluate(model, loader):
+    return sum(float(model(x).mean()) for x, _ in loader)
+
+
+def main():
+    random.seed(0)
+    train_loader = DataLoader(PairDataset(2000), batch_size=64, shuffle=True)
+    val_loader = DataLoader(PairDataset(400), batch_size=200)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-4)
+    best, bad = 0.0, 0
+    for epoch in range(12):
+        for x, y in train_loader:
+            loss = (model(x).squeeze(1) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        acc = evaluate(model, val_loader)
+        if acc > best:
+            best, bad = acc, 0
+        else:
+            bad += 1
+            if bad >= 3:
+                break
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "siamese.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "random.seed(0 + dist.get_rank())" in text
+    assert any(n.message.startswith("`break` decided on `acc`") for n in result.notes), [
+        n.message for n in result.notes
+    ]
+
+
 def test_a_system_exit_raised_on_this_process_s_loss_is_taken_by_every_process() -> None:
     """Round-47 audit D earlystop_exit: `if not math.isfinite(loss.item()): raise
     SystemExit("nan loss")` was left to each rank, while `sys.exit(...)` there was shared:
