@@ -142,6 +142,112 @@ FOLD_INDICES = Example(
 )
 
 
+# Kept on a config object and read by the helper that makes the scheduler (round-47
+# audit B cfg_sched: the cosine ended at half its peak).
+CONFIG_HELD = Example(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def build_scheduler(optimizer, cfg):
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.total_steps)
+
+
+    def main():
+        cfg = Config()
+        loader = DataLoader(train_ds, batch_size=cfg.batch_size, shuffle=True)
+        cfg.total_steps = cfg.epochs * (len(train_ds) // cfg.batch_size)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = build_scheduler(optimizer, cfg)
+        for epoch in range(cfg.epochs):
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+                sched.step()
+
+
+    main()
+    """,
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def build_scheduler(optimizer, cfg):
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.total_steps)
+
+
+    def main():
+        cfg = Config()
+        loader = DataLoader(train_ds, batch_size=cfg.batch_size, shuffle=True)
+        cfg.total_steps = cfg.epochs * (len(loader.sampler) // cfg.batch_size)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = build_scheduler(optimizer, cfg)
+        for epoch in range(cfg.epochs):
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+                sched.step()
+
+
+    main()
+    """,
+)
+
+
+# A count returned with the loader by a function of the script: counted where it is
+# returned (a variant of round-47 audit B helper_count).
+RETURNED_COUNT = Example(
+    """
+    import math
+
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def get_loaders(bs):
+        train_loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+        return train_loader, len(train_ds)
+
+
+    loader, n_train = get_loaders(bs)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * math.ceil(n_train / bs))
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+            sched.step()
+    """,
+    """
+    import math
+
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def get_loaders(bs):
+        train_loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+        return train_loader, len(train_loader.sampler)
+
+
+    loader, n_train = get_loaders(bs)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * math.ceil(n_train / bs))
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+            sched.step()
+    """,
+)
+
+
 class ScheduleLength(ConvertRule):
     """
     ## What it does
@@ -299,108 +405,8 @@ class ScheduleLength(ConvertRule):
         ),
         HELPER_MADE,
         FOLD_INDICES,
-        # Kept on a config object and read by the helper that makes the scheduler (round-47
-        # audit B cfg_sched: the cosine ended at half its peak).
-        Example(
-            """
-            import torch
-            from torch.utils.data import DataLoader
-
-
-            def build_scheduler(optimizer, cfg):
-                return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.total_steps)
-
-
-            def main():
-                cfg = Config()
-                loader = DataLoader(train_ds, batch_size=cfg.batch_size, shuffle=True)
-                cfg.total_steps = cfg.epochs * (len(train_ds) // cfg.batch_size)
-                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-                sched = build_scheduler(optimizer, cfg)
-                for epoch in range(cfg.epochs):
-                    for x, y in loader:
-                        loss = model(x).sum()
-                        loss.backward()
-                        optimizer.step()
-                        sched.step()
-
-
-            main()
-            """,
-            """
-            import torch
-            from torch.utils.data import DataLoader
-
-
-            def build_scheduler(optimizer, cfg):
-                return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.total_steps)
-
-
-            def main():
-                cfg = Config()
-                loader = DataLoader(train_ds, batch_size=cfg.batch_size, shuffle=True)
-                cfg.total_steps = cfg.epochs * (len(loader.sampler) // cfg.batch_size)
-                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-                sched = build_scheduler(optimizer, cfg)
-                for epoch in range(cfg.epochs):
-                    for x, y in loader:
-                        loss = model(x).sum()
-                        loss.backward()
-                        optimizer.step()
-                        sched.step()
-
-
-            main()
-            """,
-        ),
-        # A count returned with the loader by a function of the script: counted where it is
-        # returned (a variant of round-47 audit B helper_count).
-        Example(
-            """
-            import math
-
-            import torch
-            from torch.utils.data import DataLoader
-
-
-            def get_loaders(bs):
-                train_loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
-                return train_loader, len(train_ds)
-
-
-            loader, n_train = get_loaders(bs)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * math.ceil(n_train / bs))
-            for epoch in range(epochs):
-                for x, y in loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-                    sched.step()
-            """,  # noqa: E501
-            """
-            import math
-
-            import torch
-            from torch.utils.data import DataLoader
-
-
-            def get_loaders(bs):
-                train_loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
-                return train_loader, len(train_loader.sampler)
-
-
-            loader, n_train = get_loaders(bs)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, epochs * math.ceil(n_train / bs))
-            for epoch in range(epochs):
-                for x, y in loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-                    sched.step()
-            """,  # noqa: E501
-        ),
+        CONFIG_HELD,
+        RETURNED_COUNT,
         # Sized from the loader: it already counts this process's batches.
         Example(
             """
