@@ -3693,6 +3693,38 @@ def _state_put_back(anatomy: Anatomy, loop: cst.CSTNode, seed: cst.Call) -> bool
     return saved and restored
 
 
+# What `_seed_per_process` reports, by what is drawn.
+_DRAWN_APART = {
+    "items": "the dataset draws its items at random, whatever index it is given: each "
+    "process draws its own, seeded with the seed plus its rank",
+    "noise": "random numbers drawn while training (noise, timesteps): each process "
+    "draws its own for its own batch, seeded with the seed plus its rank",
+    "random numbers": "random numbers drawn while training, in a module's forward or "
+    "the dataset's `__getitem__` (noise, augmentations): each process draws its own "
+    "for its own batch, seeded with the seed plus its rank",
+    "": "batches drawn at random: each process draws its own, seeded with the seed plus "
+    "its rank (the data is not split; every step sees world_size times the batch)",
+}
+
+
+def _seeds_in_the_loop(anatomy: Anatomy, stream: RandomBatches) -> cst.BaseStatement | None:
+    """The last statement of the loop the per-process seed would go before (`for seed in
+    args.seeds:`) that seeds a family the stream draws from: the seed goes after it."""
+    anchor = stream.anchor
+    if not isinstance(anchor, cst.For | cst.While) or not isinstance(
+        anchor.body, cst.IndentedBlock
+    ):
+        return None
+    seeds = {id(seed) for family in stream.families for seed in stream.seeds.get(family, [])}
+    found = [
+        statement_
+        for statement_ in anchor.body.body
+        if anatomy.graph.reaches(statement_, lambda node: id(node) in seeds)
+        and not anatomy.graph.reaches(statement_, lambda node: node is stream.loop)
+    ]
+    return found[-1] if found else None
+
+
 def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "") -> None:
     """Batches drawn at random every step (or, with `items`, a sharded loader's "items"
     that its dataset draws at random, or the "noise" a training step draws): each process
@@ -3804,6 +3836,15 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
     if not lines:
         return
     new = statements("".join(lines))
+    seeding = _seeds_in_the_loop(anatomy, stream)
+    if seeding is not None:
+        # `for seed in args.seeds: set_seed(seed); run(seed, args)` (round-48 audit E
+        # seeds_noise: before the loop, `seed` was not bound yet): right after each seeding
+        ctx.plan.insert_after(seeding, new)
+        ctx.add_import("torch.distributed", asname="dist")
+        _shared_after_reseed(ctx, stream)
+        ctx.changed(stream.loop, _DRAWN_APART.get(items, _DRAWN_APART[""]))
+        return
     restore = _restored_before(anatomy, stream.anchor)
     if restore is not None:
         ctx.info(
@@ -3816,22 +3857,7 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
     ctx.plan.insert_before(restore or stream.anchor, new)
     ctx.add_import("torch.distributed", asname="dist")
     _shared_after_reseed(ctx, stream)
-    ctx.changed(
-        stream.loop,
-        {
-            "items": "the dataset draws its items at random, whatever index it is given: each "
-            "process draws its own, seeded with the seed plus its rank",
-            "noise": "random numbers drawn while training (noise, timesteps): each process "
-            "draws its own for its own batch, seeded with the seed plus its rank",
-            "random numbers": "random numbers drawn while training, in a module's forward or "
-            "the dataset's `__getitem__` (noise, augmentations): each process draws its own "
-            "for its own batch, seeded with the seed plus its rank",
-        }.get(
-            items,
-            "batches drawn at random: each process draws its own, seeded with the seed plus "
-            "its rank (the data is not split; every step sees world_size times the batch)",
-        ),
-    )
+    ctx.changed(stream.loop, _DRAWN_APART.get(items, _DRAWN_APART[""]))
 
 
 def _shared_after_reseed(ctx: ConvertContext, stream: RandomBatches) -> None:

@@ -2016,6 +2016,58 @@ if __name__ == "__main__":
     ]
 
 
+def test_noise_seeded_apart_in_a_loop_over_seeds_is_seeded_after_each_seeding() -> None:
+    """Round-48 audit E seeds_noise: `for seed in args.seeds: set_seed(seed); run(seed,
+    args)`, `run()` drawing input noise with `torch.randn_like`. The per-process seed went
+    before the loop, `torch.manual_seed(seed + dist.get_rank())` with `seed` not yet bound:
+    UnboundLocalError under torchrun and plain python. It goes after each `set_seed(seed)`."""
+    source = """import argparse
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def set_seed(seed):
+    torch.manual_seed(seed)
+
+
+def run(seed, noise):
+    loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            x = x + noise * torch.randn_like(x)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return loss.item()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = p.parse_args()
+    results = []
+    for seed in args.seeds:
+        set_seed(seed)
+        results.append(run(seed, 0.1))
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "seeds.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    seeded = (
+        "    for seed in args.seeds:\n        set_seed(seed)\n"
+        "        torch.manual_seed(seed + dist.get_rank())"
+    )
+    assert seeded in text
+
+
 def test_a_system_exit_raised_on_this_process_s_loss_is_taken_by_every_process() -> None:
     """Round-47 audit D earlystop_exit: `if not math.isfinite(loss.item()): raise
     SystemExit("nan loss")` was left to each rank, while `sys.exit(...)` there was shared:
