@@ -10174,10 +10174,19 @@ draw(8).save("sample.png")
     assert 'if dist.get_rank() == 0:\n    draw(8).save("sample.png")' in result.output.decode()
 
 
-def test_the_per_process_seed_goes_before_a_resume_puts_the_generator_back() -> None:
+@pytest.mark.parametrize("found", ["exists", "glob"])
+def test_the_per_process_seed_goes_before_a_resume_puts_the_generator_back(found: str) -> None:
     """Round-44 audit B cycle_resume: seeded after `torch.set_rng_state(state["rng"])`, a
-    resumed run drew step 1's noise again at step 41."""
-    source = """import os
+    resumed run drew step 1's noise again at step 41. Round-48 audit D gan_rng: the same
+    with the newest checkpoint found by `sorted(glob.glob(...))` and a print."""
+    resume = (
+        'if os.path.exists("last.pt"):\n    state = torch.load("last.pt")\n'
+        if found == "exists"
+        else 'if os.path.exists("last.pt"):\n    ckpts = sorted(glob.glob("ckpt_*.pt"))\n'
+        '    state = torch.load(ckpts[-1])\n    print(f"resumed from {ckpts[-1]}")\n'
+    )
+    source = """import glob
+import os
 
 import torch
 from torch.utils.data import DataLoader
@@ -10185,9 +10194,7 @@ from torch.utils.data import DataLoader
 torch.manual_seed(0)
 loader = DataLoader(train_set, batch_size=32, shuffle=True)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-if os.path.exists("last.pt"):
-    state = torch.load("last.pt")
-    torch.set_rng_state(state["rng"])
+RESUME    torch.set_rng_state(state["rng"])
 for epoch in range(3):
     for x, y in loader:
         x = x + 0.05 * torch.randn_like(x)
@@ -10195,7 +10202,7 @@ for epoch in range(3):
         loss.backward()
         optimizer.step()
     torch.save({"rng": torch.get_rng_state()}, "last.pt")
-"""
+""".replace("RESUME", resume)
     options = ConvertOptions(select=frozenset({"DDP004"}))
     result = convert_source(source.encode(), "example.py", options)
     output = result.output.decode()
