@@ -2012,6 +2012,43 @@ def _wrapped_loader(anatomy: Anatomy, loop: TrainLoop) -> str | None:
     return None
 
 
+def _counted_just_before(anatomy: Anatomy, where: cst.CSTNode) -> str | None:
+    """`epoch` of `epoch += 1` right before `where` in its block: a count of the passes."""
+    block = anatomy.parent(where)
+    if not isinstance(block, cst.IndentedBlock):
+        return None
+    body: list[cst.CSTNode] = list(block.body)
+    at = body.index(where) if where in body else 0
+    previous = body[at - 1] if at > 0 else None
+    small = (
+        previous.body[0]
+        if isinstance(previous, cst.SimpleStatementLine) and len(previous.body) == 1
+        else None
+    )
+    if (
+        isinstance(small, cst.AugAssign)
+        and isinstance(small.operator, cst.AddAssign)
+        and isinstance(small.value, cst.Integer)
+        and small.value.value == "1"
+        and isinstance(small.target, cst.Name)
+    ):
+        return small.target.value
+    return None
+
+
+def _bound_before(anatomy: Anatomy, name: str, at: cst.CSTNode) -> bool:
+    """`name` is given a value before `at`, in its function."""
+    scope = anatomy.function_of(at)
+    return any(
+        anatomy.precedes(assign, at) and anatomy.function_of(assign) is scope
+        for assign in anatomy.assigns
+        if any(
+            name in {n.value for n in walk(target.target) if isinstance(n, cst.Name)}
+            for target in assign.targets
+        )
+    )
+
+
 def _iterated_again_elsewhere(ctx: ConvertContext, loop: TrainLoop) -> None:
     """`it = iter(loader)` made again in a loop of its own beside the epoch loop (an LR
     range test's `next(it)`, the iterator made anew on StopIteration, before the real
@@ -2695,6 +2732,16 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
         sampler = f"{read_as(source)}.{loader.sampler_path}"
         where = node if isinstance(node, cst.For) else anatomy.statement_of(node)
         text = f"{sampler}.set_epoch({sampler}.epoch + 1)\n"
+        counter = _counted_just_before(anatomy, where)
+        if counter is not None:
+            # `except StopIteration: epoch += 1; data_iter = iter(loader)`, `epoch` saved
+            # and resumed with the checkpoint (round-48 audit D step_ckpt: a resumed run
+            # replayed the orders of epochs 1-4): the script's own count of the passes
+            text = f"{sampler}.set_epoch({counter})\n"
+            for first, _ in starts:
+                at = anatomy.statement_of(first)
+                if (first, _) not in again and _bound_before(anatomy, counter, at):
+                    ctx.plan.insert_before(at, [statement(text)])
         comprehension = _comprehension_over(anatomy, node, source)
         if comprehension is not None:
             # `iters = {t: iter(train_loaders[t]) for t in task_names}` (round-38 audit A
@@ -2716,7 +2763,8 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
                 return True
             text = f"for {source_text(clause.target)} in {source_text(clause.iter)}:\n    {text}"
         ctx.plan.insert_before(where, [statement(text)])
-        ctx.changed(where, "set_epoch before every new pass over the loader")
+        counted = f", counted with `{counter}`" if counter is not None else ""
+        ctx.changed(where, f"set_epoch before every new pass over the loader{counted}")
     if not again:
         outrun = _steps_may_outrun(ctx, starts)
         if outrun is not None:

@@ -2068,6 +2068,43 @@ if __name__ == "__main__":
     assert seeded in text
 
 
+def test_a_step_loop_counting_its_passes_sets_the_epoch_with_its_own_count() -> None:
+    """Round-48 audit D step_ckpt: `except StopIteration: epoch += 1; data_iter =
+    iter(loader)`, `epoch` saved with the checkpoint and resumed. Counted on the sampler
+    (`sampler.epoch + 1`), a resumed run replayed the orders of epochs 1-4. The script's
+    own count sets the epoch, also before the first pass."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step, epoch = 0, 0
+if resume:
+    ckpt = torch.load("last.pt")
+    step, epoch = ckpt["step"], ckpt["epoch"]
+data_iter = iter(loader)
+while step < 100:
+    try:
+        xb, yb = next(data_iter)
+    except StopIteration:
+        epoch += 1
+        data_iter = iter(loader)
+        xb, yb = next(data_iter)
+    loss = (model(xb) - yb).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    step += 1
+"""
+    result = convert_source(source.encode(), "steps.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "loader.sampler.set_epoch(epoch)\ndata_iter = iter(loader)\n" in text
+    again = "        epoch += 1\n        loader.sampler.set_epoch(epoch)\n        data_iter = iter"
+    assert again in text
+
+
 def test_a_system_exit_raised_on_this_process_s_loss_is_taken_by_every_process() -> None:
     """Round-47 audit D earlystop_exit: `if not math.isfinite(loss.item()): raise
     SystemExit("nan loss")` was left to each rank, while `sys.exit(...)` there was shared:
