@@ -2318,12 +2318,32 @@ def _local_in_loops(
                     names.update(_assigned_names(target))
                 continue
             if any(
-                (dotted(inner) in names) or is_method_call(inner, "item") for inner in walk(value)
+                (dotted(inner) in names)
+                or (is_method_call(inner, "item") and not _over_a_whole_loader(anatomy, inner))
+                for inner in walk(value)
             ):
                 for target in targets:
                     names.update(_assigned_names(target))
         found.append((loop, {name for name in names if name}))
     return found
+
+
+def _over_a_whole_loader(anatomy: Anatomy, node: cst.CSTNode) -> bool:
+    """`node` is computed in a comprehension over a loader that does not train (`sum((model(vx)
+    .argmax(1) == vy).sum().item() for vx, vy in val_loader)` in the batch loop, every
+    process reading all of it: round-48 audit A best_inmem was refused as "computed from this
+    process's batches"). Not with BatchNorm: its running statistics are each process's."""
+    if any(anatomy.is_call_to(call, BATCH_NORMS) for call in anatomy.calls):
+        return False
+    for ancestor in anatomy.ancestors(node):
+        if isinstance(ancestor, cst.BaseStatement):
+            return False
+        if isinstance(ancestor, cst.GeneratorExp | cst.ListComp | cst.SetComp):
+            scope = anatomy.function_of(ancestor)
+            made = anatomy.loaders.loader_for(anatomy.loaders.resolve(ancestor.for_in.iter, scope))
+            if made is not None and not made.trains and ancestor.for_in.inner_for_in is None:
+                return True
+    return False
 
 
 def _assigned_names(target: cst.BaseExpression) -> set[str]:

@@ -2105,6 +2105,47 @@ while step < 100:
     assert again in text
 
 
+@pytest.mark.parametrize("batchnorm", [False, True])
+def test_best_weights_kept_on_an_accuracy_over_the_whole_validation_loader(
+    batchnorm: bool,
+) -> None:
+    """Round-48 audit A best_inmem: `acc = sum((model(vx).argmax(1) == vy).sum().item() for
+    vx, vy in val_loader) / len(val_set)` every 10 steps in the batch loop, then `if acc >
+    best: best_state = copy.deepcopy(model.state_dict())`: refused as "computed from this
+    process's batches", though every process reads the whole validation loader with the same
+    weights. With BatchNorm the running statistics are each process's: still refused."""
+    layers = "nn.Linear(10, 32), nn.BatchNorm1d(32)" if batchnorm else "nn.Linear(10, 32)"
+    source = f"""import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+val_loader = DataLoader(val_set, batch_size=100)
+model = nn.Sequential({layers}, nn.ReLU(), nn.Linear(32, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+best, step = 0, 0
+for epoch in range(3):
+    for x, y in train_loader:
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if step % 10 == 0:
+            with torch.no_grad():
+                acc = sum((model(vx).argmax(1) == vy).sum().item() for vx, vy in val_loader)
+            if acc > best:
+                best = acc
+                best_state = copy.deepcopy(model.state_dict())
+model.load_state_dict(best_state)
+"""
+    result = convert_source(source.encode(), "best.py", ConvertOptions())
+    assert result.refused is batchnorm, result.problems
+
+
 def test_a_system_exit_raised_on_this_process_s_loss_is_taken_by_every_process() -> None:
     """Round-47 audit D earlystop_exit: `if not math.isfinite(loss.item()): raise
     SystemExit("nan loss")` was left to each rank, while `sys.exit(...)` there was shared:
