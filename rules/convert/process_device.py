@@ -590,19 +590,26 @@ def _names_a_choice(value: cst.BaseExpression) -> bool:
     return name is not None and "rank" not in name.lower()
 
 
-def _cuda_choice(node: cst.BaseExpression) -> bool:
-    """`f"cuda:{args.gpu}"`: a GPU chosen by the script's options, the same on every
-    process."""
+def _cuda_index(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`i` of `f"cuda:{i}"`."""
     if not isinstance(node, cst.FormattedString):
-        return False
+        return None
     parts = node.parts
-    return (
+    if (
         len(parts) == 2
         and isinstance(parts[0], cst.FormattedStringText)
         and parts[0].value == "cuda:"
         and isinstance(parts[1], cst.FormattedStringExpression)
-        and _names_a_choice(parts[1].expression)
-    )
+    ):
+        return parts[1].expression
+    return None
+
+
+def _cuda_choice(node: cst.BaseExpression) -> bool:
+    """`f"cuda:{args.gpu}"`: a GPU chosen by the script's options, the same on every
+    process."""
+    index = _cuda_index(node)
+    return index is not None and _names_a_choice(index)
 
 
 def _one_gpu(value: cst.SimpleString | cst.Integer) -> bool:
@@ -655,15 +662,8 @@ def _fixed_gpu_by_default(anatomy: Anatomy, call: cst.Call) -> bool:
     default is a number and no call passes it: GPU `i` in every process."""
     first = call.args[0].value
     if isinstance(first, cst.FormattedString):
-        parts = first.parts
-        return (
-            len(parts) == 2
-            and isinstance(parts[0], cst.FormattedStringText)
-            and parts[0].value == "cuda:"
-            and isinstance(parts[1], cst.FormattedStringExpression)
-            and isinstance(parts[1].expression, cst.Name)
-            and _gpu_index(anatomy, parts[1].expression)
-        )
+        index = _cuda_index(first)
+        return isinstance(index, cst.Name) and _gpu_index(anatomy, index)
     index = call.args[1].value if len(call.args) == 2 else None
     return (
         isinstance(first, cst.SimpleString)
