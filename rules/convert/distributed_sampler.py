@@ -2725,6 +2725,7 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
             blocking=True,
         )
         return True
+    first_set: set[cst.CSTNode] = set()  # first passes given the script's count already
     for node, source in again:
         if _sets_the_epoch(anatomy, node):  # mmseg's `if hasattr(sampler, "set_epoch"): ...`
             ctx.info(node, "the script calls set_epoch itself before this new pass")
@@ -2740,7 +2741,12 @@ def _passes_by_hand(ctx: ConvertContext, loader: Loader) -> bool:
             text = f"{sampler}.set_epoch({counter})\n"
             for first, _ in starts:
                 at = anatomy.statement_of(first)
-                if (first, _) not in again and _bound_before(anatomy, counter, at):
+                if (
+                    (first, _) not in again
+                    and at not in first_set
+                    and _bound_before(anatomy, counter, at)
+                ):
+                    first_set.add(at)
                     ctx.plan.insert_before(at, [statement(text)])
         comprehension = _comprehension_over(anatomy, node, source)
         if comprehension is not None:

@@ -1917,7 +1917,7 @@ def _yielded_locally(
             and anatomy.function_of(loop) is scope
         ):
             continue
-        # `for i, l in enumerate(train_steps(...))` (round-47 audit B c6_gen_earlystop: an
+        # `for i, l in enumerate(train_steps(...))` (round-48 audit B c6_gen_earlystop: an
         # early stop on the yielded loss left one rank alone): the item, not the count
         target: cst.BaseExpression = loop.target
         if _enumerated(loop) and isinstance(target, cst.Tuple) and len(target.elements) == 2:

@@ -2105,6 +2105,45 @@ while step < 100:
     assert again in text
 
 
+def test_two_counted_new_passes_set_the_epoch_once_before_the_first() -> None:
+    """Two places that start a new counted pass (`epoch += 1; data_iter = iter(loader)` on
+    StopIteration in the training step and in a second step for the same loader): the
+    first pass gets `set_epoch(epoch)` once, not once per place."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step, epoch = 0, 0
+data_iter = iter(loader)
+while step < 100:
+    try:
+        xb, yb = next(data_iter)
+    except StopIteration:
+        epoch += 1
+        data_iter = iter(loader)
+        xb, yb = next(data_iter)
+    if step % 10 == 9:
+        try:
+            xb, yb = next(data_iter)
+        except StopIteration:
+            epoch += 1
+            data_iter = iter(loader)
+            xb, yb = next(data_iter)
+    loss = (model(xb) - yb).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    step += 1
+"""
+    result = convert_source(source.encode(), "steps.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert text.count("loader.sampler.set_epoch(epoch)\ndata_iter = iter(loader)\n") == 1
+    assert text.count("loader.sampler.set_epoch(epoch)\n") == 3
+
+
 @pytest.mark.parametrize("batchnorm", [False, True])
 def test_best_weights_kept_on_an_accuracy_over_the_whole_validation_loader(
     batchnorm: bool,
