@@ -431,13 +431,20 @@ def _seed_given(anatomy: Anatomy, call: cst.Call) -> str:
                 if bound is not None:
                     seeds.append(bound)
     last = seeds[-1] if seeds else None
-    if not (
-        isinstance(last, cst.Name)
-        and scope is not None
-        and last.value in anatomy.graph.parameters_of(scope)
-    ):
+    if not isinstance(last, cst.Name):
         return ""  # a seed the process takes once (`args.seed`, a number): one order a run
-    return f", seed={last.value}"
+    if scope is not None and last.value in anatomy.graph.parameters_of(scope):
+        return f", seed={last.value}"
+    if any(  # `for seed in args.seeds: set_seed(seed); loader = DataLoader(...)` (round-48
+        # audit E seeds: every seed's run read the same orders)
+        kind == "loop"
+        and isinstance(loop, cst.For)
+        and anatomy.function_of(loop) is scope
+        and any(is_name(target, last.value) for target in walk(loop.target))
+        for loop, kind in anatomy.graph.loops_around(call)
+    ):
+        return f", seed={last.value}"
+    return ""
 
 
 def none_sampler(anatomy: Anatomy, loader: Loader) -> tuple[cst.Name, bool] | None:

@@ -2105,6 +2105,45 @@ while step < 100:
     assert again in text
 
 
+def test_a_loader_made_in_a_loop_over_seeds_gets_the_loops_seed() -> None:
+    """Round-48 audit E seeds: `for seed in args.seeds: set_seed(seed)`, the loader made in
+    the loop's body. The DistributedSampler's own seed is 0 whatever torch's: every seed's
+    run read the same orders. The sampler takes the loop's seed, as it takes a seed the
+    function is given (round-37); a seed the process takes once (`args.seed`) adds nothing."""
+    source = """import random
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def set_seed(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+for seed in args.seeds:
+    set_seed(seed)
+    loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for xb, yb in loader:
+            loss = (model(xb) - yb).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+"""
+    result = convert_source(source.encode(), "seeds.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "DistributedSampler(train_ds, shuffle=True, seed=seed)" in result.output.decode()
+    once = source.replace(
+        "for seed in args.seeds:\n    set_seed(seed)", "if True:\n    set_seed(args.seed)"
+    )
+    result = convert_source(once.encode(), "seed.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "DistributedSampler(train_ds, shuffle=True)" in result.output.decode()
+
+
 def test_two_counted_new_passes_set_the_epoch_once_before_the_first() -> None:
     """Two places that start a new counted pass (`epoch += 1; data_iter = iter(loader)` on
     StopIteration in the training step and in a second step for the same loader): the
