@@ -10,7 +10,7 @@ from typing import Protocol
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
-from ddpify.analysis.api import SAMPLER, SAMPLER_ARGUMENTS
+from ddpify.analysis.api import BATCH_SAMPLERS, SAMPLER, SAMPLER_ARGUMENTS
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.project import iterable_class
 from ddpify.analysis.script import TrainLoop
@@ -494,24 +494,31 @@ def none_sampler(anatomy: Anatomy, loader: Loader) -> tuple[cst.Name, bool] | No
     return None
 
 
-BATCH_SAMPLERS = ("torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler")
+def batched_sampler_call(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
+    """The `BatchSampler(...)` the loader is given directly, made in one place, as its
+    `batch_sampler=` or as its `sampler=` with `batch_size=None`."""
+    if loader.batched_by is None:
+        return None
+    passed = anatomy.loaders.argument(loader.call, loader.batched_by) or []
+    other = "sampler" if loader.batched_by == "batch_sampler" else "batch_sampler"
+    if len(passed) != 1 or not passed[0].direct or anatomy.loaders.argument(loader.call, other):
+        return None
+    batches = anatomy.values.origins(passed[0].value, anatomy.function_of(loader.call))
+    if len(batches) != 1 or not isinstance(batches[0], cst.Call):
+        return None
+    return batches[0] if anatomy.is_call_to(batches[0], BATCH_SAMPLERS) else None
 
 
 def batched_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
     """The `RandomSampler(dataset)` (or `SequentialSampler`) inside the loader's
     `batch_sampler=BatchSampler(sampler, batch_size, drop_last=True)` (torchvision's
-    detection reference), each made in one place, the batch sampler given directly: a
-    DistributedSampler takes the inner one's place, as torchvision does under DDP."""
-    passed = anatomy.loaders.argument(loader.call, "batch_sampler") or []
-    if len(passed) != 1 or not passed[0].direct or anatomy.loaders.argument(loader.call, "sampler"):
-        return None
-    scope = anatomy.function_of(loader.call)
-    batches = anatomy.values.origins(passed[0].value, scope)
-    if len(batches) != 1 or not isinstance(batches[0], cst.Call):
-        return None
-    batch = batches[0]
-    inner = call_arg(batch, 0, "sampler")
-    if not anatomy.is_call_to(batch, BATCH_SAMPLERS) or inner is None:
+    detection reference), or its `sampler=BatchSampler(...)` with `batch_size=None` (a
+    dataset whose `__getitem__` takes a list of indices), each made in one place, the batch
+    sampler given directly: a DistributedSampler takes the inner one's place, as torchvision
+    does under DDP."""
+    batch = batched_sampler_call(anatomy, loader)
+    inner = call_arg(batch, 0, "sampler") if batch is not None else None
+    if batch is None or inner is None:
         return None
     made = anatomy.values.origins(inner.value, anatomy.function_of(batch))
     if len(made) != 1 or not isinstance(made[0], cst.Call):
@@ -560,7 +567,12 @@ def subset_sampler(anatomy: Anatomy, loader: Loader) -> cst.Call | None:
         if anatomy.function_of(node) is scope
         and any(dotted(target.target) == name for target in node.targets)
     ]
-    return made if bound and all(anatomy.precedes(node, made) for node in bound) else None
+    # a parameter of the function is bound before it runs (`def run_fold(fold, tr_idx,
+    # va_idx, dataset, args)`, round-49 audit B kfold_linear_sched, refused)
+    given = scope is not None and name in anatomy.graph.parameters_of(scope)
+    if not (bound or given) or not all(anatomy.precedes(node, made) for node in bound):
+        return None
+    return made
 
 
 def _sample_the_subset(

@@ -35,6 +35,7 @@ ITERABLE_DATASETS = {
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...): positions.
 LOADER_POSITIONS = {"dataset": 0, "batch_size": 1, "shuffle": 2, "sampler": 3, "batch_sampler": 4}
 SAMPLER_ARGUMENTS = ("sampler", "batch_sampler")
+BATCH_SAMPLERS = ("torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler")
 COLLECTIVES = {
     "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "gather", "scatter",
     "reduce_scatter", "all_to_all", "all_gather_object", "broadcast_object_list",

@@ -10,7 +10,13 @@ from functools import cached_property
 
 import libcst as cst
 
-from ddpify.analysis.api import DATALOADER, ITER_WRAPPERS, ITERABLE_DATASETS, LOADER_POSITIONS
+from ddpify.analysis.api import (
+    BATCH_SAMPLERS,
+    DATALOADER,
+    ITER_WRAPPERS,
+    ITERABLE_DATASETS,
+    LOADER_POSITIONS,
+)
 from ddpify.analysis.calls import CallGraph
 from ddpify.analysis.index import SourceIndex
 from ddpify.analysis.tree import call_arg, dotted, is_method_call, is_name, methods, walk
@@ -34,14 +40,20 @@ class Loader:
     key_var: str | None = None
     keys: tuple[str, ...] = ()
     train_key: str | None = None
+    # the argument given a `BatchSampler(...)`: `batch_sampler`, or `sampler` with
+    # `batch_size=None` (a dataset whose `__getitem__` takes a list of indices)
+    batched_by: str | None = None
 
     @property
     def sampler_path(self) -> str:
         """Where the loader's sampler is read: `loader.sampler`, or, given a `batch_sampler=`
         (torchvision's detection reference), `loader.batch_sampler.sampler` (the loader's
-        own `.sampler` is then a SequentialSampler it made itself)."""
+        own `.sampler` is then a SequentialSampler it made itself), or, given a
+        `sampler=BatchSampler(...)`, `loader.sampler.sampler`."""
         batched = call_arg(self.call, LOADER_POSITIONS.get("batch_sampler"), "batch_sampler")
-        return "sampler" if batched is None else "batch_sampler.sampler"
+        if batched is not None:
+            return "batch_sampler.sampler"
+        return "sampler.sampler" if self.batched_by == "sampler" else "sampler"
 
 
 @dataclass(frozen=True)
@@ -254,7 +266,8 @@ class Loaders:
                 parent = self.index.parent(call)
                 if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
                     name = dotted(parent.targets[0].target)
-                loader = Loader(call, statement, name)
+                batched_by = _batched_by(self.index, self.values, call)
+                loader = Loader(call, statement, name, batched_by=batched_by)
                 if isinstance(parent, cst.DictComp) and parent.value is call:
                     loader.key_var, loader.keys = _keyed_comprehension(parent)
                     grand = self.index.parent(parent)
@@ -613,3 +626,25 @@ def strip_iteration(expr: cst.BaseExpression, graph: CallGraph | None = None) ->
             break
         expr = passed
     return expr
+
+
+def _batched_by(index: SourceIndex, values: Values, call: cst.Call) -> str | None:
+    """The argument of `call` given a `BatchSampler(...)` made in one place: its
+    `batch_sampler`, or its `sampler` when it batches nothing itself (`batch_size=None`)."""
+    scope = index.function_of(call)
+    for name in ("batch_sampler", "sampler"):
+        given = call_arg(call, LOADER_POSITIONS.get(name), name)
+        if given is None:
+            continue
+        made = values.origins(given.value, scope)
+        if not (
+            len(made) == 1
+            and isinstance(made[0], cst.Call)
+            and index.is_call_to(made[0], BATCH_SAMPLERS)
+        ):
+            return None
+        if name == "batch_sampler":
+            return name
+        size = call_arg(call, LOADER_POSITIONS.get("batch_size"), "batch_size")
+        return name if size is not None and is_name(size.value, "None") else None
+    return None

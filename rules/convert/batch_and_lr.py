@@ -21,6 +21,7 @@ from ddpify.analysis.tree import (
 )
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import WORLD_SIZE, expression
+from ddpify.fixes import batched_sampler_call
 from ddpify.options import BatchMode, ScaleLR
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -176,7 +177,10 @@ class BatchAndLearningRate(ConvertRule):
         if options.batch is BatchMode.GLOBAL:
             for loader in anatomy.script.train_loaders:
                 size = call_arg(loader.call, 1, "batch_size")
-                if size is None:
+                batches = batched_sampler_call(anatomy, loader)
+                if batches is not None:  # `sampler=BatchSampler(..., 32, False)`, or
+                    size = call_arg(batches, 1, "batch_size")  # `batch_sampler=` so
+                if size is None or is_name(size.value, "None"):
                     ctx.cannot(loader.call, "no batch_size to divide by the world size")
                     continue
                 ctx.plan.replace(size.value, lambda v: _scaled(v, f"// {WORLD_SIZE}"))

@@ -2305,7 +2305,13 @@ def _share_draws(ctx: ConvertContext) -> None:
     random by the dataset)."""
     _share_drawn_seeds(ctx)
     _share_split_draws(ctx)
-    _share_random_splits(ctx)
+    streams = ctx.anatomy.streams
+    _share_random_splits(
+        ctx,
+        seeded_apart=any(
+            "torch" in stream.families for stream in streams.drawn_items + streams.training_draws
+        ),
+    )
     for stream in ctx.anatomy.streams.drawn_items:
         _seed_per_process(ctx, stream, items="items")
     for stream in ctx.anatomy.streams.training_draws:
@@ -2416,18 +2422,36 @@ def _split_names(anatomy: Anatomy, call: cst.Call) -> list[str] | None:
     return [e.value for e in elements if isinstance(e, cst.Name)]
 
 
-def _share_random_splits(ctx: ConvertContext) -> None:
+def _share_random_splits(ctx: ConvertContext, seeded_apart: bool) -> None:
     """`train_set, val_set = random_split(ds, [n, m])` unseeded (the PyTorch text
     classification tutorial, round-22 audit A text_cls_bag): every process drew its own
     split, so the processes trained on overlapping parts and validated on each other's
-    training samples. Every process takes rank 0's indices right after the split."""
+    training samples. Every process takes rank 0's indices right after the split. So does
+    a split from torch's generator seeded alike when the conversion seeds it per process
+    for the random numbers training draws (`seeded_apart`): a split made after that seed (in
+    a function called once per repeat, round-49 audit B gru_jitter_repeated_split) would be
+    each process's own."""
     anatomy = ctx.anatomy
     for call in anatomy.calls:
-        if not _unseeded_split(anatomy, call):
+        apart = (
+            seeded_apart
+            and anatomy.is_call_to(call, RANDOM_SPLITS)
+            and not call_arg(call, 2, "generator")
+        )
+        if not (_unseeded_split(anatomy, call) or apart):
             continue
         names = _split_names(anatomy, call)
         if names is None:
-            continue  # refused where the loader is sharded
+            if apart and not _unseeded_split(anatomy, call):
+                ctx.cannot(
+                    call,
+                    "random_split draws from torch's generator, which each process now seeds "
+                    "with its rank for the random numbers training draws: a split made after "
+                    "that seed would be each process's own; pass "
+                    "generator=torch.Generator().manual_seed(0) by hand",
+                    blocking=True,
+                )
+            continue  # an unseeded one is refused where the loader is sharded
         parts = ", ".join(f"{name}.indices" for name in names)
         split = anatomy.free_name(["split", "split_indices", "rank0_split"])
         ctx.plan.insert_after(
@@ -2439,9 +2463,14 @@ def _share_random_splits(ctx: ConvertContext) -> None:
             ),
         )
         ctx.add_import("torch.distributed", asname="dist")
+        why = (
+            "unseeded"
+            if _unseeded_split(anatomy, call)
+            else "which each process seeds with its rank for the random numbers training draws"
+        )
         ctx.changed(
             call,
-            "random_split draws from torch's generator, unseeded: every process takes rank "
+            f"random_split draws from torch's generator, {why}: every process takes rank "
             "0's split (its indices), so they shard one training set",
         )
 
@@ -4100,6 +4129,9 @@ def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:
         # shuffled, the chunks make no stream: each process takes its share of them
         # (round-43 audit A chunks, refused as if they did)
         and not (shuffled is not None and is_name(shuffled.value, "True"))
+        # nor when its sampler makes the batches (`sampler=BatchSampler(RandomSampler(ds),
+        # 32, False)`, round-48 audit A getitems): the inner sampler is sharded
+        and loader.batched_by != "sampler"
     ):
         return (
             "the training DataLoader yields ready-made chunks (`batch_size=None`): split "

@@ -475,6 +475,15 @@ def _kept_open(ctx: ConvertContext) -> None:
     anatomy = ctx.anatomy
     for assign in anatomy.assigns:
         value = assign.value
+        if isinstance(value, cst.IfExp):
+            # `tracker = open(path, "a") if args.with_tracking else None` (Hugging Face's
+            # no_trainer scripts, round-49 audit A translation_generate: both ranks wrote it)
+            opened = [
+                branch
+                for branch in (value.body, value.orelse)
+                if isinstance(branch, cst.Call) and opens_for_writing(branch)
+            ]
+            value = opened[0] if len(opened) == 1 else value
         if isinstance(value, cst.Call) and not opens_for_writing(value):
             # `csv.writer(open("metrics.csv", "w"))`: the handle is the writer's
             value = next(
@@ -575,12 +584,16 @@ def _devnull_elsewhere(
     code = cst.Module([]).code_for_node
     rest = ", ".join(code(arg).rstrip(", ") for arg in opened.args[0 if by_path else 1 :])
     elsewhere = f"open(os.devnull, {rest})"
+    # a branch of `open(...) if args.with_tracking else None` keeps its own parentheses
+    inner = isinstance(anatomy.parent(opened), cst.IfExp)
     ctx.plan.replace(
         opened,
         lambda updated: cst.IfExp(
             test=expression(rank_zero),
             body=updated,
             orelse=expression(elsewhere),
+            lpar=[cst.LeftParen()] if inner else [],
+            rpar=[cst.RightParen()] if inner else [],
         ),
     )
     ctx.add_import("os")
@@ -1132,6 +1145,7 @@ def _guard_helpers(ctx: ConvertContext, models: set[str]) -> list[cst.CSTNode]:
     0; the statements guarded."""
     anatomy = ctx.anatomy
     helped: list[cst.CSTNode] = []
+    waited: set[cst.CSTNode] = set()  # the statements a barrier follows
     found = [
         (line, helper, f"writes files ({writes})")
         for line, helper, writes in _helpers_that_write(anatomy, models)
@@ -1149,9 +1163,35 @@ def _guard_helpers(ctx: ConvertContext, models: set[str]) -> list[cst.CSTNode]:
         ):
             # data a helper prepares (round-37 audit C download_if_missing_data_module:
             # `prepare_data(root)` writing the npz files the dataset then loads)
-            ctx.plan.insert_after(line, [statement(WAIT_FOR_RANK_ZERO)])
+            point = _after_the_disk_tests(anatomy, line)
+            if point not in waited:
+                waited.add(point)
+                ctx.plan.insert_after(point, [statement(WAIT_FOR_RANK_ZERO)])
             ctx.changed(line, "the other processes wait for what it writes before going on")
     return helped
+
+
+# What an `if` asks of the disk: its answer changes while rank 0 writes.
+DISK_TESTS = {"exists", "isfile", "isdir", "is_file", "is_dir", "listdir", "glob", "scandir"}
+
+
+def _after_the_disk_tests(anatomy: Anatomy, line: cst.CSTNode) -> cst.CSTNode:
+    """Where the others wait for what `line` writes on rank 0: right after it, or after the
+    outermost `if` around it (in its function) that asks the disk whether the files are
+    there (`if not os.path.exists("gen/train.txt"): synthesize(...)`, round-49 audit C
+    lm_earlystop_gen: a process that saw rank 0's new file skipped the barrier inside, and
+    rank 0 waited there for ever)."""
+    point = line
+    for ancestor in anatomy.ancestors(line):
+        if isinstance(ancestor, cst.FunctionDef | cst.ClassDef):
+            break
+        if isinstance(ancestor, cst.If) and any(
+            isinstance(node, cst.Call)
+            and (dotted(node.func) or "").rsplit(".", 1)[-1] in DISK_TESTS
+            for node in walk(ancestor.test)
+        ):
+            point = ancestor
+    return point
 
 
 WAIT_FOR_RANK_ZERO = "dist.barrier()  # the others wait for the files rank 0 writes\n"
@@ -1164,15 +1204,24 @@ def _before_training(anatomy: Anatomy, line: cst.CSTNode) -> bool:
     function = anatomy.function_of(line)
     if any(isinstance(a, cst.For | cst.While) for a in anatomy.ancestors(line)):
         return False
+    starts: list[cst.CSTNode] = [
+        *(loop.batch_loop for loop in anatomy.script.train_loops),
+        *(training.call for training in anatomy.script.foreign_training),
+    ]
+    # and the calls that reach them (`train_loss = run_epoch(model, train_data, ...)` in
+    # `main()`, round-49 audit C lm_earlystop_gen: the data a helper wrote before it was
+    # read by the others before it was there)
+    reached, depth = list(starts), 0
+    while reached and depth < MAX_STEPS:
+        functions = {id(f): f for node in reached if (f := anatomy.function_of(node)) is not None}
+        reached = [site for f in functions.values() for site in anatomy.graph.call_sites(f)]
+        starts += reached
+        depth += 1
     return any(
         anatomy.precedes(line, call) and anatomy.function_of(call) is function
         for call in anatomy.script.training_calls
     ) or any(
-        anatomy.precedes(line, node) and anatomy.function_of(node) is function
-        for node in [
-            *(loop.batch_loop for loop in anatomy.script.train_loops),
-            *(training.call for training in anatomy.script.foreign_training),
-        ]
+        anatomy.precedes(line, node) and anatomy.function_of(node) is function for node in starts
     )
 
 

@@ -8,11 +8,23 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpify.analysis.anatomy import Anatomy
+from ddpify.analysis.api import SAMPLER_ARGUMENTS
 from ddpify.analysis.foreign import returned_loader
 from ddpify.analysis.loaders import Loader
 from ddpify.analysis.project import Helper
-from ddpify.analysis.tree import call_arg, dotted, is_name, methods, source_text, walk
+from ddpify.analysis.tree import (
+    call_arg,
+    dotted,
+    is_method_call,
+    is_name,
+    methods,
+    source_text,
+    walk,
+)
 from ddpify.analysis.values import MAX_STEPS, constant_index
+from ddpify.emit import WORLD_SIZE
+from ddpify.fixes import subset_sampler
+from ddpify.options import BatchMode
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
 SCHEDULERS = "torch.optim.lr_scheduler"
@@ -258,18 +270,18 @@ class ScheduleLength(ConvertRule):
     the loader's `DistributedSampler` gives this process. A schedule sized from
     `len(loader)` already counts this process's batches and stays as it is. A length
     computed into a variable first (`total_steps = epochs * len(train_ds) // bs`), read by
-    the scheduler or by its `lr_lambda`, is computed from `len(loader.sampler)` there when
-    the loader is made before it; with the loader not yet made it is refused, as is one
-    computed from what the training data is built from
-    (`len(df_train)` for `train_dataset = ReviewDataset(reviews[df_train])`), unless that
-    is the dataset's length: the indices of a `Subset(ds, idx)`, or of the rows given a
-    `TensorDataset` or a dataset class whose `__len__` is `len(self.items)`. Hugging Face's
-    `get_..._schedule...` helpers count as schedulers, and so does a learning rate written
-    into the optimizer's param groups by hand (`group["lr"] = get_lr(it)`): the names it and
-    the script's functions it calls read are followed. So is the count of a `range` the
-    training runs in (BasicSR's `total_epochs = ceil(total_iters / num_iter_per_epoch)`,
-    with `num_iter_per_epoch = ceil(len(train_set) / batch_size)`): epochs counted from
-    the iterations to train for.
+    the scheduler or its `lr_lambda`, counts `len(loader.sampler)` when the loader is made
+    before it, `math.ceil(len(train_ds) / world_size)` (the sampler's share) when it is
+    made after; a helper counting it from the dataset it is given is given the sampler.
+    Counted from what the training data is built from (`len(df_train)` for `train_dataset =
+    ReviewDataset(reviews[df_train])`), it is refused unless that is the dataset's length:
+    the indices of a `Subset(ds, idx)` or a `SubsetRandomSampler(idx)`, or of the rows
+    given a `TensorDataset` or a dataset class whose `__len__` is `len(self.items)`. Hugging
+    Face's `get_..._schedule...` helpers count as schedulers, and so does a learning rate
+    written into the param groups by hand (`group["lr"] = get_lr(it)`), and the count of a
+    `range` the training runs in (BasicSR's `total_epochs = ceil(total_iters /
+    num_iter_per_epoch)`). With `--batch global` each process takes the script's steps,
+    and schedules are left as they are.
 
     ## Why is this bad?
     Each process now takes 1/N of the single-GPU steps per epoch, while a schedule sized
@@ -428,6 +440,8 @@ class ScheduleLength(ConvertRule):
 
     def convert(self, ctx: ConvertContext) -> None:
         anatomy = ctx.anatomy
+        if _kept_whole(ctx):
+            return
         _sized_from_split_samples(ctx)
         loaders = [loader for loader in anatomy.script.train_loaders if loader.name]
         if not loaders:
@@ -529,6 +543,9 @@ class ScheduleLength(ConvertRule):
     ) -> None:
         anatomy = ctx.anatomy
         visible = anatomy.function_of(loader.call) is anatomy.function_of(scheduler)
+        if visible and _sharded_later(anatomy, loader, length, anatomy.function_of(scheduler)):
+            _share(ctx, length, "the schedule's length")
+            return
         if not visible or not anatomy.precedes(loader.call, scheduler):
             ctx.cannot(
                 length,
@@ -572,7 +589,8 @@ class ScheduleLength(ConvertRule):
                 # `train_loader, n_train = get_loaders(bs)` with `get_loaders` of this file
                 # returning `len(train_ds)`: counted where it is returned
                 for length in _lengths(part):
-                    self._count(ctx, length, callee, loaders, name, what)
+                    if not _given_dataset(ctx, length, callee, value, loaders, name, what):
+                        self._count(ctx, length, callee, loaders, name, what)
             if not _arithmetic(value):
                 continue  # `train_loader = DataLoader(..., sampler=sampler)`: not a count
             # lengths made this process's: not followed further
@@ -619,6 +637,9 @@ class ScheduleLength(ConvertRule):
             ctx.plan.replace(length, _measuring(sampler))
             ctx.changed(length, f"`{name}`, {what}, counts this process's samples: len({sampler})")
             return True
+        if loader is not None and _sharded_later(anatomy, loader, length, scope):
+            _share(ctx, length, f"`{name}`, {what},")  # round-47 audit B sched_before_loader
+            return True
         if (
             (source := _source_of(anatomy, length, loaders)) is not None
             and anatomy.function_of(source.call) is scope
@@ -639,6 +660,95 @@ class ScheduleLength(ConvertRule):
                 blocking=True,
             )
         return False
+
+
+def _given_dataset(
+    ctx: ConvertContext,
+    length: cst.Call,
+    callee: cst.FunctionDef,
+    value: cst.BaseExpression,
+    loaders: list[Loader],
+    name: str,
+    what: str,
+) -> bool:
+    """`n = total_steps(ds, epochs, bs)` with `def total_steps(dataset, epochs, bs):
+    return epochs * math.ceil(len(dataset) / bs)` (round-49 audit A
+    image_cls_earlystop: the schedule ran half its length): the helper is given the
+    training loader's sampler, whose length is this process's share, when it reads the
+    dataset only for its length and the loader is made before; else refused."""
+    anatomy = ctx.anatomy
+    call = value.value if isinstance(value, cst.Subscript) else value
+    measured = length.args[0].value if len(length.args) == 1 else None
+    if not (
+        isinstance(call, cst.Call)
+        and isinstance(measured, cst.Name)
+        and measured.value in anatomy.graph.parameters_of(callee)
+    ):
+        return False
+    given = anatomy.graph.bound_argument(call, callee, measured.value)
+    loader = _loader_of(cst.Call(cst.Name("len"), [cst.Arg(given)]), loaders) if given else None
+    if given is None or loader is None:
+        return False
+    reads = [
+        node
+        for node in walk(callee.body)
+        if isinstance(node, cst.Name)
+        and node.value == measured.value
+        and not anatomy.is_attribute_name(node)
+    ]
+    only_measured = all(
+        isinstance(parent := anatomy.parent(node), cst.Arg)
+        and isinstance(holder := anatomy.parent(parent), cst.Call)
+        and is_name(holder.func, "len")
+        for node in reads
+    )
+    if (
+        only_measured
+        and anatomy.function_of(loader.call) is anatomy.function_of(call)
+        and anatomy.precedes(loader.call, call)
+    ):
+        sampler = f"{loader.name}.{loader.sampler_path}"
+        ctx.plan.replace(given, _replaced_with(sampler))
+        ctx.changed(
+            given,
+            f"`{name}`, {what}, is counted by `{callee.name.value}` from the length of "
+            f"what it is given: it is given `{sampler}`, this process's share",
+        )
+        return True
+    ctx.cannot(
+        given,
+        f"`{name}`, {what}, is counted by `{callee.name.value}` from the training "
+        "dataset's length: each process now takes 1/N of those steps; give it "
+        "len(train_loader.sampler) by hand",
+        blocking=True,
+    )
+    return True
+
+
+def _share(ctx: ConvertContext, length: cst.Call, what: str) -> None:
+    """`len(train_ds)` of a dataset sharded after it: the DistributedSampler it gets
+    pads each process's share to ceil(len / world_size) samples."""
+    ctx.add_import("math")
+    share = f"math.ceil({source_text(length)} / {WORLD_SIZE})"
+    ctx.plan.replace(length, _replaced_with(share))
+    ctx.changed(length, f"{what} counts this process's samples: {share}")
+
+
+def _kept_whole(ctx: ConvertContext) -> bool:
+    """With `--batch global` each process takes batch_size // world_size samples a step: as
+    many steps as the script, and a schedule counted from the whole dataset is right as it
+    is (made `len(loader.sampler)`, it ended halfway). Said once."""
+    if ctx.options.batch is not BatchMode.GLOBAL:
+        return False
+    anatomy = ctx.anatomy
+    first = next((call for call in anatomy.calls if _schedules(anatomy, call)), None)
+    if first is not None:
+        ctx.info(
+            first,
+            "--batch global: each process takes as many steps as the script, so schedules "
+            "keep the lengths the script gives them",
+        )
+    return True
 
 
 def _returned_parts(
@@ -844,7 +954,9 @@ def _read_by_function(
 
 def _hand_schedules(anatomy: Anatomy) -> list[cst.Assign]:
     """`param_group["lr"] = lr`: a learning rate set by hand (nanoGPT's `get_lr(iter_num)`
-    written into every param group)."""
+    written into every param group); or `lr = lr0 * (1 - step / total_steps)` that a manual
+    SGD step reads (`p.data.add_(p.grad, alpha=-lr)`, round-49 audit C lm_linear_decay)."""
+    stepped = _manual_step_rates(anatomy)
     return [
         node
         for node in anatomy.assigns
@@ -856,7 +968,44 @@ def _hand_schedules(anatomy: Anatomy) -> list[cst.Assign]:
             and target.target.slice[0].slice.value.evaluated_value == "lr"
             for target in node.targets
         )
+        or (
+            len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and (node.targets[0].target.value, anatomy.function_of(node)) in stepped
+            and not isinstance(node.value, cst.Integer | cst.Float)
+        )
     ]
+
+
+def _manual_step_rates(anatomy: Anatomy) -> set[tuple[str, cst.FunctionDef | None]]:
+    """The names (with their functions) a parameter update by hand scales the gradient by:
+    `p.data.add_(p.grad, alpha=-lr)`, `p.data.sub_(lr * p.grad)`, `p -= lr * p.grad`."""
+    scaled: list[cst.BaseExpression] = []
+    for call in anatomy.calls:
+        if not is_method_call(call, "add_", "sub_"):
+            continue
+        alpha = call_arg(call, None, "alpha")
+        if alpha is not None:
+            scaled.append(alpha.value)
+        elif is_method_call(call, "sub_") and call.args:
+            scaled.append(call.args[0].value)
+    lines = [
+        line for line in anatomy.simple_statements if isinstance(line, cst.SimpleStatementLine)
+    ]
+    for node in (small for line in lines for small in line.body):
+        if not isinstance(node, cst.AugAssign):
+            continue
+        if isinstance(node.operator, cst.SubtractAssign) and any(
+            isinstance(part, cst.Attribute) and part.attr.value == "grad"
+            for part in walk(node.value)
+        ):
+            scaled.append(node.value)
+    return {
+        (name.value, anatomy.function_of(name))
+        for value in scaled
+        for name in walk(value)
+        if isinstance(name, cst.Name) and not anatomy.is_attribute_name(name)
+    }
 
 
 def _read_by_schedule(anatomy: Anatomy, assign: cst.Assign) -> set[str]:
@@ -914,11 +1063,18 @@ def _sized_from_split_samples(ctx: ConvertContext) -> None:
     ):
         return
     split = {samples.name for samples in batch.samples} | set(batch.length_names)
-    for call in anatomy.calls:
-        if not _schedules(anatomy, call):
-            continue
+    sized: list[tuple[cst.CSTNode, list[str]]] = [
+        (call, [n.value for arg in call.args for n in walk(arg.value) if isinstance(n, cst.Name)])
+        for call in anatomy.calls
+        if _schedules(anatomy, call)
+    ]
+    # a learning rate set by hand (`lr = lr0 * (1 - step / total_steps)` of a manual SGD
+    # step, round-49 audit C lm_linear_decay: the decay stopped halfway)
+    sized += [
+        (assign, sorted(_read_by_schedule(anatomy, assign))) for assign in _hand_schedules(anatomy)
+    ]
+    for call, names in sized:
         scope = anatomy.function_of(call)
-        names = [n.value for arg in call.args for n in walk(arg.value) if isinstance(n, cst.Name)]
         seen: set[str] = set()
         while names:
             name = names.pop()
@@ -936,7 +1092,10 @@ def _sized_from_split_samples(ctx: ConvertContext) -> None:
                 )
                 break
             for value, _ in anatomy.values.values_of(name, scope):
-                if _arithmetic(value) or isinstance(value, cst.Call | cst.Subscript):
+                # `(ids.size(1) - 1) // seq_length` too: a size of the split samples
+                if _arithmetic(value) or isinstance(
+                    value, cst.Call | cst.Subscript | cst.BinaryOperation
+                ):
                     names += [
                         n.value
                         for n in walk(value)
@@ -987,6 +1146,8 @@ def _source_of(anatomy: Anatomy, length: cst.Call, loaders: list[Loader]) -> Loa
     if measured is None or any(loader.name == measured for loader in loaders):
         return None  # `len(train_loader)`: its batches, already this process's
     for loader in loaders:
+        if _subset_indices(anatomy, loader) == measured:
+            return loader
         dataset = call_arg(loader.call, 0, "dataset")
         if dataset is None:
             continue
@@ -1007,6 +1168,14 @@ def _replaced_with(code: str) -> Callable[[cst.CSTNode], cst.BaseExpression]:
     return lambda _: new
 
 
+def _subset_indices(anatomy: Anatomy, loader: Loader) -> str | None:
+    """`tr_idx` of the loader's `sampler=SubsetRandomSampler(tr_idx)` that becomes a
+    DistributedSampler of `Subset(dataset, tr_idx)` (round-49 audit B kfold_linear_sched:
+    `num_train_steps = int(len(tr_idx) / bs * epochs)` was left whole)."""
+    made = subset_sampler(anatomy, loader)
+    return dotted(made.args[0].value) if made is not None else None
+
+
 def _counts_the_dataset(anatomy: Anatomy, loader: Loader, length: cst.Call) -> bool:
     """Whether `len(idx)` is the length of the loader's dataset: `Subset(ds, idx)`,
     `TensorDataset(x[idx], ...)`, or a class of the script whose `__len__` is
@@ -1015,6 +1184,8 @@ def _counts_the_dataset(anatomy: Anatomy, loader: Loader, length: cst.Call) -> b
     dataset = call_arg(loader.call, 0, "dataset")
     if measured is None or dataset is None:
         return False
+    if _subset_indices(anatomy, loader) == measured:
+        return True
     value = dataset.value
     if isinstance(value, cst.Name):
         values = anatomy.values.assignments(value.value, anatomy.function_of(loader.call))
@@ -1083,6 +1254,41 @@ def _lengths(expr: cst.BaseExpression) -> list[cst.Call]:
         for node in walk(expr)
         if isinstance(node, cst.Call) and is_name(node.func, "len") and len(node.args) == 1
     ]
+
+
+def _sharded_later(
+    anatomy: Anatomy, loader: Loader, length: cst.Call, scope: cst.FunctionDef | None
+) -> bool:
+    """`len(train_ds)` before `DataLoader(train_ds, ...)` of the same function, after the
+    setup, with nothing between giving `train_ds` another value, the loader given no sampler
+    of its own nor made per key: it gets `DistributedSampler(train_ds)`, whose share is
+    ceil(len(train_ds) / world_size) samples."""
+    dataset = call_arg(loader.call, 0, "dataset")
+    measured = length.args[0].value if len(length.args) == 1 else None
+    if not (
+        dataset is not None
+        and isinstance(dataset.value, cst.Name)
+        and isinstance(measured, cst.Name)
+        and measured.value == dataset.value.value
+        and anatomy.function_of(loader.call) is scope
+        and anatomy.precedes(length, loader.call)
+        and anatomy.script.after_setup(anatomy.statement_of(length))
+        and loader.key_var is None
+        and id(loader) not in anatomy.switches
+        and not any(anatomy.loaders.argument(loader.call, arg) for arg in SAMPLER_ARGUMENTS)
+    ):
+        return False
+    name = measured.value
+    return not any(
+        anatomy.precedes(length, assign)
+        and anatomy.precedes(assign, loader.call)
+        and anatomy.function_of(assign) is scope
+        for assign in anatomy.assigns
+        if any(
+            name in {n.value for n in walk(target.target) if isinstance(n, cst.Name)}
+            for target in assign.targets
+        )
+    )
 
 
 def _loader_of(length: cst.Call, loaders: list[Loader]) -> Loader | None:

@@ -1198,14 +1198,16 @@ main()
 
 
 @pytest.mark.parametrize("where", ["scheduler.py", "the script"])
-def test_a_schedule_sized_from_the_dataset_through_a_factory_is_refused(
+def test_a_schedule_sized_from_the_dataset_through_a_factory_counts_the_share(
     tmp_path: Path, where: str
 ) -> None:
     """Round-31 audit C scheduler_module_warmup_cosine_b: `steps_per_epoch = len(train_ds)
     // bs`, computed before the loader, handed to `WarmupCosine(...)` of scheduler.py that
     makes a LambdaLR from it: converted as it was, its cosine ran half its course. It was
     missed in one file too, read only through the names the `lr_lambda` reads. Refused
-    (the loader is made after the count); sized by `len(loader)`, it converts."""
+    then (the loader is made after the count), it now counts the share the loader's
+    sampler will give; a dataset rebound before the loader is refused; sized by
+    `len(loader)`, it converts as it is."""
     script = tmp_path / "train.py"
     if where == "scheduler.py":
         (tmp_path / "scheduler.py").write_text(WARMUP_COSINE)
@@ -1215,12 +1217,16 @@ def test_a_schedule_sized_from_the_dataset_through_a_factory_is_refused(
             "from scheduler import WarmupCosine\n", WARMUP_COSINE.split("\n", 1)[1]
         )
     script.write_text(text)
+    output, _ = convert(script)
+    share = "    steps_per_epoch = math.ceil(len(train_ds) / dist.get_world_size()) // 32\n"
+    assert share in output.decode()
+    made = "    loader = DataLoader(train_ds, batch_size=32, shuffle=True)\n"
+    script.write_text(text.replace(made, "    train_ds = other_ds\n" + made))
     result = convert_source(script.read_bytes(), "train.py", ConvertOptions(), script)
     assert result.refused
     [problem] = [p for p in result.problems if p.blocking]
     assert problem.code == "DDP009"
     assert "`steps_per_epoch`, a learning-rate schedule's length" in problem.message
-    made = "    loader = DataLoader(train_ds, batch_size=32, shuffle=True)\n"
     counted = "    steps_per_epoch = len(train_ds) // 32\n"
     script.write_text(
         text.replace(counted + made, made + counted.replace("len(train_ds) // 32", "len(loader)"))
@@ -2422,6 +2428,62 @@ def test_yolov5_s_optimizer_and_ema_of_another_file_get_the_bare_model(tmp_path:
     )
 
 
+TV_EMA = """import torch
+
+
+class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel):
+    def __init__(self, model, decay, device="cpu"):
+        def ema_avg(avg_model_param, model_param, num_averaged):
+            return decay * avg_model_param + (1 - decay) * model_param
+
+        super().__init__(model, device, ema_avg, use_buffers=True)
+"""
+
+
+def test_an_averaged_model_class_of_another_file_gets_the_bare_model(tmp_path: Path) -> None:
+    """Round-49 audit E tv_refs: torchvision's references keep `class
+    ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel)` in utils.py, whose
+    `__init__` hands the model to AveragedModel's, which deep-copies it. Made from the
+    wrapper, the EMA's checkpoint keys were `module.module.*` and no single-GPU checkpoint
+    loaded. It gets the bare model, as the same class in the script does."""
+    (tmp_path / "utils.py").write_text(TV_EMA)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nimport torch.nn as nn\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\nimport utils\n\n\n"
+        "def main():\n"
+        "    torch.manual_seed(0)\n"
+        "    model = nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    ema = utils.ExponentialMovingAverage(model, decay=0.9)\n"
+        "    data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))\n"
+        "    loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            nn.functional.cross_entropy(model(x), y).backward()\n"
+        "            optimizer.step()\n"
+        "            ema.update_parameters(model)\n"
+        "    torch.save(ema.state_dict(), 'ema.pt')\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, notes = convert(script)
+    assert "    ema = utils.ExponentialMovingAverage(model.module, decay=0.9)\n" in output.decode()
+    copied = (
+        "`utils.ExponentialMovingAverage()` (utils.py) copies the model: it gets the bare model"
+    )
+    assert copied in notes
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    import torch
+
+    saved = torch.load(tmp_path / "ema.pt", weights_only=True)
+    assert sorted(saved) == ["module.bias", "module.weight", "n_averaged"]
+
+
 def test_an_object_that_copies_the_model_and_keeps_it_too_keeps_the_wrapper(
     tmp_path: Path,
 ) -> None:
@@ -3052,6 +3114,69 @@ for step in range(100):
             "does not rewrite; add it there by hand (or loop over the loader here)",
         )
     ]
+
+
+def test_the_others_wait_for_helper_written_data_after_the_test_that_asks_for_it(
+    tmp_path: Path,
+) -> None:
+    """Round-49 audit C lm_earlystop_gen: `if not os.path.exists("gen/train.txt"):
+    synthesize(...)` (writer.py) before `main()` reads the corpus and `run_epoch(...)` trains.
+    With training in a function of its own, no barrier came at all (rank 1 read a missing
+    file); put inside the `if`, a process that saw rank 0's new file skipped it and rank 0
+    waited for ever. One barrier, after the `if`."""
+    (tmp_path / "writer.py").write_text(
+        "def synthesize(path, n):\n"
+        '    with open(path, "w") as f:\n'
+        "        for i in range(n):\n"
+        '            f.write(f"{i % 7}\\n")\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_bytes(
+        b"""import os
+
+import torch
+
+from writer import synthesize
+
+
+def run_epoch(model, optimizer, data):
+    for i in range(0, len(data) - 9, 8):
+        loss = (model(data[i:i + 8]) - data[i + 1:i + 9]).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def main():
+    if not os.path.exists("gen/train.txt"):
+        os.makedirs("gen", exist_ok=True)
+        synthesize("gen/train.txt", 200)
+        synthesize("gen/valid.txt", 40)
+    with open("gen/train.txt") as f:
+        data = torch.tensor([float(line) for line in f]).view(-1, 1)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        run_epoch(model, optimizer, data)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    )
+    output, _ = convert(script)
+    text = output.decode()
+    assert text.count("dist.barrier()") == 1
+    waited = (
+        '            synthesize("gen/valid.txt", 40)\n'
+        "    dist.barrier()  # the others wait for the files rank 0 writes\n"
+    )
+    assert waited in text
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=120, env=recording(tmp_path))
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert writers(tmp_path)["gen/train.txt"] == {"0"}
 
 
 def test_data_a_helper_of_another_file_writes_before_training_is_rank_0s(

@@ -2105,6 +2105,318 @@ while step < 100:
     assert again in text
 
 
+def test_a_fold_loader_over_subset_random_sampler_of_a_parameter_and_its_schedule() -> None:
+    """Round-49 audit B kfold_linear_sched: `def run_fold(fold, tr_idx, va_idx, dataset,
+    args)` making `DataLoader(dataset, sampler=SubsetRandomSampler(tr_idx))` was refused as
+    "has its own sampler" (the dataset, a parameter, was not taken as bound); converted,
+    `num_train_steps = int(len(tr_idx) / bs * epochs)` must count this process's samples."""
+    source = """import torch
+from torch.utils.data import DataLoader, SubsetRandomSampler
+
+
+def run_fold(fold, tr_idx, dataset, bs, epochs):
+    train_loader = DataLoader(dataset, batch_size=bs, sampler=SubsetRandomSampler(tr_idx))
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    num_train_steps = int(len(tr_idx) / bs * epochs)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=num_train_steps)
+    for epoch in range(epochs):
+        for x, y in train_loader:
+            loss = (model(x) - y).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+
+
+for fold, tr_idx in enumerate(folds):
+    run_fold(fold, tr_idx, dataset, 32, 3)
+"""
+    result = convert_source(source.encode(), "kfold.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    made = "DataLoader(Subset(dataset, tr_idx), batch_size=bs, sampler=DistributedSampler("
+    assert made in text
+    assert "num_train_steps = int(len(train_loader.sampler) / bs * epochs)" in text
+
+
+SCHEDULE_BEFORE_LOADER = """import math
+
+import torch
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+steps_per_epoch = math.ceil(len(train_ds) / bs)
+sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=epochs * steps_per_epoch)
+train_loader = DataLoader(train_ds, batch_size=bs, shuffle=True)
+for epoch in range(epochs):
+    for xb, yb in train_loader:
+        loss = (model(xb) - yb).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+"""
+
+
+@pytest.mark.parametrize("reads_more", [False, True])
+def test_a_schedule_counted_by_a_helper_given_the_dataset(reads_more: bool) -> None:
+    """Round-49 audit A image_cls_earlystop: `n = total_steps(ds, 2, 8)` with `def
+    total_steps(dataset, epochs, bs): return epochs * math.ceil(len(dataset) / bs)` was left
+    whole: each process ran half the schedule. The helper is given the loader's sampler,
+    whose length is this process's share; a helper that reads more of the dataset than its
+    length is refused, naming it."""
+    more = "    print(dataset[0])\n" if reads_more else ""
+    source = f"""import math
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def total_steps(dataset, epochs, bs):
+{more}    return epochs * math.ceil(len(dataset) / bs)
+
+
+def main():
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    n = total_steps(ds, 2, 8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / n))
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+
+
+main()
+"""
+    result = convert_source(source.encode(), "helper.py", ConvertOptions())
+    if reads_more:
+        assert result.refused
+        assert any("counted by `total_steps`" in p.message for p in result.problems)
+        return
+    assert not result.refused, result.problems
+    assert "    n = total_steps(loader.sampler, 2, 8)\n" in result.output.decode()
+
+
+def test_a_file_opened_on_a_condition_in_one_expression_is_rank_zeros() -> None:
+    """Round-49 audit A translation_generate: Hugging Face's `tracker = open(path, "a") if
+    args.with_tracking else None`, kept open and written each epoch: both ranks wrote it
+    (the `if` statement form was converted). The open branch is rank 0's, os.devnull
+    elsewhere, in parentheses so that the script's condition still holds."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+
+def main(track):
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tracker = open("metrics.jsonl", "a") if track else None
+    for epoch in range(2):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        if tracker is not None:
+            tracker.write(f"{epoch} {loss.item():.4f}\\n")
+
+
+main(True)
+"""
+    result = convert_source(source.encode(), "tracker.py", ConvertOptions())
+    assert not result.refused, result.problems
+    opened = (
+        '    tracker = (open("metrics.jsonl", "a") if dist.get_rank() == 0 else '
+        'open(os.devnull, "a")) if track else None\n'
+    )
+    assert opened in result.output.decode()
+
+
+def test_a_learning_rate_a_manual_sgd_step_reads_is_a_schedule() -> None:
+    """Round-49 audit C lm_linear_decay: `lr = lr_at(step)` decaying over `total_steps =
+    epochs * ((ids.size(1) - 1) // seq_length)`, read by `p.data.add_(p.grad, alpha=-lr)`
+    (no optimizer): each process walked half the columns, and the decay stopped halfway,
+    unreported. Sized from the split samples it is refused; sized from a sharded loader's
+    dataset it counts this process's samples."""
+    sliced = """import torch
+import torch.nn as nn
+
+ids = torch.randint(0, 50, (4, 400))
+seq_length, num_epochs, lr0 = 10, 2, 0.5
+total_steps = num_epochs * ((ids.size(1) - 1) // seq_length)
+
+
+def lr_at(step):
+    return lr0 * (1 - min(step / total_steps, 1.0))
+
+
+model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 50))
+step = 0
+for epoch in range(num_epochs):
+    for i in range(0, ids.size(1) - seq_length, seq_length):
+        inputs, targets = ids[:, i:i + seq_length], ids[:, i + 1:i + 1 + seq_length]
+        loss = nn.functional.cross_entropy(model(inputs).reshape(-1, 50), targets.reshape(-1))
+        model.zero_grad()
+        loss.backward()
+        lr = lr_at(step)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+        step += 1
+"""
+    result = convert_source(sliced.encode(), "lm.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert problem.code == "DDP009" and "sized from `ids`" in problem.message
+    loaded = """import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+total = 3 * len(train_ds) // 8
+step = 0
+for epoch in range(3):
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        model.zero_grad()
+        loss.backward()
+        lr = 0.1 * (1 - step / total)
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * p.grad
+        step += 1
+"""
+    result = convert_source(loaded.encode(), "sgd.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "total = 3 * len(loader.sampler) // 8\n" in result.output.decode()
+
+
+def test_a_schedule_counted_before_its_loader_is_made_counts_the_share() -> None:
+    """Round-47 audit B sched_before_loader: `steps_per_epoch = math.ceil(len(train_ds) /
+    bs)` sized the schedule before `DataLoader(train_ds, ...)` was made, and was refused.
+    The loader's DistributedSampler gives each process ceil(len / world_size) samples."""
+    result = convert_source(SCHEDULE_BEFORE_LOADER.encode(), "sched.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    share = "steps_per_epoch = math.ceil(math.ceil(len(train_ds) / dist.get_world_size()) / bs)"
+    assert share in text
+    rebound = SCHEDULE_BEFORE_LOADER.replace("train_loader =", "train_ds = other\ntrain_loader =")
+    result = convert_source(rebound.encode(), "sched.py", ConvertOptions())
+    assert result.refused  # another dataset by the time the loader is made
+
+
+@pytest.mark.parametrize("after", [False, True])
+def test_batch_global_keeps_a_schedule_counted_from_the_whole_dataset(after: bool) -> None:
+    """With `--batch global` each process takes batch_size // world_size samples a step,
+    as many steps as the script: the schedule's `len(train_ds) / bs` is right as it is.
+    Made `len(train_loader.sampler) / bs`, it ended halfway through training."""
+    source = SCHEDULE_BEFORE_LOADER
+    if after:
+        loader = "train_loader = DataLoader(train_ds, batch_size=bs, shuffle=True)\n"
+        source = source.replace(loader, "").replace("model =", loader + "model =")
+    options = replace(ConvertOptions(), batch=BatchMode.GLOBAL)
+    result = convert_source(source.encode(), "sched.py", options)
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "steps_per_epoch = math.ceil(len(train_ds) / bs)\n" in text
+    assert "batch_size=bs // dist.get_world_size()" in text
+
+
+def test_a_seeded_split_made_after_the_per_process_seed_is_rank_zeros() -> None:
+    """Round-49 audit B gru_jitter_repeated_split: `torch.manual_seed(0)`, then `run(rep)`
+    for each repeat making `random_split(ds, [48, 16])`, and a dataset drawing noise in
+    `__getitem__`. The per-process seed for the noise went before the repeats: each process
+    drew its own split, and trained on what the others validated on. The split is rank 0's."""
+    source = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset, random_split
+
+
+class Noisy(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.full((4,), float(i)) + 0.1 * torch.randn(4), torch.tensor(float(i % 2))
+
+
+def run(ds):
+    train_ds, val_ds = random_split(ds, [48, 16])
+    loader = DataLoader(train_ds, batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x).squeeze(-1), y).backward()
+            opt.step()
+
+
+def main():
+    torch.manual_seed(0)
+    ds = Noisy()
+    for rep in range(2):
+        run(ds)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    result = convert_source(source.encode(), "repeats.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    shared = (
+        "    train_ds, val_ds = random_split(ds, [48, 16])\n"
+        "    split = [train_ds.indices, val_ds.indices]\n"
+        "    dist.broadcast_object_list(split)"
+    )
+    assert shared in text
+    assert "torch.manual_seed(0 + dist.get_rank())" in text
+    # without draws in training, no seed per process, and a seeded split stays as it is
+    plain = source.replace(" + 0.1 * torch.randn(4)", "")
+    result = convert_source(plain.encode(), "repeats.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "broadcast_object_list" not in result.output.decode()
+
+
+@pytest.mark.parametrize("batch", [BatchMode.PER_GPU, BatchMode.GLOBAL])
+def test_a_batch_sampler_given_as_the_loaders_sampler_is_sharded_inside(batch: BatchMode) -> None:
+    """Round-48 audit A getitems: `sampler=BatchSampler(RandomSampler(ds), batch_size=32,
+    drop_last=False)` with `batch_size=None` (a dataset whose `__getitem__` takes a list of
+    indices) was refused ("has its own sampler"). The RandomSampler becomes a
+    DistributedSampler, `set_epoch` goes to `loader.sampler.sampler`, and `--batch global`
+    divides the BatchSampler's size, not the loader's None."""
+    source = """import torch
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+sampler = BatchSampler(RandomSampler(ds), batch_size=32, drop_last=False)
+loader = DataLoader(ds, sampler=sampler, batch_size=None)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for xb, yb in loader:
+        loss = (model(xb) - yb).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    options = replace(ConvertOptions(), batch=batch)
+    result = convert_source(source.encode(), "getitems.py", options)
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    size = "32 // dist.get_world_size()" if batch is BatchMode.GLOBAL else "32"
+    made = f"BatchSampler(DistributedSampler(ds, shuffle=True), batch_size={size}, drop_last"
+    assert made in text
+    assert "loader = DataLoader(ds, sampler=sampler, batch_size=None)\n" in text
+    assert "    loader.sampler.sampler.set_epoch(epoch)\n" in text
+
+
 def test_a_loader_made_in_a_loop_over_seeds_gets_the_loops_seed() -> None:
     """Round-48 audit E seeds: `for seed in args.seeds: set_seed(seed)`, the loader made in
     the loop's body. The DistributedSampler's own seed is 0 whatever torch's: every seed's
