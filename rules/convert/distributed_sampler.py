@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import libcst as cst
@@ -3932,17 +3932,63 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
         return
     restore = _restored_before(anatomy, stream.anchor)
     if restore is not None:
-        ctx.info(
-            restore,
-            "the generators' state a resume puts back is rank 0's (the checkpoint is "
-            "rank 0's): the per-process seeds go before it, so a fresh run draws apart and "
-            "a resumed run goes on from the saved state as the script did, the same in "
-            "every process; save each rank's state to keep them apart after a resume",
-        )
+        _apart_after_restore(ctx, restore, stream)
     ctx.plan.insert_before(restore or stream.anchor, new)
     ctx.add_import("torch.distributed", asname="dist")
     _shared_after_reseed(ctx, stream)
     ctx.changed(stream.loop, _DRAWN_APART.get(items, _DRAWN_APART[""]))
+
+
+# A generator's state put back by a resume, and how each process then draws apart from it:
+# a seed drawn from the restored state (the same in every process) plus the rank.
+_APART_AGAIN = {
+    "random.setstate": "{module}.seed({module}.getrandbits(32) + dist.get_rank())",
+    "numpy.random.set_state": (
+        "{module}.seed((int({module}.randint(2**31)) + dist.get_rank()) % 2**32)"
+    ),
+    "torch.set_rng_state": "torch.manual_seed(int(torch.randint(2**31, ())) + dist.get_rank())",
+    "torch.random.set_rng_state": (
+        "torch.manual_seed(int(torch.randint(2**31, ())) + dist.get_rank())"
+    ),
+}
+_FAMILY_OF_RESTORE = {
+    "random.setstate": "random",
+    "numpy.random.set_state": "numpy",
+    "torch.set_rng_state": "torch",
+    "torch.random.set_rng_state": "torch",
+}
+
+
+def _apart_after_restore(
+    ctx: ConvertContext, restore: cst.BaseStatement, stream: RandomBatches
+) -> None:
+    """A resume that puts back the generators' saved state (`torch.set_rng_state(ck["rng"])`)
+    after the per-process seeds: the state is rank 0's, so from there every process drew the
+    same noise (round-49 audit D gan_resume). Right after it, each generator the training
+    draws from is seeded again with a number drawn from the restored state plus the rank:
+    apart again, and the same on every resume from that checkpoint."""
+    anatomy = ctx.anatomy
+    lines: list[str] = []
+    for call in walk(restore):
+        if not isinstance(call, cst.Call):
+            continue
+        for qualified in sorted(anatomy.library_names(call.func) & set(_APART_AGAIN)):
+            module = (dotted(call.func) or "").rsplit(".", 1)[0]
+            line = _APART_AGAIN[qualified].format(module=module) + "\n"
+            if _FAMILY_OF_RESTORE[qualified] in stream.families and line not in lines:
+                lines.append(line)
+    if not lines:
+        return
+    lines[0] = lines[0].rstrip("\n") + "  # each process draws apart again\n"
+    body = restore.body.body if isinstance(restore, cst.If) else None
+    last = body[-1] if isinstance(body, Sequence) and body else restore
+    ctx.plan.insert_after(last, statements("".join(lines)))
+    ctx.changed(
+        restore,
+        "the generators' state a resume puts back is rank 0's (the checkpoint is rank 0's): "
+        "after it, each process seeds them again from that state plus its rank, so a resumed "
+        "run draws apart too",
+    )
 
 
 def _shared_after_reseed(ctx: ConvertContext, stream: RandomBatches) -> None:

@@ -2484,6 +2484,69 @@ def test_an_averaged_model_class_of_another_file_gets_the_bare_model(tmp_path: P
     assert sorted(saved) == ["module.bias", "module.weight", "n_averaged"]
 
 
+EMA_BY_NAME = """import copy
+
+import torch
+
+
+class EMA:
+    def __init__(self, model, decay=0.9):
+        self.decay = decay
+        self.shadow = copy.deepcopy(model).eval()
+
+    @torch.no_grad()
+    def update(self, model):
+        msd = model.state_dict()
+        for k, v in self.shadow.state_dict().items():
+            v.mul_(self.decay).add_(msd[k].detach(), alpha=1 - self.decay)
+
+    def state_dict(self):
+        return self.shadow.state_dict()
+"""
+
+
+def test_an_ema_object_a_trainer_keeps_is_updated_from_the_bare_model(tmp_path: Path) -> None:
+    """Round-49 audit D ema_trainer: `self.ema = EMA(self.model)` (ema.py) in a Trainer,
+    `self.ema.update(self.model)` after the wrap, the EMA looking the weights up in
+    `model.state_dict()` by name: KeyError on the wrapper's `module.` keys, at the first
+    step. Only a name (`ema.update(model)`) was followed to its class; an attribute is too."""
+    (tmp_path / "ema.py").write_text(EMA_BY_NAME)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from ema import EMA\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        self.model = torch.nn.Linear(4, 1)\n"
+        "        self.ema = EMA(self.model)\n"
+        "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n"
+        "        data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+        "        self.loader = DataLoader(data, batch_size=8, shuffle=True)\n\n"
+        "    def fit(self):\n"
+        "        for epoch in range(2):\n"
+        "            for x, y in self.loader:\n"
+        "                loss = ((self.model(x) - y) ** 2).mean()\n"
+        "                self.opt.zero_grad()\n"
+        "                loss.backward()\n"
+        "                self.opt.step()\n"
+        "                self.ema.update(self.model)\n"
+        "        torch.save(self.ema.state_dict(), 'ema.pt')\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    torch.manual_seed(0)\n"
+        "    Trainer().fit()\n"
+    )
+    output, notes = convert(script)
+    assert "                self.ema.update(self.model.module)\n" in output.decode()
+    assert "`update()` (ema.py) reads `.state_dict`: it gets the bare model" in notes
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    import torch
+
+    assert sorted(torch.load(tmp_path / "ema.pt", weights_only=True)) == ["bias", "weight"]
+
+
 def test_an_object_that_copies_the_model_and_keeps_it_too_keeps_the_wrapper(
     tmp_path: Path,
 ) -> None:

@@ -10646,7 +10646,9 @@ draw(8).save("sample.png")
 def test_the_per_process_seed_goes_before_a_resume_puts_the_generator_back(found: str) -> None:
     """Round-44 audit B cycle_resume: seeded after `torch.set_rng_state(state["rng"])`, a
     resumed run drew step 1's noise again at step 41. Round-48 audit D gan_rng: the same
-    with the newest checkpoint found by `sorted(glob.glob(...))` and a print."""
+    with the newest checkpoint found by `sorted(glob.glob(...))` and a print. Round-49
+    audit D gan_resume: the state put back is rank 0's, so every process then drew the same
+    noise; right after it, each seeds again from that state plus its rank."""
     resume = (
         'if os.path.exists("last.pt"):\n    state = torch.load("last.pt")\n'
         if found == "exists"
@@ -10680,6 +10682,11 @@ for epoch in range(3):
     ), output
     notes = [note.message for note in result.notes]
     assert any("a resume puts back is rank 0's" in note for note in notes)
+    apart = (
+        '    torch.set_rng_state(state["rng"])\n'
+        "    torch.manual_seed(int(torch.randint(2**31, ())) + dist.get_rank())"
+    )
+    assert apart in output
 
 
 def test_a_buffer_counting_forwards_is_no_memory_bank() -> None:
