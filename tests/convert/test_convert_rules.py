@@ -10642,6 +10642,47 @@ draw(8).save("sample.png")
     assert 'if dist.get_rank() == 0:\n    draw(8).save("sample.png")' in result.output.decode()
 
 
+def test_a_seed_read_through_the_training_functions_parameter() -> None:
+    """Round-49 audit D stylegan_lite: `random.seed(args.seed)` in `main()`, which calls
+    `train(args, loader, ...)` where a step draws `random.random() < prob`: refused as "a
+    value that cannot be read where training starts", though `train` is given `args`."""
+    source = """import argparse
+import random
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def train(args, loader, model, optimizer):
+    for epoch in range(2):
+        for x, y in loader:
+            if random.random() < 0.5:
+                x = x.flip(0)
+            loss = (model(x) - y).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=3)
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(args, loader, model, optimizer)
+
+
+main()
+"""
+    result = convert_source(source.encode(), "style.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "    random.seed(args.seed + dist.get_rank())" in result.output.decode()
+
+
 @pytest.mark.parametrize("found", ["exists", "glob"])
 def test_the_per_process_seed_goes_before_a_resume_puts_the_generator_back(found: str) -> None:
     """Round-44 audit B cycle_resume: seeded after `torch.set_rng_state(state["rng"])`, a
