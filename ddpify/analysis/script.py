@@ -593,7 +593,7 @@ def _given_parameters(script: TrainingScript, optimizer: cst.Call) -> list[cst.B
         for value, _ in script.values.values_of(name, scope)
         if isinstance(value, cst.Call)
     ]
-    return found + _handed_parameters(script.graph, found + made)
+    return found + _handed_parameters(script, found + made)
 
 
 def _chosen(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -907,17 +907,23 @@ def given_later(index: SourceIndex, origin: cst.CSTNode, read: cst.CSTNode) -> b
 
 
 def _handed_parameters(
-    graph: CallGraph, sources: list[cst.BaseExpression]
+    script: TrainingScript, sources: list[cst.BaseExpression]
 ) -> list[cst.BaseExpression]:
     """`param_groups(model, wd)`, a function of the script that builds the groups from
-    its argument's `named_parameters()` (round-8 audit a08): `model.parameters()` stands
-    for what it returns (a node made here, outside the tree, read for its names only)."""
+    its argument's `named_parameters()` (round-8 audit a08), or of another file of its
+    project (round-49 audit E lrd_onecycle, MAE's `param_groups_lrd` in lr_decay.py: refused
+    as "tensors of the script's own"): `model.parameters()` stands for what it returns (a
+    node made here, outside the tree, read for its names only)."""
     found: list[cst.BaseExpression] = []
     for source in sources:
         for call in walk(source):
             if not isinstance(call, cst.Call):
                 continue
+            graph = script.graph
             function = graph.callee(call)
+            helper = script.project.helper(call) if function is None and script.project else None
+            if helper is not None:
+                graph, function = helper.graph, helper.function
             if function is None:
                 continue
             for parameter in sorted(graph.parameters_of(function)):

@@ -1464,6 +1464,13 @@ def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> N
         ctx.changed(call, f"{where} reads `.{attribute}` when it is made: it gets the bare model")
         return
     use = ctx.anatomy.project.model_use(call, argument)
+    if use is not None and _groups_parameters(ctx.anatomy, call):
+        # `AdamW(param_groups(model, wd))` of another file (round-49 audit E lrd_onecycle):
+        # groups picked by name (`n.startswith("head.")`) see the model's own names
+        where = f"`{use.helper.name}()` ({ctx.anatomy.project.shown(use.helper.path)})"
+        ctx.plan.replace(argument.value, _through_module)
+        ctx.changed(call, f"{where} groups the bare model's parameters for the optimizer")
+        return
     if use is not None and id(call) in ctx.anatomy.script.foreign_optimizers:
         # `build_optimizer(model, cfg)`: groups picked by the parameters' names (`"head." in
         # name`) see the model's own names, not the wrapper's `module.` ones
@@ -1494,6 +1501,16 @@ def _through_helper(ctx: ConvertContext, call: cst.Call, argument: cst.Arg) -> N
         return
     ctx.plan.replace(argument.value, _through_module)
     ctx.changed(call, f"{where} reads {read}: it gets the bare model")
+
+
+def _groups_parameters(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`call` builds what an optimizer of the script is given as its parameters."""
+    return any(
+        node is call
+        for optimizer in anatomy.script.optimizer_calls
+        for source in anatomy.script.parameter_sources(optimizer)
+        for node in walk(source)
+    )
 
 
 def _trained_on_one_branch(anatomy: Anatomy, optimizer: cst.Call) -> bool:

@@ -2484,6 +2484,46 @@ def test_an_averaged_model_class_of_another_file_gets_the_bare_model(tmp_path: P
     assert sorted(saved) == ["module.bias", "module.weight", "n_averaged"]
 
 
+def test_parameter_groups_a_helper_of_another_file_builds_by_name(tmp_path: Path) -> None:
+    """Round-49 audit E lrd_onecycle: `AdamW(param_groups(model, wd))` with `param_groups`
+    in another file, building the groups from `model.named_parameters()`, was refused as
+    "tensors of the script's own". Converted, the helper gets the bare model: groups picked
+    by name (`n.startswith("1.")`) would miss the wrapper's `module.` names."""
+    (tmp_path / "groups.py").write_text(
+        "def param_groups(model, wd):\n"
+        "    head, body = [], []\n"
+        "    for n, p in model.named_parameters():\n"
+        '        (head if n.startswith("1.") else body).append(p)\n'
+        '    return [{"params": body, "weight_decay": wd}, {"params": head, "lr": 1e-2}]\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import json\n\nimport torch\nimport torch.nn as nn\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from groups import param_groups\n\n"
+        "model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))\n"
+        "data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))\n"
+        "loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        nn.functional.cross_entropy(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+        "sizes = [len(group['params']) for group in optimizer.param_groups]\n"
+        "json.dump(sizes, open('groups.json', 'w'))\n"
+    )
+    output, notes = convert(script)
+    text = output.decode()
+    assert "optimizer = torch.optim.AdamW(param_groups(model.module, 0.05), lr=1e-3)" in text
+    assert "`param_groups()` (groups.py) groups the bare model's parameters" in " ".join(notes)
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert json.loads((tmp_path / "groups.json").read_text()) == [2, 2]
+
+
 EMA_BY_NAME = """import copy
 
 import torch
