@@ -160,8 +160,8 @@ class SideEffects:
                     return "file write"
                 if self._made_by(func.value, scope, SCRIPTED, 0):
                     return "checkpoint write"
-            if base == "sys.stdout" and attr == "write":
-                return "print"
+            if base in ("sys.stdout", "sys.stderr") and attr == "write":
+                return "print"  # a progress bar's `sys.stderr.write` (round-49 audit A)
             if attr == "write" and self.index.qualified_names(func.value) & TQDMS:
                 return "print"  # `tqdm.write(...)` (round-10 audit c12)
         if self._prints_through(call):

@@ -2484,6 +2484,46 @@ def test_an_averaged_model_class_of_another_file_gets_the_bare_model(tmp_path: P
     assert sorted(saved) == ["module.bias", "module.weight", "n_averaged"]
 
 
+def test_a_method_of_another_file_that_only_reads_its_object_and_prints(tmp_path: Path) -> None:
+    """Round-49 audit A swag_helpers: `logger.tick(step, loss.item())` of a `StepLogger`
+    (utils.py) printing every `self.every` steps: every rank printed every line. A method
+    that only reads its object shows what it prints, like a function; one that changes
+    what its object keeps (`self.n += 1`) stays on every process."""
+    (tmp_path / "logutil.py").write_text(
+        "class StepLogger:\n"
+        "    def __init__(self, every):\n"
+        "        self.every = every\n"
+        "        self.n = 0\n\n"
+        "    def tick(self, step, loss):\n"
+        "        if step % self.every == 0:\n"
+        '            print(f"step {step} loss {loss:.4f}")\n\n'
+        "    def count(self, step, loss):\n"
+        "        self.n += 1\n"
+        '        print(f"{self.n}: {loss:.4f}")\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "from logutil import StepLogger\n\n"
+        "loader = DataLoader(train_set, batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "logger = StepLogger(every=10)\n"
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    logger.tick(step, loss.item())\n"
+        "    logger.count(step, loss.item())\n"
+    )
+    output, notes = convert(script)
+    text = output.decode()
+    assert "    if dist.get_rank() == 0:\n        logger.tick(step, loss.item())\n" in text
+    assert "\n    logger.count(step, loss.item())\n" in text
+    assert "`tick()` (logutil.py) only prints: on rank 0 only" in notes
+
+
 def test_parameter_groups_a_helper_of_another_file_builds_by_name(tmp_path: Path) -> None:
     """Round-49 audit E lrd_onecycle: `AdamW(param_groups(model, wd))` with `param_groups`
     in another file, building the groups from `model.named_parameters()`, was refused as

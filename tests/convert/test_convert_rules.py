@@ -10642,6 +10642,44 @@ draw(8).save("sample.png")
     assert 'if dist.get_rank() == 0:\n    draw(8).save("sample.png")' in result.output.decode()
 
 
+def test_a_progress_bar_writing_to_stderr_writes_on_rank_0() -> None:
+    """Round-49 audit A clm_resume: a tqdm-like class of the script writing its bar with
+    `sys.stderr.write(...)` was left on every rank (with `sys.stdout.write` it was
+    guarded): the bar was printed twice."""
+    source = """import sys
+
+import torch
+from torch.utils.data import DataLoader
+
+
+class Bar:
+    def __init__(self, total):
+        self.total, self.n = total, 0
+
+    def update(self, n=1):
+        self.n += n
+        sys.stderr.write(f"\\rstep {self.n}/{self.total}")
+
+
+loader = DataLoader(train_set, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+bar = Bar(len(loader))
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    bar.update(1)
+sys.stderr.write("\\n")
+"""
+    result = convert_source(source.encode(), "bar.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "        if dist.get_rank() == 0:\n            sys.stderr.write(" in text
+    assert 'if dist.get_rank() == 0:\n    sys.stderr.write("\\n")' in text
+
+
 def test_a_seed_read_through_the_training_functions_parameter() -> None:
     """Round-49 audit D stylegan_lite: `random.seed(args.seed)` in `main()`, which calls
     `train(args, loader, ...)` where a step draws `random.random() < prob`: refused as "a
