@@ -4587,10 +4587,33 @@ def _seeded(anatomy: Anatomy, before: cst.CSTNode | None = None) -> bool:
     same random numbers (`before` a node: seeded by then, itself or through a call of the
     function it is in; round-25 audit B random_split_then_seed seeded after the split)."""
     return any(
-        anatomy.is_call_to(call, {"torch.manual_seed"})
-        and bool(call.args)
-        and per_process_draw(anatomy, call.args[0].value) is None
+        (
+            (
+                anatomy.is_call_to(call, {"torch.manual_seed"})
+                and bool(call.args)
+                and per_process_draw(anatomy, call.args[0].value) is None
+            )
+            # `seed_everything(args.seed)` of utils.py (round-49 audit B
+            # wrs_plateau_trainloss: a split after it was reported unseeded)
+            or _seeds_torch_elsewhere(anatomy, call)
+        )
         and (before is None or runs_before(anatomy, call, before))
         and surely_runs(anatomy, call, anatomy.graph)  # not `if args.seed is not None:`
         for call in anatomy.calls
+    )
+
+
+def _seeds_torch_elsewhere(anatomy: Anatomy, call: cst.Call) -> bool:
+    """`call` runs a function of another project file that seeds torch with what it is
+    given, a value every process has alike (no draw among its arguments)."""
+    if not call.args or anatomy.project.helper(call) is None:
+        return False
+    if any(per_process_draw(anatomy, arg.value) is not None for arg in call.args):
+        return False
+    return anatomy.project.reaches(
+        call,
+        lambda node: (
+            isinstance(node, cst.Call)
+            and (dotted(node.func) or "") in {"torch.manual_seed", "torch.random.manual_seed"}
+        ),
     )

@@ -999,6 +999,19 @@ def _is_mean(anatomy: Anatomy, value: cst.BaseExpression, where: cst.FunctionDef
     if isinstance(counted, cst.Attribute) and counted.attr.value in {"dataset", "sampler"}:
         counted = counted.value  # a mean per sample (`len(loader.sampler)` after DDP011)
     loader = anatomy.loaders.loader_for(anatomy.loaders.resolve(counted, where))
+    if loader is None and isinstance(counted, cst.Name):
+        # `running_loss / len(train_ds)`, the training loader's dataset, made
+        # `len(train_loader.sampler)` by DDP011 (round-49 audit B wrs_plateau_trainloss)
+        loader = next(
+            (
+                trained
+                for trained in anatomy.script.train_loaders
+                if (given := call_arg(trained.call, 0, "dataset")) is not None
+                and is_name(given.value, counted.value)
+                and anatomy.function_of(trained.call) is where
+            ),
+            None,
+        )
     if loader is None or all(loader is not trained for trained in anatomy.script.train_loaders):
         return False
     if not isinstance(value.left, cst.Name):

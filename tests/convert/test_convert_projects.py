@@ -2484,6 +2484,38 @@ def test_an_averaged_model_class_of_another_file_gets_the_bare_model(tmp_path: P
     assert sorted(saved) == ["module.bias", "module.weight", "n_averaged"]
 
 
+def test_a_split_after_a_seeding_helper_of_another_file_is_seeded(tmp_path: Path) -> None:
+    """Round-49 audit B wrs_plateau_trainloss: `seed_everything(args.seed)` of utils.py
+    seeds torch, then `random_split(ds, [0.85, 0.15])`: reported as unseeded, and rank 0's
+    split broadcast for nothing. A helper that seeds torch with what it is given counts."""
+    (tmp_path / "utils.py").write_text(
+        "import random\n\nimport numpy as np\nimport torch\n\n\n"
+        "def seed_everything(seed):\n"
+        "    random.seed(seed)\n"
+        "    np.random.seed(seed)\n"
+        "    torch.manual_seed(seed)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, random_split\n\n"
+        "from utils import seed_everything\n\n"
+        "seed_everything(0)\n"
+        "train_ds, test_ds = random_split(ds, [0.85, 0.15])\n"
+        "loader = DataLoader(train_ds, batch_size=8, shuffle=True)\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+    )
+    output, notes = convert(script)
+    assert "broadcast_object_list" not in output.decode()
+    assert not any("random_split" in note for note in notes), notes
+
+
 def test_a_method_of_another_file_that_only_reads_its_object_and_prints(tmp_path: Path) -> None:
     """Round-49 audit A swag_helpers: `logger.tick(step, loss.item())` of a `StepLogger`
     (utils.py) printing every `self.every` steps: every rank printed every line. A method

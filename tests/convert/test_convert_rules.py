@@ -10642,6 +10642,41 @@ draw(8).save("sample.png")
     assert 'if dist.get_rank() == 0:\n    draw(8).save("sample.png")' in result.output.decode()
 
 
+def test_a_plateau_on_the_per_sample_mean_over_the_training_set_is_averaged() -> None:
+    """Round-49 audit B wrs_plateau_trainloss: `running_loss += loss.item() * xb.size(0)`,
+    `epoch_loss = running_loss / len(train_ds)`, `scheduler.step(epoch_loss)`: refused as
+    "computed from this process's batches", though DDP011 makes the divisor
+    `len(train_loader.sampler)`, which makes it this process's mean, averaged like
+    `running / len(train_loader)`."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+train_loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, "min", patience=0)
+for epoch in range(5):
+    running_loss = 0.0
+    for xb, yb in train_loader:
+        loss = (model(xb) - yb).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item() * xb.size(0)
+    epoch_loss = running_loss / len(train_ds)
+    scheduler.step(epoch_loss)
+"""
+    result = convert_source(source.encode(), "plateau.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    averaged = (
+        "    epoch_loss = running_loss / len(train_loader.sampler)\n"
+        "    epoch_loss_mean = torch.tensor(float(epoch_loss))\n"
+        "    dist.all_reduce(epoch_loss_mean)\n"
+    )
+    assert averaged in text
+
+
 def test_a_progress_bar_writing_to_stderr_writes_on_rank_0() -> None:
     """Round-49 audit A clm_resume: a tqdm-like class of the script writing its bar with
     `sys.stderr.write(...)` was left on every rank (with `sys.stdout.write` it was
