@@ -3225,6 +3225,17 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
                 "DataLoader(...) for the training loader, or give it a DistributedSampler and "
                 "set_epoch by hand"
             )
+        elif feeding == "untraced" and (listed := _over_a_sequence(anatomy)) is not None:
+            # `for pair in pairs:` after `random.shuffle(pairs)` (round-49 audit C
+            # seq2seq_tf: the reason blamed another module)
+            where, name = listed
+            reason = (
+                f"found no DataLoader to shard: the training loop iterates over `{name}`, a "
+                "sequence of the script's own, every item of which every process would train "
+                f"on; give each process its share after any shuffle (`{name}[dist.get_rank()"
+                "::dist.get_world_size()]`, cut to one length in every process, with the "
+                "shuffle alike in every process) by hand, or feed it through a DataLoader"
+            )
         elif feeding == "untraced":
             reason = (
                 "found no DataLoader to shard: the training loop iterates over something not "
@@ -3234,6 +3245,41 @@ def _refuse_unsharded(ctx: ConvertContext) -> None:
         else:
             reason = "found no DataLoader to shard: every process would train on the same data"
     ctx.cannot(where, reason, blocking=True)
+
+
+def _over_a_sequence(anatomy: Anatomy) -> tuple[cst.CSTNode, str] | None:
+    """The innermost `for` around a backward pass that iterates over a name the script
+    binds to a list, a tuple or a comprehension (itself, or a function of the script that
+    returns one), with the name."""
+    for backward in anatomy.script.backward_calls:
+        for loop, kind in anatomy.graph.loops_around(backward):
+            if kind != "loop" or not isinstance(loop, cst.For):
+                continue
+            iterated = strip_iteration(loop.iter)
+            if not isinstance(iterated, cst.Name):
+                continue
+            scope = anatomy.function_of(loop)
+            values = [value for value, _ in anatomy.values.values_of(iterated.value, scope)]
+            if not values and scope is not None:  # `def trainIters(encoder, ..., pairs)`
+                for site in anatomy.graph.call_sites(scope):
+                    given = anatomy.graph.bound_argument(site, scope, iterated.value)
+                    if isinstance(given, cst.Name):
+                        where = anatomy.function_of(site)
+                        values += [v for v, _ in anatomy.values.values_of(given.value, where)]
+            if values and all(_makes_a_sequence(anatomy, value) for value in values):
+                return loop, iterated.value
+            break
+    return None
+
+
+def _makes_a_sequence(anatomy: Anatomy, value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.List | cst.Tuple | cst.ListComp):
+        return True
+    callee = anatomy.graph.callee(value) if isinstance(value, cst.Call) else None
+    return callee is not None and all(
+        isinstance(returned, cst.List | cst.Tuple | cst.ListComp | cst.Name)
+        for returned in anatomy.graph.returned_values(callee)
+    )
 
 
 def _stepped_reason(anatomy: Anatomy) -> tuple[cst.CSTNode, str]:

@@ -10642,6 +10642,47 @@ draw(8).save("sample.png")
     assert 'if dist.get_rank() == 0:\n    draw(8).save("sample.png")' in result.output.decode()
 
 
+def test_a_loop_over_a_list_of_the_scripts_own_is_refused_naming_it() -> None:
+    """Round-49 audit C seq2seq_tf: `for pair in pairs:` in `trainIters(..., pairs, ...)`
+    after `random.shuffle(pairs)`, `pairs` made by `make_pairs(n)`: refused as "something
+    not traced to a DataLoader made in this file (made in another module, or a custom
+    iterator)", which it is not. The refusal names the list and how to split it."""
+    source = """import random
+
+import torch
+
+
+def make_pairs(n):
+    pairs = []
+    for _ in range(n):
+        pairs.append((torch.randn(4), torch.randn(1)))
+    return pairs
+
+
+def train_iters(model, pairs, epochs):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        random.shuffle(pairs)
+        for x, y in pairs:
+            loss = (model(x) - y).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    random.seed(0)
+    pairs = make_pairs(120)
+    model = torch.nn.Linear(4, 1)
+    train_iters(model, pairs, 3)
+"""
+    result = convert_source(source.encode(), "pairs.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking and p.code == "DDP004"]
+    assert problem.line == 17
+    assert "iterates over `pairs`, a sequence of the script's own" in problem.message
+
+
 def test_a_plateau_on_the_per_sample_mean_over_the_training_set_is_averaged() -> None:
     """Round-49 audit B wrs_plateau_trainloss: `running_loss += loss.item() * xb.size(0)`,
     `epoch_loss = running_loss / len(train_ds)`, `scheduler.step(epoch_loss)`: refused as
