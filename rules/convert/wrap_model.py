@@ -18,7 +18,7 @@ from ddpify.analysis.api import (
 )
 from ddpify.analysis.choices import runs_every_layer
 from ddpify.analysis.models import Model, holds_model, moved_value, pairs_of
-from ddpify.analysis.project import NO_GRAD, copies_model, read_when_made
+from ddpify.analysis.project import NO_GRAD, Helper, copies_model, read_when_made
 from ddpify.analysis.script import raw_optimizers, without_gradients
 from ddpify.analysis.streams import TORCH_DRAWS
 from ddpify.analysis.tree import (
@@ -2623,6 +2623,88 @@ def _part_added_under_condition(anatomy: Anatomy, call: cst.Call, backward: cst.
             ):
                 line = anatomy.line(node)
                 return f"a loss from part of the output is added under a condition (line {line})"
+    return _added_under_condition_in_helper(anatomy, scope, call, backward, parts, losses, whole)
+
+
+def _forward_of_object(anatomy: Anatomy, site: cst.Call) -> Helper | None:
+    """The `forward` of another file's module class whose object `site` calls (`loss, parts
+    = criterion(out, batch)`, `criterion = UncertaintyWeightedLoss().to(device)` made here,
+    or in the function that hands it over)."""
+    if not isinstance(site.func, cst.Name):
+        return None
+    scope = anatomy.function_of(site)
+    made = anatomy.values.origins(site.func, scope)
+    if not made and scope is not None and site.func.value in anatomy.graph.parameters_of(scope):
+        for caller in anatomy.graph.call_sites(scope):
+            given = anatomy.graph.bound_argument(caller, scope, site.func.value)
+            if given is not None:
+                made += anatomy.values.origins(given, anatomy.function_of(caller))
+    for value in made:
+        while is_method_call(value, "to", "cuda", "cpu", "train"):
+            value = value.func.value  # type: ignore[attr-defined]
+        if isinstance(value, cst.Call):
+            forward = anatomy.project.method_of(value, "forward")
+            if forward is not None:
+                return forward
+    return None
+
+
+def _added_under_condition_in_helper(
+    anatomy: Anatomy,
+    scope: cst.CSTNode,
+    call: cst.Call,
+    backward: cst.Call,
+    parts: set[str],
+    losses: set[str],
+    whole: str | None,
+) -> str | None:
+    """`loss = multitask_loss(out_a, out_b, yb, mb)`, a function (of the script or of
+    another file) that adds the loss of a part it is given under a condition (`if
+    mask_b.any(): loss = loss + mse(out_b[mask_b], ...)`, round-50 audit C
+    multitask_uw: the head got no gradient in some steps, and DDP raised)."""
+    for site in walk(scope):
+        if not (
+            isinstance(site, cst.Call)
+            and anatomy.precedes(call, site)
+            and anatomy.precedes(site, backward)
+        ):
+            continue
+        statement_ = anatomy.statement_of(site)
+        small = statement_.body[0] if isinstance(statement_, cst.SimpleStatementLine) else None
+        if not (
+            isinstance(small, cst.Assign)
+            and any(  # `loss = f(...)`, `loss, parts = criterion(...)`
+                is_name(name, *losses) for t in small.targets for name in walk(t.target)
+            )
+        ):
+            continue
+        helper = anatomy.project.helper(site) if anatomy.graph.callee(site) is None else None
+        helper = helper or _forward_of_object(anatomy, site)
+        function = anatomy.graph.callee(site) if helper is None else helper.function
+        if function is None:
+            continue
+        graph = anatomy.graph if helper is None else helper.graph
+        read = parts | ({whole} if whole else set())
+        given = {
+            parameter
+            for parameter in graph.parameters_of(function)
+            if is_name(graph.bound_argument(site, function, parameter), *read)
+        }
+        for node in walk(function.body):
+            if not isinstance(node, cst.If):
+                continue
+            for added in walk(node.body):
+                value = added.value if isinstance(added, cst.Assign | cst.AugAssign) else None
+                if value is not None and any(
+                    isinstance(n, cst.Name) and n.value in given for n in walk(value)
+                ):
+                    where = f"`{dotted(site.func)}`" + (
+                        f" ({anatomy.project.shown(helper.path)})" if helper is not None else ""
+                    )
+                    return (
+                        f"a loss from part of the output is added under a condition in "
+                        f"{where}, line {anatomy.line(site)}"
+                    )
     return None
 
 

@@ -2484,6 +2484,56 @@ def test_an_averaged_model_class_of_another_file_gets_the_bare_model(tmp_path: P
     assert sorted(saved) == ["module.bias", "module.weight", "n_averaged"]
 
 
+def test_a_loss_helper_of_another_file_adding_a_head_under_a_condition(tmp_path: Path) -> None:
+    """Round-50 audit C multitask_uw: `loss = multitask_loss(out_a, out_b, yb, mb)` from
+    mtloss.py adds the second head's loss only `if mask_b.any():`. Without
+    `find_unused_parameters=True` DDP raised "Expected to have finished reduction" at the
+    first batch without a labelled sample; the same `if` in the script got the flag."""
+    (tmp_path / "mtloss.py").write_text(
+        "import torch.nn.functional as F\n\n\n"
+        "def multitask_loss(out_a, out_b, y, mask_b):\n"
+        "    loss = F.mse_loss(out_a, y)\n"
+        "    if mask_b.any():\n"
+        "        loss = loss + F.mse_loss(out_b[mask_b], y[mask_b])\n"
+        "    return loss\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nimport torch.nn as nn\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from mtloss import multitask_loss\n\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.trunk = nn.Linear(4, 8)\n"
+        "        self.a = nn.Linear(8, 1)\n"
+        "        self.b = nn.Linear(8, 1)\n\n"
+        "    def forward(self, x):\n"
+        "        h = torch.relu(self.trunk(x))\n"
+        "        return self.a(h).squeeze(1), self.b(h).squeeze(1)\n\n\n"
+        "torch.manual_seed(0)\n"
+        "x, y = torch.randn(256, 4), torch.randn(256)\n"
+        "has_b = torch.rand(256) < 0.05\n"
+        "loader = DataLoader(TensorDataset(x, y, has_b), batch_size=16, shuffle=True)\n"
+        "model = Net()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for xb, yb, mb in loader:\n"
+        "        out_a, out_b = model(xb)\n"
+        "        loss = multitask_loss(out_a, out_b, yb, mb)\n"
+        "        opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+    )
+    output, notes = convert(script)
+    assert "find_unused_parameters=True" in output.decode()
+    assert any("under a condition in `multitask_loss` (mtloss.py)" in note for note in notes)
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+
+
 def test_a_split_after_a_seeding_helper_of_another_file_is_seeded(tmp_path: Path) -> None:
     """Round-49 audit B wrs_plateau_trainloss: `seed_everything(args.seed)` of utils.py
     seeds torch, then `random_split(ds, [0.85, 0.15])`: reported as unseeded, and rank 0's
