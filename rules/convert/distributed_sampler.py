@@ -38,6 +38,7 @@ from ddpify.analysis.tree import (
     catches,
     counted_range,
     dotted,
+    is_lone,
     is_method_call,
     is_name,
     methods,
@@ -3976,6 +3977,17 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
         _shared_after_reseed(ctx, stream)
         ctx.changed(stream.loop, _DRAWN_APART.get(items, _DRAWN_APART[""]))
         return
+    on_the_way = _seeded_on_the_way(anatomy, stream)
+    if on_the_way is not None:
+        # `for r in range(runs): run(100 + r)` with `run(seed)` calling
+        # `torch.manual_seed(seed)` before it trains (round-50 audit C linkpred_onecall:
+        # the seed per process, before the loop, was undone there): right after that seed
+        statement_, line = on_the_way
+        ctx.plan.insert_after(statement_, [statement(line)])
+        ctx.add_import("torch.distributed", asname="dist")
+        _shared_after_reseed(ctx, stream)
+        ctx.changed(stream.loop, _DRAWN_APART.get(items, _DRAWN_APART[""]))
+        return
     restore = _restored_before(anatomy, stream.anchor)
     if restore is not None:
         _apart_after_restore(ctx, restore, stream)
@@ -4196,6 +4208,47 @@ def _bound_in(function: cst.FunctionDef) -> set[str]:
         if isinstance(node, cst.AssignTarget | cst.AnnAssign) and isinstance(node.target, cst.Name):
             names.add(node.target.value)
     return names
+
+
+def _seeded_on_the_way(
+    anatomy: Anatomy, stream: RandomBatches
+) -> tuple[cst.BaseStatement, str] | None:
+    """The one statement that seeds the stream's only family, a plain `torch.manual_seed(x)`
+    (or `random.seed`, `np.random.seed`) in the function that holds the training loop,
+    before it, where the statement the per-process seed would go before (`stream.anchor`)
+    reaches it through a call: that seed would undo one put before the anchor. With the line
+    that seeds it per process right after."""
+    anchor = stream.anchor
+    if anchor is None or len(stream.families) != 1:
+        return None
+    [family] = stream.families
+    seeds = stream.seeds.get(family, [])
+    loop_function = anatomy.function_of(stream.loop)
+    if len(seeds) != 1 or loop_function is None:
+        return None
+    seed = seeds[0]
+    statement_ = anatomy.statement_of(seed)
+    if not (
+        seed.args
+        and isinstance(statement_, cst.SimpleStatementLine)
+        and is_lone(statement_, cst.Expr)
+        and anatomy.function_of(seed) is loop_function
+        and anatomy.precedes(seed, stream.loop)
+        and not anatomy.inside(seed, anchor)
+        and anatomy.graph.reaches(anchor, lambda node: node is seed)
+        and not any(
+            isinstance(a, cst.For | cst.While | cst.If | cst.Try | cst.With)
+            for a in anatomy.ancestors(statement_)
+            if anatomy.function_of(a) is loop_function
+        )
+    ):
+        return None
+    function = "torch.manual_seed" if family == "torch" else _seed_function(seed)
+    value = source_text(seed.args[0].value)
+    return (
+        statement_,
+        f"{function}({value} + dist.get_rank())  {DRAWS_OF_ITS_OWN} noise of its own\n",
+    )
 
 
 def _seed_function(seed: cst.Call) -> str:

@@ -10756,6 +10756,39 @@ sys.stderr.write("\\n")
     assert 'if dist.get_rank() == 0:\n    sys.stderr.write("\\n")' in text
 
 
+def test_a_seed_in_the_training_function_called_for_each_run_is_made_per_process() -> None:
+    """Round-50 audit C linkpred_onecall: `for r in range(2): run(100 + r)`, `run(seed)`
+    calling `torch.manual_seed(seed)` before it trains and draws negatives: the seed per
+    process went before the loop of runs, and `run`'s own seed undid it (byte-identical
+    negatives on both ranks). It goes right after that seed."""
+    source = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def run(seed):
+    torch.manual_seed(seed)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (x,) in loader:
+            noise = torch.randint(0, 100, (len(x),))
+            loss = (model(x).squeeze(1) - noise.float() / 100).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+for r in range(2):
+    run(100 + r)
+"""
+    result = convert_source(source.encode(), "runs.py", ConvertOptions())
+    assert not result.refused, result.problems
+    text = result.output.decode()
+    assert "    torch.manual_seed(seed)\n    torch.manual_seed(seed + dist.get_rank())" in text
+    assert "torch.initial_seed()" not in text
+
+
 def test_a_seed_read_through_the_training_functions_parameter() -> None:
     """Round-49 audit D stylegan_lite: `random.seed(args.seed)` in `main()`, which calls
     `train(args, loader, ...)` where a step draws `random.random() < prob`: refused as "a
