@@ -497,6 +497,8 @@ class ScheduleLength(ConvertRule):
         for assign in _hand_schedules(anatomy):
             seen = set()
             read = _read_by_schedule(anatomy, assign)
+            # `self.max_iters` kept by a Trainer (round-50 audit A seg_poly: half the decay)
+            read |= {name for name in _attributes_read(anatomy, assign.value) if name}
             for name in sorted(read):
                 self._refuse_computed(ctx, assign, name, loaders, seen)
             # a helper that writes it from its parameters (`adjust_learning_rate(optimizer,
@@ -597,7 +599,9 @@ class ScheduleLength(ConvertRule):
             counted = [
                 length
                 for length in _lengths(value)
-                if self._count(ctx, length, scope, loaders, name, what)
+                # where the count is made (`self.max_iters` set in `__init__`, read in
+                # `train()`: round-50 audit A seg_poly)
+                if self._count(ctx, length, anatomy.function_of(length), loaders, name, what)
             ]
             for inner in walk(value):
                 # not what a length counted here reads (`len(train_idx)`, made
@@ -613,6 +617,9 @@ class ScheduleLength(ConvertRule):
                     self._refuse_computed(
                         ctx, scheduler, inner.value, loaders, seen, depth + 1, what
                     )
+            for held in _attributes_read(anatomy, value):
+                # `self.max_iters = epochs * self.iters_per_epoch` (round-50 audit A seg_poly)
+                self._refuse_computed(ctx, scheduler, held, loaders, seen, depth + 1, what)
 
     def _count(
         self,

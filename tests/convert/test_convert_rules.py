@@ -2239,6 +2239,47 @@ main(True)
     assert opened in result.output.decode()
 
 
+def test_a_poly_schedule_sized_on_a_trainers_attributes() -> None:
+    """Round-50 audit A seg_poly: `self.iters_per_epoch = len(train_set) // bs`, `self.max_iters
+    = epochs * self.iters_per_epoch` in `__init__`, read by `g["lr"] = self.lr * (1 - it /
+    self.max_iters) ** 0.9` in `train()`: left whole, the decay stopped halfway. Attributes a
+    hand schedule reads are followed, and counted where they are computed."""
+    source = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, train_set, epochs=2, bs=8, lr=0.1):
+        self.lr, self.epochs = lr, epochs
+        self.iters_per_epoch = len(train_set) // bs
+        self.max_iters = epochs * self.iters_per_epoch
+        self.loader = DataLoader(train_set, batch_size=bs, shuffle=True)
+        self.model = nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=lr)
+
+    def train(self):
+        it = 0
+        for epoch in range(self.epochs):
+            for x, y in self.loader:
+                for g in self.opt.param_groups:
+                    g["lr"] = self.lr * (1 - it / self.max_iters) ** 0.9
+                loss = nn.functional.mse_loss(self.model(x), y)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                it += 1
+
+
+if __name__ == "__main__":
+    Trainer(train_set).train()
+"""
+    result = convert_source(source.encode(), "poly.py", ConvertOptions())
+    assert not result.refused, result.problems
+    share = "self.iters_per_epoch = math.ceil(len(train_set) / dist.get_world_size()) // bs"
+    assert share in result.output.decode()
+
+
 def test_a_learning_rate_a_manual_sgd_step_reads_is_a_schedule() -> None:
     """Round-49 audit C lm_linear_decay: `lr = lr_at(step)` decaying over `total_steps =
     epochs * ((ids.size(1) - 1) // seq_length)`, read by `p.data.add_(p.grad, alpha=-lr)`
