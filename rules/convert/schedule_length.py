@@ -23,7 +23,7 @@ from ddpify.analysis.tree import (
 )
 from ddpify.analysis.values import MAX_STEPS, constant_index
 from ddpify.emit import WORLD_SIZE
-from ddpify.fixes import subset_sampler
+from ddpify.fixes import own_sampler, subset_sampler
 from ddpify.options import BatchMode
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -647,6 +647,25 @@ class ScheduleLength(ConvertRule):
         if loader is not None and _sharded_later(anatomy, loader, length, scope):
             _share(ctx, length, f"`{name}`, {what},")  # round-47 audit B sched_before_loader
             return True
+        dealt = _dealt_sampler(anatomy, length, loaders)
+        if dealt is not None:
+            # `total = 2 * len(sampler)` of a bucketing batch sampler the loader gets through
+            # `ShardByRank(sampler)` (round-50 audit D tf_bucket_linear: half the decay)
+            held, keyword = dealt
+            if anatomy.function_of(held.call) is scope and anatomy.precedes(held.call, length):
+                ctx.plan.replace(length, _replaced_with(f"len({held.name}.{keyword})"))
+                ctx.changed(
+                    length,
+                    f"`{name}`, {what}, counts this process's batches: len({held.name}.{keyword})",
+                )
+                return True
+            ctx.cannot(
+                length,
+                f"`{name}`, {what}, counts the batches of the loader's own sampler, which each "
+                "process now takes its share of: compute it from len(train_loader) by hand",
+                blocking=True,
+            )
+            return False
         if (
             (source := _source_of(anatomy, length, loaders)) is not None
             and anatomy.function_of(source.call) is scope
@@ -1173,6 +1192,19 @@ def _source_of(anatomy: Anatomy, length: cst.Call, loaders: list[Loader]) -> Loa
 def _replaced_with(code: str) -> Callable[[cst.CSTNode], cst.BaseExpression]:
     new = cst.parse_expression(code)
     return lambda _: new
+
+
+def _dealt_sampler(
+    anatomy: Anatomy, length: cst.Call, loaders: list[Loader]
+) -> tuple[Loader, str] | None:
+    """The training loader whose own `sampler=`/`batch_sampler=` (dealt out by `ShardByRank`)
+    `len(...)` measures, with the keyword it is given under."""
+    measured = dotted(length.args[0].value) if len(length.args) == 1 else None
+    for loader in loaders:
+        held = own_sampler(anatomy, loader) if measured is not None else None
+        if held is not None and dotted(held.given.value) == measured:
+            return loader, held.keyword
+    return None
 
 
 def _subset_indices(anatomy: Anatomy, loader: Loader) -> str | None:

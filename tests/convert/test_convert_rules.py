@@ -2239,6 +2239,48 @@ main(True)
     assert opened in result.output.decode()
 
 
+def test_a_schedule_counting_a_bucketing_samplers_batches_counts_this_process() -> None:
+    """Round-50 audit D tf_bucket_linear: `total = 2 * len(sampler)` of a bucketing batch
+    sampler of the script, which the loader now gets through `ShardByRank(sampler)`: the
+    linear decay stopped halfway. It counts the loader's `batch_sampler`, this process's."""
+    source = """import random
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+
+class Buckets(Sampler):
+    def __init__(self, n, bs):
+        self.batches = [list(range(i, min(i + bs, n))) for i in range(0, n, bs)]
+
+    def __iter__(self):
+        b = list(self.batches)
+        random.shuffle(b)
+        return iter(b)
+
+    def __len__(self):
+        return len(self.batches)
+
+
+sampler = Buckets(64, 8)
+loader = DataLoader(ds, batch_sampler=sampler)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+total = 2 * len(sampler)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / total)
+for epoch in range(2):
+    for x, y in loader:
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+"""
+    result = convert_source(source.encode(), "buckets.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "total = 2 * len(loader.batch_sampler)\n" in result.output.decode()
+
+
 def test_a_poly_schedule_sized_on_a_trainers_attributes() -> None:
     """Round-50 audit A seg_poly: `self.iters_per_epoch = len(train_set) // bs`, `self.max_iters
     = epochs * self.iters_per_epoch` in `__init__`, read by `g["lr"] = self.lr * (1 - it /
