@@ -264,7 +264,29 @@ class Streams:
         )
 
     def _seeds(self, family: str) -> list[cst.Call]:
-        return [call for call in self.index.calls if self.seed_family(call) == family]
+        return [
+            call
+            for call in self.index.calls
+            if self.seed_family(call) == family or family in self._seeded_by_helper(call)
+        ]
+
+    def _seeded_by_helper(self, call: cst.Call) -> set[str]:
+        """The families a function of another project file seeds with what it is given
+        (`utils.set_seed(seed)`: `np.random.seed(seed)`, round-50 audit E c07_np_aug_fastval:
+        seeded there, numpy's draws in `__getitem__` were the same in every process)."""
+        project = self.script.project
+        if not call.args or project is None or not project.may_be_helper(call):
+            return set()
+        helper = project.helper(call)
+        if helper is None:
+            return set()
+        return {
+            SEEDS[name]
+            for node in walk(helper.function.body)
+            if isinstance(node, cst.Call)
+            for name in helper.index.qualified_names(node.func)
+            if name in SEEDS
+        }
 
     def _drawing_methods(self, loader: Loader) -> list[cst.FunctionDef]:
         """Where a training step draws from torch's generator out of sight of its loop: the

@@ -3951,7 +3951,11 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
                 blocking=True,
             )
             return
-        function = "torch.manual_seed" if family == "torch" else _seed_function(seeds[-1])
+        function = (
+            "torch.manual_seed"
+            if family == "torch"
+            else _seed_function(seeds[-1], family, anatomy, stream)
+        )
         call = f"{function}({base} + dist.get_rank())"
         if not lines:
             call += f"  {DRAWS_OF_ITS_OWN} {items or 'batches'} of its own"
@@ -4251,9 +4255,24 @@ def _seeded_on_the_way(
     )
 
 
-def _seed_function(seed: cst.Call) -> str:
-    """`random.seed`, `np.random.seed`: as the script spells it."""
-    return dotted(seed.func) or "random.seed"
+def _seed_function(
+    seed: cst.Call,
+    family: str = "",
+    anatomy: Anatomy | None = None,
+    stream: RandomBatches | None = None,
+) -> str:
+    """`random.seed`, `np.random.seed`: as the script spells it; for a seed a helper of
+    another file sets (`utils.set_seed(0)`), the family's own, spelled as the stream's
+    draws spell its module (`np.random.normal`: `np.random.seed`)."""
+    if anatomy is None or stream is None or not anatomy.project.may_be_helper(seed):
+        return dotted(seed.func) or "random.seed"
+    if family == "numpy":
+        for draw in stream.draws:
+            spelled = dotted(draw.func) or ""
+            if ".random." in spelled:
+                return spelled.split(".random.")[0] + ".random.seed"
+        return "numpy.random.seed"
+    return "random.seed"
 
 
 def _not_only_training(anatomy: Anatomy, loader: Loader) -> str | None:

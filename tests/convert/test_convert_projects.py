@@ -2534,6 +2534,43 @@ def test_a_loss_helper_of_another_file_adding_a_head_under_a_condition(tmp_path:
     assert result.returncode == 0, result.stderr.decode()[-3000:]
 
 
+def test_numpy_seeded_by_a_helper_of_another_file_draws_apart(tmp_path: Path) -> None:
+    """Round-50 audit E c07_np_aug_fastval: `utils.set_seed(0)` (utils.py) seeds numpy, and
+    the dataset draws `np.random.normal` in `__getitem__`: no seed per process was added
+    (numpy seen as unseeded), and every rank drew the same noise. It gets
+    `np.random.seed(0 + dist.get_rank())`, spelled as the script spells numpy."""
+    (tmp_path / "utils.py").write_text(
+        "import random\n\nimport numpy as np\nimport torch\n\n\n"
+        "def set_seed(seed):\n"
+        "    random.seed(seed)\n"
+        "    np.random.seed(seed)\n"
+        "    torch.manual_seed(seed)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import numpy as np\nimport torch\nfrom torch.utils.data import DataLoader, Dataset\n\n"
+        "import utils\n\n\n"
+        "class Jitter(Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 64\n\n"
+        "    def __getitem__(self, i):\n"
+        "        noise = np.random.normal(size=2).astype(np.float32)\n"
+        "        return torch.full((2,), float(i)) + torch.from_numpy(noise), torch.ones(1)\n\n\n"
+        "utils.set_seed(0)\n"
+        "loader = DataLoader(Jitter(), batch_size=16, shuffle=True)\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+    )
+    output, _ = convert(script)
+    assert "np.random.seed(0 + dist.get_rank())" in output.decode()
+
+
 def test_a_split_after_a_seeding_helper_of_another_file_is_seeded(tmp_path: Path) -> None:
     """Round-49 audit B wrs_plateau_trainloss: `seed_everything(args.seed)` of utils.py
     seeds torch, then `random_split(ds, [0.85, 0.15])`: reported as unseeded, and rank 0's
