@@ -595,6 +595,18 @@ class ScheduleLength(ConvertRule):
                         self._count(ctx, length, callee, loaders, name, what)
             if not _arithmetic(value):
                 continue  # `train_loader = DataLoader(..., sampler=sampler)`: not a count
+            sizing = _sizes_the_dataset(anatomy, value, loaders)
+            if sizing is not None:
+                # `total_steps = cfg["epochs"] * (cfg["n_train"] // bs)` with the training
+                # data made of `cfg["n_train"]` samples (round-50 audit E c04: half the decay)
+                ctx.cannot(
+                    value,
+                    f"`{name}`, {what}, is computed from `{sizing}`, which also sizes the "
+                    "training data: each process now takes 1/N of those samples; compute "
+                    "it from len(train_loader) by hand",
+                    blocking=True,
+                )
+                continue
             # lengths made this process's: not followed further
             counted = [
                 length
@@ -1192,6 +1204,71 @@ def _source_of(anatomy: Anatomy, length: cst.Call, loaders: list[Loader]) -> Loa
 def _replaced_with(code: str) -> Callable[[cst.CSTNode], cst.BaseExpression]:
     new = cst.parse_expression(code)
     return lambda _: new
+
+
+def _sizes_the_dataset(
+    anatomy: Anatomy, value: cst.BaseExpression, loaders: list[Loader]
+) -> str | None:
+    """A name, attribute or subscript of `value` (a count) that also gives the number of
+    samples of a training loader's dataset where it is made (`TensorDataset(torch.randn(
+    cfg["n_train"], 4), ...)`, or the tensors it is given, made so one step before)."""
+    read = {
+        source_text(node)
+        for node in walk(value)
+        if isinstance(node, cst.Name | cst.Attribute | cst.Subscript)
+        and not (isinstance(node, cst.Name) and anatomy.is_attribute_name(node))
+        and not isinstance(anatomy.parent(node), cst.Attribute | cst.Subscript)
+    }
+    for loader in loaders:
+        dataset = call_arg(loader.call, 0, "dataset")
+        if dataset is None:
+            continue
+        scope = anatomy.function_of(loader.call)
+        made = list(anatomy.values.origins(dataset.value, scope)) or [dataset.value]
+        made += [
+            origin
+            for expr in list(made)
+            for node in walk(expr)
+            if isinstance(node, cst.Name)
+            for origin in anatomy.values.origins(node, scope)
+        ]
+        for expr in made:
+            for node in walk(expr):
+                if not (isinstance(node, cst.Call) and node.args):
+                    continue
+                if (dotted(node.func) or "").rsplit(".", 1)[-1] in SIZED_MAKERS:
+                    first = source_text(node.args[0].value)
+                    if first in read:
+                        return first
+                # `RegressionSet(cfg.n_train, 0)`, whose `__init__` makes `randn(n, 10)`
+                owner = anatomy.classes.get(dotted(node.func) or "")
+                init = (
+                    next((m for m in methods(owner) if m.name.value == "__init__"), None)
+                    if owner is not None
+                    else None
+                )
+                if init is None:
+                    continue
+                for parameter in sorted(anatomy.graph.parameters_of(init)):
+                    given = anatomy.graph.bound_argument(node, init, parameter)
+                    if given is None or source_text(given) not in read:
+                        continue
+                    if any(
+                        isinstance(inner, cst.Call)
+                        and inner.args
+                        and (dotted(inner.func) or "").rsplit(".", 1)[-1] in SIZED_MAKERS
+                        and is_name(inner.args[0].value, parameter)
+                        for inner in walk(init.body)
+                    ):
+                        return source_text(given)
+    return None
+
+
+# Tensor makers whose first argument is the number of rows (samples).
+SIZED_MAKERS = {
+    "randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "normal",
+    "uniform", "standard_normal", "random", "randperm",
+}  # fmt: skip
 
 
 def _dealt_sampler(

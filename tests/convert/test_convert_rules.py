@@ -2239,6 +2239,55 @@ main(True)
     assert opened in result.output.decode()
 
 
+@pytest.mark.parametrize("made", ["tensors", "class"])
+def test_a_schedule_counted_from_the_value_that_sizes_the_data_is_refused(made: str) -> None:
+    """Round-50 audit E c04_module_config_tracker: `total_steps = cfg["epochs"] *
+    (cfg["n_train"] // bs)` with the training data made of `cfg["n_train"]` samples (or
+    `RegressionSet(cfg.n_train)` whose `__init__` draws `randn(n, 10)`): left whole, each
+    process ran half the decay. Refused, naming the value."""
+    data = (
+        'ds = TensorDataset(torch.randn(cfg["n_train"], 4), torch.randn(cfg["n_train"], 1))'
+        if made == "tensors"
+        else 'ds = Rows(cfg["n_train"])'
+    )
+    source = f"""import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+
+class Rows(Dataset):
+    def __init__(self, n):
+        self.x = torch.randn(n, 4)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.x[i].sum(0, keepdim=True)
+
+
+cfg = {{"n_train": 256, "batch_size": 32, "epochs": 2}}
+torch.manual_seed(0)
+{data}
+loader = DataLoader(ds, batch_size=cfg["batch_size"], shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+total_steps = cfg["epochs"] * (cfg["n_train"] // cfg["batch_size"])
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / total_steps)
+for epoch in range(cfg["epochs"]):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+"""
+    result = convert_source(source.encode(), "cfg.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking]
+    assert problem.code == "DDP009"
+    assert 'computed from `cfg["n_train"]`, which also sizes the training data' in problem.message
+
+
 def test_a_schedule_counting_a_bucketing_samplers_batches_counts_this_process() -> None:
     """Round-50 audit D tf_bucket_linear: `total = 2 * len(sampler)` of a bucketing batch
     sampler of the script, which the loader now gets through `ShardByRank(sampler)`: the
