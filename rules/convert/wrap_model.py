@@ -700,6 +700,12 @@ def _unwrappable(ctx: ConvertContext) -> bool:
     updated = _updates_buffers(anatomy)
     if updated is not None:
         node, owner, buffer = updated
+        writer = (
+            f"`{owner}()`, which the training loop calls,"
+            if "." in owner
+            else f"`{owner}`'s forward"
+        )
+        owner = owner.split(".")[0]
         if owner in _trained_classes(anatomy):
             reason = (
                 "(a queue of keys, a memory bank): DDP broadcasts rank 0's buffers before "
@@ -733,8 +739,7 @@ def _unwrappable(ctx: ConvertContext) -> bool:
             )
         ctx.cannot(
             node,
-            f"`{owner}`'s forward writes its buffer `self.{buffer}` from this process's "
-            f"batch {reason}",
+            f"{writer} writes its buffer `self.{buffer}` from this process's batch {reason}",
             blocking=True,
         )
         return True
@@ -2242,6 +2247,22 @@ def _updates_buffers(anatomy: Anatomy) -> tuple[cst.CSTNode, str, str] | None:
         found = _buffer_written(owner)
         if found is not None:
             return found[0], owner.name.value, found[1]
+    # a method of a trained model's class the training loop calls itself
+    # (`model.enqueue(k.detach())` after the step, round-50 audit B moco_queue_method: the
+    # broadcast before the next forward put back rank 0's queue, silently)
+    called = {
+        node.func.attr.value
+        for loop in anatomy.script.train_loops
+        for node in walk(loop.batch_loop.body)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+    }
+    for name in sorted(_trained_classes(anatomy)):
+        trained = anatomy.classes.get(name)
+        for method in methods(trained) if trained is not None else ():
+            if trained is not None and method.name.value in called - {"forward", "__init__"}:
+                found = _buffer_written(trained, method.name.value)
+                if found is not None:
+                    return found[0], f"{name}.{method.name.value}", found[1]
     return None
 
 
@@ -2259,11 +2280,11 @@ def _foreign_buffer_updates(anatomy: Anatomy) -> tuple[cst.Call, str, str] | Non
     return None
 
 
-def _buffer_written(owner: cst.ClassDef) -> tuple[cst.CSTNode, str] | None:
-    """Where the class's forward (or a method of its own it calls) writes one of the
-    buffers its `__init__` registers, and the buffer."""
+def _buffer_written(owner: cst.ClassDef, start: str = "forward") -> tuple[cst.CSTNode, str] | None:
+    """Where the class's forward (or `start`, or a method of its own it calls) writes one
+    of the buffers its `__init__` registers, and the buffer."""
     by_name = {method.name.value: method for method in methods(owner)}
-    forward, init = by_name.get("forward"), by_name.get("__init__")
+    forward, init = by_name.get(start), by_name.get("__init__")
     if forward is None or init is None:
         return None
     buffers = {

@@ -2239,6 +2239,49 @@ main(True)
     assert opened in result.output.decode()
 
 
+def test_a_queue_written_by_a_method_the_training_loop_calls_is_refused() -> None:
+    """Round-50 audit B moco_queue_method: `model.enqueue(k.detach())` after the step,
+    writing the registered buffer `self.queue` from the batch's keys: DDP's broadcast of
+    rank 0's buffers before the next forward threw the other ranks' keys away, silently.
+    Refused as the same write inside `forward` is."""
+    source = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("queue", torch.zeros(4, 8))
+        self.register_buffer("ptr", torch.zeros(1, dtype=torch.long))
+
+    @torch.no_grad()
+    def enqueue(self, k):
+        p = int(self.ptr)
+        self.queue[:, p:p + 4] = k.T
+        self.ptr[0] = (p + 4) % 8
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for (x,) in loader:
+        k = model(x)
+        loss = (k @ model.queue).logsumexp(1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        model.enqueue(k.detach())
+"""
+    result = convert_source(source.encode(), "moco.py", ConvertOptions())
+    assert result.refused
+    [problem] = [p for p in result.problems if p.blocking and p.code == "DDP003"]
+    assert "`Net.enqueue()`, which the training loop calls, writes its buffer" in problem.message
+
+
 @pytest.mark.parametrize("made", ["tensors", "class"])
 def test_a_schedule_counted_from_the_value_that_sizes_the_data_is_refused(made: str) -> None:
     """Round-50 audit E c04_module_config_tracker: `total_steps = cfg["epochs"] *
