@@ -622,6 +622,19 @@ def _scale_summed_losses(ctx: ConvertContext) -> None:
         if divisor is not None and anatomy.whole_batch is not None:
             _weigh_the_part(ctx, backward)  # a mean over this process's part
             continue
+        if divisor is not None and _the_global_batch_size(ctx, divisor):
+            # `crit(out, y) / BATCH_SIZE` with `batch_size=BATCH_SIZE // world_size` (round-50
+            # audit D gru_s2s_tf_global: half the gradient)
+            ctx.add_import("torch.distributed", asname="dist")
+            ctx.plan.replace(loss, _times_world_size)
+            ctx.changed(
+                backward,
+                f"the loss is summed over the batch (line {line}) and divided by "
+                f"`{source_text(divisor)}`, the global batch's size under --batch global: "
+                "multiplied by the world size, it is the mean over this process's batch, "
+                "which DDP's average of gradients keeps",
+            )
+            continue
         if divisor is not None and _counted_in_the_batch(divisor):
             ctx.info(
                 backward,
@@ -648,6 +661,19 @@ def _scale_summed_losses(ctx: ConvertContext) -> None:
             "before backward: DDP averages the processes' gradients, and N times their "
             "average is the sum over the global batch, as in the single-GPU script",
         )
+
+
+def _the_global_batch_size(ctx: ConvertContext, divisor: cst.BaseExpression) -> bool:
+    """With `--batch global`, `divisor` is what a training loader is given as its batch
+    size, which each process now divides by the world size."""
+    if ctx.options.batch is not BatchMode.GLOBAL:
+        return False
+    spelled = source_text(divisor)
+    return any(
+        (size := call_arg(loader.call, 1, "batch_size")) is not None
+        and source_text(size.value) == spelled
+        for loader in ctx.anatomy.script.train_loaders
+    )
 
 
 def _foreign_sums(ctx: ConvertContext) -> None:

@@ -2239,6 +2239,34 @@ main(True)
     assert opened in result.output.decode()
 
 
+def test_batch_global_a_sum_divided_by_the_batch_size_setting_is_scaled() -> None:
+    """Round-50 audit D gru_s2s_tf_global: `loss = crit(out, y) / BATCH_SIZE` with
+    `reduction="sum"`, converted with `--batch global`: each process's batch became
+    `BATCH_SIZE // world_size`, the loss still divided by BATCH_SIZE, and DDP's average
+    halved the gradient. Multiplied by the world size, it is each process's mean."""
+    source = """import torch
+from torch.utils.data import DataLoader
+
+BATCH_SIZE = 16
+loader = DataLoader(ds, batch_size=BATCH_SIZE, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+crit = torch.nn.MSELoss(reduction="sum")
+for epoch in range(2):
+    for x, y in loader:
+        loss = crit(model(x), y) / BATCH_SIZE
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    options = replace(ConvertOptions(), batch=BatchMode.GLOBAL)
+    result = convert_source(source.encode(), "sum.py", options)
+    assert not result.refused, result.problems
+    assert "(loss * dist.get_world_size()).backward()" in result.output.decode()
+    result = convert_source(source.encode(), "sum.py", ConvertOptions())
+    assert "dist.get_world_size()).backward()" not in result.output.decode()
+
+
 def test_a_queue_written_by_a_method_the_training_loop_calls_is_refused() -> None:
     """Round-50 audit B moco_queue_method: `model.enqueue(k.detach())` after the step,
     writing the registered buffer `self.queue` from the batch's keys: DDP's broadcast of
