@@ -23,7 +23,7 @@ from ddpify.analysis.tree import (
 )
 from ddpify.analysis.values import MAX_STEPS, constant_index
 from ddpify.emit import WORLD_SIZE
-from ddpify.fixes import own_sampler, subset_sampler
+from ddpify.fixes import batched_sampler_call, own_sampler, subset_sampler
 from ddpify.options import BatchMode
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -779,6 +779,11 @@ def _kept_whole(ctx: ConvertContext) -> bool:
     if ctx.options.batch is not BatchMode.GLOBAL:
         return False
     anatomy = ctx.anatomy
+    for loader in anatomy.script.train_loaders:
+        batches = batched_sampler_call(anatomy, loader)
+        size = call_arg(batches or loader.call, 1, "batch_size")
+        if size is None or is_name(size.value, "None"):
+            return False  # a batch size DDP007 cannot divide (a batch sampler of the script's)
     first = next((call for call in anatomy.calls if _schedules(anatomy, call)), None)
     if first is not None:
         ctx.info(

@@ -2399,6 +2399,10 @@ for epoch in range(2):
     result = convert_source(source.encode(), "buckets.py", ConvertOptions())
     assert not result.refused, result.problems
     assert "total = 2 * len(loader.batch_sampler)\n" in result.output.decode()
+    # `--batch global` cannot divide the sampler's batches: the count still goes per process
+    options = replace(ConvertOptions(), batch=BatchMode.GLOBAL)
+    result = convert_source(source.encode(), "buckets.py", options)
+    assert "total = 2 * len(loader.batch_sampler)\n" in result.output.decode()
 
 
 def test_a_poly_schedule_sized_on_a_trainers_attributes() -> None:
