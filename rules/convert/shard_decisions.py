@@ -1848,6 +1848,12 @@ def _shard_value(
                 for call, value in _kept_in(anatomy, name)
             ):
                 return name  # `self.history["loss"].append(loss)`, read in another method
+            if name.startswith("self."):
+                # `self.bad += 1` under `if loss < self.best - min_delta:` (round-50 audit E
+                # c06_trainer_resume: one rank ran out of patience alone)
+                decided = _decided_on(anatomy, name, scope, depth, settled, node)
+                if decided is not None:
+                    return decided
             continue
         for value, where in anatomy.values.values_of(name, scope):
             if given_later(anatomy, value, node):

@@ -2239,6 +2239,52 @@ main(True)
     assert opened in result.output.decode()
 
 
+def test_a_patience_counter_kept_on_the_trainer_shares_the_stop() -> None:
+    """Round-50 audit E c06_trainer_resume: `self.bad += 1` unless `loss < self.best -
+    min_delta`, `loss = self.train_epoch()` (the epoch's mean loss), then `if self.bad >= 1:
+    break`: with locals the mean was averaged; kept on `self`, one rank stopped alone and
+    the other died in its all-reduce."""
+    source = """import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, loader):
+        self.loader = loader
+        self.model = nn.Linear(8, 2)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def train_epoch(self):
+        running, n = 0.0, 0
+        for x, y in self.loader:
+            loss = nn.functional.cross_entropy(self.model(x), y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            running += loss.item()
+            n += 1
+        return running / n
+
+    def fit(self, epochs=20, min_delta=0.02):
+        self.best, self.bad = float("inf"), 0
+        for epoch in range(epochs):
+            loss = self.train_epoch()
+            if loss < self.best - min_delta:
+                self.best, self.bad = loss, 0
+            else:
+                self.bad += 1
+            if self.bad >= 1:
+                break
+
+
+if __name__ == "__main__":
+    Trainer(torch.utils.data.DataLoader(train_set, batch_size=20, shuffle=True)).fit()
+"""
+    result = convert_source(source.encode(), "patience.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "            dist.all_reduce(mean)\n" in result.output.decode()
+
+
 def test_batch_global_a_sum_divided_by_the_batch_size_setting_is_scaled() -> None:
     """Round-50 audit D gru_s2s_tf_global: `loss = crit(out, y) / BATCH_SIZE` with
     `reduction="sum"`, converted with `--batch global`: each process's batch became
