@@ -16,6 +16,7 @@ from ddpify.analysis.ranks import exits
 from ddpify.analysis.tree import call_arg, dotted, is_lone, is_method_call, is_name, walk
 from ddpify.analysis.values import MAX_STEPS
 from ddpify.emit import RANK_ZERO, expression, statement, statements, with_keyword
+from ddpify.fixes import rank_zeros
 from ddpify.options import Launcher
 from ddpify.rule import ConvertContext, ConvertRule, Example
 
@@ -414,7 +415,7 @@ class RankZeroSideEffects(ConvertRule):
                 bar, lambda updated: with_keyword(updated, "disable", expression(NOT_RANK_ZERO))
             )
             ctx.changed(bar, "progress bar shown on rank 0 only")
-        helped = _guard_helpers(ctx, model_names)
+        helped = _guard_helpers(ctx, model_names) + _folders_made_on_rank_zero(ctx, model_names)
         _foreign_writers(ctx, [*guarded, *helped], model_names)
         _foreign_training(ctx)
         _kept_open(ctx)
@@ -1169,6 +1170,60 @@ def _guard_helpers(ctx: ConvertContext, models: set[str]) -> list[cst.CSTNode]:
                 ctx.plan.insert_after(point, [statement(WAIT_FOR_RANK_ZERO)])
             ctx.changed(line, "the other processes wait for what it writes before going on")
     return helped
+
+
+def _folders_made_on_rank_zero(ctx: ConvertContext, models: set[str]) -> list[cst.CSTNode]:
+    """`exp_dir = utils.make_exp_dir(args)`, a helper of another file that makes a folder
+    (`os.makedirs(d)`, no `exist_ok`) and returns it, often named from the clock (round-50
+    audit E c05_utils_expdir_helper: rank 1 died with FileExistsError, or made a folder of
+    its own a second later): rank 0 makes it, and every process takes rank 0's value."""
+    anatomy = ctx.anatomy
+    done: list[cst.CSTNode] = []
+    for line in anatomy.simple_statements:
+        if not (isinstance(line, cst.SimpleStatementLine) and is_lone(line, cst.Assign)):
+            continue
+        assign = cast(cst.Assign, line.body[0])
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        call = assign.value
+        if not (isinstance(target, cst.Name) and isinstance(call, cst.Call)):
+            continue
+        if anatomy.ranks.guard(line) is not None or not anatomy.script.after_setup(line):
+            continue
+        if anatomy.graph.calls_script(call) or any(
+            isinstance(node, cst.Name) and node.value in models for node in walk(call)
+        ):
+            continue
+        helper = anatomy.project.helper(call)
+        if helper is None or anatomy.project.effects(helper).trains:
+            continue
+        if not any(
+            isinstance(node, cst.Call)
+            and (dotted(node.func) or "").rsplit(".", 1)[-1] in {"makedirs", "mkdir"}
+            and not any(
+                arg.keyword is not None
+                and arg.keyword.value == "exist_ok"
+                and is_name(arg.value, "True")
+                for arg in node.args
+            )
+            for node in walk(helper.function.body)
+        ):
+            continue
+        ctx.add_import("torch.distributed", asname="dist")
+        ctx.plan.replace(
+            call,
+            lambda updated: cst.IfExp(
+                test=expression(RANK_ZERO), body=updated, orelse=cst.Name("None")
+            ),
+        )
+        ctx.plan.insert_after(line, rank_zeros(target.value))
+        where = f"`{helper.name}()` ({anatomy.project.shown(helper.path)})"
+        ctx.changed(
+            line,
+            f"{where} makes a folder: rank 0 makes it, and every process takes its "
+            f"`{target.value}`",
+        )
+        done.append(line)
+    return done
 
 
 # What an `if` asks of the disk: its answer changes while rank 0 writes.

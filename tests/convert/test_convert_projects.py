@@ -2534,6 +2534,52 @@ def test_a_loss_helper_of_another_file_adding_a_head_under_a_condition(tmp_path:
     assert result.returncode == 0, result.stderr.decode()[-3000:]
 
 
+def test_a_run_folder_a_helper_of_another_file_makes_is_rank_0s(tmp_path: Path) -> None:
+    """Round-50 audit E c05_utils_expdir_helper: `exp_dir = make_exp_dir()` (helpers.py)
+    names a folder from the clock and makes it with `os.makedirs(d)`: every rank ran it, and
+    rank 1 died with FileExistsError (or, a second later, made a folder of its own and
+    could not find `best.pt`). Rank 0 makes it; every process takes its path."""
+    (tmp_path / "helpers.py").write_text(
+        "import os\nfrom datetime import datetime\n\n\n"
+        'def make_exp_dir(root="runs"):\n'
+        '    d = os.path.join(root, datetime.now().strftime("%Y%m%d-%H%M%S-%f"))\n'
+        "    os.makedirs(d)\n"
+        "    return d\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os\n\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from helpers import make_exp_dir\n\n\n"
+        "def main():\n"
+        "    exp_dir = make_exp_dir()\n"
+        "    g = torch.Generator().manual_seed(0)\n"
+        "    x, y = torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g)\n"
+        "    data = TensorDataset(x, y)\n"
+        "    loader = DataLoader(data, batch_size=16, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "            opt.zero_grad()\n"
+        "            loss.backward()\n"
+        "            opt.step()\n"
+        "    torch.save(model.state_dict(), os.path.join(exp_dir, 'model.pt'))\n"
+        "    state = torch.load(os.path.join(exp_dir, 'model.pt'))\n"
+        "    model.load_state_dict(state)\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"
+    )
+    output, notes = convert(script)
+    assert "    exp_dir = make_exp_dir() if dist.get_rank() == 0 else None\n" in output.decode()
+    assert any("`make_exp_dir()` (helpers.py) makes a folder" in note for note in notes)
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert len(list((tmp_path / "runs").iterdir())) == 1
+
+
 def test_numpy_seeded_by_a_helper_of_another_file_draws_apart(tmp_path: Path) -> None:
     """Round-50 audit E c07_np_aug_fastval: `utils.set_seed(0)` (utils.py) seeds numpy, and
     the dataset draws `np.random.normal` in `__getitem__`: no seed per process was added
