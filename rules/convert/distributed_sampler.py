@@ -3074,17 +3074,26 @@ def _split(ctx: ConvertContext) -> bool:
     return True
 
 
-def _seeded_when_given(anatomy: Anatomy, seed: cst.Call, base: str) -> bool:
-    """Whether `seed` runs only under a test of the value it seeds with (`if args.seed is not
-    None:`): left out, that value may be None."""
+def _seeded_when_given(anatomy: Anatomy, seed: cst.Call, base: str) -> str | None:
+    """The test `seed` runs under when it tests the value it seeds with (`if args.seed is
+    not None:`, YOLOv3's `if args.seed != -1:`), spelled with `base`: left out, that value
+    may be None, or a flag for "unseeded". `{base} is not None` for a test that reads more."""
+    own = source_text(seed.args[0].value) if seed.args else base
     for ancestor in anatomy.ancestors(seed):
         if isinstance(ancestor, cst.FunctionDef):
-            return False
+            return None
         if isinstance(ancestor, cst.If) and any(
-            dotted(node) == base for node in walk(ancestor.test)
+            dotted(node) in (base, own) for node in walk(ancestor.test)
         ):
-            return True
-    return False
+            names = {
+                node.value
+                for node in walk(ancestor.test)
+                if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node)
+            }
+            if names <= {own.split(".")[0], "None", "True", "False"}:
+                return source_text(ancestor.test).replace(own, base)
+            return f"{base} is not None"
+    return None
 
 
 def _renamed(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
@@ -3959,10 +3968,11 @@ def _seed_per_process(ctx: ConvertContext, stream: RandomBatches, items: str = "
         call = f"{function}({base} + dist.get_rank())"
         if not lines:
             call += f"  {DRAWS_OF_ITS_OWN} {items or 'batches'} of its own"
-        if seeds and _seeded_when_given(anatomy, seeds[-1], base):
+        given = _seeded_when_given(anatomy, seeds[-1], base) if seeds else None
+        if given is not None:
             # `if args.seed is not None: set_seed(args.seed)` (diffusers, round-21 audit A
             # sd_finetune): unseeded, the processes already draw apart
-            call = f"if {base} is not None:\n    {call}"
+            call = f"if {given}:\n    {call}"
         lines.append(call + "\n")
     if "torch" in workers:  # workers seeded from torch's own generator
         workers.discard("torch")

@@ -2615,6 +2615,17 @@ def test_numpy_seeded_by_a_helper_of_another_file_draws_apart(tmp_path: Path) ->
     )
     output, _ = convert(script)
     assert "np.random.seed(0 + dist.get_rank())" in output.decode()
+    # YOLOv3's `if args.seed != -1: provide_determinism(args.seed)`: under the same test
+    script.write_text(
+        script.read_text()
+        .replace("import numpy as np\n", "import sys\n\nimport numpy as np\n")
+        .replace(
+            "utils.set_seed(0)\n",
+            "seed = int(sys.argv[1])\nif seed != -1:\n    utils.set_seed(seed)\n",
+        )
+    )
+    output, _ = convert(script)
+    assert "if seed != -1:\n    np.random.seed(seed + dist.get_rank())" in output.decode()
 
 
 def test_a_split_after_a_seeding_helper_of_another_file_is_seeded(tmp_path: Path) -> None:
