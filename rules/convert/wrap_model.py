@@ -2206,7 +2206,39 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
                     f"the forward of `{model.placed_name}` chooses what runs from an "
                     f"argument (line {line})"
                 ), most
-    return None, most
+    return _foreign_condition(anatomy, model), most
+
+
+def _foreign_condition(anatomy: Anatomy, model: Model) -> str | None:
+    """The forward of the model's class of another project file runs a layer under a
+    condition on what it computes (`if len(t["boxes"]) > 0: ... self.box(x[i])`, round-50
+    audit A det_background: images without boxes left the box head without a gradient,
+    and DDP raised)."""
+    for value in _constructions(anatomy, model):
+        if anatomy.classes.get(dotted(value.func) or "") is not None:
+            continue
+        forward = anatomy.project.method_of(value, "forward")
+        if forward is None:
+            continue
+        layers = _layer_names(forward.function)
+        computed = _computed_names(forward.function) - layers
+        computed |= {p.name.value for p in forward.function.params.params[1:]}
+        for node in walk(forward.function.body):
+            if (
+                isinstance(node, cst.If | cst.IfExp)
+                and any(is_name(n, *computed) for n in _read_names(node.test))
+                and any(
+                    _calls_submodule(inner, layers)
+                    for inner in walk(node)
+                    if inner is not node.test
+                )
+            ):
+                return (
+                    f"the forward of `{model.placed_name}` "
+                    f"({anatomy.project.shown(forward.path)}, line {forward.index.line(node)}) "
+                    "runs a layer under a condition on what it computes"
+                )
+    return None
 
 
 def _looped_over(forward: cst.FunctionDef, params: list[str]) -> list[str]:

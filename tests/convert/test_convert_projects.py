@@ -2534,6 +2534,58 @@ def test_a_loss_helper_of_another_file_adding_a_head_under_a_condition(tmp_path:
     assert result.returncode == 0, result.stderr.decode()[-3000:]
 
 
+def test_a_model_class_of_another_file_running_a_head_under_a_condition(tmp_path: Path) -> None:
+    """Round-50 audit A det_background: `Det` (detmod.py) adds the box loss only `if
+    len(t["boxes"]) > 0:`, and some images have none: without `find_unused_parameters=True`
+    DDP raised "Expected to have finished reduction" (the same class in the script got it)."""
+    (tmp_path / "detmod.py").write_text(
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+        "class Det(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.cls = nn.Linear(8, 2)\n"
+        "        self.box = nn.Linear(8, 4)\n\n"
+        "    def forward(self, images, targets):\n"
+        "        x = torch.stack(images)\n"
+        "        loss_box = x.new_zeros(())\n"
+        "        for i, t in enumerate(targets):\n"
+        '            if len(t["boxes"]) > 0:\n'
+        "                out = self.box(x[i]).expand_as(t['boxes'])\n"
+        "                loss_box = loss_box + F.l1_loss(out, t['boxes'])\n"
+        "        labels = torch.tensor([int(len(t['boxes']) > 0) for t in targets])\n"
+        '        return {"cls": F.cross_entropy(self.cls(x), labels), "box": loss_box}\n'
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, Dataset\n\n"
+        "from detmod import Det\n\n\n"
+        "class DS(Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 24\n\n"
+        "    def __getitem__(self, i):\n"
+        "        boxes = torch.zeros((0, 4)) if i % 3 == 0 else torch.rand(2, 4)\n"
+        '        return torch.randn(8), {"boxes": boxes}\n\n\n'
+        "torch.manual_seed(0)\n"
+        "pairs = lambda b: tuple(zip(*b))  # noqa: E731\n"
+        "loader = DataLoader(DS(), batch_size=1, shuffle=True, collate_fn=pairs)\n"
+        "model = Det()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for images, targets in loader:\n"
+        "        loss_dict = model(list(images), list(targets))\n"
+        "        losses = sum(loss for loss in loss_dict.values())\n"
+        "        opt.zero_grad()\n"
+        "        losses.backward()\n"
+        "        opt.step()\n"
+    )
+    output, _ = convert(script)
+    assert "find_unused_parameters=True" in output.decode()
+    pytest.importorskip("torch")
+    (tmp_path / "train_ddp.py").write_bytes(output)
+    result = torchrun(["train_ddp.py"], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+
+
 def test_a_run_folder_a_helper_of_another_file_makes_is_rank_0s(tmp_path: Path) -> None:
     """Round-50 audit E c05_utils_expdir_helper: `exp_dir = make_exp_dir()` (helpers.py)
     names a folder from the clock and makes it with `os.makedirs(d)`: every rank ran it, and
