@@ -2647,7 +2647,13 @@ def _runs_the_model(anatomy: Anatomy, call: cst.Call, models: set[str]) -> bool:
     """`evaluate(model, val_loader)`, or `model.evaluate(val_loader)`: a method of the
     model's class of the script (round-47 audit C moe_es: each rank cut its learning rate
     and kept its best weights apart)."""
-    return any(dotted(arg.value) in models for arg in call.args) or (
+    return any(
+        # `evaluate(model.encoder, val_loader)`: a part of it, BatchNorm and all (round-50
+        # audit B simsiam_helpers: one rank ran out of patience alone)
+        (spelled := dotted(arg.value)) is not None
+        and (spelled in models or any(spelled.startswith(f"{m}.") for m in models))
+        for arg in call.args
+    ) or (
         isinstance(call.func, cst.Attribute)
         and dotted(call.func.value) in models
         and anatomy.graph.instance_method(call) is not None

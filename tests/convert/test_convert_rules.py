@@ -2239,6 +2239,54 @@ main(True)
     assert opened in result.output.decode()
 
 
+def test_an_early_stop_on_an_evaluation_of_a_part_of_a_batchnorm_model_is_shared() -> None:
+    """Round-50 audit B simsiam_helpers: `acc = evaluate(model.encoder, val_loader)` (a
+    k-NN monitor on the encoder, with BatchNorm), then a patience `break`: each rank's
+    running statistics gave its own accuracy, one rank stopped alone and the other died.
+    An evaluation of a part of the model counts as one of the model."""
+    source = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 2))
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+@torch.no_grad()
+def evaluate(net, loader):
+    net.eval()
+    correct = sum((net(x).argmax(1) == y).sum().item() for x, y in loader)
+    net.train()
+    return correct / len(loader.dataset)
+
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+best, bad = 0.0, 0
+for epoch in range(20):
+    for xb, yb in train_loader:
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    acc = evaluate(model.encoder, val_loader)
+    if acc > best:
+        best, bad = acc, 0
+    else:
+        bad += 1
+        if bad > 1:
+            break
+"""
+    result = convert_source(source.encode(), "monitor.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert "dist.all_reduce(stop, op=dist.ReduceOp.MAX)" in result.output.decode()
+
+
 def test_a_patience_counter_kept_on_the_trainer_shares_the_stop() -> None:
     """Round-50 audit E c06_trainer_resume: `self.bad += 1` unless `loss < self.best -
     min_delta`, `loss = self.train_epoch()` (the epoch's mean loss), then `if self.bad >= 1:
