@@ -2265,6 +2265,8 @@ def evaluate(net, loader):
     return correct / len(loader.dataset)
 
 
+train_loader = torch.utils.data.DataLoader(train_set, batch_size=16, shuffle=True)
+val_loader = torch.utils.data.DataLoader(val_set, batch_size=64)
 model = Net()
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 best, bad = 0.0, 0
