@@ -454,7 +454,7 @@ class ScheduleLength(ConvertRule):
                 for length in _lengths(arg.value):
                     loader = _loader_of(length, loaders)
                     if loader is not None:
-                        self._resize(ctx, call, length, loader)
+                        _resize(ctx, call, length, loader)
                     elif _source_of(anatomy, length, loaders) is not None:
                         _refuse_source(ctx, length)
                 names = {dotted(n) for n in walk(arg.value) if isinstance(n, cst.Name)}
@@ -475,7 +475,7 @@ class ScheduleLength(ConvertRule):
                     for length in _lengths(arg.value):
                         loader = _loader_of(length, loaders)
                         if loader is not None:
-                            self._resize(ctx, call, length, loader)
+                            _resize(ctx, call, length, loader)
                     for node in walk(arg.value):
                         if isinstance(node, cst.Name) and not anatomy.is_attribute_name(node):
                             self._refuse_computed(ctx, call, node.value, loaders, seen)
@@ -540,26 +540,6 @@ class ScheduleLength(ConvertRule):
                     if root == parameter and owner is not None:
                         self._refuse_computed(ctx, site, f"{owner}.{attribute}", loaders, followed)
 
-    def _resize(
-        self, ctx: ConvertContext, scheduler: cst.Call, length: cst.Call, loader: Loader
-    ) -> None:
-        anatomy = ctx.anatomy
-        visible = anatomy.function_of(loader.call) is anatomy.function_of(scheduler)
-        if visible and _sharded_later(anatomy, loader, length, anatomy.function_of(scheduler)):
-            _share(ctx, length, "the schedule's length")
-            return
-        if not visible or not anatomy.precedes(loader.call, scheduler):
-            ctx.cannot(
-                length,
-                "learning-rate schedule sized from the dataset before its loader is made: "
-                "size it from the loader's sampler by hand",
-                blocking=True,
-            )
-            return
-        sampler = f"{loader.name}.{loader.sampler_path}"
-        ctx.plan.replace(length, _measuring(sampler))
-        ctx.changed(length, f"schedule sized from this process's samples: len({sampler})")
-
     def _refuse_computed(
         self,
         ctx: ConvertContext,
@@ -595,17 +575,7 @@ class ScheduleLength(ConvertRule):
                         self._count(ctx, length, callee, loaders, name, what)
             if not _arithmetic(value):
                 continue  # `train_loader = DataLoader(..., sampler=sampler)`: not a count
-            sizing = _sizes_the_dataset(anatomy, value, loaders)
-            if sizing is not None:
-                # `total_steps = cfg["epochs"] * (cfg["n_train"] // bs)` with the training
-                # data made of `cfg["n_train"]` samples (round-50 audit E c04: half the decay)
-                ctx.cannot(
-                    value,
-                    f"`{name}`, {what}, is computed from `{sizing}`, which also sizes the "
-                    "training data: each process now takes 1/N of those samples; compute "
-                    "it from len(train_loader) by hand",
-                    blocking=True,
-                )
+            if _refused_as_sizing(ctx, value, loaders, f"`{name}`, {what},"):
                 continue
             # lengths made this process's: not followed further
             counted = [
@@ -659,25 +629,9 @@ class ScheduleLength(ConvertRule):
         if loader is not None and _sharded_later(anatomy, loader, length, scope):
             _share(ctx, length, f"`{name}`, {what},")  # round-47 audit B sched_before_loader
             return True
-        dealt = _dealt_sampler(anatomy, length, loaders)
+        dealt = _count_dealt(ctx, length, scope, loaders, f"`{name}`, {what},")
         if dealt is not None:
-            # `total = 2 * len(sampler)` of a bucketing batch sampler the loader gets through
-            # `ShardByRank(sampler)` (round-50 audit D tf_bucket_linear: half the decay)
-            held, keyword = dealt
-            if anatomy.function_of(held.call) is scope and anatomy.precedes(held.call, length):
-                ctx.plan.replace(length, _replaced_with(f"len({held.name}.{keyword})"))
-                ctx.changed(
-                    length,
-                    f"`{name}`, {what}, counts this process's batches: len({held.name}.{keyword})",
-                )
-                return True
-            ctx.cannot(
-                length,
-                f"`{name}`, {what}, counts the batches of the loader's own sampler, which each "
-                "process now takes its share of: compute it from len(train_loader) by hand",
-                blocking=True,
-            )
-            return False
+            return dealt
         if (
             (source := _source_of(anatomy, length, loaders)) is not None
             and anatomy.function_of(source.call) is scope
@@ -770,6 +724,27 @@ def _share(ctx: ConvertContext, length: cst.Call, what: str) -> None:
     share = f"math.ceil({source_text(length)} / {WORLD_SIZE})"
     ctx.plan.replace(length, _replaced_with(share))
     ctx.changed(length, f"{what} counts this process's samples: {share}")
+
+
+def _resize(ctx: ConvertContext, scheduler: cst.Call, length: cst.Call, loader: Loader) -> None:
+    """`len(train_ds)` read by the scheduler itself: `len(loader.sampler)` where the loader is
+    made before it, the share the sampler will give where it is made after; else refused."""
+    anatomy = ctx.anatomy
+    visible = anatomy.function_of(loader.call) is anatomy.function_of(scheduler)
+    if visible and _sharded_later(anatomy, loader, length, anatomy.function_of(scheduler)):
+        _share(ctx, length, "the schedule's length")
+        return
+    if not visible or not anatomy.precedes(loader.call, scheduler):
+        ctx.cannot(
+            length,
+            "learning-rate schedule sized from the dataset before its loader is made: "
+            "size it from the loader's sampler by hand",
+            blocking=True,
+        )
+        return
+    sampler = f"{loader.name}.{loader.sampler_path}"
+    ctx.plan.replace(length, _measuring(sampler))
+    ctx.changed(length, f"schedule sized from this process's samples: len({sampler})")
 
 
 def _kept_whole(ctx: ConvertContext) -> bool:
@@ -1274,6 +1249,52 @@ SIZED_MAKERS = {
     "randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "normal",
     "uniform", "standard_normal", "random", "randperm",
 }  # fmt: skip
+
+
+def _count_dealt(
+    ctx: ConvertContext,
+    length: cst.Call,
+    scope: cst.FunctionDef | None,
+    loaders: list[Loader],
+    what: str,
+) -> bool | None:
+    """`total = 2 * len(sampler)` of a bucketing batch sampler the loader gets through
+    `ShardByRank(sampler)` (round-50 audit D tf_bucket_linear: half the decay): counted as
+    `len(loader.batch_sampler)`, this process's, where the loader is made before it; else
+    refused. None when `length` measures no such sampler."""
+    anatomy = ctx.anatomy
+    dealt = _dealt_sampler(anatomy, length, loaders)
+    if dealt is None:
+        return None
+    held, keyword = dealt
+    if anatomy.function_of(held.call) is scope and anatomy.precedes(held.call, length):
+        ctx.plan.replace(length, _replaced_with(f"len({held.name}.{keyword})"))
+        ctx.changed(length, f"{what} counts this process's batches: len({held.name}.{keyword})")
+        return True
+    ctx.cannot(
+        length,
+        f"{what} counts the batches of the loader's own sampler, which each process now "
+        "takes its share of: compute it from len(train_loader) by hand",
+        blocking=True,
+    )
+    return False
+
+
+def _refused_as_sizing(
+    ctx: ConvertContext, value: cst.BaseExpression, loaders: list[Loader], what: str
+) -> bool:
+    """`total_steps = cfg["epochs"] * (cfg["n_train"] // bs)` with the training data made
+    of `cfg["n_train"]` samples (round-50 audit E c04: half the decay): refused, naming it."""
+    sizing = _sizes_the_dataset(ctx.anatomy, value, loaders)
+    if sizing is None:
+        return False
+    ctx.cannot(
+        value,
+        f"{what} is computed from `{sizing}`, which also sizes the training data: each "
+        "process now takes 1/N of those samples; compute it from len(train_loader) by hand",
+        blocking=True,
+    )
+    return True
 
 
 def _dealt_sampler(
