@@ -4180,6 +4180,17 @@ def _value_at(
 ) -> str | None:
     if isinstance(value, cst.Integer):
         return value.value
+    if (
+        isinstance(value, cst.Subscript)
+        and len(value.slice) == 1
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.SimpleString | cst.Integer)
+    ):
+        # `random.seed(cfg["seed"])`, `CONFIG["seed"]` (round-50 audits C ncf_collate and D
+        # gru_s2s_tf: refused as "a value that cannot be read where training starts")
+        held = _value_at(anatomy, value.value, where, scope, depth + 1)
+        key = source_text(value.slice[0].slice.value)
+        return f"{held}[{key}]" if held is not None else None
     name = dotted(value)
     if name is None or depth > 2:
         return None

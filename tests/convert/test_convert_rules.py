@@ -11092,6 +11092,46 @@ for r in range(2):
     assert "torch.initial_seed()" not in text
 
 
+def test_a_seed_read_from_a_config_dict_entry() -> None:
+    """Round-50 audits C ncf_collate and D gru_s2s_tf: `np.random.seed(CONFIG["seed"])` (a
+    module-level dict), negatives drawn with `np.random.randint` while training: refused as
+    "a value that cannot be read where training starts". A constant entry of a dict the
+    training function can read is read there."""
+    source = """import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+CONFIG = {"seed": 7, "epochs": 2}
+
+
+class Pairs(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i), float(np.random.randint(100))]), torch.ones(1)
+
+
+def fit():
+    loader = DataLoader(Pairs(), batch_size=8, shuffle=True)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(CONFIG["epochs"]):
+        for x, y in loader:
+            loss = (model(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+np.random.seed(CONFIG["seed"])
+fit()
+"""
+    result = convert_source(source.encode(), "cfgseed.py", ConvertOptions())
+    assert not result.refused, result.problems
+    assert 'np.random.seed(CONFIG["seed"] + dist.get_rank())' in result.output.decode()
+
+
 def test_a_seed_read_through_the_training_functions_parameter() -> None:
     """Round-49 audit D stylegan_lite: `random.seed(args.seed)` in `main()`, which calls
     `train(args, loader, ...)` where a step draws `random.random() < prob`: refused as "a
