@@ -2552,6 +2552,8 @@ def _weight_alone(
                 return False  # run, or handed on whole
             parts.add(parent.attr.value)
     assert isinstance(made.value, cst.Call)
+    if (dotted(made.value.func) or "").rsplit(".", 1)[-1] in {"Embedding", "EmbeddingBag"}:
+        return False  # no bias (round-50 audit C linkpred: refused for a bias it has not)
     bias = call_arg(made.value, None, "bias")
     return parts == {"weight"} and not (bias is not None and is_name(bias.value, "False"))
 

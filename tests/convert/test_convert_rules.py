@@ -11092,6 +11092,39 @@ for r in range(2):
     assert "torch.initial_seed()" not in text
 
 
+def test_an_embedding_read_by_its_weight_has_no_bias_to_miss() -> None:
+    """Round-50 audit C linkpred: `h = adj @ self.lin(self.emb.weight)` with `self.emb =
+    nn.Embedding(n, dim)`, the model called twice per backward: refused because "its bias
+    gets no gradient", which an Embedding does not have."""
+    source = """import torch
+import torch.nn as nn
+
+
+class Encoder(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        self.emb = nn.Embedding(n, dim)
+        self.lin = nn.Linear(dim, dim)
+
+    def forward(self, adj):
+        return adj @ self.lin(self.emb.weight)
+
+
+model = Encoder(16, 8)
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+for epoch in range(3):
+    for pos, neg in loader:
+        h_pos = model(pos)
+        h_neg = model(neg)
+        loss = -h_pos.mean() + h_neg.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    result = convert_source(source.encode(), "emb.py", ConvertOptions())
+    assert not any("bias gets no gradient" in p.message for p in result.problems)
+
+
 def test_a_seed_read_from_a_config_dict_entry() -> None:
     """Round-50 audits C ncf_collate and D gru_s2s_tf: `np.random.seed(CONFIG["seed"])` (a
     module-level dict), negatives drawn with `np.random.randint` while training: refused as
