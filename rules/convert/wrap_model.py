@@ -2209,6 +2209,21 @@ def _runs_in_part(anatomy: Anatomy, model: Model) -> tuple[str | None, int]:
     return _foreign_condition(anatomy, model), most
 
 
+def _layer_run(node: cst.CSTNode, layers: frozenset[str], own: frozenset[str]) -> str | None:
+    """`box` of `self.box(x)`: a layer the call runs, not a method of the class (`self._mask
+    (n)`, word_language_model's Transformer)."""
+    if not isinstance(node, cst.Call) or not _calls_submodule(node, layers):
+        return None
+    func = node.func.value if isinstance(node.func, cst.Subscript) else node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+    return None if name in own else name
+
+
+def _inside(outer: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """`node` is one of `outer`'s descendants."""
+    return any(inner is node for inner in walk(outer) if inner is not outer)
+
+
 def _foreign_condition(anatomy: Anatomy, model: Model) -> str | None:
     """The forward of the model's class of another project file runs a layer under a
     condition on what it computes (`if len(t["boxes"]) > 0: ... self.box(x[i])`, round-50
@@ -2220,18 +2235,24 @@ def _foreign_condition(anatomy: Anatomy, model: Model) -> str | None:
         forward = anatomy.project.method_of(value, "forward")
         if forward is None:
             continue
-        layers = _layer_names(forward.function)
-        computed = _computed_names(forward.function) - layers
-        computed |= {p.name.value for p in forward.function.params.params[1:]}
-        for node in walk(forward.function.body):
-            if (
-                isinstance(node, cst.If | cst.IfExp)
-                and any(is_name(n, *computed) for n in _read_names(node.test))
-                and any(
-                    _calls_submodule(inner, layers)
-                    for inner in walk(node)
-                    if inner is not node.test
-                )
+        function = forward.function
+        layers = _layer_names(function)
+        computed = _computed_names(function) - layers
+        computed |= {p.name.value for p in function.params.params[1:]}
+        owner = forward.index.class_of(function)
+        own = frozenset(m.name.value for m in methods(owner)) if owner is not None else frozenset()
+        conditional = [n for n in walk(function.body) if isinstance(n, cst.If | cst.IfExp)]
+        always = {
+            name
+            for node in walk(function.body)
+            if (name := _layer_run(node, layers, own)) is not None
+            and not any(_inside(branch, node) for branch in conditional)
+        }
+        for node in conditional:
+            if any(is_name(n, *computed) for n in _read_names(node.test)) and any(
+                (name := _layer_run(inner, layers, own)) is not None and name not in always
+                for inner in walk(node)
+                if inner is not node.test
             ):
                 return (
                     f"the forward of `{model.placed_name}` "
